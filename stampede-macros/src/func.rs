@@ -1,0 +1,292 @@
+//! Reads the function under the attribute into a [`Function`]: its receiver, its arguments, the
+//! type it returns and the statements of its body, refusing the shapes a cache cannot serve.
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+use syn::{
+    Attribute, Block, Expr, FnArg, GenericArgument, GenericParam, Ident, ItemFn, Pat,
+    PathArguments, ReceiverKind, ReturnType, Safety, Signature, Stmt, Token, Type, TypeParamBound,
+    Visibility,
+};
+
+use crate::diag::{Errors, error, error_at};
+
+/// The function as the expansion needs it.
+pub(crate) struct Function {
+    pub(crate) attrs: Vec<Attribute>,
+    pub(crate) vis: Visibility,
+    /// The signature to emit: the user's, with `mut` moved off the arguments into the load.
+    pub(crate) sig: Signature,
+    pub(crate) shape: Shape,
+    /// The span of `self` in `&self`, for a method.
+    pub(crate) receiver: Option<Span>,
+    pub(crate) args: Vec<Arg>,
+    /// What a call produces: the declared return type, or a boxed future's `Output`.
+    pub(crate) output: Type,
+    pub(crate) returns_result: bool,
+    /// The statements that compute the value.
+    pub(crate) body: Vec<Stmt>,
+}
+
+/// How the function was written.
+pub(crate) enum Shape {
+    /// `async fn`.
+    Async,
+    /// What `#[async_trait]` makes of an `async fn` before this attribute runs:
+    /// `fn .. -> Pin<Box<dyn Future<Output = T> + Send + 'async_trait>>` with a body of
+    /// `Box::pin(async move { .. })`.
+    AsyncTrait,
+}
+
+/// One argument, bound to a plain name.
+pub(crate) struct Arg {
+    pub(crate) ident: Ident,
+    pub(crate) mutability: Option<Token![mut]>,
+    /// For `&T`, the `T`: the key and the load hold an owned `T::Owned` and lend it back.
+    pub(crate) borrowed: Option<Type>,
+}
+
+impl Function {
+    /// Reads `item`, reporting every shape it cannot serve. The result leaves out the
+    /// arguments that were refused, so that the options can still be checked against the rest.
+    pub(crate) fn analyze(item: ItemFn, errors: &mut Errors) -> Function {
+        let ItemFn {
+            attrs,
+            vis,
+            sig,
+            block,
+            ..
+        } = item;
+        check_qualifiers(&sig, errors);
+        check_generics(&sig, errors);
+
+        let (shape, output, body) = match (&sig.asyncness, async_trait_parts(&sig, &block)) {
+            (Some(_), _) => (Shape::Async, declared_output(&sig), block.stmts),
+            (None, Some((output, body))) => (Shape::AsyncTrait, output, body),
+            (None, None) => {
+                errors.push(error(
+                    sig.fn_token.span,
+                    format!("`#[cached]` goes on an `async fn`, and `{}` is not async", sig.ident),
+                    "make it `async fn`: the cache runs its load on the tokio runtime and callers await it",
+                ));
+                (Shape::Async, declared_output(&sig), block.stmts)
+            }
+        };
+        if let Some(span) = find_impl_trait(&output) {
+            errors.push(error(
+                span,
+                "a cached function cannot return `impl Trait`",
+                "name the returned type: the cache stores values of it and clones them for each caller",
+            ));
+        }
+
+        let mut receiver = None;
+        let mut args = Vec::new();
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(r) => match &r.kind {
+                    ReceiverKind::Reference(_, _, None) => receiver = Some(r.self_token.span),
+                    ReceiverKind::Reference(_, _, Some(_)) => errors.push(error_at(
+                        r,
+                        "a cached method cannot take `&mut self`",
+                        "take `&self`: the load runs detached and serves every caller of the key, so it cannot hold a unique borrow; keep what must change behind a lock",
+                    )),
+                    _ => errors.push(error_at(
+                        r,
+                        "a cached method must take `&self`",
+                        "take `&self`; the cache clones the receiver (which must be `Clone + Send + Sync + 'static`) for its detached load",
+                    )),
+                },
+                FnArg::Typed(typed) => match argument(&typed.pat, &typed.ty) {
+                    Ok(arg) => args.push(arg),
+                    Err(e) => errors.push(e),
+                },
+            }
+        }
+
+        let returns_result = is_result(&output);
+        let sig = match shape {
+            Shape::Async => without_arg_mutability(sig),
+            Shape::AsyncTrait => sig,
+        };
+        Function {
+            attrs,
+            vis,
+            sig,
+            shape,
+            receiver,
+            args,
+            output,
+            returns_result,
+            body,
+        }
+    }
+}
+
+fn check_qualifiers(sig: &Signature, errors: &mut Errors) {
+    if let Some(constness) = &sig.constness {
+        errors.push(error(
+            constness.span,
+            "a cached function cannot be `const`",
+            "remove `const`: a cache lives at run time",
+        ));
+    }
+    if let Safety::Unsafe(unsafety) = &sig.safety {
+        errors.push(error(
+            unsafety.span,
+            "a cached function cannot be `unsafe`",
+            "cache a safe wrapper that states why its call of the unsafe function is sound",
+        ));
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(error_at(
+            abi,
+            "a cached function cannot be `extern`",
+            "cache a Rust-ABI wrapper around it",
+        ));
+    }
+}
+
+fn check_generics(sig: &Signature, errors: &mut Errors) {
+    for param in &sig.generics.params {
+        if !matches!(param, GenericParam::Lifetime(_)) {
+            errors.push(error_at(
+                param,
+                "a generic function cannot be cached",
+                "each `#[cached]` function has one cache; cache a non-generic function that calls this one with concrete types",
+            ));
+        }
+    }
+}
+
+fn argument(pat: &Pat, ty: &Type) -> syn::Result<Arg> {
+    let ident = match pat {
+        Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p,
+        _ => {
+            return Err(error_at(
+                pat,
+                "a cached function's arguments must be plain names",
+                "bind the argument to a name, e.g. `pair: (u32, u32)`, and destructure it in the body",
+            ));
+        }
+    };
+    if let Some(span) = find_impl_trait(ty) {
+        return Err(error(
+            span,
+            "a cached function cannot take `impl Trait` arguments",
+            "name a concrete type: arguments form the cache key, whose type must be known",
+        ));
+    }
+    let borrowed = match ty {
+        Type::Reference(r) if r.mutability.is_some() => {
+            return Err(error_at(
+                ty,
+                "a cached function cannot take `&mut` arguments",
+                "take the argument by value or by `&`: the load may run for another caller, after this call has returned",
+            ));
+        }
+        // A `&'static T` is itself a fine owned key part: keep it as it is.
+        Type::Reference(r) if r.lifetime.as_ref().is_some_and(|l| l.ident == "static") => None,
+        Type::Reference(r) => Some((*r.elem).clone()),
+        _ => None,
+    };
+    Ok(Arg {
+        ident: ident.ident.clone(),
+        mutability: ident.mutability,
+        borrowed,
+    })
+}
+
+fn declared_output(sig: &Signature) -> Type {
+    match &sig.output {
+        ReturnType::Default => syn::parse_quote!(()),
+        ReturnType::Type(_, ty) => (**ty).clone(),
+    }
+}
+
+/// `Result<T, E>` by its last path segment, which also covers aliases such as
+/// `anyhow::Result<T>`; the runtime's bounds reject a type that only shares the name.
+fn is_result(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Result"))
+}
+
+/// Recognises the shape `#[async_trait]` gives an `async fn`: the future's `Output` and the
+/// statements inside `Box::pin(async move { .. })`.
+fn async_trait_parts(sig: &Signature, block: &Block) -> Option<(Type, Vec<Stmt>)> {
+    let ReturnType::Type(_, ty) = &sig.output else {
+        return None;
+    };
+    let boxed = single_type_arg(last_segment(ty, "Pin")?)?;
+    let Type::TraitObject(object) = single_type_arg(last_segment(boxed, "Box")?)? else {
+        return None;
+    };
+    let output = object.bounds.iter().find_map(|bound| match bound {
+        TypeParamBound::Trait(t) => {
+            let future = t.path.segments.last().filter(|s| s.ident == "Future")?;
+            let PathArguments::AngleBracketed(args) = &future.arguments else {
+                return None;
+            };
+            args.args.iter().find_map(|arg| match arg {
+                GenericArgument::AssocType(a) if a.ident == "Output" => Some(a.ty.clone()),
+                _ => None,
+            })
+        }
+        _ => None,
+    })?;
+    let [Stmt::Expr(Expr::Call(call), None)] = block.stmts.as_slice() else {
+        return None;
+    };
+    let Expr::Path(func) = &*call.func else {
+        return None;
+    };
+    if func.path.segments.last().is_none_or(|s| s.ident != "pin") || call.args.len() != 1 {
+        return None;
+    }
+    match call.args.first() {
+        Some(Expr::Async(body)) if body.capture.is_some() => {
+            Some((output, body.block.stmts.clone()))
+        }
+        _ => None,
+    }
+}
+
+fn last_segment<'a>(ty: &'a Type, name: &str) -> Option<&'a PathArguments> {
+    let Type::Path(p) = ty else { return None };
+    let segment = p.path.segments.last()?;
+    (segment.ident == name).then_some(&segment.arguments)
+}
+
+fn single_type_arg(arguments: &PathArguments) -> Option<&Type> {
+    let PathArguments::AngleBracketed(args) = arguments else {
+        return None;
+    };
+    match args.args.first() {
+        Some(GenericArgument::Type(ty)) if args.args.len() == 1 => Some(ty),
+        _ => None,
+    }
+}
+
+fn find_impl_trait(ty: &Type) -> Option<Span> {
+    struct Find(Option<Span>);
+    impl Visit<'_> for Find {
+        fn visit_type_impl_trait(&mut self, node: &syn::TypeImplTrait) {
+            self.0.get_or_insert(node.span());
+        }
+    }
+    let mut find = Find(None);
+    find.visit_type(ty);
+    find.0
+}
+
+/// `mut` on an argument is a property of the binding in the body, which now lives in the load.
+fn without_arg_mutability(mut sig: Signature) -> Signature {
+    for input in &mut sig.inputs {
+        if let FnArg::Typed(typed) = input
+            && let Pat::Ident(p) = &mut *typed.pat
+        {
+            p.mutability = None;
+        }
+    }
+    sig
+}

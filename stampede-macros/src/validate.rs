@@ -1,0 +1,208 @@
+//! Checks that the options fit together and fit the function, and settles every default.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::{Ident, LitStr, Path};
+
+use crate::attr::{BackendKind, LockKind, Options, Spanned};
+use crate::diag::{Errors, error};
+use crate::func::Function;
+
+/// The options with their defaults applied: everything the expansion needs.
+pub(crate) struct Settings {
+    pub(crate) ttl: Duration,
+    pub(crate) jitter: u8,
+    pub(crate) stale: Duration,
+    pub(crate) timeout: Duration,
+    pub(crate) retries: u32,
+    pub(crate) backoff: Duration,
+    pub(crate) lock: LockKind,
+    pub(crate) capacity: u64,
+    /// The arguments that form the key, in the order the key holds them.
+    pub(crate) key_args: Vec<Ident>,
+    pub(crate) name: Option<LitStr>,
+    pub(crate) krate: Path,
+}
+
+const DEFAULT_JITTER: u8 = 10;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_BACKOFF: Duration = Duration::from_millis(50);
+const DEFAULT_CAPACITY: u64 = 10_000;
+
+pub(crate) fn validate(options: Options, function: &Function, errors: &mut Errors) -> Settings {
+    let key_args = key_args(&options, function, errors);
+
+    let ttl = match options.ttl {
+        None if options.incomplete => Duration::ZERO, // misspelt or malformed: reported already
+        None => {
+            errors.push(error(
+                Span::call_site(),
+                "`#[cached]` needs a `ttl`",
+                "say how long a value stays fresh, e.g. `#[cached(ttl = \"60s\")]`",
+            ));
+            Duration::ZERO
+        }
+        Some(ttl) => non_zero(
+            ttl,
+            "ttl",
+            "a value that is never fresh would be loaded on every call",
+            errors,
+        ),
+    };
+
+    let jitter = match options.jitter {
+        None => DEFAULT_JITTER,
+        Some(Spanned { value, span }) => u8::try_from(value).ok().filter(|j| *j <= 100).unwrap_or_else(|| {
+            errors.push(error(
+                span,
+                format!("`jitter = {value}` is out of range"),
+                "`jitter` is the percent of `ttl` a fill may be shortened by: write a number from 0 to 100",
+            ));
+            0
+        }),
+    };
+
+    let lock = options
+        .lock
+        .as_ref()
+        .map_or(LockKind::Local, |lock| lock.value);
+    let stale = options.stale.map_or(Duration::ZERO, |stale| {
+        if lock == LockKind::None && !stale.value.is_zero() {
+            errors.push(error(
+                stale.span,
+                "`stale` needs a lock, and this cache has `lock = \"none\"`",
+                "stale-while-revalidate runs one refresh per stale key, which takes a lock; remove `stale` or use `lock = \"local\"`",
+            ));
+        }
+        stale.value
+    });
+
+    let timeout = options.timeout.map_or(DEFAULT_TIMEOUT, |timeout| {
+        non_zero(
+            timeout,
+            "timeout",
+            "every attempt would time out at once",
+            errors,
+        )
+    });
+    let retries = options.retries.map_or(0, |retries| retries.value);
+    let backoff = options
+        .backoff
+        .map_or(DEFAULT_BACKOFF, |backoff| backoff.value);
+    let capacity = options.capacity.map_or(DEFAULT_CAPACITY, |capacity| {
+        if capacity.value == 0 {
+            errors.push(error(
+                capacity.span,
+                "`capacity = 0` would keep nothing",
+                "give the number of entries to keep in memory, e.g. `capacity = 10_000`",
+            ));
+        }
+        capacity.value
+    });
+
+    if let Some(lock) = options
+        .lock
+        .as_ref()
+        .filter(|lock| lock.value == LockKind::Redis)
+    {
+        errors.push(redis_unavailable(lock.span, "lock = \"redis\""));
+    }
+    if let Some(backend) = options
+        .backend
+        .as_ref()
+        .filter(|b| b.value != BackendKind::Memory)
+    {
+        errors.push(redis_unavailable(backend.span, "this `backend`"));
+    }
+
+    if let Some(name) = &options.name
+        && name.value().trim().is_empty()
+    {
+        errors.push(error(
+            name.span(),
+            "`name` cannot be empty",
+            "leave `name` out to use the function's path, or give a name such as \"users::by_id\"",
+        ));
+    }
+
+    Settings {
+        ttl,
+        jitter,
+        stale,
+        timeout,
+        retries,
+        backoff,
+        lock,
+        capacity,
+        key_args,
+        name: options.name,
+        krate: options
+            .krate
+            .map_or_else(|| syn::parse_quote!(::stampede), |krate| krate.value),
+    }
+}
+
+fn non_zero(setting: Spanned<Duration>, name: &str, why: &str, errors: &mut Errors) -> Duration {
+    if setting.value.is_zero() {
+        errors.push(error(
+            setting.span,
+            format!("`{name}` cannot be zero: {why}"),
+            format!("give `{name}` a positive duration, e.g. \"60s\""),
+        ));
+    }
+    setting.value
+}
+
+fn redis_unavailable(span: Span, what: &str) -> syn::Error {
+    error(
+        span,
+        format!("{what} needs the Redis tier, which this version of stampede does not have"),
+        "use the in-memory default (`lock = \"local\"`, `backend = \"memory\"`)",
+    )
+}
+
+/// The key's arguments: those the template names, or every argument but the receiver.
+fn key_args(options: &Options, function: &Function, errors: &mut Errors) -> Vec<Ident> {
+    let Some(template) = &options.key else {
+        return function.args.iter().map(|arg| arg.ident.clone()).collect();
+    };
+    let mut key_args = Vec::new();
+    for name in template.value.args() {
+        match function.args.iter().find(|arg| arg.ident == name) {
+            Some(arg) => key_args.push(arg.ident.clone()),
+            None => errors.push(unknown_key_arg(template.span, name, function)),
+        }
+    }
+    key_args
+}
+
+fn unknown_key_arg(span: Span, name: &str, function: &Function) -> syn::Error {
+    let help = if name == "self" {
+        "the receiver is never part of the key; name the arguments that tell calls apart".to_owned()
+    } else if function.args.is_empty() {
+        format!(
+            "`{}` takes no arguments; use a constant key such as \"all\"",
+            function.sig.ident
+        )
+    } else {
+        let names: Vec<String> = function
+            .args
+            .iter()
+            .map(|arg| format!("`{}`", arg.ident))
+            .collect();
+        format!(
+            "the arguments of `{}` are {}",
+            function.sig.ident,
+            names.join(", ")
+        )
+    };
+    error(
+        span,
+        format!(
+            "the key template names `{name}`, which is not an argument of `{}`",
+            function.sig.ident
+        ),
+        help,
+    )
+}

@@ -1,0 +1,46 @@
+//! The options of one cache, as `#[cached(...)]` wrote them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How concurrent misses on one key are coordinated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// One load per key per process; every other caller waits for it (singleflight).
+    Local,
+    /// No coordination: every caller that misses runs the load itself.
+    None,
+}
+
+/// The options of one cache. Built by `#[cached]`; listed by [`caches`](crate::caches).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The cache's name in stats, metrics and errors.
+    pub name: Arc<str>,
+    /// How long a value is fresh, before jitter.
+    pub ttl: Duration,
+    /// Percent (0..=100) by which a fill may shorten `ttl`, drawn uniformly per fill.
+    pub jitter: u8,
+    /// Window after the fresh time in which the old value is served while one refresh runs.
+    pub stale: Duration,
+    /// Bound on one load attempt.
+    pub timeout: Duration,
+    /// Extra attempts after a failed or timed-out attempt.
+    pub retries: u32,
+    /// Base delay before a retry; doubled per retry and jittered.
+    pub backoff: Duration,
+    /// How concurrent misses are coordinated.
+    pub lock: Lock,
+    /// Maximum number of entries kept in memory.
+    pub capacity: u64,
+}
+
+impl Config {
+    /// The delay before retry number `retry` (0 for the first retry): `backoff * 2^retry`,
+    /// scaled by a factor drawn uniformly from `[0.5, 1.5)` so that processes retrying the same
+    /// upstream do not stay in step.
+    pub(crate) fn backoff_delay(&self, retry: u32) -> Duration {
+        let base = self.backoff.saturating_mul(1 << retry.min(16));
+        base.mul_f64(rand::random_range(0.5..1.5))
+    }
+}

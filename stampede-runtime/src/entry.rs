@@ -1,0 +1,78 @@
+//! A cached value with the deadlines that say how it may be served.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::Config;
+
+/// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry<V> {
+    pub(crate) value: V,
+    fresh_until: Instant,
+    stale_until: Instant,
+}
+
+/// How an entry may be served at a given instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    /// Serve it.
+    Fresh,
+    /// Serve it, and make sure one refresh is running.
+    Stale,
+    /// Past the stale window: treat as missing.
+    Expired,
+}
+
+impl<V> Entry<V> {
+    /// An entry filled at `now`: fresh for `ttl` shortened by a jitter drawn for this fill, then
+    /// stale for `stale`.
+    pub(crate) fn fill(value: V, now: Instant, config: &Config) -> Self {
+        let fresh_until = now + jittered_ttl(config.ttl, config.jitter);
+        Entry {
+            value,
+            fresh_until,
+            stale_until: fresh_until + config.stale,
+        }
+    }
+
+    pub(crate) fn freshness(&self, now: Instant) -> Freshness {
+        if now < self.fresh_until {
+            Freshness::Fresh
+        } else if now < self.stale_until {
+            Freshness::Stale
+        } else {
+            Freshness::Expired
+        }
+    }
+
+    /// How long the store should keep this entry from `now`: until its stale window closes.
+    pub(crate) fn time_to_live(&self, now: Instant) -> Duration {
+        self.stale_until.saturating_duration_since(now)
+    }
+}
+
+/// `ttl * (1 - u)` with `u` uniform in `[0, jitter / 100]`.
+fn jittered_ttl(ttl: Duration, jitter: u8) -> Duration {
+    if jitter == 0 {
+        return ttl;
+    }
+    let u = rand::random_range(0.0..=f64::from(jitter.min(100)) / 100.0);
+    ttl.mul_f64(1.0 - u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_its_band() {
+        let ttl = Duration::from_secs(100);
+        for _ in 0..1_000 {
+            let d = jittered_ttl(ttl, 30);
+            assert!(d >= Duration::from_secs(70) && d <= ttl, "{d:?}");
+        }
+        assert_eq!(jittered_ttl(ttl, 0), ttl);
+    }
+}

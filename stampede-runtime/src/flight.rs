@@ -1,0 +1,167 @@
+//! Per-key singleflight: at most one load per key in flight, its result shared by every caller
+//! that asked while it ran.
+//!
+//! A [`Leader`] owns the right to load a key; it removes its in-flight entry when it finishes or
+//! is dropped (a panic past `catch_unwind`, a runtime shutting down), so no key is ever left
+//! marked in flight and no [`Waiter`] waits forever: a dropped leader closes the channel and its
+//! waiters get [`Error::LoadAborted`].
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::watch;
+
+use crate::error::Error;
+
+type Outcome<V> = Option<Result<V, Error>>;
+
+/// The loads in flight for one cache, by key.
+pub(crate) struct Flights<K, V> {
+    map: Mutex<HashMap<K, Flight<V>>>,
+    next_id: AtomicU64,
+}
+
+struct Flight<V> {
+    id: u64,
+    outcome: watch::Receiver<Outcome<V>>,
+}
+
+/// What a caller became when it asked for a key's load.
+pub(crate) enum Joined<'a, K: Hash + Eq + Clone, V: Clone> {
+    /// Nobody was loading the key: this caller must start the load, and may wait for it too.
+    Led(Leader<'a, K, V>, Waiter<V>),
+    /// A load was already in flight: wait for its result.
+    Shared(Waiter<V>),
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
+    pub(crate) fn new() -> Self {
+        Flights {
+            map: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    /// Joins the key's load, or becomes its leader when none is in flight.
+    pub(crate) fn join(&self, key: &K) -> Joined<'_, K, V> {
+        let mut map = self.lock();
+        if let Some(flight) = map.get(key) {
+            return Joined::Shared(Waiter {
+                outcome: flight.outcome.clone(),
+            });
+        }
+        let (leader, outcome) = self.insert(&mut map, key);
+        Joined::Led(leader, Waiter { outcome })
+    }
+
+    /// Becomes the key's leader only if no load is in flight (a background refresh).
+    pub(crate) fn lead(&self, key: &K) -> Option<Leader<'_, K, V>> {
+        let mut map = self.lock();
+        if map.contains_key(key) {
+            return None;
+        }
+        Some(self.insert(&mut map, key).0)
+    }
+
+    /// How many keys have a load in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn insert(
+        &self,
+        map: &mut HashMap<K, Flight<V>>,
+        key: &K,
+    ) -> (Leader<'_, K, V>, watch::Receiver<Outcome<V>>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, outcome) = watch::channel(None);
+        map.insert(
+            key.clone(),
+            Flight {
+                id,
+                outcome: outcome.clone(),
+            },
+        );
+        let leader = Leader {
+            flights: self,
+            key: key.clone(),
+            id,
+            sender,
+            removed: false,
+        };
+        (leader, outcome)
+    }
+
+    fn remove(&self, key: &K, id: u64) {
+        let mut map = self.lock();
+        // Only our own flight: a newer one may have taken the key after we were removed.
+        if map.get(key).is_some_and(|flight| flight.id == id) {
+            map.remove(key);
+            if map.is_empty() && map.capacity() > 1024 {
+                map.shrink_to_fit();
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<K, Flight<V>>> {
+        // A panic in a user's `Hash` or `Eq` while the lock was held leaves the map consistent
+        // (std's map does not expose half-done states), so poisoning is ignored.
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The right and the duty to load one key. Finish it with [`Leader::finish`]; dropping it
+/// instead releases the key and wakes the waiters with [`Error::LoadAborted`].
+pub(crate) struct Leader<'a, K: Hash + Eq + Clone, V: Clone> {
+    flights: &'a Flights<K, V>,
+    key: K,
+    id: u64,
+    sender: watch::Sender<Outcome<V>>,
+    removed: bool,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
+    pub(crate) fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// Releases the key, then hands the outcome to every waiter. Store the value before calling
+    /// this, so that a caller arriving after the release finds it.
+    pub(crate) fn finish(mut self, outcome: Result<V, Error>) {
+        self.release();
+        self.sender.send_replace(Some(outcome));
+    }
+
+    fn release(&mut self) {
+        if !self.removed {
+            self.removed = true;
+            self.flights.remove(&self.key, self.id);
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> Drop for Leader<'_, K, V> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// A caller waiting for a key's load.
+pub(crate) struct Waiter<V> {
+    outcome: watch::Receiver<Outcome<V>>,
+}
+
+impl<V: Clone> Waiter<V> {
+    /// The load's outcome, or [`Error::LoadAborted`] when its leader was dropped unfinished.
+    pub(crate) async fn wait(mut self, cache: &Arc<str>) -> Result<V, Error> {
+        let aborted = || Error::LoadAborted {
+            cache: cache.clone(),
+        };
+        match self.outcome.wait_for(Option::is_some).await {
+            Ok(outcome) => outcome.clone().unwrap_or_else(|| Err(aborted())),
+            Err(_closed) => Err(aborted()),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The shapes users write: methods on `&self`, borrowed arguments, `Option` and `Result`
+//! returns, key templates, a renamed crate, and futures that can be spawned.
+
+mod common;
+
+extern crate stampede as renamed_stampede;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use common::{AppError, within};
+use stampede::cached;
+
+/// A repository handle as services hold them: cheap to clone, shared state behind an `Arc`.
+#[derive(Clone)]
+struct Users {
+    queries: Arc<AtomicUsize>,
+    region: &'static str,
+}
+
+impl Users {
+    #[cached(ttl = "60s", name = "shapes::users")]
+    async fn name(&self, id: u64) -> String {
+        self.queries.fetch_add(1, SeqCst);
+        format!("user {id} from {}", self.region)
+    }
+}
+
+#[tokio::test]
+async fn a_method_on_self_is_cached_by_its_arguments_only() {
+    let queries = Arc::new(AtomicUsize::new(0));
+    let eu = Users {
+        queries: queries.clone(),
+        region: "eu",
+    };
+    let us = Users {
+        queries: queries.clone(),
+        region: "us",
+    };
+
+    assert_eq!(within(eu.name(1)).await, "user 1 from eu");
+    assert_eq!(within(eu.name(1)).await, "user 1 from eu");
+    // The receiver is not part of the key: another handle shares the cached value.
+    assert_eq!(within(us.name(1)).await, "user 1 from eu");
+    assert_eq!(within(us.name(2)).await, "user 2 from us");
+    assert_eq!(queries.load(SeqCst), 2);
+    assert!(
+        stampede::caches()
+            .iter()
+            .any(|c| &*c.config.name == "shapes::users")
+    );
+}
+
+#[derive(Clone)]
+struct Catalog;
+
+impl Catalog {
+    #[cached(ttl = "60s")]
+    async fn title(&self, id: u64) -> String {
+        format!("title {id}")
+    }
+}
+
+#[tokio::test]
+async fn a_method_cache_is_named_after_its_type() {
+    within(Catalog.title(1)).await;
+    assert!(
+        stampede::stats("shapes::Catalog::title").is_some(),
+        "{:?}",
+        stampede::caches()
+    );
+}
+
+#[tokio::test]
+async fn borrowed_arguments_are_keyed_by_their_contents() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s")]
+    async fn greeting(name: &str, tags: &[u8], mut times: u32) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        times += 1;
+        format!("hello {name} {tags:?} x{times}")
+    }
+
+    let (owned_name, owned_tags) = (String::from("ann"), vec![1, 2]);
+    assert_eq!(
+        within(greeting("ann", &[1, 2], 1)).await,
+        "hello ann [1, 2] x2"
+    );
+    assert_eq!(
+        within(greeting(&owned_name, &owned_tags, 1)).await,
+        "hello ann [1, 2] x2"
+    );
+    assert_eq!(LOADS.load(SeqCst), 1);
+    assert_eq!(
+        within(greeting("bob", &[1, 2], 1)).await,
+        "hello bob [1, 2] x2"
+    );
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn none_is_cached_like_a_value() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s")]
+    async fn find(email: String) -> Option<u64> {
+        LOADS.fetch_add(1, SeqCst);
+        (email == "ann@example.com").then_some(1)
+    }
+
+    assert_eq!(within(find("nobody@example.com".into())).await, None);
+    assert_eq!(within(find("nobody@example.com".into())).await, None);
+    assert_eq!(within(find("ann@example.com".into())).await, Some(1));
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn only_ok_results_are_cached() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s")]
+    async fn parse(text: &'static str) -> Result<u64, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        let number = text
+            .parse()
+            .map_err(|_| AppError::Db(format!("not a number: {text}")))?;
+        Ok(number)
+    }
+
+    assert_eq!(within(parse("42")).await.unwrap(), 42);
+    assert_eq!(within(parse("42")).await.unwrap(), 42);
+    assert!(matches!(within(parse("x")).await, Err(AppError::Db(m)) if m == "not a number: x"));
+    assert!(within(parse("x")).await.is_err());
+    assert_eq!(
+        LOADS.load(SeqCst),
+        3,
+        "one load for 42, one per failed call"
+    );
+}
+
+#[tokio::test]
+async fn a_key_template_picks_the_arguments_that_form_the_key() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", key = "order:{id}")]
+    async fn order(request_id: &str, id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("order {id} (first asked by {request_id})")
+    }
+
+    assert_eq!(
+        within(order("req-1", 7)).await,
+        "order 7 (first asked by req-1)"
+    );
+    assert_eq!(
+        within(order("req-2", 7)).await,
+        "order 7 (first asked by req-1)"
+    );
+    assert_eq!(
+        within(order("req-3", 8)).await,
+        "order 8 (first asked by req-3)"
+    );
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_function_without_arguments_has_one_entry() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s")]
+    async fn feature_flags() -> Vec<&'static str> {
+        LOADS.fetch_add(1, SeqCst);
+        vec!["dark-mode"]
+    }
+
+    assert_eq!(within(feature_flags()).await, ["dark-mode"]);
+    assert_eq!(within(feature_flags()).await, ["dark-mode"]);
+    assert_eq!(LOADS.load(SeqCst), 1);
+}
+
+#[cached(ttl = "60s", crate = "renamed_stampede")]
+async fn through_a_renamed_crate(id: u64) -> u64 {
+    id + 1
+}
+
+#[tokio::test]
+async fn the_crate_option_names_a_renamed_dependency() {
+    assert_eq!(within(through_a_renamed_crate(1)).await, 2);
+}
+
+#[tokio::test]
+async fn a_call_with_owned_arguments_is_a_send_static_future() {
+    #[cached(ttl = "60s")]
+    async fn double(n: u64) -> u64 {
+        n * 2
+    }
+
+    fn spawnable<F: std::future::Future + Send + 'static>(future: F) -> F {
+        future
+    }
+    assert_eq!(
+        within(tokio::spawn(spawnable(double(21)))).await.unwrap(),
+        42
+    );
+}

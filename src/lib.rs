@@ -5,8 +5,11 @@
 
 pub use stampede_macros::cached;
 pub use stampede_runtime::{
-    CacheInfo, Config, Error, LoadError, Lock, Stats, UpstreamError, caches, stats,
+    Backend, Busy, CacheInfo, Config, Error, LoadError, Lock, Stats, UpstreamError, caches,
+    invalidate, stats,
 };
+#[cfg(feature = "redis")]
+pub use stampede_runtime::{REDIS_URL_VAR, RedisConfig};
 
 #[doc(hidden)]
 pub mod __private {

@@ -41,6 +41,13 @@ pub(crate) enum BackendKind {
     Tiered,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BusyKind {
+    Wait,
+    Compute,
+    Error,
+}
+
 /// The attribute's options as written; `None` where an option was left out.
 #[derive(Default)]
 pub(crate) struct Options {
@@ -52,6 +59,8 @@ pub(crate) struct Options {
     pub(crate) backoff: Option<Spanned<Duration>>,
     pub(crate) lock: Option<Spanned<LockKind>>,
     pub(crate) backend: Option<Spanned<BackendKind>>,
+    pub(crate) redis: Option<LitStr>,
+    pub(crate) busy: Option<Spanned<BusyKind>>,
     pub(crate) capacity: Option<Spanned<u64>>,
     pub(crate) key: Option<Spanned<KeyTemplate>>,
     pub(crate) name: Option<LitStr>,
@@ -145,6 +154,26 @@ impl Options {
                     ],
                 )?;
                 put(&mut self.backend, pair, backend)
+            }
+            "redis" => {
+                let connection = string(
+                    value,
+                    &name,
+                    "the name a connection was installed under, e.g. \"sessions\"",
+                )?;
+                put_raw(&mut self.redis, pair, connection)
+            }
+            "busy" => {
+                let busy = choice(
+                    value,
+                    &name,
+                    &[
+                        ("wait", BusyKind::Wait),
+                        ("compute", BusyKind::Compute),
+                        ("error", BusyKind::Error),
+                    ],
+                )?;
+                put(&mut self.busy, pair, busy)
             }
             "capacity" => put(&mut self.capacity, pair, int(value, &name)?),
             "key" => {

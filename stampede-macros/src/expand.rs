@@ -20,11 +20,12 @@
 use std::time::Duration;
 
 use proc_macro2::TokenStream;
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Lifetime, Type};
 
-use crate::attr::LockKind;
+use crate::attr::{BackendKind, BusyKind, LockKind};
 use crate::func::{Arg, Function, Shape};
 use crate::receiver::{SELF, rename_self};
 use crate::validate::Settings;
@@ -110,11 +111,19 @@ pub(crate) fn expand(function: Function, settings: &Settings) -> TokenStream {
     } else {
         quote!(get_value)
     };
+    // Values kept in Redis must be serde types; the check sits on the return type's span.
+    let shared = match settings.backend {
+        BackendKind::Memory => quote!(#private::local),
+        BackendKind::Redis | BackendKind::Tiered => {
+            quote_spanned!(output.span()=> #private::redis)
+        }
+    };
     let call = quote! {
         static __STAMPEDE_SLOT: #private::Slot = #private::Slot::new();
         #private::Slot::#entry(
             &__STAMPEDE_SLOT,
             || #config,
+            #shared,
             (#(#key_parts,)*),
             move || {
                 #receiver_owned
@@ -167,8 +176,25 @@ fn config(
     let retries = settings.retries;
     let backoff = duration(settings.backoff);
     let lock = match settings.lock {
-        LockKind::Local | LockKind::Redis => quote!(Local),
+        LockKind::Local => quote!(Local),
+        LockKind::Redis => quote!(Redis),
         LockKind::None => quote!(None),
+    };
+    let backend = match settings.backend {
+        BackendKind::Memory => quote!(Memory),
+        BackendKind::Redis => quote!(Redis),
+        BackendKind::Tiered => quote!(Tiered),
+    };
+    let redis = match &settings.redis {
+        Some(connection) => {
+            quote!(::core::option::Option::Some(::std::sync::Arc::from(#connection)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let busy = match settings.busy {
+        BusyKind::Wait => quote!(Wait),
+        BusyKind::Compute => quote!(Compute),
+        BusyKind::Error => quote!(Error),
     };
     let capacity = settings.capacity;
     quote! {
@@ -181,6 +207,9 @@ fn config(
             retries: #retries,
             backoff: #backoff,
             lock: #private::Lock::#lock,
+            backend: #private::Backend::#backend,
+            redis: #redis,
+            busy: #private::Busy::#busy,
             capacity: #capacity,
         }
     }

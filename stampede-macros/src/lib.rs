@@ -97,3 +97,33 @@ fn cached_fn(
     errors.finish(())?;
     Ok(expand::expand(function, &settings))
 }
+
+#[cfg(test)]
+mod tests {
+    fn expand(args: &str, item: &str) -> Result<String, String> {
+        super::cached_fn(args.parse().unwrap(), item.parse().unwrap())
+            .map(|tokens| tokens.to_string())
+            .map_err(|errors| errors.to_string())
+    }
+
+    #[test]
+    fn redis_options_need_the_redis_feature() {
+        let expanded = expand(
+            r#"ttl = "1s", lock = "redis""#,
+            "async fn f(id: u64) -> u64 { id }",
+        );
+        if cfg!(feature = "redis") {
+            let expanded = expanded.unwrap();
+            assert!(
+                expanded.contains("Lock :: Redis") && expanded.contains("Backend :: Tiered"),
+                "{expanded}"
+            );
+        } else {
+            let error = expanded.unwrap_err();
+            assert!(
+                error.contains("needs stampede's `redis` feature"),
+                "{error}"
+            );
+        }
+    }
+}

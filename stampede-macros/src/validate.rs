@@ -5,7 +5,7 @@ use std::time::Duration;
 use proc_macro2::Span;
 use syn::{Ident, LitStr, Path};
 
-use crate::attr::{BackendKind, LockKind, Options, Spanned};
+use crate::attr::{BackendKind, BusyKind, LockKind, Options, Spanned};
 use crate::diag::{Errors, error};
 use crate::func::Function;
 
@@ -18,6 +18,10 @@ pub(crate) struct Settings {
     pub(crate) retries: u32,
     pub(crate) backoff: Duration,
     pub(crate) lock: LockKind,
+    pub(crate) backend: BackendKind,
+    /// The Redis connection's name; `None` for the default connection.
+    pub(crate) redis: Option<LitStr>,
+    pub(crate) busy: BusyKind,
     pub(crate) capacity: u64,
     /// The arguments that form the key, in the order the key holds them.
     pub(crate) key_args: Vec<Ident>,
@@ -32,6 +36,11 @@ const DEFAULT_CAPACITY: u64 = 10_000;
 
 pub(crate) fn validate(options: Options, function: &Function, errors: &mut Errors) -> Settings {
     let key_args = key_args(&options, function, errors);
+    let lock = options
+        .lock
+        .as_ref()
+        .map_or(LockKind::Local, |lock| lock.value);
+    let (backend, redis, busy) = shared_tier(&options, lock, errors);
 
     let ttl = match options.ttl {
         None if options.incomplete => Duration::ZERO, // misspelt or malformed: reported already
@@ -101,21 +110,6 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         capacity.value
     });
 
-    if let Some(lock) = options
-        .lock
-        .as_ref()
-        .filter(|lock| lock.value == LockKind::Redis)
-    {
-        errors.push(redis_unavailable(lock.span, "lock = \"redis\""));
-    }
-    if let Some(backend) = options
-        .backend
-        .as_ref()
-        .filter(|b| b.value != BackendKind::Memory)
-    {
-        errors.push(redis_unavailable(backend.span, "this `backend`"));
-    }
-
     if let Some(name) = &options.name
         && name.value().trim().is_empty()
     {
@@ -134,6 +128,9 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         retries,
         backoff,
         lock,
+        backend,
+        redis,
+        busy,
         capacity,
         key_args,
         name: options.name,
@@ -154,12 +151,70 @@ fn non_zero(setting: Spanned<Duration>, name: &str, why: &str, errors: &mut Erro
     setting.value
 }
 
-fn redis_unavailable(span: Span, what: &str) -> syn::Error {
-    error(
-        span,
-        format!("{what} needs the Redis tier, which this version of stampede does not have"),
-        "use the in-memory default (`lock = \"local\"`, `backend = \"memory\"`)",
-    )
+/// The Redis options: the backend (tiered by default with `lock = "redis"`), the connection,
+/// and the busy policy, each checked against the others.
+fn shared_tier(
+    options: &Options,
+    lock: LockKind,
+    errors: &mut Errors,
+) -> (BackendKind, Option<LitStr>, BusyKind) {
+    let backend = match (&options.backend, lock) {
+        (Some(backend), _) => backend.value,
+        (None, LockKind::Redis) => BackendKind::Tiered,
+        (None, _) => BackendKind::Memory,
+    };
+    if let (Some(written), LockKind::Redis) = (&options.backend, lock)
+        && written.value == BackendKind::Memory
+    {
+        errors.push(error(
+            written.span,
+            "`lock = \"redis\"` cannot go with `backend = \"memory\"`",
+            "other processes wait for the lock holder's value, so it must be stored where they can read it: use `backend = \"tiered\"` (the default with this lock) or `backend = \"redis\"`",
+        ));
+    }
+    if let Some(connection) = &options.redis
+        && backend == BackendKind::Memory
+    {
+        errors.push(error(
+            connection.span(),
+            "`redis` names a Redis connection, but this cache keeps its values in memory only",
+            "add `lock = \"redis\"` or `backend = \"tiered\"` to use that connection, or remove `redis`",
+        ));
+    }
+    if let Some(busy) = &options.busy
+        && lock != LockKind::Redis
+    {
+        errors.push(error(
+            busy.span,
+            "`busy` says what to do while another process holds the Redis lock, and this cache has no Redis lock",
+            "add `lock = \"redis\"`, or remove `busy`",
+        ));
+    }
+    if !cfg!(feature = "redis") {
+        let lock_span = options
+            .lock
+            .as_ref()
+            .filter(|l| l.value == LockKind::Redis)
+            .map(|l| l.span);
+        let backend_span = options
+            .backend
+            .as_ref()
+            .filter(|b| b.value != BackendKind::Memory)
+            .map(|b| b.span);
+        let redis_span = options.redis.as_ref().map(LitStr::span);
+        for span in [lock_span, backend_span, redis_span].into_iter().flatten() {
+            errors.push(error(
+                span,
+                "this option needs stampede's `redis` feature, which is disabled",
+                "enable it in Cargo.toml: `stampede = { version = \"0.1\", features = [\"redis\"] }` (it is on by default)",
+            ));
+        }
+    }
+    let busy = options
+        .busy
+        .as_ref()
+        .map_or(BusyKind::Wait, |busy| busy.value);
+    (backend, options.redis.clone(), busy)
 }
 
 /// The key's arguments: those the template names, or every argument but the receiver.

@@ -1,8 +1,11 @@
 //! One cache: the in-memory store, the loads in flight, and the path of a call through them.
 
+use std::any::Any;
 use std::future::Future;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -13,6 +16,7 @@ use crate::config::{Config, Lock};
 use crate::entry::{Entry, Freshness};
 use crate::error::{Error, LoadError, UpstreamError};
 use crate::flight::{Flights, Joined, Leader};
+use crate::shared::Shared;
 use crate::stats::{Counters, Inspect, Stats};
 
 /// What a cache key must be: hashable, comparable, cloneable, and shareable across tasks.
@@ -23,25 +27,37 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Key for K {}
 pub trait Value: Clone + Send + Sync + 'static {}
 impl<V: Clone + Send + Sync + 'static> Value for V {}
 
+/// Hands a value to a load's waiters before the load ends (a stale value during a refresh).
+pub(crate) type Serve<'a, V> = &'a (dyn Fn(&V) + Send + Sync);
+
 /// The store, the in-flight loads and the counters of one cached function.
 pub(crate) struct Cache<K, V> {
-    config: Config,
-    store: moka::future::Cache<K, Entry<V>>,
+    pub(crate) config: Config,
+    pub(crate) store: moka::future::Cache<K, Entry<V>>,
     flights: Flights<K, V>,
-    counters: Counters,
+    pub(crate) counters: Counters,
+    /// How values are shared beyond this process, if they are.
+    pub(crate) shared: Shared<K, V>,
+    /// Bumped by every invalidation: a load that began before one does not store its value.
+    generation: AtomicU64,
 }
 
 impl<K: Key, V: Value> Cache<K, V> {
-    pub(crate) fn new(config: Config) -> Self {
-        let store = moka::future::Cache::builder()
+    pub(crate) fn new(config: Config, shared: Shared<K, V>) -> Self {
+        let mut store = moka::future::Cache::builder()
             .max_capacity(config.capacity)
-            .expire_after(UntilStale)
-            .build();
+            .expire_after(UntilStale);
+        if shared.is_remote() {
+            // Invalidations from other processes name keys by their Redis text.
+            store = store.support_invalidation_closures();
+        }
         Cache {
             config,
-            store,
+            store: store.build(),
             flights: Flights::new(),
             counters: Counters::default(),
+            shared,
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -54,7 +70,9 @@ impl<K: Key, V: Value> Cache<K, V> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        if let Some(entry) = self.store.get(&key).await {
+        if self.config.in_memory()
+            && let Some(entry) = self.store.get(&key).await
+        {
             match entry.freshness(Instant::now()) {
                 Freshness::Fresh => {
                     Counters::bump(&self.counters.hits);
@@ -69,18 +87,18 @@ impl<K: Key, V: Value> Cache<K, V> {
             }
         }
         Counters::bump(&self.counters.misses);
-        match self.config.lock {
-            Lock::None => self.load(&key, &prepare()).await,
-            Lock::Local => match self.flights.join(&key) {
-                Joined::Shared(waiter) => {
-                    Counters::bump(&self.counters.shared);
-                    waiter.wait(&self.config.name).await
-                }
-                Joined::Led(leader, waiter) => {
-                    self.spawn_load(leader, prepare())?;
-                    waiter.wait(&self.config.name).await
-                }
-            },
+        if self.config.lock == Lock::None {
+            return self.fill(&key, &prepare(), &|_| {}).await;
+        }
+        match self.flights.join(&key) {
+            Joined::Shared(waiter) => {
+                Counters::bump(&self.counters.shared);
+                waiter.wait(&self.config.name).await
+            }
+            Joined::Led(leader, waiter) => {
+                self.spawn_load(leader, prepare())?;
+                waiter.wait(&self.config.name).await
+            }
         }
     }
 
@@ -115,7 +133,8 @@ impl<K: Key, V: Value> Cache<K, V> {
             cache: self.config.name.clone(),
         })?;
         runtime.spawn(async move {
-            let outcome = AssertUnwindSafe(self.load_unless_fresh(leader.key(), &load))
+            let serve = |value: &V| leader.serve(value.clone());
+            let outcome = AssertUnwindSafe(self.fill(leader.key(), &load, &serve))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|panic| {
@@ -127,24 +146,48 @@ impl<K: Key, V: Value> Cache<K, V> {
         Ok(())
     }
 
-    async fn load_unless_fresh<E, L, Fut>(&self, key: &K, load: &L) -> Result<V, Error>
+    /// Gets the key's value for a miss or a refresh: from a load that finished meanwhile, from
+    /// the shared tier, or by loading it.
+    async fn fill<E, L, Fut>(&self, key: &K, load: &L, serve: Serve<'_, V>) -> Result<V, Error>
+    where
+        E: LoadError,
+        L: Fn(&K) -> Fut + Sync,
+        Fut: Future<Output = Result<V, E>> + Send,
+    {
+        // A load that finished between this caller's miss and its taking the lead has stored
+        // its value already: serve that instead of loading twice.
+        if self.config.in_memory()
+            && let Some(entry) = self.store.get(key).await
+            && entry.freshness(Instant::now()) == Freshness::Fresh
+        {
+            return Ok(entry.value);
+        }
+        self.shared.fill(self, key, load, serve).await
+    }
+
+    /// Loads the key here and keeps the value in memory: the path without a shared tier, and
+    /// the fallback when the shared tier is unavailable.
+    pub(crate) async fn load_locally<E, L, Fut>(&self, key: &K, load: &L) -> Result<V, Error>
     where
         E: LoadError,
         L: Fn(&K) -> Fut,
         Fut: Future<Output = Result<V, E>>,
     {
-        // A load that finished between this caller's miss and its taking the lead has stored
-        // its value already: serve that instead of loading twice.
-        if let Some(entry) = self.store.get(key).await
-            && entry.freshness(Instant::now()) == Freshness::Fresh
-        {
-            return Ok(entry.value);
-        }
-        self.load(key, load).await
+        let generation = self.generation();
+        let value = self.attempts(key, load).await?;
+        let ttl = crate::entry::jittered_ttl(self.config.ttl, self.config.jitter);
+        let now = Instant::now();
+        self.remember(
+            key,
+            Entry::new(value.clone(), now + ttl, now + ttl + self.config.stale),
+            generation,
+        )
+        .await;
+        Ok(value)
     }
 
-    /// Runs the load with its timeout and retries, and stores a value it returns.
-    async fn load<E, L, Fut>(&self, key: &K, load: &L) -> Result<V, Error>
+    /// Runs the load with its timeout and retries.
+    pub(crate) async fn attempts<E, L, Fut>(&self, key: &K, load: &L) -> Result<V, Error>
     where
         E: LoadError,
         L: Fn(&K) -> Fut,
@@ -154,11 +197,7 @@ impl<K: Key, V: Value> Cache<K, V> {
         loop {
             Counters::bump(&self.counters.loads);
             let error = match tokio::time::timeout(self.config.timeout, load(key)).await {
-                Ok(Ok(value)) => {
-                    let entry = Entry::fill(value.clone(), Instant::now(), &self.config);
-                    self.store.insert(key.clone(), entry).await;
-                    return Ok(value);
-                }
+                Ok(Ok(value)) => return Ok(value),
                 Ok(Err(error)) => Error::Upstream(UpstreamError::new(&self.config.name, error)),
                 Err(_elapsed) => {
                     Counters::bump(&self.counters.timeouts);
@@ -176,6 +215,31 @@ impl<K: Key, V: Value> Cache<K, V> {
             retry += 1;
         }
     }
+
+    /// The invalidation count, read before a load so that its value is not stored if the key
+    /// was invalidated while it ran.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Keeps `entry` in memory, unless values live only in Redis or an invalidation came after
+    /// `generation` was read.
+    pub(crate) async fn remember(&self, key: &K, entry: Entry<V>, generation: u64) {
+        if self.config.in_memory() && self.generation() == generation {
+            self.store.insert(key.clone(), entry).await;
+        }
+    }
+
+    /// Records an invalidation: loads running now will not store their values.
+    pub(crate) fn invalidated(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drops this process's copy of `key`.
+    pub(crate) async fn forget(&self, key: &K) {
+        self.invalidated();
+        self.store.invalidate(key).await;
+    }
 }
 
 impl<K: Key, V: Value> Inspect for Cache<K, V> {
@@ -186,6 +250,17 @@ impl<K: Key, V: Value> Inspect for Cache<K, V> {
     fn stats(&self) -> Stats {
         self.counters
             .snapshot(self.store.entry_count(), self.flights.len() as u64)
+    }
+
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a (dyn Any + Send + Sync),
+    ) -> Option<Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>> {
+        let key = key.downcast_ref::<K>()?;
+        Some(Box::pin(async move {
+            self.forget(key).await;
+            self.shared.invalidate(self, key).await
+        }))
     }
 }
 

@@ -8,8 +8,33 @@ use std::time::Duration;
 pub enum Lock {
     /// One load per key per process; every other caller waits for it (singleflight).
     Local,
+    /// One load per key across every process sharing the Redis; others wait for its value.
+    Redis,
     /// No coordination: every caller that misses runs the load itself.
     None,
+}
+
+/// Where values are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// In this process only (moka).
+    Memory,
+    /// In Redis only: every call reads Redis, concurrent calls of one process share the read.
+    Redis,
+    /// In this process (L1) in front of Redis (L2).
+    Tiered,
+}
+
+/// What a process does when another holds a key's Redis lock and no stale value can be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// Wait for the holder's value (woken by its publication), up to the connection's lock wait;
+    /// then load it here.
+    Wait,
+    /// Load it here at once, without the lock.
+    Compute,
+    /// Fail the call with [`Error::LockBusy`](crate::Error::LockBusy).
+    Error,
 }
 
 /// The options of one cache. Built by `#[cached]`; listed by [`caches`](crate::caches).
@@ -31,11 +56,22 @@ pub struct Config {
     pub backoff: Duration,
     /// How concurrent misses are coordinated.
     pub lock: Lock,
+    /// Where values are kept.
+    pub backend: Backend,
+    /// The Redis connection, by the name it was installed under; `None` for the default.
+    pub redis: Option<Arc<str>>,
+    /// What to do while another process holds the key's lock.
+    pub busy: Busy,
     /// Maximum number of entries kept in memory.
     pub capacity: u64,
 }
 
 impl Config {
+    /// Whether values are kept in this process.
+    pub(crate) fn in_memory(&self) -> bool {
+        self.backend != Backend::Redis
+    }
+
     /// The delay before retry number `retry` (0 for the first retry): `backoff * 2^retry`,
     /// scaled by a factor drawn uniformly from `[0.5, 1.5)` so that processes retrying the same
     /// upstream do not stay in step.

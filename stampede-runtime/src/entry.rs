@@ -4,8 +4,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::Config;
-
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
 #[derive(Clone, Debug)]
 pub(crate) struct Entry<V> {
@@ -26,15 +24,18 @@ pub(crate) enum Freshness {
 }
 
 impl<V> Entry<V> {
-    /// An entry filled at `now`: fresh for `ttl` shortened by a jitter drawn for this fill, then
-    /// stale for `stale`.
-    pub(crate) fn fill(value: V, now: Instant, config: &Config) -> Self {
-        let fresh_until = now + jittered_ttl(config.ttl, config.jitter);
+    pub(crate) fn new(value: V, fresh_until: Instant, stale_until: Instant) -> Self {
         Entry {
             value,
             fresh_until,
-            stale_until: fresh_until + config.stale,
+            stale_until,
         }
+    }
+
+    /// Whether the entry may still be served, fresh or stale.
+    #[cfg(feature = "redis")]
+    pub(crate) fn servable(&self, now: Instant) -> bool {
+        now < self.stale_until
     }
 
     pub(crate) fn freshness(&self, now: Instant) -> Freshness {
@@ -53,8 +54,8 @@ impl<V> Entry<V> {
     }
 }
 
-/// `ttl * (1 - u)` with `u` uniform in `[0, jitter / 100]`.
-fn jittered_ttl(ttl: Duration, jitter: u8) -> Duration {
+/// `ttl * (1 - u)` with `u` uniform in `[0, jitter / 100]`: a fill's fresh time.
+pub(crate) fn jittered_ttl(ttl: Duration, jitter: u8) -> Duration {
     if jitter == 0 {
         return ttl;
     }

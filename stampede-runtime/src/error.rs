@@ -40,6 +40,28 @@ pub enum Error {
         /// The cache's name.
         cache: Arc<str>,
     },
+    /// Another process holds the key's Redis lock and the cache's `busy` policy is `"error"`.
+    #[error("cache `{cache}`: another process is loading this key (busy = \"error\")")]
+    LockBusy {
+        /// The cache's name.
+        cache: Arc<str>,
+    },
+    /// Redis could not be reached for an operation that cannot fall back to this process alone
+    /// (an invalidation).
+    #[error("cache `{cache}`: Redis is unavailable: {message}")]
+    RedisUnavailable {
+        /// The cache's name.
+        cache: Arc<str>,
+        /// What failed.
+        message: Arc<str>,
+    },
+    /// A setting is unusable: a Redis URL that does not parse, or an invalidation of a cache
+    /// that does not exist.
+    #[error("{message}")]
+    InvalidConfig {
+        /// What is wrong, and how to fix it.
+        message: Arc<str>,
+    },
     /// A cached function was called outside a tokio runtime, where its load cannot be spawned.
     #[error("cache `{cache}`: called outside a tokio runtime; the load must be spawned on one")]
     NoRuntime {
@@ -73,14 +95,23 @@ impl Error {
         }
     }
 
-    /// The name of the cache that produced this error.
+    /// The name of the cache that produced this error (empty for a configuration error).
     pub fn cache(&self) -> &str {
         match self {
             Error::Timeout { cache, .. }
             | Error::LoadPanicked { cache, .. }
             | Error::LoadAborted { cache }
+            | Error::LockBusy { cache }
+            | Error::RedisUnavailable { cache, .. }
             | Error::NoRuntime { cache } => cache,
             Error::Upstream(upstream) => upstream.cache(),
+            Error::InvalidConfig { .. } => "",
+        }
+    }
+
+    pub(crate) fn invalid_config(message: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            message: Arc::from(message.into()),
         }
     }
 

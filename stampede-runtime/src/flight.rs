@@ -127,6 +127,13 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
         &self.key
     }
 
+    /// Hands `value` to the waiters now while the load goes on: a stale value served during a
+    /// refresh. Callers that join later get it at once too; the key stays in flight, so no
+    /// second refresh starts, until [`finish`](Self::finish) replaces it with the outcome.
+    pub(crate) fn serve(&self, value: V) {
+        self.sender.send_replace(Some(Ok(value)));
+    }
+
     /// Releases the key, then hands the outcome to every waiter. Store the value before calling
     /// this, so that a caller arriving after the release finds it.
     pub(crate) fn finish(mut self, outcome: Result<V, Error>) {

@@ -7,6 +7,7 @@ use std::sync::{OnceLock, PoisonError, RwLock};
 use crate::cache::{Cache, Key, Value};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
+use crate::shared::Shared;
 use crate::stats;
 
 type Erased = &'static (dyn Any + Send + Sync);
@@ -33,9 +34,10 @@ impl Slot {
 
     /// A call of a function returning `Result<V, E>`: only `Ok` values are cached, and a failure
     /// of the shared load reaches every caller as `E::from(stampede::Error)`.
-    pub async fn get_result<K, V, E, C, P, L, Fut>(
+    pub async fn get_result<K, V, E, C, S, P, L, Fut>(
         &'static self,
         config: C,
+        shared: S,
         key: K,
         prepare: P,
     ) -> Result<V, E>
@@ -44,20 +46,31 @@ impl Slot {
         V: Value,
         E: LoadError + From<Error>,
         C: Fn() -> Config,
+        S: Fn() -> Shared<K, V>,
         P: FnOnce() -> L,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        self.cache(config).get(key, prepare).await.map_err(E::from)
+        self.cache(config, shared)
+            .get(key, prepare)
+            .await
+            .map_err(E::from)
     }
 
     /// A call of a function returning a plain value (an `Option` included). Such a function has
     /// no error channel: a load that panics or times out makes every waiting caller panic.
-    pub async fn get_value<K, V, C, P, L, Fut>(&'static self, config: C, key: K, prepare: P) -> V
+    pub async fn get_value<K, V, C, S, P, L, Fut>(
+        &'static self,
+        config: C,
+        shared: S,
+        key: K,
+        prepare: P,
+    ) -> V
     where
         K: Key,
         V: Value,
         C: Fn() -> Config,
+        S: Fn() -> Shared<K, V>,
         P: FnOnce() -> L,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
@@ -66,29 +79,35 @@ impl Slot {
             let load = prepare();
             move |key: &K| infallible(load(key))
         };
-        match self.cache(config).get(key, prepare).await {
+        match self.cache(config, shared).get(key, prepare).await {
             Ok(value) => value,
             Err(error) => panic!("{error}"),
         }
     }
 
-    fn cache<K: Key, V: Value, C: Fn() -> Config>(
-        &'static self,
-        config: C,
-    ) -> &'static Cache<K, V> {
-        let first = *self.first.get_or_init(|| leak::<K, V>(config()));
+    fn cache<K, V, C, S>(&'static self, config: C, shared: S) -> &'static Cache<K, V>
+    where
+        K: Key,
+        V: Value,
+        C: Fn() -> Config,
+        S: Fn() -> Shared<K, V>,
+    {
+        let first = *self.first.get_or_init(|| leak(config(), shared()));
         match first.downcast_ref() {
             Some(cache) => cache,
-            None => self.other(config),
+            None => self.other(config, shared),
         }
     }
 
     /// The cache of a further (key, value) type pair, in a generic impl.
     #[cold]
-    fn other<K: Key, V: Value, C: Fn() -> Config>(
-        &'static self,
-        config: C,
-    ) -> &'static Cache<K, V> {
+    fn other<K, V, C, S>(&'static self, config: C, shared: S) -> &'static Cache<K, V>
+    where
+        K: Key,
+        V: Value,
+        C: Fn() -> Config,
+        S: Fn() -> Shared<K, V>,
+    {
         let find = |others: &[Erased]| others.iter().find_map(|cache| cache.downcast_ref());
         if let Some(cache) = find(&self.others.read().unwrap_or_else(PoisonError::into_inner)) {
             return cache;
@@ -105,7 +124,7 @@ impl Slot {
             type_name::<V>()
         )
         .into();
-        let cache = leak::<K, V>(config);
+        let cache = leak(config, shared());
         others.push(cache);
         cache
             .downcast_ref()
@@ -113,10 +132,14 @@ impl Slot {
     }
 }
 
-/// Builds a cache that lives as long as the process, and lists it in the stats registry.
-fn leak<K: Key, V: Value>(config: Config) -> Erased {
-    let cache: &'static Cache<K, V> = Box::leak(Box::new(Cache::new(config)));
+/// Builds a cache that lives as long as the process, and lists it in the registries.
+fn leak<K: Key, V: Value>(config: Config, shared: Shared<K, V>) -> Erased {
+    let cache: &'static Cache<K, V> = Box::leak(Box::new(Cache::new(config, shared)));
     stats::register(cache);
+    #[cfg(feature = "redis")]
+    if cache.shared.is_remote() {
+        crate::redis::invalidate::register(cache);
+    }
     cache
 }
 

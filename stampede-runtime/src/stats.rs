@@ -1,9 +1,13 @@
 //! Counters per cache, and the registry that lists every cache of the process.
 
+use std::any::{Any, type_name};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
 use crate::config::Config;
+use crate::error::Error;
 
 /// A snapshot of one cache's counters, from [`stats`].
 ///
@@ -28,6 +32,16 @@ pub struct Stats {
     pub refreshes: u64,
     /// Callers that joined a load another caller had started, and shared its result.
     pub shared: u64,
+    /// Values read from Redis (L2) because this process had none.
+    pub remote_hits: u64,
+    /// Redis locks this process took to load a key.
+    pub lock_acquired: u64,
+    /// Times a key's Redis lock was held by another process.
+    pub lock_busy: u64,
+    /// Loads that ran without Redis because it was down, slow, refused or not configured.
+    pub degraded: u64,
+    /// Values in Redis that did not decode (another version of the type, foreign bytes).
+    pub decode_errors: u64,
     /// Values held in memory now.
     pub entries: u64,
     /// Keys with a load in flight now.
@@ -44,6 +58,11 @@ impl Stats {
         self.timeouts += other.timeouts;
         self.refreshes += other.refreshes;
         self.shared += other.shared;
+        self.remote_hits += other.remote_hits;
+        self.lock_acquired += other.lock_acquired;
+        self.lock_busy += other.lock_busy;
+        self.degraded += other.degraded;
+        self.decode_errors += other.decode_errors;
         self.entries += other.entries;
         self.in_flight += other.in_flight;
     }
@@ -60,6 +79,11 @@ pub(crate) struct Counters {
     pub(crate) timeouts: AtomicU64,
     pub(crate) refreshes: AtomicU64,
     pub(crate) shared: AtomicU64,
+    pub(crate) remote_hits: AtomicU64,
+    pub(crate) lock_acquired: AtomicU64,
+    pub(crate) lock_busy: AtomicU64,
+    pub(crate) degraded: AtomicU64,
+    pub(crate) decode_errors: AtomicU64,
 }
 
 impl Counters {
@@ -78,6 +102,11 @@ impl Counters {
             timeouts: get(&self.timeouts),
             refreshes: get(&self.refreshes),
             shared: get(&self.shared),
+            remote_hits: get(&self.remote_hits),
+            lock_acquired: get(&self.lock_acquired),
+            lock_busy: get(&self.lock_busy),
+            degraded: get(&self.degraded),
+            decode_errors: get(&self.decode_errors),
             entries,
             in_flight,
         }
@@ -88,7 +117,15 @@ impl Counters {
 pub(crate) trait Inspect: Send + Sync {
     fn config(&self) -> &Config;
     fn stats(&self) -> Stats;
+    /// Drops `key` from the cache, here and in its shared tier; `None` when `key` is not of the
+    /// cache's key type.
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a (dyn Any + Send + Sync),
+    ) -> Option<BoxFuture<'a, Result<(), Error>>>;
 }
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 static REGISTRY: RwLock<Vec<&'static dyn Inspect>> = RwLock::new(Vec::new());
 
@@ -144,4 +181,44 @@ pub fn caches() -> Vec<CacheInfo> {
             stats: cache.stats(),
         })
         .collect()
+}
+
+/// Drops the value of one key of the cache called `name`, in this process and, for a cache
+/// backed by Redis, in Redis and in every other process's memory. A load of the key that was
+/// running meanwhile does not store its (possibly outdated) value.
+///
+/// `key` is the cache's key: the tuple of the key arguments, each owned (a `&str` argument is a
+/// `String`), in the order of the `key` template or of the signature.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), stampede_runtime::Error> {
+/// // for `#[cached(ttl = "60s")] async fn user(id: u64, region: &str) -> User`
+/// stampede_runtime::invalidate("users::user", (42u64, "eu".to_owned())).await?;
+/// # Ok(()) }
+/// ```
+///
+/// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type.
+pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Error> {
+    let caches: Vec<&'static dyn Inspect> = REGISTRY
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|cache| &*cache.config().name == name)
+        .copied()
+        .collect();
+    let mut found = false;
+    for cache in caches {
+        if let Some(invalidation) = cache.invalidate(&key) {
+            found = true;
+            invalidation.await?;
+        }
+    }
+    if found {
+        Ok(())
+    } else {
+        Err(Error::invalid_config(format!(
+            "no cache named `{name}` has keys of type `{}`; a key is the tuple of the key arguments, owned",
+            type_name::<K>()
+        )))
+    }
 }

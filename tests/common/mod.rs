@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod redis_server;
+
 use std::future::Future;
 use std::time::Duration;
 

@@ -1,0 +1,208 @@
+//! How a process tells stampede where its Redis is: a builder, installed once at start-up under
+//! a name (or as the default), with `STAMPEDE_REDIS_URL` as the default's fallback.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::redis::tier::Tier;
+
+/// The environment variable read for the default connection when none was installed in code.
+pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
+
+/// Settings of one Redis connection, from [`RedisConfig::new`]; install them with
+/// [`install`](RedisConfig::install) (the default connection) or
+/// [`install_as`](RedisConfig::install_as) (a named one, picked with `#[cached(redis = "name")]`).
+///
+/// ```no_run
+/// # fn main() -> Result<(), stampede_runtime::Error> {
+/// use std::time::Duration;
+/// use stampede_runtime::RedisConfig;
+///
+/// RedisConfig::new("redis://cache.internal:6379/0")?
+///     .prefix("shop")
+///     .op_timeout(Duration::from_millis(100))
+///     .install();
+/// RedisConfig::new("redis://:secret@sessions.internal/1")?.install_as("sessions");
+/// # Ok(()) }
+/// ```
+///
+/// A URL is accepted as the `redis` crate accepts it: `redis://[user][:password@]host[:port][/db]`,
+/// `redis+unix:///path`. `rediss://` (TLS) needs one of the `redis` crate's TLS features, which
+/// you enable by depending on `redis` with it next to `stampede`.
+#[derive(Clone)]
+pub struct RedisConfig {
+    pub(crate) client: redis::Client,
+    url: String,
+    pub(crate) prefix: String,
+    pub(crate) op_timeout: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) lock_wait: Duration,
+    pub(crate) cooldown: Duration,
+    pub(crate) failures_before_cooldown: u32,
+}
+
+impl RedisConfig {
+    /// Settings for the Redis at `url`, with the defaults: prefix `stampede`, operation timeout
+    /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row.
+    ///
+    /// Fails with [`Error::InvalidConfig`] when the URL does not parse; nothing is connected
+    /// until a cache needs Redis.
+    pub fn new(url: &str) -> Result<Self, Error> {
+        let client = redis::Client::open(url).map_err(|e| {
+            let hint = if url.starts_with("rediss://") {
+                " (rediss:// needs a TLS feature of the `redis` crate, e.g. `tokio-rustls-comp`)"
+            } else {
+                ""
+            };
+            Error::invalid_config(format!(
+                "`{}` is not a usable Redis URL: {e}{hint}",
+                redact(url)
+            ))
+        })?;
+        Ok(RedisConfig {
+            client,
+            url: url.to_owned(),
+            prefix: "stampede".to_owned(),
+            op_timeout: Duration::from_millis(250),
+            lease: Duration::from_secs(5),
+            lock_wait: Duration::from_secs(10),
+            cooldown: Duration::from_secs(1),
+            failures_before_cooldown: 3,
+        })
+    }
+
+    /// The namespace every key starts with, so that several applications can share a Redis.
+    /// A prefix with `{` or `}` would break the keys' hash tags; those characters are dropped.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into().replace(['{', '}'], "");
+        self
+    }
+
+    /// Bound on each Redis call. Past it the call counts as a failure and the cache serves from
+    /// this process instead.
+    pub fn op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long a lock is held without renewal. A watchdog renews it every third of the lease
+    /// while the holder's load runs, so a lease only runs out when its holder died.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How long a process waits for another's load before it loads the key itself.
+    pub fn lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    /// How long Redis is skipped after `failures` failed calls in a row.
+    pub fn cooldown(mut self, cooldown: Duration, failures: u32) -> Self {
+        self.cooldown = cooldown;
+        self.failures_before_cooldown = failures.max(1);
+        self
+    }
+
+    /// Makes this the default connection, replacing any earlier one.
+    pub fn install(self) {
+        install(DEFAULT, self);
+    }
+
+    /// Registers this connection under `name`, replacing any earlier one of that name.
+    pub fn install_as(self, name: &str) {
+        install(name, self);
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("op_timeout", &self.op_timeout)
+            .field("lease", &self.lease)
+            .field("lock_wait", &self.lock_wait)
+            .field("cooldown", &self.cooldown)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+const DEFAULT: &str = "";
+
+static INSTALLED: RwLock<Option<HashMap<String, Arc<Tier>>>> = RwLock::new(None);
+static FROM_ENV: OnceLock<Option<Arc<Tier>>> = OnceLock::new();
+
+fn install(name: &str, config: RedisConfig) {
+    let tier = Arc::new(Tier::new(name, config));
+    INSTALLED
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(name.to_owned(), tier);
+}
+
+/// The connection named `name` (`None`: the default one), or `None` when it is not configured.
+pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Tier>> {
+    let key = name.unwrap_or(DEFAULT);
+    let installed = INSTALLED.read().unwrap_or_else(PoisonError::into_inner);
+    if let Some(tier) = installed.as_ref().and_then(|tiers| tiers.get(key)) {
+        return Some(tier.clone());
+    }
+    drop(installed);
+    if key != DEFAULT {
+        return None;
+    }
+    FROM_ENV
+        .get_or_init(|| {
+            let url = std::env::var(REDIS_URL_VAR).ok()?;
+            match RedisConfig::new(&url) {
+                Ok(config) => Some(Arc::new(Tier::new(DEFAULT, config))),
+                Err(error) => {
+                    tracing::error!(%error, "stampede: {REDIS_URL_VAR} is set but unusable; caches run without Redis");
+                    None
+                }
+            }
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_url_is_an_error_with_a_message() {
+        let error = RedisConfig::new("http://example.com").unwrap_err();
+        assert!(
+            error.to_string().contains("is not a usable Redis URL"),
+            "{error}"
+        );
+        let error = RedisConfig::new("redis://user:hunter2@[::1:6379").unwrap_err();
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn passwords_are_kept_out_of_debug_output() {
+        let config = RedisConfig::new("redis://:hunter2@localhost:6379/0").unwrap();
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("localhost:6379"),
+            "{shown}"
+        );
+    }
+}

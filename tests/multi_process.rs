@@ -1,0 +1,385 @@
+//! Real OS processes sharing one real Redis.
+//!
+//! This file is its own harness (`harness = false` in Cargo.toml): run by `cargo test`, it runs
+//! each scenario, starting copies of itself as the processes; a copy started with
+//! `STAMPEDE_CHILD` set plays one process of a scenario. Figures are printed as it goes.
+
+mod common;
+#[path = "../examples/multi_instance.rs"]
+mod multi_instance;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::redis_server::RedisServer;
+use stampede::{RedisConfig, cached};
+
+const ROLE: &str = "STAMPEDE_CHILD";
+type Scenario = fn() -> Result<(), String>;
+/// Lines of the processes' stdout: (process index, line).
+type Lines = mpsc::Receiver<(usize, String)>;
+/// Every wait of the parent on its children.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn main() {
+    if multi_instance::child_if_asked() {
+        return;
+    }
+    if let Ok(role) = std::env::var(ROLE) {
+        child(&role);
+        return;
+    }
+    let scenarios: [(&str, Scenario); 3] = [
+        (
+            "cold key: 4 processes x 100 callers, one load",
+            cold_key_four_processes,
+        ),
+        (
+            "the lock holder is killed mid-load: one more load",
+            holder_killed_mid_load,
+        ),
+        (
+            "stale value across processes: served at once, one refresh",
+            stale_across_processes,
+        ),
+    ];
+    let mut failed = 0;
+    for (name, scenario) in scenarios {
+        let started = Instant::now();
+        match scenario() {
+            Ok(()) => println!(
+                "test {name} ... ok ({:.1} s)",
+                started.elapsed().as_secs_f64()
+            ),
+            Err(error) => {
+                failed += 1;
+                println!("test {name} ... FAILED\n  {error}");
+            }
+        }
+    }
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), String> {
+    if condition { Ok(()) } else { Err(message()) }
+}
+
+fn cold_key_four_processes() -> Result<(), String> {
+    let server = RedisServer::start();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let report = multi_instance::run(&exe, &server.url(), 4)?;
+    let delays: Vec<String> = report
+        .release_delays
+        .iter()
+        .map(|d| format!("{:.2} ms", d.as_secs_f64() * 1_000.0))
+        .collect();
+    println!(
+        "  loads in total: {}; calls that got the value: {} of 400; waiters in the 3 other processes released {} after the fill",
+        report.loads,
+        report.calls_ok,
+        delays.join(", ")
+    );
+    check(report.loads == 1, || format!("{} loads ran", report.loads))?;
+    check(report.calls_ok == 400, || {
+        format!("{} calls of 400 got the value", report.calls_ok)
+    })?;
+    check(report.release_delays.len() == 3, || {
+        "three processes should have waited".into()
+    })?;
+    // The lease is 5 s and a waiter would otherwise wake when it runs out: a release well within
+    // it shows the publication woke them.
+    let slowest = report
+        .release_delays
+        .iter()
+        .max()
+        .copied()
+        .unwrap_or_default();
+    check(slowest < Duration::from_millis(500), || {
+        format!("a process was released {slowest:?} after the fill")
+    })
+}
+
+// ---- the processes of the other scenarios -------------------------------------------------
+
+/// The loads of a scenario across its processes, counted in Redis.
+const LOADS: &str = "mp:loads";
+
+async fn count_load() -> i64 {
+    let url = std::env::var("MP_REDIS").unwrap_or_default();
+    let client = redis::Client::open(url).expect("bad MP_REDIS");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("no Redis");
+    redis::cmd("INCR")
+        .arg(LOADS)
+        .query_async(&mut connection)
+        .await
+        .expect("INCR failed")
+}
+
+/// The first load hangs (its process gets killed); the next one is quick.
+#[cached(ttl = "60s", lock = "redis", name = "mp::killed")]
+async fn orders(customer: u64) -> String {
+    let n = count_load().await;
+    println!("LOADING {n}");
+    let hang = if n == 1 {
+        Duration::from_secs(30)
+    } else {
+        Duration::from_millis(100)
+    };
+    tokio::time::sleep(hang).await;
+    format!("orders of {customer}, load {n}")
+}
+
+/// Fresh for 1 s, then stale for 30 s; each load takes 500 ms.
+#[cached(
+    ttl = "1s",
+    jitter = 0,
+    stale = "30s",
+    lock = "redis",
+    name = "mp::stale"
+)]
+async fn quote(symbol: u64) -> String {
+    let n = count_load().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    format!("quote {symbol} v{n}")
+}
+
+fn child(role: &str) {
+    let url = std::env::var("MP_REDIS").expect("MP_REDIS is not set");
+    RedisConfig::new(&url)
+        .expect("bad URL")
+        .lease(Duration::from_millis(1_000))
+        .install();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        match role {
+            "killed" => {
+                let calls: Vec<_> = (0..25).map(|_| tokio::spawn(orders(1))).collect();
+                for call in calls {
+                    println!("VALUE {}", call.await.unwrap());
+                }
+            }
+            "fill" => println!("VALUE {}", quote(1).await),
+            "stale" => {
+                let start_at: u64 = std::env::var("MP_START_AT").unwrap().parse().unwrap();
+                tokio::time::sleep(Duration::from_millis(start_at.saturating_sub(unix_ms()))).await;
+                let calls: Vec<_> = (0..50)
+                    .map(|_| {
+                        tokio::spawn(async {
+                            let started = Instant::now();
+                            let value = quote(1).await;
+                            (value, started.elapsed())
+                        })
+                    })
+                    .collect();
+                for call in calls {
+                    let (value, took) = call.await.unwrap();
+                    println!("FIRST {} {value}", took.as_micros());
+                }
+                // The refresh ran meanwhile in one process; every process now has its value.
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                println!("SECOND 0 {}", quote(1).await);
+            }
+            other => panic!("unknown role {other}"),
+        }
+    });
+}
+
+// ---- the parent's side ---------------------------------------------------------------------
+
+struct Process {
+    child: Child,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `count` processes in `role`; their stdout lines arrive on the receiver as
+/// (process index, line).
+fn start(
+    role: &str,
+    count: usize,
+    server: &RedisServer,
+    env: &[(&str, String)],
+) -> Result<(Vec<Process>, Lines), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (lines, received) = mpsc::channel();
+    let mut processes = Vec::new();
+    for index in 0..count {
+        let mut command = Command::new(&exe);
+        command
+            .env(ROLE, role)
+            .env("MP_REDIS", server.url())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot start a process: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines.send((index, line));
+            }
+        });
+        processes.push(Process { child });
+    }
+    Ok((processes, received))
+}
+
+/// Waits for every process to exit successfully, within `limit`.
+fn finish(processes: &mut [Process], limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    for process in processes.iter_mut() {
+        loop {
+            match process.child.try_wait().map_err(|e| e.to_string())? {
+                Some(status) if status.success() => break,
+                Some(status) => return Err(format!("a process failed: {status}")),
+                None if Instant::now() > deadline => {
+                    return Err(format!("a process did not finish within {limit:?}"));
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn loads(server: &RedisServer) -> i64 {
+    server.command::<Option<i64>>(&["GET", LOADS]).unwrap_or(0)
+}
+
+fn holder_killed_mid_load() -> Result<(), String> {
+    let server = RedisServer::start();
+    let (mut processes, lines) = start("killed", 4, &server, &[])?;
+    let holder = loop {
+        match lines
+            .recv_timeout(WAIT)
+            .map_err(|_| "no process started loading".to_owned())?
+        {
+            (index, line) if line.starts_with("LOADING") => break index,
+            _ => {}
+        }
+    };
+    let killed_at = Instant::now();
+    processes[holder].child.kill().map_err(|e| e.to_string())?;
+    let _ = processes[holder].child.wait();
+    let mut survivors: Vec<Process> = processes
+        .drain(..)
+        .enumerate()
+        .filter(|(i, _)| *i != holder)
+        .map(|(_, p)| p)
+        .collect();
+    finish(&mut survivors, WAIT)?;
+    let recovered = killed_at.elapsed();
+    let values: Vec<String> = lines
+        .try_iter()
+        .filter(|(_, l)| l.starts_with("VALUE"))
+        .map(|(_, l)| l)
+        .collect();
+    println!(
+        "  holder killed; the other 3 processes finished {:.0} ms later (lease 1000 ms); loads in total: {}",
+        recovered.as_secs_f64() * 1_000.0,
+        loads(&server)
+    );
+    check(loads(&server) == 2, || {
+        format!(
+            "{} loads ran, expected the killed one and one more",
+            loads(&server)
+        )
+    })?;
+    check(values.len() == 75, || {
+        format!("{} of 75 calls returned", values.len())
+    })?;
+    check(
+        values.iter().all(|v| v == "VALUE orders of 1, load 2"),
+        || format!("unexpected values: {values:?}"),
+    )?;
+    check(recovered < Duration::from_millis(3_000), || {
+        format!("recovery took {recovered:?} with a 1 s lease")
+    })
+}
+
+fn stale_across_processes() -> Result<(), String> {
+    let server = RedisServer::start();
+    let (mut filler, _) = start("fill", 1, &server, &[])?;
+    finish(&mut filler, WAIT)?;
+    std::thread::sleep(Duration::from_millis(1_300)); // past the 1 s fresh time: stale in Redis
+
+    let start_at = unix_ms() + 500;
+    let (mut processes, lines) = start(
+        "stale",
+        4,
+        &server,
+        &[("MP_START_AT", start_at.to_string())],
+    )?;
+    finish(&mut processes, WAIT)?;
+    let mut first = Vec::new();
+    let mut second = Vec::new();
+    for (_, line) in lines.try_iter() {
+        let mut words = line.splitn(3, ' ');
+        match (
+            words.next(),
+            words.next().and_then(|t| t.parse::<u64>().ok()),
+            words.next(),
+        ) {
+            (Some("FIRST"), Some(micros), Some(value)) => {
+                first.push((Duration::from_micros(micros), value.to_owned()))
+            }
+            (Some("SECOND"), _, Some(value)) => second.push(value.to_owned()),
+            _ => {}
+        }
+    }
+    let slowest = first
+        .iter()
+        .map(|(took, _)| *took)
+        .max()
+        .unwrap_or_default();
+    println!(
+        "  200 calls on a stale key in 4 processes: slowest {:.2} ms (a load takes 500 ms); loads in total: {} (1 fill + refreshes)",
+        slowest.as_secs_f64() * 1_000.0,
+        loads(&server)
+    );
+    check(first.len() == 200, || {
+        format!("{} of 200 first calls returned", first.len())
+    })?;
+    check(first.iter().all(|(_, v)| v == "quote 1 v1"), || {
+        "a first call did not get the stale value".into()
+    })?;
+    check(slowest < Duration::from_millis(250), || {
+        format!("a stale call waited {slowest:?}")
+    })?;
+    check(loads(&server) == 2, || {
+        format!(
+            "{} loads: expected the fill and exactly one refresh",
+            loads(&server)
+        )
+    })?;
+    check(
+        second.len() == 4 && second.iter().all(|v| v == "quote 1 v2"),
+        || format!("after the refresh: {second:?}"),
+    )
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,531 @@
+//! The Redis tier inside one test process, against a real `redis-server` per test.
+//!
+//! Two functions with the same `name` are two caches with their own memory and flights over the
+//! same Redis keys: what two processes of one service are. (Real processes: `multi_process.rs`.)
+//! Every test installs its own named connection, so tests running in parallel never share keys.
+//! Time is real here: a paused tokio clock would fire Redis timeouts while the runtime waits
+//! for the network.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use common::redis_server::RedisServer;
+use common::{AppError, eventually, within};
+use stampede::{RedisConfig, cached};
+
+fn install(server: &RedisServer, name: &str) -> RedisConfig {
+    let config = RedisConfig::new(&server.url()).unwrap().prefix("test");
+    config.clone().install_as(name);
+    config
+}
+
+#[tokio::test]
+async fn a_value_loaded_in_one_process_is_read_from_redis_by_another() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "shared_value",
+        name = "red::shared"
+    )]
+    async fn in_a(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("user {id}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "shared_value",
+        name = "red::shared"
+    )]
+    async fn in_b(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("user {id} loaded by b")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "shared_value");
+    assert_eq!(within(in_a(42)).await, "user 42");
+    assert_eq!(
+        within(in_b(42)).await,
+        "user 42",
+        "b read a's value from Redis"
+    );
+    assert_eq!(LOADS.load(SeqCst), 1);
+
+    // The key is readable and its envelope says what it holds.
+    let stored: Vec<u8> = server.command(&["GET", "test:{red::shared:42}:v"]);
+    let header =
+        String::from_utf8_lossy(&stored[..stored.iter().position(|b| *b == b'\n').unwrap()])
+            .into_owned();
+    let fields: Vec<u64> = header
+        .split(' ')
+        .skip(1)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    let [fresh_until, stale_until, written_at, generation, _load_ms] = fields[..] else {
+        panic!("unexpected header {header}")
+    };
+    assert!(header.starts_with("S1 "), "{header}");
+    let fresh_for = fresh_until - written_at;
+    assert!(
+        (54_000..=60_000).contains(&fresh_for),
+        "fresh for {fresh_for} ms with ttl 60s, jitter 10%"
+    );
+    assert_eq!((stale_until, generation), (fresh_until, 0));
+    let ttl: i64 = server.command(&["PTTL", "test:{red::shared:42}:v"]);
+    assert!(
+        ttl > 50_000 && ttl as u64 <= fresh_for,
+        "Redis drops the value at its stale deadline: {ttl}"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_callers_in_two_processes_share_one_load() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "two_flights",
+        name = "red::two_flights"
+    )]
+    async fn in_a(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("report {id}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "two_flights",
+        name = "red::two_flights"
+    )]
+    async fn in_b(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("report {id}")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "two_flights");
+    let mut calls = Vec::new();
+    for _ in 0..50 {
+        calls.push(tokio::spawn(in_a(1)));
+        calls.push(tokio::spawn(in_b(1)));
+    }
+    for call in calls {
+        assert_eq!(within(call).await.unwrap(), "report 1");
+    }
+    assert_eq!(LOADS.load(SeqCst), 1);
+    let stats = stampede::stats("red::two_flights").unwrap();
+    assert_eq!(stats.lock_acquired, 1, "{stats:?}");
+    assert_eq!(
+        stats.lock_busy, 1,
+        "one lock attempt per process, not per caller: {stats:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "corrupt", name = "red::corrupt")]
+    async fn price(sku: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        Ok(format!("{} EUR", sku * 10))
+    }
+
+    let server = RedisServer::start();
+    install(&server, "corrupt");
+    let key = "test:{red::corrupt:7}:v";
+    let _: () = server.command(&["SET", key, "written by another program"]);
+
+    assert_eq!(within(price(7)).await.unwrap(), "70 EUR");
+    assert_eq!(LOADS.load(SeqCst), 1);
+    let stored: Vec<u8> = server.command(&["GET", key]);
+    assert!(
+        stored.starts_with(b"S1 "),
+        "the value was rewritten: {:?}",
+        String::from_utf8_lossy(&stored)
+    );
+    assert_eq!(stampede::stats("red::corrupt").unwrap().decode_errors, 1);
+
+    // A payload from another version of the type: a valid envelope holding the number 42
+    // (MessagePack `*`) where this version stores a string.
+    let _: () = server.command(&[
+        "SET",
+        "test:{red::corrupt:8}:v",
+        "S1 99999999999999 99999999999999 0 0 1\n*",
+    ]);
+    assert_eq!(within(price(8)).await.unwrap(), "80 EUR");
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_the_lock_of_a_load_longer_than_the_lease() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "watchdog",
+        name = "red::watchdog"
+    )]
+    async fn in_a(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        format!("slow {id}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "watchdog",
+        name = "red::watchdog"
+    )]
+    async fn in_b(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("fast {id}")
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .lease(Duration::from_millis(300))
+        .install_as("watchdog");
+    let a = tokio::spawn(in_a(1));
+    tokio::time::sleep(Duration::from_millis(800)).await; // well past the 300 ms lease
+    let pttl: i64 = server.command(&["PTTL", "test:{red::watchdog:1}:l"]);
+    assert!(pttl > 0, "the lock is still held after 800 ms: pttl {pttl}");
+    assert_eq!(
+        within(in_b(1)).await,
+        "slow 1",
+        "b waited for a's value instead of loading"
+    );
+    assert_eq!(within(a).await.unwrap(), "slow 1");
+    assert_eq!(LOADS.load(SeqCst), 1);
+    let exists: i64 = server.command(&["EXISTS", "test:{red::watchdog:1}:l"]);
+    assert_eq!(exists, 0, "the holder released its lock");
+}
+
+#[tokio::test]
+async fn a_holder_that_lost_its_lease_cannot_release_the_new_holders_lock() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "lost_lease",
+        name = "red::lost_lease"
+    )]
+    async fn in_a(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        format!("from a {id}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "lost_lease",
+        name = "red::lost_lease"
+    )]
+    async fn in_b(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        format!("from b {id}")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "lost_lease");
+    let lock = "test:{red::lost_lease:1}:l";
+    let a = tokio::spawn(in_a(1));
+    eventually("a to take the lock", || {
+        server.command::<i64>(&["EXISTS", lock]) == 1
+    })
+    .await;
+    let token_a: String = server.command(&["GET", lock]);
+    let _: i64 = server.command(&["DEL", lock]); // a's lease is lost (as if it expired)
+    let b = tokio::spawn(in_b(1));
+    eventually("b to take the lock", || {
+        server.command::<Option<String>>(&["GET", lock]).is_some()
+    })
+    .await;
+    let token_b: String = server.command(&["GET", lock]);
+    assert_ne!(token_a, token_b);
+
+    assert_eq!(within(a).await.unwrap(), "from a 1");
+    let after_a: Option<String> = server.command(&["GET", lock]);
+    assert_eq!(
+        after_a.as_ref(),
+        Some(&token_b),
+        "a's release left b's lock alone"
+    );
+    assert_eq!(within(b).await.unwrap(), "from b 1");
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn calls_survive_redis_being_killed_and_use_it_again_when_it_returns() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "200ms", lock = "redis", redis = "killed", name = "red::killed")]
+    async fn quote(id: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(format!("quote {id}"))
+    }
+
+    let mut server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .cooldown(Duration::from_millis(200), 2)
+        .install_as("killed");
+
+    let calls = tokio::spawn(async {
+        let started = Instant::now();
+        let mut served = 0;
+        while started.elapsed() < Duration::from_secs(3) {
+            for id in 0..10 {
+                assert_eq!(
+                    quote(id).await.unwrap(),
+                    format!("quote {id}"),
+                    "a call failed"
+                );
+                served += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        served
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.kill();
+    eventually("calls to run without Redis", || {
+        stampede::stats("red::killed").unwrap().degraded > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.restart();
+    eventually("a value written to the restarted Redis", || {
+        server.command::<i64>(&["EXISTS", "test:{red::killed:0}:v"]) == 1
+    })
+    .await;
+    let served = within(calls).await.unwrap();
+    assert!(served > 100, "only {served} calls in 3 s");
+    let stats = stampede::stats("red::killed").unwrap();
+    assert!(stats.degraded > 0 && stats.lock_acquired > 10, "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_paused_redis_costs_a_call_about_the_operation_timeout() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "paused", name = "red::paused")]
+    async fn stock(sku: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        sku + 1
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(200))
+        .install_as("paused");
+    assert_eq!(within(stock(1)).await, 2); // connected before the pause
+    let _: () = server.command(&["CLIENT", "PAUSE", "5000", "ALL"]);
+
+    let started = Instant::now();
+    assert_eq!(within(stock(2)).await, 3);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(1_000),
+        "the call took {took:?} during a 5 s pause"
+    );
+    assert!(
+        took >= Duration::from_millis(200),
+        "the call did wait for Redis first: {took:?}"
+    );
+    assert_eq!(stampede::stats("red::paused").unwrap().degraded, 1);
+}
+
+#[tokio::test]
+async fn busy_policies_decide_what_a_process_does_while_another_holds_the_lock() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "busy", name = "red::busy")]
+    async fn holder(id: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        Ok(format!("held {id}"))
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "busy",
+        busy = "error",
+        name = "red::busy"
+    )]
+    async fn impatient(id: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        Ok(format!("impatient {id}"))
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "busy",
+        busy = "compute",
+        name = "red::busy"
+    )]
+    async fn eager(id: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        Ok(format!("eager {id}"))
+    }
+
+    let server = RedisServer::start();
+    install(&server, "busy");
+    let held = tokio::spawn(holder(1));
+    eventually("the holder to take the lock", || {
+        server.command::<i64>(&["EXISTS", "test:{red::busy:1}:l"]) == 1
+    })
+    .await;
+    match within(impatient(1)).await {
+        Err(AppError::Cache(stampede::Error::LockBusy { .. })) => {}
+        other => panic!("expected LockBusy, got {other:?}"),
+    }
+    assert_eq!(
+        within(eager(1)).await.unwrap(),
+        "eager 1",
+        "computed without waiting"
+    );
+    assert_eq!(within(held).await.unwrap().unwrap(), "held 1");
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn without_a_configured_redis_the_cache_runs_on_local_singleflight() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "never_installed",
+        name = "red::unconfigured"
+    )]
+    async fn total(day: u32) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        u64::from(day) * 2
+    }
+
+    let calls: Vec<_> = (0..20).map(|_| tokio::spawn(total(3))).collect();
+    for call in calls {
+        assert_eq!(within(call).await.unwrap(), 6);
+    }
+    assert_eq!(
+        LOADS.load(SeqCst),
+        1,
+        "still one load per key in this process"
+    );
+    assert_eq!(stampede::stats("red::unconfigured").unwrap().degraded, 1);
+}
+
+#[tokio::test]
+async fn invalidation_drops_the_key_from_redis_and_from_every_process() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "invalidate",
+        name = "red::invalidate"
+    )]
+    async fn in_a(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("profile {id} v{n}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "invalidate",
+        name = "red::invalidate"
+    )]
+    async fn in_b(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("profile {id} v{n}")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "invalidate");
+    assert_eq!(within(in_a(5)).await, "profile 5 v1");
+    assert_eq!(within(in_b(5)).await, "profile 5 v1"); // now in both memories
+
+    within(stampede::invalidate("red::invalidate", (5u64,)))
+        .await
+        .unwrap();
+    assert_eq!(
+        server.command::<i64>(&["EXISTS", "test:{red::invalidate:5}:v"]),
+        0
+    );
+    eventually("both memories to drop the key", || {
+        stampede::stats("red::invalidate").unwrap().entries == 0
+    })
+    .await;
+    assert_eq!(within(in_b(5)).await, "profile 5 v2");
+    assert_eq!(
+        within(in_a(5)).await,
+        "profile 5 v2",
+        "a read b's new value from Redis"
+    );
+
+    let wrong_type = stampede::invalidate("red::invalidate", ("5",)).await;
+    assert!(
+        matches!(wrong_type, Err(stampede::Error::InvalidConfig { .. })),
+        "{wrong_type:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_load_running_during_an_invalidation_does_not_write_its_value_back() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "invalidate_race",
+        name = "red::invalidate_race"
+    )]
+    async fn balance(account: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        format!("account {account} balance v{n}")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "invalidate_race");
+    let running = tokio::spawn(balance(1));
+    eventually("the load to start", || LOADS.load(SeqCst) == 1).await;
+    within(stampede::invalidate("red::invalidate_race", (1u64,)))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        within(running).await.unwrap(),
+        "account 1 balance v1",
+        "its caller still gets it"
+    );
+    assert_eq!(
+        server.command::<i64>(&["EXISTS", "test:{red::invalidate_race:1}:v"]),
+        0,
+        "not written back"
+    );
+    assert_eq!(
+        within(balance(1)).await,
+        "account 1 balance v2",
+        "nor kept in memory"
+    );
+}

@@ -48,6 +48,7 @@ pub fn witness<T>(_value: &T) -> Witness<T> {
 impl<T> Witness<T> {
     /// The witness of a type named in the generated code.
     #[inline(always)]
+    #[allow(clippy::new_without_default)]
     pub const fn new() -> Self {
         Checked(PhantomData)
     }

@@ -101,10 +101,14 @@ impl Function {
                     )),
                     _ => errors.push(error_at(
                         r,
-                        "a cached method must take `&self`",
-                        "take `&self`; the cache clones the receiver (which must be `Clone + Send + Sync + 'static`) for its detached load",
+                        "a cached method cannot take `self` by value",
+                        "take `&self`: a cached call may not run the body at all, and the load that does runs detached on a clone of the receiver (which must be `Clone + Send + Sync + 'static`)",
                     )),
                 },
+                // `#[async_trait]` has already bound a pattern argument to `__argN`.
+                FnArg::Typed(typed) if matches!(shape, Shape::AsyncTrait) && is_positional(&typed.pat) => {
+                    errors.push(pattern_error(&typed.pat));
+                }
                 FnArg::Typed(typed) => match argument(&typed.pat, &typed.ty) {
                     Ok(arg) => args.push(arg),
                     Err(e) => errors.push(e),
@@ -173,16 +177,23 @@ fn check_generics(sig: &Signature, errors: &mut Errors) {
     }
 }
 
+fn pattern_error(pat: &Pat) -> syn::Error {
+    error_at(
+        pat,
+        "a cached function's arguments must be plain names",
+        "bind the argument to a name, e.g. `pair: (u32, u32)`, and destructure it in the body; the name is what a `key` template refers to",
+    )
+}
+
+/// The name `#[async_trait]` gives an argument written as a pattern.
+fn is_positional(pat: &Pat) -> bool {
+    matches!(pat, Pat::Ident(p) if p.ident.to_string().strip_prefix("__arg").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+}
+
 fn argument(pat: &Pat, ty: &Type) -> syn::Result<Arg> {
     let ident = match pat {
         Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p,
-        _ => {
-            return Err(error_at(
-                pat,
-                "a cached function's arguments must be plain names",
-                "bind the argument to a name, e.g. `pair: (u32, u32)`, and destructure it in the body",
-            ));
-        }
+        _ => return Err(pattern_error(pat)),
     };
     if let Some(span) = find_impl_trait(ty) {
         return Err(error(

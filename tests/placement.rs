@@ -231,11 +231,15 @@ async fn impls_of_a_generic_type_at_concrete_types_have_their_own_caches() {
         .map(|c| c.config.name.to_string())
         .collect();
     assert!(
-        names.iter().any(|n| n.ends_with("Repo<placement::Postgres>::find")),
+        names
+            .iter()
+            .any(|n| n.ends_with("Repo<placement::Postgres>::find")),
         "{names:?}"
     );
     assert!(
-        names.iter().any(|n| n.ends_with("Repo<placement::Sqlite>::find")),
+        names
+            .iter()
+            .any(|n| n.ends_with("Repo<placement::Sqlite>::find")),
         "{names:?}"
     );
 }

@@ -20,6 +20,7 @@
 use std::time::Duration;
 
 use proc_macro2::TokenStream;
+use proc_macro2::{Ident, Span};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
@@ -40,6 +41,8 @@ pub(crate) fn expand(function: Function, settings: &Settings) -> TokenStream {
         args,
         output,
         returns_result,
+        value_ty,
+        error_ty,
         mut body,
     } = function;
     let krate = &settings.krate;
@@ -57,18 +60,57 @@ pub(crate) fn expand(function: Function, settings: &Settings) -> TokenStream {
     let config = config(&sig.ident, receiver.is_some(), settings, &private);
 
     // The key owns its parts: by-value arguments move in, borrowed ones are turned into owned.
+    // Each part passes the key's checks at the span of the argument's type (see `checks`).
+    // A cache backed by Redis also writes its keys and values with serde.
+    let in_redis = settings.backend != BackendKind::Memory;
+    let with_redis = |local: &[&'static str], redis: &[&'static str]| -> Vec<&'static str> {
+        let mut names = local.to_vec();
+        if in_redis {
+            names.extend_from_slice(redis);
+        }
+        names
+    };
+    let key_checks = with_redis(KEY_CHECKS, &["key_serialize"]);
+    let value_checks = with_redis(VALUE_CHECKS, &["value_serialize", "value_deserialize"]);
+    let ok_checks = with_redis(OK_CHECKS, &["ok_serialize", "ok_deserialize"]);
     let key_parts = key_args.iter().map(|arg| {
         let ident = &arg.ident;
-        match &arg.borrowed {
+        let part = match &arg.borrowed {
             Some(elem) => quote!(<#elem as ::std::borrow::ToOwned>::to_owned(#ident)),
             None => quote!(#ident),
-        }
+        };
+        checks(
+            type_span(arg),
+            quote!(#private::Checked(#part)),
+            &key_checks,
+            Some(quote!(into_inner())),
+        )
     });
+
+    // The returned value (and error) type is checked through a witness at the span the user
+    // wrote it; the runtime is called through that witness, so a failed check silences it.
+    let witness = quote!(#private::Witness::<#output>::new());
+    let witness = match (returns_result, &error_ty) {
+        (false, _) => checks(first_span(&value_ty), witness, &value_checks, None),
+        (true, error_ty) => {
+            let error_span = first_span(error_ty.as_ref().unwrap_or(&output));
+            let witness = checks(first_span(&value_ty), witness, &ok_checks, None);
+            checks(error_span, witness, ERROR_CHECKS, None)
+        }
+    };
 
     // `prepare` runs only when a load must start: it takes owned copies of what the load needs
     // beyond the key, so a hit clones nothing but the key.
-    let receiver_owned =
-        receiver.map(|_| quote!(let __stampede_receiver = ::core::clone::Clone::clone(self);));
+    let receiver_owned = receiver.map(|span| {
+        let this = Ident::new("self", span);
+        let this = checks(
+            span,
+            quote!(#private::witness(#this)),
+            RECEIVER_CHECKS,
+            Some(quote!(clone_of(#this))),
+        );
+        quote!(let __stampede_receiver = #this;)
+    });
     let others_owned = other_args.iter().filter_map(|arg| {
         let ident = &arg.ident;
         arg.borrowed
@@ -88,7 +130,13 @@ pub(crate) fn expand(function: Function, settings: &Settings) -> TokenStream {
     let others_copied = other_args.iter().map(|arg| {
         let ident = &arg.ident;
         let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
-        quote!(let #mutability #ident = ::core::clone::Clone::clone(&#ident);)
+        let copy = checks(
+            type_span(arg),
+            quote!(#private::witness(&#ident)),
+            ARG_CHECKS,
+            Some(quote!(clone_of(&#ident))),
+        );
+        quote!(let #mutability #ident = #copy;)
     });
 
     // Inside the load, borrowed arguments are lent back as the body expects them.
@@ -111,16 +159,15 @@ pub(crate) fn expand(function: Function, settings: &Settings) -> TokenStream {
     } else {
         quote!(get_value)
     };
-    // Values kept in Redis must be serde types; the check sits on the return type's span.
-    let shared = match settings.backend {
-        BackendKind::Memory => quote!(#private::local),
-        BackendKind::Redis | BackendKind::Tiered => {
-            quote_spanned!(output.span()=> #private::redis)
-        }
+    let shared = if in_redis {
+        quote!(#private::redis)
+    } else {
+        quote!(#private::local)
     };
     let call = quote! {
+        use #private::checks::*;
         static __STAMPEDE_SLOT: #private::Slot = #private::Slot::new();
-        #private::Slot::#entry(
+        #witness.#entry(
             &__STAMPEDE_SLOT,
             || #config,
             #shared,
@@ -234,4 +281,44 @@ fn with_elided_lifetimes(ty: &Type) -> Type {
     let mut ty = ty.clone();
     Elide.visit_type_mut(&mut ty);
     ty
+}
+
+/// The span errors about an argument's bounds point at: its type, or for `&T` the `T`.
+fn type_span(arg: &Arg) -> Span {
+    first_span(arg.borrowed.as_ref().unwrap_or(&arg.ty))
+}
+
+/// The span of a type's first token (stable Rust cannot join the spans of several tokens).
+fn first_span(ty: &Type) -> Span {
+    ty.span()
+}
+
+const KEY_CHECKS: &[&str] = &["key_hash", "key_eq", "key_clone", "key_send", "key_sync"];
+const ARG_CHECKS: &[&str] = &["arg_clone", "arg_send", "arg_sync"];
+const RECEIVER_CHECKS: &[&str] = &["receiver_clone", "receiver_send", "receiver_sync"];
+const VALUE_CHECKS: &[&str] = &["value_clone", "value_send", "value_sync"];
+const OK_CHECKS: &[&str] = &["ok_clone", "ok_send", "ok_sync"];
+const ERROR_CHECKS: &[&str] = &[
+    "error_from",
+    "error_display",
+    "error_debug",
+    "error_send",
+    "error_sync",
+];
+
+/// `value.__stampede_check()...finish`: the runtime's checks of one bound each, in order, with
+/// every token at `span` so that a failed check is reported on the user's token. A failed check
+/// makes the expression an error type, which silences the follow-on errors of the runtime call
+/// it flows into (see `stampede-runtime/src/bounds.rs`).
+fn checks(
+    span: Span,
+    value: TokenStream,
+    names: &[&str],
+    finish: Option<TokenStream>,
+) -> TokenStream {
+    let methods = names
+        .iter()
+        .map(|name| Ident::new(&format!("__stampede_{name}"), span));
+    let finish = finish.map(|finish| quote_spanned!(span=> .#finish));
+    quote_spanned!(span=> #value #(.#methods())* #finish)
 }

@@ -25,6 +25,11 @@ pub(crate) struct Function {
     /// What a call produces: the declared return type, or a boxed future's `Output`.
     pub(crate) output: Type,
     pub(crate) returns_result: bool,
+    /// The type the cache stores: `T` of a `Result<T, E>`, else the whole output.
+    pub(crate) value_ty: Type,
+    /// `E` of a `Result<T, E>` written with both arguments; an alias such as `io::Result<T>`
+    /// leaves it to the runtime's bound.
+    pub(crate) error_ty: Option<Type>,
     /// The statements that compute the value.
     pub(crate) body: Vec<Stmt>,
 }
@@ -45,6 +50,8 @@ pub(crate) struct Arg {
     pub(crate) mutability: Option<Token![mut]>,
     /// For `&T`, the `T`: the key and the load hold an owned `T::Owned` and lend it back.
     pub(crate) borrowed: Option<Type>,
+    /// The declared type: errors about the argument's bounds point at it.
+    pub(crate) ty: Type,
 }
 
 impl Function {
@@ -94,10 +101,14 @@ impl Function {
                     )),
                     _ => errors.push(error_at(
                         r,
-                        "a cached method must take `&self`",
-                        "take `&self`; the cache clones the receiver (which must be `Clone + Send + Sync + 'static`) for its detached load",
+                        "a cached method cannot take `self` by value",
+                        "take `&self`: a cached call may not run the body at all, and the load that does runs detached on a clone of the receiver (which must be `Clone + Send + Sync + 'static`)",
                     )),
                 },
+                // `#[async_trait]` has already bound a pattern argument to `__argN`.
+                FnArg::Typed(typed) if matches!(shape, Shape::AsyncTrait) && is_positional(&typed.pat) => {
+                    errors.push(pattern_error(&typed.pat));
+                }
                 FnArg::Typed(typed) => match argument(&typed.pat, &typed.ty) {
                     Ok(arg) => args.push(arg),
                     Err(e) => errors.push(e),
@@ -106,6 +117,10 @@ impl Function {
         }
 
         let returns_result = is_result(&output);
+        let (value_ty, error_ty) = match result_args(&output) {
+            Some((value, error)) if returns_result => (value, error),
+            _ => (output.clone(), None),
+        };
         let sig = match shape {
             Shape::Async => without_arg_mutability(sig),
             Shape::AsyncTrait => sig,
@@ -119,6 +134,8 @@ impl Function {
             args,
             output,
             returns_result,
+            value_ty,
+            error_ty,
             body,
         }
     }
@@ -160,16 +177,23 @@ fn check_generics(sig: &Signature, errors: &mut Errors) {
     }
 }
 
+fn pattern_error(pat: &Pat) -> syn::Error {
+    error_at(
+        pat,
+        "a cached function's arguments must be plain names",
+        "bind the argument to a name, e.g. `pair: (u32, u32)`, and destructure it in the body; the name is what a `key` template refers to",
+    )
+}
+
+/// The name `#[async_trait]` gives an argument written as a pattern.
+fn is_positional(pat: &Pat) -> bool {
+    matches!(pat, Pat::Ident(p) if p.ident.to_string().strip_prefix("__arg").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+}
+
 fn argument(pat: &Pat, ty: &Type) -> syn::Result<Arg> {
     let ident = match pat {
         Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p,
-        _ => {
-            return Err(error_at(
-                pat,
-                "a cached function's arguments must be plain names",
-                "bind the argument to a name, e.g. `pair: (u32, u32)`, and destructure it in the body",
-            ));
-        }
+        _ => return Err(pattern_error(pat)),
     };
     if let Some(span) = find_impl_trait(ty) {
         return Err(error(
@@ -195,6 +219,7 @@ fn argument(pat: &Pat, ty: &Type) -> syn::Result<Arg> {
         ident: ident.ident.clone(),
         mutability: ident.mutability,
         borrowed,
+        ty: ty.clone(),
     })
 }
 
@@ -209,6 +234,20 @@ fn declared_output(sig: &Signature) -> Type {
 /// `anyhow::Result<T>`; the runtime's bounds reject a type that only shares the name.
 fn is_result(ty: &Type) -> bool {
     matches!(ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Result"))
+}
+
+/// The `T` and, when written, the `E` of `Result<T, E>`.
+fn result_args(ty: &Type) -> Option<(Type, Option<Type>)> {
+    let Type::Path(p) = ty else { return None };
+    let PathArguments::AngleBracketed(args) = &p.path.segments.last()?.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter().filter_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty.clone()),
+        _ => None,
+    });
+    let value = types.next()?;
+    Some((value, types.next()))
 }
 
 /// Recognises the shape `#[async_trait]` gives an `async fn`: the future's `Output` and the

@@ -49,7 +49,9 @@ use crate::diag::{Errors, error};
 ///
 /// - `async fn`, free or a method taking `&self`. The receiver is not part of the key; it is
 ///   cloned (so it must be `Clone + Send + Sync + 'static`) for the load, which runs detached.
-/// - Methods of `#[async_trait]` impls: the attribute recognises the boxed-future shape.
+/// - Methods of native async-fn-in-trait impls, and of `#[async_trait]` impls (the attribute
+///   recognises the boxed-future shape `#[async_trait]` gives them first, also after
+///   `#[tracing::instrument]`).
 /// - Arguments by value (`Hash + Eq + Clone + Send + Sync + 'static`) or by `&T`, which the key
 ///   holds as `T::Owned` (`&str` as `String`). Arguments left out of a `key` template are cloned
 ///   for the load instead.
@@ -62,8 +64,10 @@ use crate::diag::{Errors, error};
 /// original error. A function returning a plain `T` has no error channel: when its load panics or
 /// times out, every waiting caller panics with the error's message.
 ///
-/// Generic functions, `&mut` receivers and arguments, `impl Trait` and patterns in arguments are
-/// refused with a compile error that says what to do instead.
+/// Generic functions, `&mut self` and `self` by value, `&mut` arguments, `impl Trait` and patterns
+/// in arguments are refused with a compile error that says what to do instead. A type that does
+/// not meet a bound above is reported at the type as written, through the runtime's marker
+/// traits (`stampede-runtime/src/bounds.rs`).
 #[proc_macro_attribute]
 pub fn cached(args: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);

@@ -1,0 +1,391 @@
+//! The bounds `#[cached]` puts on the user's types, checked one at a time at the span of the
+//! user's token, each with a message that says what the cache does with the type and the fix.
+//!
+//! Each bound is a marker trait carrying `#[diagnostic::on_unimplemented]`, implemented for
+//! [`Checked<T>`] (a key argument) or [`Witness<T>`] (a type: the receiver, an argument the load
+//! gets a clone of, the returned value and error) when `T` has the bound, and a method that
+//! exists only where the marker is implemented. The generated code calls these methods in a
+//! chain, with each method's name spanned at the user's token. A missing bound is then a
+//! method-resolution error at that token, which rustc words with the marker's message; and the
+//! failed call has an error type, so the runtime call it flows into (the key into the call, the
+//! call itself made through the returned type's witness) reports nothing more.
+//!
+//! A plain `fn check<T: Bound>()` shows the same message, but rustc then also reports the
+//! runtime's own `K: Key` or `V: Value` bound, at the attribute, in terms of `__private` items;
+//! the trybuild suite in `tests/ui` pins what the compiler prints.
+
+use std::fmt::{Debug, Display};
+use std::future::Future;
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use crate::cache::{Key, Value};
+use crate::config::Config;
+use crate::error::{Error, LoadError};
+use crate::shared::Shared;
+use crate::slot::Slot;
+
+/// A user's value or type under check; see the module's documentation.
+pub struct Checked<T>(pub T);
+
+impl<T> Checked<T> {
+    /// The value, once every check has passed.
+    #[inline(always)]
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+/// A type under check, without a value of it: the returned type, or the type of `self` or of
+/// an argument that the load gets a clone of.
+pub type Witness<T> = Checked<PhantomData<T>>;
+
+/// The witness of the type of `*value`.
+#[inline(always)]
+pub fn witness<T>(_value: &T) -> Witness<T> {
+    Checked(PhantomData)
+}
+
+impl<T> Witness<T> {
+    /// The witness of a type named in the generated code.
+    #[inline(always)]
+    #[allow(clippy::new_without_default)]
+    pub const fn new() -> Self {
+        Checked(PhantomData)
+    }
+}
+
+impl<T: Clone> Witness<T> {
+    /// A clone of `value`, once every check of its type has passed.
+    #[inline(always)]
+    pub fn clone_of(self, value: &T) -> T {
+        value.clone()
+    }
+}
+
+impl<V: Value> Witness<V> {
+    /// Calls [`Slot::get_value`] once the returned type's checks have passed.
+    #[inline(always)]
+    pub fn get_value<K, C, S, P, L, Fut>(
+        self,
+        slot: &'static Slot,
+        config: C,
+        shared: S,
+        key: K,
+        prepare: P,
+    ) -> impl Future<Output = V>
+    where
+        K: Key,
+        C: Fn() -> Config,
+        S: Fn() -> Shared<K, V>,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = V> + Send + 'static,
+    {
+        slot.get_value(config, shared, key, prepare)
+    }
+}
+
+impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
+    /// Calls [`Slot::get_result`] once the checks of `V` and `E` have passed.
+    #[inline(always)]
+    pub fn get_result<K, C, S, P, L, Fut>(
+        self,
+        slot: &'static Slot,
+        config: C,
+        shared: S,
+        key: K,
+        prepare: P,
+    ) -> impl Future<Output = Result<V, E>>
+    where
+        K: Key,
+        C: Fn() -> Config,
+        S: Fn() -> Shared<K, V>,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        slot.get_result(config, shared, key, prepare)
+    }
+}
+
+macro_rules! check {
+    (
+        $(#[$doc:meta])*
+        $marker:ident, $check:ident, $method:ident,
+        impl<$($g:ident),+> for $on:ty where $param:ident: [$($bound:tt)+],
+        message = $message:literal, label = $label:literal, note = $note:literal $(,)?
+    ) => {
+        $(#[$doc])*
+        #[diagnostic::on_unimplemented(message = $message, label = $label, note = $note)]
+        pub trait $marker<T: ?Sized> {}
+
+        impl<$($g),+> $marker<$param> for $on where $param: $($bound)+ {}
+
+        #[doc = concat!("The check of [`", stringify!($marker), "`].")]
+        pub trait $check: Sized {
+            #[doc = concat!("`self`, where [`", stringify!($marker), "`] holds.")]
+            #[inline(always)]
+            fn $method(self) -> Self {
+                self
+            }
+        }
+
+        impl<$($g),+> $check for $on where $on: $marker<$param> {}
+    };
+}
+
+check!(
+    /// An argument that is part of the key is hashed.
+    KeyHash, KeyHashCheck, __stampede_key_hash,
+    impl<T> for Checked<T> where T: [Hash],
+    message = "`{T}` cannot be part of a cache key: it does not implement `Hash`",
+    label = "this argument is part of the key, which must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    note = "derive or implement `Hash` for it, or leave this argument out of the key with a `key = \"...\"` template that names the others",
+);
+check!(
+    /// An argument that is part of the key is compared.
+    KeyEq, KeyEqCheck, __stampede_key_eq,
+    impl<T> for Checked<T> where T: [Eq],
+    message = "`{T}` cannot be part of a cache key: it does not implement `Eq`",
+    label = "this argument is part of the key, which must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    note = "derive or implement `PartialEq` and `Eq` for it (a float is not `Eq`: key on its bits or a rounded integer), or leave this argument out of the key with a `key = \"...\"` template",
+);
+check!(
+    /// An argument that is part of the key is cloned for the load.
+    KeyClone, KeyCloneCheck, __stampede_key_clone,
+    impl<T> for Checked<T> where T: [Clone],
+    message = "`{T}` cannot be part of a cache key: it does not implement `Clone`",
+    label = "this argument is part of the key, which the cache stores and the load gets a copy of, so it must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    note = "derive or implement `Clone` for it, or leave this argument out of the key with a `key = \"...\"` template",
+);
+check!(
+    /// An argument that is part of the key is shared with the detached load.
+    KeySend, KeySendCheck, __stampede_key_send,
+    impl<T> for Checked<T> where T: [Send],
+    message = "`{T}` cannot be part of a cache key: it is not `Send`",
+    label = "this argument is part of the key, which the load gets on another task, so it must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    note = "key on a value that can cross threads (an `Arc` instead of an `Rc`, an id instead of a handle)",
+);
+check!(
+    /// An argument that is part of the key is shared between tasks.
+    KeySync, KeySyncCheck, __stampede_key_sync,
+    impl<T> for Checked<T> where T: [Sync],
+    message = "`{T}` cannot be part of a cache key: it is not `Sync`",
+    label = "this argument is part of the key, which callers on other tasks compare against, so it must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    note = "key on a value that can be shared between threads (no `Cell` or `RefCell` inside)",
+);
+
+check!(
+    /// An argument left out of the key is cloned for the load.
+    ArgClone, ArgCloneCheck, __stampede_arg_clone,
+    impl<T> for Witness<T> where T: [Clone],
+    message = "`{T}` cannot be passed to a cached function's load: it does not implement `Clone`",
+    label = "this argument is not part of the key: the load, which runs detached and may be retried, gets a clone of it, so it must be `Clone + Send + Sync + 'static`",
+    note = "derive or implement `Clone` for it, or wrap it in an `Arc`",
+);
+check!(
+    /// An argument left out of the key is moved to the detached load.
+    ArgSend, ArgSendCheck, __stampede_arg_send,
+    impl<T> for Witness<T> where T: [Send],
+    message = "`{T}` cannot be passed to a cached function's load: it is not `Send`",
+    label = "this argument is not part of the key: the load, which runs detached on another task, gets a clone of it, so it must be `Clone + Send + Sync + 'static`",
+    note = "pass a value that can cross threads (an `Arc` instead of an `Rc`)",
+);
+check!(
+    /// An argument left out of the key is shared by the load's attempts.
+    ArgSync, ArgSyncCheck, __stampede_arg_sync,
+    impl<T> for Witness<T> where T: [Sync],
+    message = "`{T}` cannot be passed to a cached function's load: it is not `Sync`",
+    label = "this argument is not part of the key: the load, which runs detached on another task, gets a clone of it, so it must be `Clone + Send + Sync + 'static`",
+    note = "pass a value that can be shared between threads (no `Cell` or `RefCell` inside)",
+);
+
+check!(
+    /// The receiver of a cached method is cloned for the load.
+    ReceiverClone, ReceiverCloneCheck, __stampede_receiver_clone,
+    impl<T> for Witness<T> where T: [Clone],
+    message = "the receiver of a cached method must be `Clone`, and `{T}` is not",
+    label = "the load runs detached from this call, on a clone of `self`, so `self` must be `Clone + Send + Sync + 'static`",
+    note = "derive `Clone` for `{T}`, keeping shared state behind an `Arc` (as a connection pool does)",
+);
+check!(
+    /// The receiver of a cached method is moved to the detached load.
+    ReceiverSend, ReceiverSendCheck, __stampede_receiver_send,
+    impl<T> for Witness<T> where T: [Send],
+    message = "the receiver of a cached method must be `Send`, and `{T}` is not",
+    label = "the load runs detached from this call, on a clone of `self`, so `self` must be `Clone + Send + Sync + 'static`",
+    note = "keep the state of `{T}` in types that can cross threads (an `Arc` instead of an `Rc`)",
+);
+check!(
+    /// The receiver of a cached method is shared by the load's attempts.
+    ReceiverSync, ReceiverSyncCheck, __stampede_receiver_sync,
+    impl<T> for Witness<T> where T: [Sync],
+    message = "the receiver of a cached method must be `Sync`, and `{T}` is not",
+    label = "the load runs detached from this call, on a clone of `self`, so `self` must be `Clone + Send + Sync + 'static`",
+    note = "keep the state of `{T}` in types that can be shared between threads (a `Mutex` instead of a `RefCell`)",
+);
+
+check!(
+    /// A cached value is cloned for every caller.
+    ValueClone, ValueCloneCheck, __stampede_value_clone,
+    impl<T> for Witness<T> where T: [Clone],
+    message = "a cached function cannot return `{T}`: it does not implement `Clone`",
+    label = "the cache keeps this value and hands each caller a clone, so it must be `Clone + Send + Sync + 'static`",
+    note = "derive or implement `Clone` for it, or return an `Arc` of it",
+);
+check!(
+    /// A cached value crosses from the load's task to the callers'.
+    ValueSend, ValueSendCheck, __stampede_value_send,
+    impl<T> for Witness<T> where T: [Send],
+    message = "a cached function cannot return `{T}`: it is not `Send`",
+    label = "the load runs on its own task and the cache hands the value to callers on others, so it must be `Clone + Send + Sync + 'static`",
+    note = "return a value that can cross threads (an `Arc` instead of an `Rc`)",
+);
+check!(
+    /// A cached value is shared between tasks.
+    ValueSync, ValueSyncCheck, __stampede_value_sync,
+    impl<T> for Witness<T> where T: [Sync],
+    message = "a cached function cannot return `{T}`: it is not `Sync`",
+    label = "the cache shares this value between the tasks that call the function, so it must be `Clone + Send + Sync + 'static`",
+    note = "return a value that can be shared between threads (a `Mutex` instead of a `RefCell`)",
+);
+
+check!(
+    /// The `T` of a cached `Result<T, E>` is cloned for every caller.
+    OkClone, OkCloneCheck, __stampede_ok_clone,
+    impl<T, E> for Witness<Result<T, E>> where T: [Clone],
+    message = "a cached function cannot return `{T}`: it does not implement `Clone`",
+    label = "the cache keeps this value and hands each caller a clone, so it must be `Clone + Send + Sync + 'static`",
+    note = "derive or implement `Clone` for it, or return an `Arc` of it",
+);
+
+check!(
+    /// The `T` of a cached `Result<T, E>` crosses from the load's task to the callers'.
+    OkSend, OkSendCheck, __stampede_ok_send,
+    impl<T, E> for Witness<Result<T, E>> where T: [Send],
+    message = "a cached function cannot return `{T}`: it is not `Send`",
+    label = "the load runs on its own task and the cache hands the value to callers on others, so it must be `Clone + Send + Sync + 'static`",
+    note = "return a value that can cross threads (an `Arc` instead of an `Rc`)",
+);
+
+check!(
+    /// The `T` of a cached `Result<T, E>` is shared between tasks.
+    OkSync, OkSyncCheck, __stampede_ok_sync,
+    impl<T, E> for Witness<Result<T, E>> where T: [Sync],
+    message = "a cached function cannot return `{T}`: it is not `Sync`",
+    label = "the cache shares this value between the tasks that call the function, so it must be `Clone + Send + Sync + 'static`",
+    note = "return a value that can be shared between threads (a `Mutex` instead of a `RefCell`)",
+);
+
+check!(
+    /// The error type receives the cache's own errors.
+    ErrorFrom, ErrorFromCheck, __stampede_error_from,
+    impl<T, E> for Witness<Result<T, E>> where E: [From<Error>],
+    message = "`{T}` cannot be the error type of a cached function: it does not implement `From<stampede::Error>`",
+    label = "timeouts, panics and the failure of a load shared by several callers reach each caller through this type",
+    note = "add `impl From<stampede::Error> for {T}`, e.g. a variant that holds the `stampede::Error`; `stampede::Error::upstream` recovers the load's own error",
+);
+check!(
+    /// The error type is shown to every waiter of a failed load.
+    ErrorDisplay, ErrorDisplayCheck, __stampede_error_display,
+    impl<T, E> for Witness<Result<T, E>> where E: [Display],
+    message = "`{T}` cannot be the error type of a cached function: it does not implement `Display`",
+    label = "a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`",
+    note = "implement `Display` for it (`thiserror` does)",
+);
+check!(
+    /// The error type is debugged through the shared failure.
+    ErrorDebug, ErrorDebugCheck, __stampede_error_debug,
+    impl<T, E> for Witness<Result<T, E>> where E: [Debug],
+    message = "`{T}` cannot be the error type of a cached function: it does not implement `Debug`",
+    label = "a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`",
+    note = "derive `Debug` for it",
+);
+check!(
+    /// The error type crosses from the load's task to the callers'.
+    ErrorSend, ErrorSendCheck, __stampede_error_send,
+    impl<T, E> for Witness<Result<T, E>> where E: [Send],
+    message = "`{T}` cannot be the error type of a cached function: it is not `Send`",
+    label = "a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`",
+    note = "keep the error's contents in types that can cross threads",
+);
+check!(
+    /// The error type is shared between the callers of a failed load.
+    ErrorSync, ErrorSyncCheck, __stampede_error_sync,
+    impl<T, E> for Witness<Result<T, E>> where E: [Sync],
+    message = "`{T}` cannot be the error type of a cached function: it is not `Sync`",
+    label = "a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`",
+    note = "keep the error's contents in types that can be shared between threads (`anyhow::Error` and `Box<dyn Error + Send + Sync>` are)",
+);
+
+#[cfg(feature = "redis")]
+mod redis_checks {
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+
+    use super::{Checked, Witness};
+
+    check!(
+        /// An argument that is part of the key of a cache backed by Redis is written as text.
+        KeySerialize, KeySerializeCheck, __stampede_key_serialize,
+        impl<T> for Checked<T> where T: [Serialize],
+        message = "`{T}` cannot be part of the key of a cache backed by Redis: it does not implement `serde::Serialize`",
+        label = "this argument is part of the Redis key, which is written from the arguments with serde",
+        note = "derive `serde::Serialize` for it, or leave it out of the key with a `key = \"...\"` template",
+    );
+    check!(
+        /// The value of a cache backed by Redis is stored there.
+        ValueSerialize, ValueSerializeCheck, __stampede_value_serialize,
+        impl<T> for Witness<T> where T: [Serialize],
+        message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Serialize`",
+        label = "this cache keeps its values in Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`), written with serde",
+        note = "derive `serde::Serialize` and `serde::Deserialize` for it, or keep the cache in memory (`lock = \"local\"`, `backend = \"memory\"`)",
+    );
+    check!(
+        /// The value of a cache backed by Redis is read back from there.
+        ValueDeserialize, ValueDeserializeCheck, __stampede_value_deserialize,
+        impl<T> for Witness<T> where T: [DeserializeOwned],
+        message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Deserialize`",
+        label = "this cache reads its values back from Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`) with serde",
+        note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
+    );
+    check!(
+        /// The `T` of a `Result<T, E>` cached in Redis is stored there.
+        OkSerialize, OkSerializeCheck, __stampede_ok_serialize,
+        impl<T, E> for Witness<Result<T, E>> where T: [Serialize],
+        message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Serialize`",
+        label = "this cache keeps its values in Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`), written with serde",
+        note = "derive `serde::Serialize` and `serde::Deserialize` for it, or keep the cache in memory (`lock = \"local\"`, `backend = \"memory\"`)",
+    );
+    check!(
+        /// The `T` of a `Result<T, E>` cached in Redis is read back from there.
+        OkDeserialize, OkDeserializeCheck, __stampede_ok_deserialize,
+        impl<T, E> for Witness<Result<T, E>> where T: [DeserializeOwned],
+        message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Deserialize`",
+        label = "this cache reads its values back from Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`) with serde",
+        note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
+    );
+
+    pub mod checks {
+        pub use super::{
+            KeySerializeCheck as _, OkDeserializeCheck as _, OkSerializeCheck as _,
+            ValueDeserializeCheck as _, ValueSerializeCheck as _,
+        };
+    }
+}
+
+/// Every check's trait, for the generated code's `use checks::*;` (nameless, so that no name of
+/// the user's is shadowed).
+pub mod checks {
+    #[cfg(feature = "redis")]
+    pub use super::redis_checks::checks::*;
+    pub use super::{
+        ArgCloneCheck as _, ArgSendCheck as _, ArgSyncCheck as _, ErrorDebugCheck as _,
+        ErrorDisplayCheck as _, ErrorFromCheck as _, ErrorSendCheck as _, ErrorSyncCheck as _,
+        KeyCloneCheck as _, KeyEqCheck as _, KeyHashCheck as _, KeySendCheck as _,
+        KeySyncCheck as _, OkCloneCheck as _, OkSendCheck as _, OkSyncCheck as _,
+        ReceiverCloneCheck as _, ReceiverSendCheck as _, ReceiverSyncCheck as _,
+        ValueCloneCheck as _, ValueSendCheck as _, ValueSyncCheck as _,
+    };
+}

@@ -1,0 +1,327 @@
+//! Where the attribute goes: native async-fn-in-trait impls, `#[async_trait]` impls used through
+//! `dyn Trait`, functions in modules, impls of a generic type at one concrete type, and next to
+//! the attributes users put on the same function (`#[doc]`, `#[must_use]`, `#[allow]`,
+//! `#[tracing::instrument]` in either order), with `where` clauses and visibility.
+//!
+//! Methods on `&self` and borrowed arguments are in `shapes.rs`; what is refused is pinned in
+//! `tests/ui`.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use async_trait::async_trait;
+use common::{AppError, within};
+use stampede::cached;
+
+/// Counts the loads of one repository handle; cheap to clone, as a pool is.
+#[derive(Clone, Default)]
+struct Loads(Arc<AtomicUsize>);
+
+impl Loads {
+    fn record(&self) {
+        self.0.fetch_add(1, SeqCst);
+    }
+
+    fn count(&self) -> usize {
+        self.0.load(SeqCst)
+    }
+}
+
+// ---- native async fn in a trait impl -------------------------------------------------------
+
+trait Catalog {
+    async fn title(&self, id: u32) -> String;
+}
+
+#[derive(Clone, Default)]
+struct NativeCatalog {
+    loads: Loads,
+}
+
+impl Catalog for NativeCatalog {
+    #[cached(ttl = "60s", name = "placement::native")]
+    async fn title(&self, id: u32) -> String {
+        self.loads.record();
+        format!("title {id}")
+    }
+}
+
+#[tokio::test]
+async fn a_native_async_trait_method_is_cached() {
+    let catalog = NativeCatalog::default();
+    assert_eq!(within(catalog.title(1)).await, "title 1");
+    assert_eq!(within(catalog.title(1)).await, "title 1");
+    assert_eq!(within(catalog.title(2)).await, "title 2");
+    assert_eq!(catalog.loads.count(), 2);
+}
+
+// ---- #[async_trait] impls, used through dyn Trait -------------------------------------------
+
+#[async_trait]
+trait Users: Send + Sync {
+    async fn name(&self, id: u32) -> Result<String, AppError>;
+    async fn greeting(&self, name: &str, mut times: u32) -> String;
+    async fn traced(&self, id: u32) -> u32;
+    async fn traced_inside(&self, id: u32) -> u32;
+}
+
+#[derive(Clone, Default)]
+struct DbUsers {
+    loads: Loads,
+}
+
+#[async_trait]
+impl Users for DbUsers {
+    #[cached(ttl = "60s", name = "placement::dyn_name")]
+    async fn name(&self, id: u32) -> Result<String, AppError> {
+        self.loads.record();
+        if id == 0 {
+            return Err(AppError::Db("no user 0".into()));
+        }
+        Ok(format!("user {id}"))
+    }
+
+    /// A borrowed argument and a `mut` one, which `#[async_trait]` moves into its block.
+    #[cached(ttl = "60s")]
+    async fn greeting(&self, name: &str, mut times: u32) -> String {
+        self.loads.record();
+        times += 1;
+        format!("hello {name} x{times}")
+    }
+
+    #[tracing::instrument(skip(self))]
+    #[cached(ttl = "60s")]
+    async fn traced(&self, id: u32) -> u32 {
+        self.loads.record();
+        id * 10
+    }
+
+    #[cached(ttl = "60s")]
+    #[tracing::instrument(skip(self))]
+    async fn traced_inside(&self, id: u32) -> u32 {
+        self.loads.record();
+        id * 100
+    }
+}
+
+#[tokio::test]
+async fn an_async_trait_method_is_cached_through_dyn_trait() {
+    let users = DbUsers::default();
+    let loads = users.loads.clone();
+    let users: Arc<dyn Users> = Arc::new(users);
+
+    // Concurrent callers of one cold key share one load, through the trait object.
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let users = users.clone();
+            tokio::spawn(async move { users.name(7).await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(within(call).await.unwrap().unwrap(), "user 7");
+    }
+    assert_eq!(loads.count(), 1);
+
+    // The error path of the boxed future: not cached, the original error comes back.
+    assert!(matches!(within(users.name(0)).await, Err(AppError::Db(m)) if m == "no user 0"));
+    assert!(within(users.name(0)).await.is_err());
+    assert_eq!(loads.count(), 3);
+    assert!(stampede::stats("placement::dyn_name").is_some());
+}
+
+#[tokio::test]
+async fn an_async_trait_method_keeps_borrowed_and_mut_arguments() {
+    let users = DbUsers::default();
+    let users_dyn: &dyn Users = &users;
+    let owned = String::from("ann");
+    assert_eq!(within(users_dyn.greeting("ann", 1)).await, "hello ann x2");
+    assert_eq!(within(users_dyn.greeting(&owned, 1)).await, "hello ann x2");
+    assert_eq!(within(users_dyn.greeting("bob", 1)).await, "hello bob x2");
+    assert_eq!(users.loads.count(), 2);
+}
+
+#[tokio::test]
+async fn instrument_works_on_either_side_of_cached_in_an_async_trait_impl() {
+    let users = DbUsers::default();
+    let users_dyn: &dyn Users = &users;
+    assert_eq!(within(users_dyn.traced(1)).await, 10);
+    assert_eq!(within(users_dyn.traced(1)).await, 10);
+    assert_eq!(within(users_dyn.traced_inside(1)).await, 100);
+    assert_eq!(within(users_dyn.traced_inside(1)).await, 100);
+    assert_eq!(users.loads.count(), 2);
+}
+
+// ---- modules, and an impl of a generic type at one concrete type ----------------------------
+
+mod inventory {
+    pub mod stock {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+        pub static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+        #[stampede::cached(ttl = "60s")]
+        pub async fn level(sku: &str) -> u32 {
+            LOADS.fetch_add(1, SeqCst);
+            u32::try_from(sku.len()).unwrap_or(u32::MAX)
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_function_in_a_module_is_cached_under_its_module_path() {
+    assert_eq!(within(inventory::stock::level("abc")).await, 3);
+    assert_eq!(within(inventory::stock::level("abc")).await, 3);
+    assert_eq!(inventory::stock::LOADS.load(SeqCst), 1);
+    assert!(
+        stampede::stats("placement::inventory::stock::level").is_some(),
+        "{:?}",
+        stampede::caches()
+    );
+}
+
+#[derive(Clone)]
+struct Postgres;
+#[derive(Clone)]
+struct Sqlite;
+
+#[derive(Clone)]
+struct Repo<Db> {
+    db: Db,
+    loads: Loads,
+}
+
+impl Repo<Postgres> {
+    #[cached(ttl = "60s")]
+    async fn find(&self, id: u32) -> String {
+        let Postgres = self.db;
+        self.loads.record();
+        format!("pg {id}")
+    }
+}
+
+impl Repo<Sqlite> {
+    #[cached(ttl = "60s")]
+    async fn find(&self, id: u32) -> String {
+        let Sqlite = self.db;
+        self.loads.record();
+        format!("sqlite {id}")
+    }
+}
+
+#[tokio::test]
+async fn impls_of_a_generic_type_at_concrete_types_have_their_own_caches() {
+    let loads = Loads::default();
+    let pg = Repo {
+        db: Postgres,
+        loads: loads.clone(),
+    };
+    let lite = Repo {
+        db: Sqlite,
+        loads: loads.clone(),
+    };
+    assert_eq!(within(pg.find(1)).await, "pg 1");
+    assert_eq!(within(pg.find(1)).await, "pg 1");
+    assert_eq!(within(lite.find(1)).await, "sqlite 1");
+    assert_eq!(within(lite.find(1)).await, "sqlite 1");
+    assert_eq!(loads.count(), 2);
+    let names: Vec<String> = stampede::caches()
+        .iter()
+        .map(|c| c.config.name.to_string())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.ends_with("Repo<placement::Postgres>::find")),
+        "{names:?}"
+    );
+    assert!(
+        names
+            .iter()
+            .any(|n| n.ends_with("Repo<placement::Sqlite>::find")),
+        "{names:?}"
+    );
+}
+
+// ---- the attributes users put next to it ----------------------------------------------------
+
+pub mod api {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    pub static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    /// The price of a product, in cents.
+    #[must_use]
+    #[allow(clippy::needless_pass_by_value)]
+    #[stampede::cached(ttl = "60s")]
+    pub async fn price(sku: String) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        sku.len() as u64 * 100
+    }
+
+    #[stampede::cached(ttl = "60s")]
+    #[tracing::instrument]
+    pub(crate) async fn traced(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id + 1
+    }
+
+    #[tracing::instrument(level = "debug")]
+    #[stampede::cached(ttl = "60s")]
+    pub(crate) async fn traced_outside(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id + 2
+    }
+}
+
+#[tokio::test]
+async fn doc_must_use_allow_visibility_and_instrument_are_kept() {
+    let before = api::LOADS.load(SeqCst);
+    assert_eq!(within(api::price("ab".into())).await, 200);
+    assert_eq!(within(api::price("ab".into())).await, 200);
+    assert_eq!(within(api::traced(1)).await, 2);
+    assert_eq!(within(api::traced(1)).await, 2);
+    assert_eq!(within(api::traced_outside(1)).await, 3);
+    assert_eq!(within(api::traced_outside(1)).await, 3);
+    assert_eq!(api::LOADS.load(SeqCst) - before, 3);
+}
+
+trait Label {
+    fn label(&self) -> String;
+}
+
+impl Label for u32 {
+    fn label(&self) -> String {
+        format!("#{self}")
+    }
+}
+
+#[derive(Clone, Default)]
+struct Labels<T> {
+    loads: Loads,
+    _of: std::marker::PhantomData<T>,
+}
+
+impl<T> Labels<T>
+where
+    T: Label + Clone + std::hash::Hash + Eq + Send + Sync + 'static,
+{
+    /// A `where` clause on the impl, and one on the method.
+    #[cached(ttl = "60s")]
+    async fn of(&self, item: T) -> String
+    where
+        Self: Clone + Send + Sync,
+    {
+        self.loads.record();
+        item.label()
+    }
+}
+
+#[tokio::test]
+async fn where_clauses_are_kept() {
+    let labels = Labels::<u32>::default();
+    assert_eq!(within(labels.of(5)).await, "#5");
+    assert_eq!(within(labels.of(5)).await, "#5");
+    assert_eq!(labels.loads.count(), 1);
+}

@@ -1,0 +1,6 @@
+#[stampede::cached(stale = "30s")]
+async fn product(id: u64) -> u64 {
+    id
+}
+
+fn main() {}

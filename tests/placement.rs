@@ -305,7 +305,7 @@ struct Labels<T> {
 
 impl<T> Labels<T>
 where
-    T: Label + Clone + std::hash::Hash + Eq + Send + Sync + 'static,
+    T: Label + Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
 {
     /// A `where` clause on the impl, and one on the method.
     #[cached(ttl = "60s")]

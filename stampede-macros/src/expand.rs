@@ -293,7 +293,14 @@ fn first_span(ty: &Type) -> Span {
     ty.span()
 }
 
-const KEY_CHECKS: &[&str] = &["key_hash", "key_eq", "key_clone", "key_send", "key_sync"];
+const KEY_CHECKS: &[&str] = &[
+    "key_hash",
+    "key_eq",
+    "key_clone",
+    "key_debug",
+    "key_send",
+    "key_sync",
+];
 const ARG_CHECKS: &[&str] = &["arg_clone", "arg_send", "arg_sync"];
 const RECEIVER_CHECKS: &[&str] = &["receiver_clone", "receiver_send", "receiver_sync"];
 const VALUE_CHECKS: &[&str] = &["value_clone", "value_send", "value_sync"];

@@ -52,7 +52,7 @@ use crate::diag::{Errors, error};
 /// - Methods of native async-fn-in-trait impls, and of `#[async_trait]` impls (the attribute
 ///   recognises the boxed-future shape `#[async_trait]` gives them first, also after
 ///   `#[tracing::instrument]`).
-/// - Arguments by value (`Hash + Eq + Clone + Send + Sync + 'static`) or by `&T`, which the key
+/// - Arguments by value (`Hash + Eq + Clone + Debug + Send + Sync + 'static`) or by `&T`, which the key
 ///   holds as `T::Owned` (`&str` as `String`). Arguments left out of a `key` template are cloned
 ///   for the load instead.
 /// - Return types: `T: Clone + Send + Sync + 'static` (an `Option<T>` caches `None` like any

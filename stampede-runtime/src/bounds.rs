@@ -140,7 +140,7 @@ check!(
     KeyHash, KeyHashCheck, __stampede_key_hash,
     impl<T> for Checked<T> where T: [Hash],
     message = "`{T}` cannot be part of a cache key: it does not implement `Hash`",
-    label = "this argument is part of the key, which must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    label = "this argument is part of the key, which must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "derive or implement `Hash` for it, or leave this argument out of the key with a `key = \"...\"` template that names the others",
 );
 check!(
@@ -148,7 +148,7 @@ check!(
     KeyEq, KeyEqCheck, __stampede_key_eq,
     impl<T> for Checked<T> where T: [Eq],
     message = "`{T}` cannot be part of a cache key: it does not implement `Eq`",
-    label = "this argument is part of the key, which must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    label = "this argument is part of the key, which must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "derive or implement `PartialEq` and `Eq` for it (a float is not `Eq`: key on its bits or a rounded integer), or leave this argument out of the key with a `key = \"...\"` template",
 );
 check!(
@@ -156,15 +156,23 @@ check!(
     KeyClone, KeyCloneCheck, __stampede_key_clone,
     impl<T> for Checked<T> where T: [Clone],
     message = "`{T}` cannot be part of a cache key: it does not implement `Clone`",
-    label = "this argument is part of the key, which the cache stores and the load gets a copy of, so it must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    label = "this argument is part of the key, which the cache stores and the load gets a copy of, so it must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "derive or implement `Clone` for it, or leave this argument out of the key with a `key = \"...\"` template",
+);
+check!(
+    /// An argument that is part of the key is printed in stats and traces.
+    KeyDebug, KeyDebugCheck, __stampede_key_debug,
+    impl<T> for Checked<T> where T: [Debug],
+    message = "`{T}` cannot be part of a cache key: it does not implement `Debug`",
+    label = "this argument is part of the key, which stats and traces print, so it must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
+    note = "derive `Debug` for it, or leave this argument out of the key with a `key = \"...\"` template",
 );
 check!(
     /// An argument that is part of the key is shared with the detached load.
     KeySend, KeySendCheck, __stampede_key_send,
     impl<T> for Checked<T> where T: [Send],
     message = "`{T}` cannot be part of a cache key: it is not `Send`",
-    label = "this argument is part of the key, which the load gets on another task, so it must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    label = "this argument is part of the key, which the load gets on another task, so it must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "key on a value that can cross threads (an `Arc` instead of an `Rc`, an id instead of a handle)",
 );
 check!(
@@ -172,7 +180,7 @@ check!(
     KeySync, KeySyncCheck, __stampede_key_sync,
     impl<T> for Checked<T> where T: [Sync],
     message = "`{T}` cannot be part of a cache key: it is not `Sync`",
-    label = "this argument is part of the key, which callers on other tasks compare against, so it must be `Hash + Eq + Clone + Send + Sync + 'static`",
+    label = "this argument is part of the key, which callers on other tasks compare against, so it must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "key on a value that can be shared between threads (no `Cell` or `RefCell` inside)",
 );
 
@@ -383,9 +391,9 @@ pub mod checks {
     pub use super::{
         ArgCloneCheck as _, ArgSendCheck as _, ArgSyncCheck as _, ErrorDebugCheck as _,
         ErrorDisplayCheck as _, ErrorFromCheck as _, ErrorSendCheck as _, ErrorSyncCheck as _,
-        KeyCloneCheck as _, KeyEqCheck as _, KeyHashCheck as _, KeySendCheck as _,
-        KeySyncCheck as _, OkCloneCheck as _, OkSendCheck as _, OkSyncCheck as _,
-        ReceiverCloneCheck as _, ReceiverSendCheck as _, ReceiverSyncCheck as _,
+        KeyCloneCheck as _, KeyDebugCheck as _, KeyEqCheck as _, KeyHashCheck as _,
+        KeySendCheck as _, KeySyncCheck as _, OkCloneCheck as _, OkSendCheck as _,
+        OkSyncCheck as _, ReceiverCloneCheck as _, ReceiverSendCheck as _, ReceiverSyncCheck as _,
         ValueCloneCheck as _, ValueSendCheck as _, ValueSyncCheck as _,
     };
 }

@@ -1,6 +1,7 @@
 //! One cache: the in-memory store, the loads in flight, and the path of a call through them.
 
 use std::any::Any;
+use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
@@ -11,17 +12,22 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::config::{Config, Lock};
 use crate::entry::{Entry, Freshness};
 use crate::error::{Error, LoadError, UpstreamError};
 use crate::flight::{Flights, Joined, Leader};
+use crate::hot::HotKeys;
 use crate::shared::Shared;
-use crate::stats::{Counters, Inspect, Stats};
+use crate::stats::{Inspect, Stats};
+use crate::telemetry::{Reason, Telemetry};
 
-/// What a cache key must be: hashable, comparable, cloneable, and shareable across tasks.
-pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {}
-impl<K: Hash + Eq + Clone + Send + Sync + 'static> Key for K {}
+/// What a cache key must be: hashable, comparable, cloneable, printable (in stats and traces),
+/// and shareable across tasks.
+pub trait Key: Hash + Eq + Clone + Debug + Send + Sync + 'static {}
+impl<K: Hash + Eq + Clone + Debug + Send + Sync + 'static> Key for K {}
 
 /// What a cached value must be: cloneable (every caller gets its own copy) and shareable.
 pub trait Value: Clone + Send + Sync + 'static {}
@@ -35,7 +41,8 @@ pub(crate) struct Cache<K, V> {
     pub(crate) config: Config,
     pub(crate) store: moka::future::Cache<K, Entry<V>>,
     flights: Flights<K, V>,
-    pub(crate) counters: Counters,
+    pub(crate) telemetry: Telemetry,
+    hot: HotKeys<K>,
     /// How values are shared beyond this process, if they are.
     pub(crate) shared: Shared<K, V>,
     /// Bumped by every invalidation: a load that began before one does not store its value.
@@ -52,10 +59,11 @@ impl<K: Key, V: Value> Cache<K, V> {
             store = store.support_invalidation_closures();
         }
         Cache {
+            telemetry: Telemetry::new(&config),
             config,
             store: store.build(),
             flights: Flights::new(),
-            counters: Counters::default(),
+            hot: HotKeys::new(),
             shared,
             generation: AtomicU64::new(0),
         }
@@ -70,36 +78,61 @@ impl<K: Key, V: Value> Cache<K, V> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
+        // At TRACE level: an atomic load decides it is off, so the hit path pays nothing more.
+        let span =
+            tracing::trace_span!("stampede.lookup", cache = %self.config.name, outcome = Empty);
+        self.lookup(key, prepare).instrument(span).await
+    }
+
+    async fn lookup<E, P, L, Fut>(&'static self, key: K, prepare: P) -> Result<V, Error>
+    where
+        E: LoadError,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        let outcome = |outcome: &str| {
+            tracing::Span::current().record("outcome", outcome);
+        };
         if self.config.in_memory()
             && let Some(entry) = self.store.get(&key).await
         {
             match entry.freshness(Instant::now()) {
                 Freshness::Fresh => {
-                    Counters::bump(&self.counters.hits);
+                    let hit = self.telemetry.hits.bump();
+                    self.hot.hit(hit, &key, entry.filled_at);
+                    outcome("hit");
                     return Ok(entry.value);
                 }
                 Freshness::Stale if self.config.lock != Lock::None => {
-                    Counters::bump(&self.counters.stale_served);
+                    self.telemetry.stale_served.bump();
                     self.refresh(&key, prepare);
+                    outcome("stale");
                     return Ok(entry.value);
                 }
                 Freshness::Stale | Freshness::Expired => {}
             }
         }
-        Counters::bump(&self.counters.misses);
+        self.telemetry.misses.bump();
         if self.config.lock == Lock::None {
+            outcome("miss");
+            self.telemetry.load_started(Reason::Miss);
             return self.fill(&key, &prepare(), &|_| {}).await;
         }
-        match self.flights.join(&key) {
+        let waiter = match self.flights.join(&key) {
             Joined::Shared(waiter) => {
-                Counters::bump(&self.counters.shared);
-                waiter.wait(&self.config.name).await
+                self.telemetry.shared.bump();
+                outcome("shared");
+                waiter
             }
             Joined::Led(leader, waiter) => {
-                self.spawn_load(leader, prepare())?;
-                waiter.wait(&self.config.name).await
+                outcome("miss");
+                self.spawn_load(leader, prepare(), Reason::Miss)?;
+                waiter
             }
-        }
+        };
+        let _waiting = self.telemetry.waiters.raise();
+        waiter.wait(&self.config.name).await
     }
 
     /// Starts a background refresh of a stale key, unless one is already in flight.
@@ -111,18 +144,19 @@ impl<K: Key, V: Value> Cache<K, V> {
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
         if let Some(leader) = self.flights.lead(key) {
-            Counters::bump(&self.counters.refreshes);
             // Outside a runtime the refresh cannot start; the stale value is served regardless.
-            let _ = self.spawn_load(leader, prepare());
+            let _ = self.spawn_load(leader, prepare(), Reason::Stale);
         }
     }
 
     /// Runs the leader's load detached on the caller's runtime, so that cancelling the caller
-    /// neither cancels the load nor strands the other waiters.
+    /// neither cancels the load nor strands the other waiters. Its span follows from the span of
+    /// the call that started it.
     fn spawn_load<E, L, Fut>(
         &'static self,
         leader: Leader<'static, K, V>,
         load: L,
+        reason: Reason,
     ) -> Result<(), Error>
     where
         E: LoadError,
@@ -132,17 +166,33 @@ impl<K: Key, V: Value> Cache<K, V> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime {
             cache: self.config.name.clone(),
         })?;
-        runtime.spawn(async move {
+        self.telemetry.load_started(reason);
+        let span = tracing::debug_span!(
+            "stampede.refresh",
+            cache = %self.config.name,
+            key = ?leader.key(),
+            reason = reason.as_str(),
+            outcome = Empty,
+            duration_ms = Empty,
+        );
+        span.follows_from(tracing::Span::current());
+        let running = async move {
+            let _running = self.telemetry.in_flight.raise();
+            let started = Instant::now();
             let serve = |value: &V| leader.serve(value.clone());
             let outcome = AssertUnwindSafe(self.fill(leader.key(), &load, &serve))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|panic| {
-                    Counters::bump(&self.counters.load_errors);
+                    self.telemetry.load_errors.bump();
                     Err(Error::panicked(&self.config.name, &*panic))
                 });
+            let span = tracing::Span::current();
+            span.record("outcome", outcome_name(&outcome));
+            span.record("duration_ms", started.elapsed().as_millis() as u64);
             leader.finish(outcome);
-        });
+        };
+        runtime.spawn(running.instrument(span));
         Ok(())
     }
 
@@ -175,14 +225,9 @@ impl<K: Key, V: Value> Cache<K, V> {
     {
         let generation = self.generation();
         let value = self.attempts(key, load).await?;
-        let ttl = crate::entry::jittered_ttl(self.config.ttl, self.config.jitter);
-        let now = Instant::now();
-        self.remember(
-            key,
-            Entry::new(value.clone(), now + ttl, now + ttl + self.config.stale),
-            generation,
-        )
-        .await;
+        let fresh = crate::entry::jittered_ttl(self.config.ttl, self.config.jitter);
+        let entry = Entry::loaded(value.clone(), Instant::now(), fresh, self.config.stale);
+        self.remember(key, entry, generation).await;
         Ok(value)
     }
 
@@ -193,27 +238,30 @@ impl<K: Key, V: Value> Cache<K, V> {
         L: Fn(&K) -> Fut,
         Fut: Future<Output = Result<V, E>>,
     {
+        let started = Instant::now();
         let mut retry = 0;
-        loop {
-            Counters::bump(&self.counters.loads);
+        let outcome = loop {
+            self.telemetry.loads.bump();
             let error = match tokio::time::timeout(self.config.timeout, load(key)).await {
-                Ok(Ok(value)) => return Ok(value),
+                Ok(Ok(value)) => break Ok(value),
                 Ok(Err(error)) => Error::Upstream(UpstreamError::new(&self.config.name, error)),
                 Err(_elapsed) => {
-                    Counters::bump(&self.counters.timeouts);
+                    self.telemetry.timeouts.bump();
                     Error::Timeout {
                         cache: self.config.name.clone(),
                         after: self.config.timeout,
                     }
                 }
             };
-            Counters::bump(&self.counters.load_errors);
+            self.telemetry.load_errors.bump();
             if retry == self.config.retries {
-                return Err(error);
+                break Err(error);
             }
             tokio::time::sleep(self.config.backoff_delay(retry)).await;
             retry += 1;
-        }
+        };
+        self.telemetry.load_took(started.elapsed());
+        outcome
     }
 
     /// The invalidation count, read before a load so that its value is not stored if the key
@@ -248,8 +296,26 @@ impl<K: Key, V: Value> Inspect for Cache<K, V> {
     }
 
     fn stats(&self) -> Stats {
-        self.counters
-            .snapshot(self.store.entry_count(), self.flights.len() as u64)
+        let t = &self.telemetry;
+        Stats {
+            hits: t.hits.get(),
+            misses: t.misses.get(),
+            stale_served: t.stale_served.get(),
+            loads: t.loads.get(),
+            load_errors: t.load_errors.get(),
+            timeouts: t.timeouts.get(),
+            refreshes: t.refreshes.get(),
+            shared: t.shared.get(),
+            remote_hits: t.remote_hits.get(),
+            lock_acquired: t.lock_acquired.get(),
+            lock_busy: t.lock_busy.get(),
+            degraded: t.degraded.get(),
+            decode_errors: t.decode_errors.get(),
+            entries: self.store.entry_count(),
+            in_flight: self.flights.len() as u64,
+            waiters: t.waiters.get(),
+            hot_keys: self.hot.snapshot(),
+        }
     }
 
     fn invalidate<'a>(
@@ -261,6 +327,16 @@ impl<K: Key, V: Value> Inspect for Cache<K, V> {
             self.forget(key).await;
             self.shared.invalidate(self, key).await
         }))
+    }
+}
+
+/// The `outcome` field of a refresh span.
+fn outcome_name<V>(outcome: &Result<V, Error>) -> &'static str {
+    match outcome {
+        Ok(_) => "ok",
+        Err(Error::Timeout { .. }) => "timeout",
+        Err(Error::LoadPanicked { .. }) => "panic",
+        Err(_) => "error",
     }
 }
 

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How concurrent misses on one key are coordinated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Lock {
     /// One load per key per process; every other caller waits for it (singleflight).
     Local,
@@ -15,7 +16,8 @@ pub enum Lock {
 }
 
 /// Where values are kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// In this process only (moka).
     Memory,
@@ -26,7 +28,8 @@ pub enum Backend {
 }
 
 /// What a process does when another holds a key's Redis lock and no stale value can be served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Busy {
     /// Wait for the holder's value (woken by its publication), up to the connection's lock wait;
     /// then load it here.
@@ -37,22 +40,27 @@ pub enum Busy {
     Error,
 }
 
-/// The options of one cache. Built by `#[cached]`; listed by [`caches`](crate::caches).
-#[derive(Clone, Debug)]
+/// The options of one cache. Built by `#[cached]`; listed by [`caches`](crate::caches), and
+/// serialized (durations as milliseconds) for debug pages.
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Config {
     /// The cache's name in stats, metrics and errors.
     pub name: Arc<str>,
     /// How long a value is fresh, before jitter.
+    #[serde(rename = "ttl_ms", serialize_with = "crate::stats::millis")]
     pub ttl: Duration,
     /// Percent (0..=100) by which a fill may shorten `ttl`, drawn uniformly per fill.
     pub jitter: u8,
     /// Window after the fresh time in which the old value is served while one refresh runs.
+    #[serde(rename = "stale_ms", serialize_with = "crate::stats::millis")]
     pub stale: Duration,
     /// Bound on one load attempt.
+    #[serde(rename = "timeout_ms", serialize_with = "crate::stats::millis")]
     pub timeout: Duration,
     /// Extra attempts after a failed or timed-out attempt.
     pub retries: u32,
     /// Base delay before a retry; doubled per retry and jittered.
+    #[serde(rename = "backoff_ms", serialize_with = "crate::stats::millis")]
     pub backoff: Duration,
     /// How concurrent misses are coordinated.
     pub lock: Lock,

@@ -8,6 +8,8 @@ use tokio::time::Instant;
 #[derive(Clone, Debug)]
 pub(crate) struct Entry<V> {
     pub(crate) value: V,
+    /// When the value was loaded, for its age in the stats.
+    pub(crate) filled_at: Instant,
     fresh_until: Instant,
     stale_until: Instant,
 }
@@ -24,12 +26,23 @@ pub(crate) enum Freshness {
 }
 
 impl<V> Entry<V> {
-    pub(crate) fn new(value: V, fresh_until: Instant, stale_until: Instant) -> Self {
+    pub(crate) fn new(
+        value: V,
+        filled_at: Instant,
+        fresh_until: Instant,
+        stale_until: Instant,
+    ) -> Self {
         Entry {
             value,
+            filled_at,
             fresh_until,
             stale_until,
         }
+    }
+
+    /// A value loaded at `now`: fresh for `fresh`, then stale for `stale`.
+    pub(crate) fn loaded(value: V, now: Instant, fresh: Duration, stale: Duration) -> Self {
+        Entry::new(value, now, now + fresh, now + fresh + stale)
     }
 
     /// Whether the entry may still be served, fresh or stale.

@@ -134,6 +134,8 @@ impl Slot {
 
 /// Builds a cache that lives as long as the process, and lists it in the registries.
 fn leak<K: Key, V: Value>(config: Config, shared: Shared<K, V>) -> Erased {
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(crate::telemetry::describe);
     let cache: &'static Cache<K, V> = Box::leak(Box::new(Cache::new(config, shared)));
     stats::register(cache);
     #[cfg(feature = "redis")]

@@ -3,17 +3,17 @@
 use std::any::{Any, type_name};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
 use crate::config::Config;
 use crate::error::Error;
+pub use crate::hot::HotKey;
 
 /// A snapshot of one cache's counters, from [`stats`].
 ///
-/// Counters only grow; `entries` and `in_flight` are the current sizes. `entries` is the
-/// in-memory tier's count, which trails inserts and evictions by a moment.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Counters only grow; `entries`, `in_flight` and `waiters` are the current sizes. `entries` is
+/// the in-memory tier's count, which trails inserts and evictions by a moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Stats {
     /// Calls answered with a fresh value.
@@ -46,6 +46,10 @@ pub struct Stats {
     pub entries: u64,
     /// Keys with a load in flight now.
     pub in_flight: u64,
+    /// Callers waiting for a load now.
+    pub waiters: u64,
+    /// A sample of the most-hit keys, most hit first, with the age of their values.
+    pub hot_keys: Vec<HotKey>,
 }
 
 impl Stats {
@@ -65,51 +69,8 @@ impl Stats {
         self.decode_errors += other.decode_errors;
         self.entries += other.entries;
         self.in_flight += other.in_flight;
-    }
-}
-
-/// The live counters of one cache.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) hits: AtomicU64,
-    pub(crate) misses: AtomicU64,
-    pub(crate) stale_served: AtomicU64,
-    pub(crate) loads: AtomicU64,
-    pub(crate) load_errors: AtomicU64,
-    pub(crate) timeouts: AtomicU64,
-    pub(crate) refreshes: AtomicU64,
-    pub(crate) shared: AtomicU64,
-    pub(crate) remote_hits: AtomicU64,
-    pub(crate) lock_acquired: AtomicU64,
-    pub(crate) lock_busy: AtomicU64,
-    pub(crate) degraded: AtomicU64,
-    pub(crate) decode_errors: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn snapshot(&self, entries: u64, in_flight: u64) -> Stats {
-        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        Stats {
-            hits: get(&self.hits),
-            misses: get(&self.misses),
-            stale_served: get(&self.stale_served),
-            loads: get(&self.loads),
-            load_errors: get(&self.load_errors),
-            timeouts: get(&self.timeouts),
-            refreshes: get(&self.refreshes),
-            shared: get(&self.shared),
-            remote_hits: get(&self.remote_hits),
-            lock_acquired: get(&self.lock_acquired),
-            lock_busy: get(&self.lock_busy),
-            degraded: get(&self.degraded),
-            decode_errors: get(&self.decode_errors),
-            entries,
-            in_flight,
-        }
+        self.waiters += other.waiters;
+        self.hot_keys.extend(other.hot_keys.iter().cloned());
     }
 }
 
@@ -137,7 +98,7 @@ pub(crate) fn register(cache: &'static dyn Inspect) {
 }
 
 /// One cache of the process, as [`caches`] lists it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 #[non_exhaustive]
 pub struct CacheInfo {
     /// The options it was declared with.
@@ -221,4 +182,12 @@ pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), 
             type_name::<K>()
         )))
     }
+}
+
+/// Serializes a duration as whole milliseconds (the field says `_ms`).
+pub(crate) fn millis<S: serde::Serializer>(
+    duration: &std::time::Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }

@@ -1,4 +1,4 @@
-#[derive(Clone, Hash, PartialEq, Eq)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Region {
     code: u16,
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::cache::{Cache, Key, Serve, Value};
 use crate::config::{Busy, Lock};
@@ -18,7 +19,6 @@ use crate::redis::invalidate;
 use crate::redis::keys::RedisKeys;
 use crate::redis::lock;
 use crate::redis::tier::{Fill, ReadState, Tier};
-use crate::stats::Counters;
 
 /// Gets a key's value through Redis, or locally when Redis cannot be used.
 pub(crate) async fn fill<K, V, E, L, Fut>(
@@ -60,8 +60,16 @@ where
         serve,
         generation: cache.generation(),
         stale: None,
+        busy_since: None,
     };
-    flow.run().await
+    let span = tracing::debug_span!(
+        "stampede.lock",
+        cache = %cache.config.name,
+        key = %flow.keys.value,
+        outcome = tracing::field::Empty,
+        wait_ms = tracing::field::Empty,
+    );
+    flow.run().instrument(span).await
 }
 
 /// Drops a key from Redis and announces it, so every process drops its copy.
@@ -91,17 +99,13 @@ where
     L: Fn(&K) -> Fut,
     Fut: Future<Output = Result<V, E>>,
 {
-    Counters::bump(&cache.counters.degraded);
+    cache.telemetry.degraded.bump();
+    tracing::Span::current().record("outcome", "degraded");
     cache.load_locally(key, load).await
 }
 
 fn warn_unconfigured<K, V>(cache: &Cache<K, V>) {
-    if cache
-        .counters
-        .degraded
-        .load(std::sync::atomic::Ordering::Relaxed)
-        == 0
-    {
+    if cache.telemetry.degraded.get() == 0 {
         tracing::warn!(
             cache = %cache.config.name,
             redis = cache.config.redis.as_deref().unwrap_or("default"),
@@ -124,6 +128,8 @@ struct Flow<'a, K, V, L> {
     generation: u64,
     /// The stale value already handed to the waiters, if any: served again if all else fails.
     stale: Option<V>,
+    /// When another process's lock was first found, if it was.
+    busy_since: Option<Instant>,
 }
 
 /// What a read found, on this process's clock.
@@ -144,6 +150,11 @@ where
 {
     async fn run(mut self) -> Result<V, Error> {
         let outcome = self.steps().await;
+        if let Some(since) = self.busy_since {
+            let waited = since.elapsed();
+            self.cache.telemetry.lock_waited(waited);
+            tracing::Span::current().record("wait_ms", waited.as_millis() as u64);
+        }
         match (outcome, self.stale.take()) {
             // Stale-if-error: the waiters keep the stale value they were served.
             (Err(_), Some(stale)) => Ok(stale),
@@ -159,7 +170,6 @@ where
         let give_up_at = Instant::now() + self.tier.config.lock_wait;
         let mut value_unusable = false;
         let mut listener = None;
-        let mut found_busy = false;
         loop {
             let Ok(read) = self
                 .tier
@@ -172,7 +182,7 @@ where
                 Found::Undecodable if !value_unusable => {
                     // Read again, asking for the lock as if the key were missing: the holder
                     // overwrites the bad bytes.
-                    Counters::bump(&self.cache.counters.decode_errors);
+                    self.cache.telemetry.decode_errors.bump();
                     tracing::debug!(key = %self.keys.value, "stampede: value in Redis does not decode; reloading it");
                     value_unusable = true;
                     continue;
@@ -182,29 +192,37 @@ where
             };
             match (read.state, current) {
                 (ReadState::Fresh, Some(entry)) => {
-                    Counters::bump(&self.cache.counters.remote_hits);
+                    self.record("fresh");
+                    self.cache.telemetry.remote_hits.bump();
                     return Ok(self.keep(entry).await);
                 }
                 // Fresh by the server's clock but not servable by ours: load it.
                 (ReadState::Fresh, None) => value_unusable = true,
                 (ReadState::Locked, current) => {
-                    Counters::bump(&self.cache.counters.lock_acquired);
+                    self.record("acquired");
+                    self.cache.telemetry.lock_acquired.bump();
                     self.serve_stale(current).await;
                     return self.hold(&token, read.generation).await;
                 }
                 (ReadState::NoLock, current) => {
+                    self.record("unlocked");
                     self.serve_stale(current).await;
                     return self.hold("", read.generation).await;
                 }
                 (ReadState::Busy(lease_left), current) => {
-                    if !found_busy {
-                        found_busy = true; // one failed attempt per flow, however many reads
-                        Counters::bump(&self.cache.counters.lock_busy);
+                    if self.busy_since.is_none() {
+                        // One failed attempt per flow, however many reads.
+                        self.busy_since = Some(Instant::now());
+                        self.cache.telemetry.lock_busy.bump();
                     }
                     self.serve_stale(current).await;
                     match self.cache.config.busy {
-                        Busy::Compute => return self.hold("", read.generation).await,
+                        Busy::Compute => {
+                            self.record("computed");
+                            return self.hold("", read.generation).await;
+                        }
                         Busy::Error if self.stale.is_none() => {
+                            self.record("busy");
                             return Err(Error::LockBusy {
                                 cache: self.cache.config.name.clone(),
                             });
@@ -223,6 +241,7 @@ where
                     let now = Instant::now();
                     if now >= give_up_at {
                         // Waited as long as configured: load it here, without the lock.
+                        self.record("gave up waiting");
                         return self.hold("", read.generation).await;
                     }
                     // Woken by the holder's publication, or when its lease would run out.
@@ -230,7 +249,8 @@ where
                     match tokio::time::timeout(wait, waiting.next()).await {
                         Ok(Some(payload)) => {
                             if let Found::Usable(entry) = self.found(Some(&payload), None) {
-                                Counters::bump(&self.cache.counters.remote_hits);
+                                self.record("published");
+                                self.cache.telemetry.remote_hits.bump();
                                 return Ok(self.keep(entry).await);
                             }
                             // A release without a value (the holder's load failed): read again.
@@ -288,15 +308,20 @@ where
         let entry = match filled {
             Some(filled) if filled.written => Entry::new(
                 value.clone(),
+                now,
                 now + since(filled.fresh_until, filled.now_ms),
                 now + since(filled.stale_until, filled.now_ms),
             ),
             // Invalidated while it loaded: the callers get it, nobody keeps it.
             Some(_) => return Ok(value),
             // Redis failed after the load: the value is good, keep it here.
-            None => Entry::new(value.clone(), now + fresh, now + fresh + config.stale),
+            None => Entry::loaded(value.clone(), now, fresh, config.stale),
         };
         Ok(self.keep(entry).await)
+    }
+
+    fn record(&self, outcome: &'static str) {
+        tracing::Span::current().record("outcome", outcome);
     }
 
     /// Hands a stale value to the waiters at once (they need not wait for the refresh) and
@@ -334,6 +359,8 @@ where
         let now = Instant::now();
         let entry = Entry::new(
             value,
+            now.checked_sub(since(reference, envelope.written_at))
+                .unwrap_or(now),
             now + since(envelope.fresh_until, reference),
             now + since(envelope.stale_until, reference),
         );

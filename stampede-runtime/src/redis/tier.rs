@@ -30,6 +30,14 @@ pub(crate) struct Tier {
     health: Health,
 }
 
+/// The metrics of one connection, labelled with its name.
+struct TierMetrics {
+    /// `redis_error_total`: failed calls.
+    errors: metrics::Counter,
+    /// `cache_degraded`: 1 while the connection is skipped.
+    degraded: metrics::Gauge,
+}
+
 /// This runtime's connections to the tier's Redis.
 struct Link {
     commands: MultiplexedConnection,
@@ -111,11 +119,20 @@ pub(crate) struct Fill<'a> {
 
 impl Tier {
     pub(crate) fn new(name: &str, config: RedisConfig) -> Self {
+        let label = [("redis", display_name(name).to_owned())];
+        let metrics = TierMetrics {
+            errors: metrics::counter!("redis_error_total", &label),
+            degraded: metrics::gauge!("cache_degraded", &label),
+        };
         Tier {
             name: name.to_owned(),
             config,
             links: Mutex::new(HashMap::new()),
-            health: Health::default(),
+            health: Health {
+                failures: AtomicU32::new(0),
+                state: Mutex::new(HealthState::default()),
+                metrics,
+            },
         }
     }
 
@@ -330,10 +347,10 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// Failures in a row, the cool-down they trigger, and warnings at most once per interval.
-#[derive(Default)]
 struct Health {
     failures: AtomicU32,
     state: Mutex<HealthState>,
+    metrics: TierMetrics,
 }
 
 #[derive(Default)]
@@ -355,6 +372,7 @@ impl Health {
         if state.down {
             state.down = false;
             state.skip_until = None;
+            self.metrics.degraded.set(0.0);
             tracing::info!(
                 redis = display_name(name),
                 "stampede: Redis answers again; caches use it again"
@@ -368,11 +386,13 @@ impl Health {
         }
         // Not reset by the cool-down: a failed probe after it starts the next cool-down at once.
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        self.metrics.errors.increment(1);
         let now = Instant::now();
         let mut state = self.lock();
         if failures >= config.failures_before_cooldown {
             state.skip_until = Some(now + config.cooldown);
             state.down = true;
+            self.metrics.degraded.set(1.0);
         }
         if state
             .last_warning

@@ -1,0 +1,123 @@
+//! A small sample of a cache's most-hit keys and the age of their values, for debug pages.
+//!
+//! One hit in [`SAMPLE_EVERY`] is looked at (the hit counter's value decides, so the others pay
+//! nothing), and the sampled keys compete for [`KEEP`] places by the space-saving algorithm: a
+//! new key takes the place of the least counted one and inherits its count, so a key that is hit
+//! often always ends up in the sample. A sample that finds the list busy is skipped: the hit path
+//! never waits.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::cache::Key;
+
+/// One hit in this many is sampled (a power of two: the check is a mask).
+pub(crate) const SAMPLE_EVERY: u64 = 64;
+/// How many keys the sample keeps.
+pub(crate) const KEEP: usize = 8;
+
+/// One of a cache's most-hit keys, as [`Stats::hot_keys`](crate::Stats::hot_keys) lists them.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct HotKey {
+    /// The key, as its `Debug` output writes it.
+    pub key: String,
+    /// Hits estimated from the sample (a multiple of the sampling rate).
+    pub hits: u64,
+    /// How old the key's value was when last sampled.
+    #[serde(rename = "age_ms", serialize_with = "crate::stats::millis")]
+    pub age: Duration,
+}
+
+pub(crate) struct HotKeys<K> {
+    keys: Mutex<Vec<Sampled<K>>>,
+}
+
+struct Sampled<K> {
+    key: K,
+    count: u64,
+    filled_at: Instant,
+}
+
+impl<K: Key> HotKeys<K> {
+    pub(crate) fn new() -> Self {
+        HotKeys {
+            keys: Mutex::new(Vec::with_capacity(KEEP)),
+        }
+    }
+
+    /// Counts hit number `hit` of `key`, whose value was filled at `filled_at`, if it is sampled.
+    #[inline]
+    pub(crate) fn hit(&self, hit: u64, key: &K, filled_at: Instant) {
+        if hit.is_multiple_of(SAMPLE_EVERY) {
+            self.sample(key, filled_at);
+        }
+    }
+
+    #[cold]
+    fn sample(&self, key: &K, filled_at: Instant) {
+        let Ok(mut keys) = self.keys.try_lock() else {
+            return;
+        };
+        if let Some(known) = keys.iter_mut().find(|known| known.key == *key) {
+            known.count += 1;
+            known.filled_at = filled_at;
+        } else if keys.len() < KEEP {
+            keys.push(Sampled {
+                key: key.clone(),
+                count: 1,
+                filled_at,
+            });
+        } else if let Some(least) = keys.iter_mut().min_by_key(|known| known.count) {
+            *least = Sampled {
+                key: key.clone(),
+                count: least.count + 1,
+                filled_at,
+            };
+        }
+    }
+
+    /// The sampled keys, most hit first.
+    pub(crate) fn snapshot(&self) -> Vec<HotKey> {
+        let now = Instant::now();
+        let keys = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut hot: Vec<HotKey> = keys
+            .iter()
+            .map(|known| HotKey {
+                key: format!("{:?}", known.key),
+                hits: known.count * SAMPLE_EVERY,
+                age: now.saturating_duration_since(known.filled_at),
+            })
+            .collect();
+        hot.sort_by(|a, b| b.hits.cmp(&a.hits).then_with(|| a.key.cmp(&b.key)));
+        hot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_hit_keys_stay_in_the_sample() {
+        let hot = HotKeys::new();
+        let now = Instant::now();
+        let mut hit = 0;
+        // Key 1 gets half the hits; keys 100.. get one sampled hit each and come and go.
+        for round in 0..2_000u64 {
+            for key in [1, 100 + round] {
+                hit += SAMPLE_EVERY;
+                hot.hit(hit, &key, now);
+            }
+        }
+        let sample = hot.snapshot();
+        assert_eq!(sample.len(), KEEP);
+        assert_eq!(sample[0].key, "1");
+        assert!(sample[0].hits >= 2_000 * SAMPLE_EVERY, "{sample:?}");
+    }
+}

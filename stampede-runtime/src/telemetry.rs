@@ -1,0 +1,272 @@
+//! What a cache counts. Each event bumps an atomic (read by [`stats`](crate::stats)) and the
+//! matching handle of the `metrics` facade, registered once per cache so that recording costs
+//! no allocation and no lookup: a no-op when no recorder is installed, an atomic add when one is.
+//!
+//! Metric handles are taken when a cache is first called: install the metrics recorder (the
+//! exporter) before that, as one does at the start of `main`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram, Label, SharedString};
+
+use crate::config::{Backend, Config};
+
+/// One counted event: the stats' atomic and the metric.
+pub(crate) struct Count {
+    value: AtomicU64,
+    metric: Counter,
+}
+
+impl Count {
+    fn new(name: &'static str, labels: &Labels) -> Self {
+        Count {
+            value: AtomicU64::new(0),
+            metric: metrics::counter!(name, labels.cache()),
+        }
+    }
+
+    /// Records one event and returns how many there were before it.
+    #[inline]
+    pub(crate) fn bump(&self) -> u64 {
+        self.metric.increment(1);
+        self.value.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// A level that goes up and down (callers waiting, loads running); the handle is released on
+/// drop, so a cancelled waiter or a dropped load never leaves it high.
+pub(crate) struct Level {
+    value: AtomicU64,
+    metric: Gauge,
+}
+
+impl Level {
+    fn new(name: &'static str, labels: &Labels) -> Self {
+        Level {
+            value: AtomicU64::new(0),
+            metric: metrics::gauge!(name, labels.cache()),
+        }
+    }
+
+    pub(crate) fn raise(&self) -> Raised<'_> {
+        self.value.fetch_add(1, Ordering::Relaxed);
+        self.metric.increment(1.0);
+        Raised(self)
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// One unit of a [`Level`], given back on drop.
+pub(crate) struct Raised<'a>(&'a Level);
+
+impl Drop for Raised<'_> {
+    fn drop(&mut self) {
+        self.0.value.fetch_sub(1, Ordering::Relaxed);
+        self.0.metric.decrement(1.0);
+    }
+}
+
+/// Why a load ran, as the `reason` label and span field say it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Reason {
+    /// No servable value: callers wait for it.
+    Miss,
+    /// A stale value was served; this refreshes it in the background.
+    Stale,
+}
+
+impl Reason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Reason::Miss => "miss",
+            Reason::Stale => "stale",
+        }
+    }
+}
+
+/// The counters, levels and timings of one cache.
+pub(crate) struct Telemetry {
+    pub(crate) hits: Count,
+    pub(crate) misses: Count,
+    pub(crate) stale_served: Count,
+    pub(crate) loads: Count,
+    pub(crate) load_errors: Count,
+    pub(crate) timeouts: Count,
+    pub(crate) refreshes: Count,
+    pub(crate) shared: Count,
+    pub(crate) remote_hits: Count,
+    pub(crate) lock_acquired: Count,
+    pub(crate) lock_busy: Count,
+    pub(crate) degraded: Count,
+    pub(crate) decode_errors: Count,
+    /// `cache_refresh_total{reason="miss"}`; the stale ones are `refreshes`.
+    miss_loads: Counter,
+    pub(crate) waiters: Level,
+    pub(crate) in_flight: Level,
+    load_duration: Histogram,
+    lock_wait: Histogram,
+}
+
+impl Telemetry {
+    pub(crate) fn new(config: &Config) -> Self {
+        let labels = Labels::new(config);
+        Telemetry {
+            hits: Count::new("cache_hit_total", &labels),
+            misses: Count::new("cache_miss_total", &labels),
+            stale_served: Count::new("cache_stale_served_total", &labels),
+            loads: Count::new("cache_load_total", &labels),
+            load_errors: Count::new("cache_refresh_error_total", &labels),
+            timeouts: Count::new("cache_refresh_timeout_total", &labels),
+            refreshes: Count {
+                value: AtomicU64::new(0),
+                metric: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Stale)),
+            },
+            shared: Count::new("singleflight_shared_result_total", &labels),
+            remote_hits: Count::new("cache_remote_hit_total", &labels),
+            lock_acquired: Count::new("redis_lock_acquire_success_total", &labels),
+            lock_busy: Count::new("redis_lock_acquire_fail_total", &labels),
+            degraded: Count::new("cache_degraded_load_total", &labels),
+            decode_errors: Count::new("cache_decode_error_total", &labels),
+            miss_loads: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Miss)),
+            waiters: Level::new("singleflight_waiters", &labels),
+            in_flight: Level::new("inflight_refresh_count", &labels),
+            load_duration: metrics::histogram!("cache_refresh_duration_seconds", labels.cache()),
+            lock_wait: metrics::histogram!("redis_lock_wait_duration_seconds", labels.cache()),
+        }
+    }
+
+    /// A load started for this reason.
+    pub(crate) fn load_started(&self, reason: Reason) {
+        match reason {
+            Reason::Miss => self.miss_loads.increment(1),
+            Reason::Stale => {
+                self.refreshes.bump();
+            }
+        }
+    }
+
+    /// How long a load took, every attempt included.
+    pub(crate) fn load_took(&self, duration: Duration) {
+        self.load_duration.record(duration);
+    }
+
+    /// How long a process waited for another's Redis lock.
+    pub(crate) fn lock_waited(&self, duration: Duration) {
+        self.lock_wait.record(duration);
+    }
+}
+
+/// The labels every metric of a cache carries.
+struct Labels {
+    cache: SharedString,
+    backend: &'static str,
+}
+
+impl Labels {
+    fn new(config: &Config) -> Self {
+        Labels {
+            cache: SharedString::from(config.name.clone()),
+            backend: match config.backend {
+                Backend::Memory => "memory",
+                Backend::Tiered => "tiered",
+                Backend::Redis => "redis",
+            },
+        }
+    }
+
+    fn cache(&self) -> Vec<Label> {
+        vec![
+            Label::new("cache", self.cache.clone()),
+            Label::new("backend", self.backend),
+        ]
+    }
+
+    fn with_reason(&self, reason: Reason) -> Vec<Label> {
+        let mut labels = self.cache();
+        labels.push(Label::new("reason", reason.as_str()));
+        labels
+    }
+}
+
+/// Describes every metric to the recorder (units and help texts), so that exporters show them.
+/// Called once, when the first cache is built.
+pub(crate) fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "cache_hit_total",
+        "Calls answered with a fresh value from memory"
+    );
+    describe_counter!(
+        "cache_miss_total",
+        "Calls that found no servable value in memory"
+    );
+    describe_counter!(
+        "cache_stale_served_total",
+        "Calls answered with a stale value while a refresh ran"
+    );
+    describe_counter!(
+        "cache_load_total",
+        "Times a cached function's body ran (each retry counts)"
+    );
+    describe_counter!(
+        "cache_refresh_total",
+        "Loads started, by reason: a miss, or a stale value to refresh"
+    );
+    describe_counter!(
+        "cache_refresh_error_total",
+        "Load attempts that failed, panicked or timed out"
+    );
+    describe_counter!(
+        "cache_refresh_timeout_total",
+        "Load attempts that ran past the timeout"
+    );
+    describe_counter!(
+        "singleflight_shared_result_total",
+        "Callers that joined a load another caller had started"
+    );
+    describe_counter!(
+        "cache_remote_hit_total",
+        "Values read from Redis because this process had none"
+    );
+    describe_counter!(
+        "redis_lock_acquire_success_total",
+        "Redis locks this process took to load a key"
+    );
+    describe_counter!(
+        "redis_lock_acquire_fail_total",
+        "Times a key's Redis lock was held by another process"
+    );
+    describe_counter!(
+        "cache_degraded_load_total",
+        "Loads that ran without Redis because it was down, slow or not configured"
+    );
+    describe_counter!(
+        "cache_decode_error_total",
+        "Values in Redis that did not decode"
+    );
+    describe_counter!("redis_error_total", "Failed Redis calls, by connection");
+    describe_gauge!("singleflight_waiters", "Callers waiting for a load now");
+    describe_gauge!("inflight_refresh_count", "Loads running now");
+    describe_gauge!(
+        "cache_degraded",
+        "1 while a Redis connection is skipped after repeated failures"
+    );
+    describe_histogram!(
+        "cache_refresh_duration_seconds",
+        Unit::Seconds,
+        "How long a load took, retries included"
+    );
+    describe_histogram!(
+        "redis_lock_wait_duration_seconds",
+        Unit::Seconds,
+        "How long a process waited for another's Redis lock"
+    );
+}

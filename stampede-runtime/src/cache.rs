@@ -79,12 +79,18 @@ impl<K: Key, V: Value> Cache<K, V> {
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
         // At TRACE level: an atomic load decides it is off, so the hit path pays nothing more.
+        // Never entered (entering costs on every poll): its outcome is recorded at the end.
         let span =
             tracing::trace_span!("stampede.lookup", cache = %self.config.name, outcome = Empty);
-        self.lookup(key, prepare).instrument(span).await
+        self.lookup(key, prepare, &span).await
     }
 
-    async fn lookup<E, P, L, Fut>(&'static self, key: K, prepare: P) -> Result<V, Error>
+    async fn lookup<E, P, L, Fut>(
+        &'static self,
+        key: K,
+        prepare: P,
+        span: &tracing::Span,
+    ) -> Result<V, Error>
     where
         E: LoadError,
         P: FnOnce() -> L,
@@ -92,7 +98,7 @@ impl<K: Key, V: Value> Cache<K, V> {
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
         let outcome = |outcome: &str| {
-            tracing::Span::current().record("outcome", outcome);
+            span.record("outcome", outcome);
         };
         if self.config.in_memory()
             && let Some(entry) = self.store.get(&key).await
@@ -175,6 +181,7 @@ impl<K: Key, V: Value> Cache<K, V> {
             outcome = Empty,
             duration_ms = Empty,
         );
+        // The caller's span (the request): the lookup span is never entered.
         span.follows_from(tracing::Span::current());
         let running = async move {
             let _running = self.telemetry.in_flight.raise();

@@ -534,7 +534,13 @@ async fn a_load_running_during_an_invalidation_does_not_write_its_value_back() {
 async fn a_redis_only_cache_keeps_nothing_in_memory_and_reads_redis_on_every_call() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
 
-    #[cached(ttl = "60s", lock = "redis", backend = "redis", redis = "redis_only", name = "red::redis_only")]
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        redis = "redis_only",
+        name = "red::redis_only"
+    )]
     async fn permission(user: u64) -> Vec<String> {
         LOADS.fetch_add(1, SeqCst);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -552,11 +558,20 @@ async fn a_redis_only_cache_keeps_nothing_in_memory_and_reads_redis_on_every_cal
     }
     assert_eq!(LOADS.load(SeqCst), 1);
     let stats = stampede::stats("red::redis_only").unwrap();
-    assert_eq!((stats.hits, stats.entries), (0, 0), "nothing is kept in memory: {stats:?}");
-    assert_eq!(stats.remote_hits, 5, "each later call read Redis: {stats:?}");
+    assert_eq!(
+        (stats.hits, stats.entries),
+        (0, 0),
+        "nothing is kept in memory: {stats:?}"
+    );
+    assert_eq!(
+        stats.remote_hits, 5,
+        "each later call read Redis: {stats:?}"
+    );
 
     // A change made in Redis is seen at once: there is no copy in memory to go stale.
-    within(stampede::invalidate("red::redis_only", (9u64,))).await.unwrap();
+    within(stampede::invalidate("red::redis_only", (9u64,)))
+        .await
+        .unwrap();
     assert_eq!(within(permission(9)).await, ["user 9 may read"]);
     assert_eq!(LOADS.load(SeqCst), 2);
 }

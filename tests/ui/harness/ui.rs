@@ -2,11 +2,11 @@
 //! `.stderr` the compiler prints for it; `tests/ui/pass/*.rs` are shapes that must compile.
 //!
 //! The expected output is rustc's: after a toolchain upgrade changes its wording, review the
-//! difference and refresh the files with `TRYBUILD=overwrite cargo test --test ui`.
+//! difference and refresh the files with `TRYBUILD=overwrite cargo test -p stampede-ui-tests`.
 
 #[test]
 fn compile_errors_and_accepted_shapes() {
     let cases = trybuild::TestCases::new();
-    cases.compile_fail("tests/ui/*.rs");
-    cases.pass("tests/ui/pass/*.rs");
+    cases.compile_fail("*.rs");
+    cases.pass("pass/*.rs");
 }

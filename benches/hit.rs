@@ -9,6 +9,10 @@
 //!   wall time divided by the calls of one task, so it equals the 1-task figure when the two do
 //!   not slow each other down.
 //!
+//! `quick_cache get` is not a peer but a candidate for a lighter in-memory tier; `quick_cache +
+//! deadline` adds what the runtime does on a hit besides the lookup (read tokio's clock, compare
+//! with the entry's deadline), to price that candidate as the runtime would use it.
+//!
 //! `key/N args` measures a `#[stampede::cached]` hit whose key is built from 1, 3 or 5 arguments,
 //! one of them a `&str` (turned into an owned `String` for the key), next to a raw moka `get` on
 //! the same owned tuple built per call.
@@ -76,6 +80,22 @@ static MOKA: LazyLock<moka::future::Cache<u64, String>> = LazyLock::new(|| {
         .build()
 });
 
+/// A candidate for a lighter in-memory tier: bounded, with its own eviction, but no expiry (the
+/// runtime judges freshness from the entry's deadlines anyway).
+static QUICK: LazyLock<quick_cache::sync::Cache<u64, String>> =
+    LazyLock::new(|| quick_cache::sync::Cache::new(10_000));
+
+/// What a hit would cost if the runtime's entry lived in `quick_cache`: the lookup, then the
+/// freshness check against the entry's deadline on tokio's clock, as the runtime does it.
+#[derive(Clone)]
+struct Deadlined {
+    value: String,
+    fresh_until: tokio::time::Instant,
+}
+
+static QUICK_ENTRY: LazyLock<quick_cache::sync::Cache<(u64,), Deadlined>> =
+    LazyLock::new(|| quick_cache::sync::Cache::new(10_000));
+
 /// The floor: a read lock, a `HashMap` lookup and the clone, nothing else.
 static FLOOR: LazyLock<RwLock<HashMap<u64, String>>> = LazyLock::new(Default::default);
 
@@ -86,6 +106,16 @@ async fn moka_get(id: u64) -> String {
 async fn moka_get_with(id: u64) -> String {
     MOKA.get_with(id, async { unreachable!("warmed before measuring") })
         .await
+}
+
+async fn quick_cache_get(id: u64) -> String {
+    QUICK.get(&id).expect("warmed before measuring")
+}
+
+async fn quick_cache_entry(id: u64) -> String {
+    let entry = QUICK_ENTRY.get(&(id,)).expect("warmed before measuring");
+    assert!(tokio::time::Instant::now() < entry.fresh_until, "fresh");
+    entry.value
 }
 
 async fn rwlock_floor(id: u64) -> String {
@@ -196,6 +226,12 @@ macro_rules! hits {
         $bench($group, $rt, "concurrent_cached", || {
             cached_concurrent(black_box(KEY))
         });
+        $bench($group, $rt, "quick_cache get", || {
+            quick_cache_get(black_box(KEY))
+        });
+        $bench($group, $rt, "quick_cache + deadline", || {
+            quick_cache_entry(black_box(KEY))
+        });
         $bench($group, $rt, "RwLock<HashMap> floor", || {
             rwlock_floor(black_box(KEY))
         });
@@ -212,6 +248,14 @@ fn current_thread() -> Runtime {
 fn hits(c: &mut Criterion) {
     let rt = current_thread();
     rt.block_on(MOKA.insert(KEY, value()));
+    QUICK.insert(KEY, value());
+    QUICK_ENTRY.insert(
+        (KEY,),
+        Deadlined {
+            value: value(),
+            fresh_until: tokio::time::Instant::now() + Duration::from_secs(3600),
+        },
+    );
     FLOOR
         .write()
         .unwrap_or_else(|poison| poison.into_inner())
@@ -326,6 +370,8 @@ fn summary(home: &std::path::Path) {
             "cached sync_writes",
             "cached by_key",
             "concurrent_cached",
+            "quick_cache get",
+            "quick_cache + deadline",
             "RwLock<HashMap> floor",
         ] {
             let value = median_ns(home, group, bench);

@@ -213,8 +213,9 @@ fn zipf(calling_time: Duration) {
     );
     print!("{}", table(&title, &runs, &extras));
     println!(
-        "lower bound: per key, one load serves the calls from its start until its value \
-         expires (100 ms + 2 s later); the fewest loads for this run's calls"
+        "lower bound: the fewest loads that could serve this run's calls, one load serving a \
+         key's calls from its start until its value expires (100 ms + 2 s later, +2 ms for \
+         timer rounding)"
     );
     println!();
 }

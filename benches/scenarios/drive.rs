@@ -154,26 +154,27 @@ struct Shared {
     deadline: Instant,
     /// Nanoseconds from `start` to the first return of a call; `u64::MAX` before it.
     first_return: AtomicU64,
-    /// Per key, the millisecond (from `start`, plus one) until which the calls so far could all
-    /// have been served by the loads counted so far.
+    /// Per key, the first millisecond (from `start`) that the loads counted so far for the lower
+    /// bound do not cover; 0 before the key's first call.
     covered_until: Vec<AtomicU32>,
-    /// One load serves the calls from its start until the end of the value's freshness.
+    /// How long one load covers a key: from its start until its value stops being fresh.
     window_ms: u32,
 }
 
 impl Shared {
-    /// Counts whether a call on `key` at `at` needs a load of its own in the best case: one load
-    /// covers the calls that arrive while it runs and while its value is fresh, so scanning each
-    /// key's calls in time order and opening a window at each uncovered call gives the minimum.
+    /// Whether a call on `key` at `at` needs a load of its own in the best case. One load
+    /// covers the calls that arrive while it runs and while its value is fresh; scanning each
+    /// key's calls in time order and opening a window at each uncovered call gives the fewest
+    /// loads that can serve them all.
     fn needs_load(&self, key: u64, at: Instant) -> bool {
         let Some(cover) = self.covered_until.get(key as usize) else {
             return false;
         };
         let now_ms = u32::try_from(at.duration_since(self.start).as_millis()).unwrap_or(u32::MAX);
         let until = cover.load(Relaxed);
-        now_ms + 1 > until
+        now_ms >= until
             && cover
-                .compare_exchange(until, now_ms + 1 + self.window_ms, Relaxed, Relaxed)
+                .compare_exchange(until, now_ms + self.window_ms, Relaxed, Relaxed)
                 .is_ok()
     }
 }
@@ -198,7 +199,10 @@ impl Loop {
         let keys = self.keys;
         let tasks = self.tasks;
         let duration = self.duration;
-        let window_ms = u32::try_from((self.ttl + LOAD).as_millis()).unwrap_or(u32::MAX);
+        // A load takes 100 ms and up: tokio's timer rounds a sleep up to the next millisecond and
+        // a busy runtime wakes it later. Allowing 2 ms keeps the bound below what is reachable.
+        let window = self.ttl + LOAD + Duration::from_millis(2);
+        let window_ms = u32::try_from(window.as_millis()).unwrap_or(u32::MAX);
         let (logs, wall, finished) = runtime.block_on(async move {
             let start = Instant::now();
             let shared = Arc::new(Shared {

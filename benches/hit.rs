@@ -1,0 +1,415 @@
+//! The hit path: what one call costs when its key is warm, next to what a user would pick
+//! instead (DESIGN.md section 7).
+//!
+//! One key, a 100-byte `String` value (every contender returns an owned copy, so every figure
+//! includes the same clone and drop). Two groups:
+//!
+//! - `hit/1 task`: one task on a current-thread runtime calls in a loop.
+//! - `hit/2 tasks`: two tasks on a 2-worker runtime call the same key at once; the figure is the
+//!   wall time divided by the calls of one task, so it equals the 1-task figure when the two do
+//!   not slow each other down.
+//!
+//! `quick_cache get` is not a peer but a candidate for a lighter in-memory tier; `quick_cache +
+//! deadline` adds what the runtime does on a hit besides the lookup (read tokio's clock, compare
+//! with the entry's deadline), to price that candidate as the runtime would use it.
+//!
+//! `key/N args` measures a `#[stampede::cached]` hit whose key is built from 1, 3 or 5 arguments,
+//! one of them a `&str` (turned into an owned `String` for the key), next to a raw moka `get` on
+//! the same owned tuple built per call.
+//!
+//! Run: `cargo bench --bench hit` (add `-- --quick` for a shorter run). After criterion's own
+//! report, a summary prints every hit as a ratio to raw moka `get` and to the
+//! `RwLock<HashMap>` floor.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::{LazyLock, RwLock};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
+use tokio::runtime::{Builder, Runtime};
+
+/// The warm key every hit asks for.
+const KEY: u64 = 42;
+/// A task yields to its runtime after this many calls, so a loop of hits never starves it.
+const YIELD_EVERY: u64 = 256;
+
+/// The cached value: 100 bytes on the heap, as a row or a rendered fragment would be.
+fn value() -> String {
+    "v".repeat(100)
+}
+
+// ---- the contenders, each a warm cache of one key -------------------------------------------
+
+#[stampede::cached(ttl = "1h", name = "bench::hit")]
+async fn stampede_hit(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+#[cached::cached(ttl_secs = 3600)]
+async fn cached_default(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+#[cached::cached(ttl_secs = 3600, sync_writes = true)]
+async fn cached_sync_writes(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+#[cached::cached(ttl_secs = 3600, sync_writes = "by_key")]
+async fn cached_by_key(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+#[cached::concurrent_cached(ttl_secs = 3600)]
+async fn cached_concurrent(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+static MOKA: LazyLock<moka::future::Cache<u64, String>> = LazyLock::new(|| {
+    moka::future::Cache::builder()
+        .max_capacity(10_000)
+        .time_to_live(Duration::from_secs(3600))
+        .build()
+});
+
+/// A candidate for a lighter in-memory tier: bounded, with its own eviction, but no expiry (the
+/// runtime judges freshness from the entry's deadlines anyway).
+static QUICK: LazyLock<quick_cache::sync::Cache<u64, String>> =
+    LazyLock::new(|| quick_cache::sync::Cache::new(10_000));
+
+/// What a hit would cost if the runtime's entry lived in `quick_cache`: the lookup, then the
+/// freshness check against the entry's deadline on tokio's clock, as the runtime does it.
+#[derive(Clone)]
+struct Deadlined {
+    value: String,
+    fresh_until: tokio::time::Instant,
+}
+
+static QUICK_ENTRY: LazyLock<quick_cache::sync::Cache<(u64,), Deadlined>> =
+    LazyLock::new(|| quick_cache::sync::Cache::new(10_000));
+
+/// The floor: a read lock, a `HashMap` lookup and the clone, nothing else.
+static FLOOR: LazyLock<RwLock<HashMap<u64, String>>> = LazyLock::new(Default::default);
+
+async fn moka_get(id: u64) -> String {
+    MOKA.get(&id).await.expect("warmed before measuring")
+}
+
+async fn moka_get_with(id: u64) -> String {
+    MOKA.get_with(id, async { unreachable!("warmed before measuring") })
+        .await
+}
+
+async fn quick_cache_get(id: u64) -> String {
+    QUICK.get(&id).expect("warmed before measuring")
+}
+
+async fn quick_cache_entry(id: u64) -> String {
+    let entry = QUICK_ENTRY.get(&(id,)).expect("warmed before measuring");
+    assert!(tokio::time::Instant::now() < entry.fresh_until, "fresh");
+    entry.value
+}
+
+async fn rwlock_floor(id: u64) -> String {
+    let map = FLOOR.read().unwrap_or_else(|poison| poison.into_inner());
+    map.get(&id).expect("warmed before measuring").clone()
+}
+
+// ---- keys of several arguments ----------------------------------------------------------------
+
+#[stampede::cached(ttl = "1h", name = "bench::key1")]
+async fn key1(name: &str) -> String {
+    black_box(name);
+    value()
+}
+
+#[stampede::cached(ttl = "1h", name = "bench::key3")]
+async fn key3(id: u64, name: &str, region: u32) -> String {
+    black_box((id, name, region));
+    value()
+}
+
+#[stampede::cached(ttl = "1h", name = "bench::key5")]
+async fn key5(id: u64, name: &str, region: u32, lang: u16, beta: bool) -> String {
+    black_box((id, name, region, lang, beta));
+    value()
+}
+
+static MOKA_KEY1: LazyLock<moka::future::Cache<String, String>> =
+    LazyLock::new(|| moka::future::Cache::new(10_000));
+#[allow(clippy::type_complexity)]
+static MOKA_KEY3: LazyLock<moka::future::Cache<(u64, String, u32), String>> =
+    LazyLock::new(|| moka::future::Cache::new(10_000));
+#[allow(clippy::type_complexity)]
+static MOKA_KEY5: LazyLock<moka::future::Cache<(u64, String, u32, u16, bool), String>> =
+    LazyLock::new(|| moka::future::Cache::new(10_000));
+
+const NAME: &str = "catalogue";
+
+// ---- measuring ----------------------------------------------------------------------------------
+
+/// `iters` calls in a row, yielding every [`YIELD_EVERY`].
+async fn calls<F, Fut>(iters: u64, call: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = String>,
+{
+    for i in 0..iters {
+        black_box(call().await);
+        if i % YIELD_EVERY == YIELD_EVERY - 1 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+fn one_task<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, call: F)
+where
+    F: Fn() -> Fut + Copy,
+    Fut: Future<Output = String>,
+{
+    rt.block_on(call()); // warm
+    group.bench_function(name, |b| {
+        b.to_async(rt).iter_custom(|iters| async move {
+            let start = Instant::now();
+            calls(iters, call).await;
+            start.elapsed()
+        })
+    });
+}
+
+fn two_tasks<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, call: F)
+where
+    F: Fn() -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = String> + Send + 'static,
+{
+    rt.block_on(call()); // warm
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async move {
+                let start = Instant::now();
+                let tasks = [
+                    tokio::spawn(calls(iters, call)),
+                    tokio::spawn(calls(iters, call)),
+                ];
+                for task in tasks {
+                    task.await.expect("a calling task panicked");
+                }
+                start.elapsed()
+            })
+        })
+    });
+}
+
+/// The same list of contenders for both groups.
+macro_rules! hits {
+    ($bench:ident, $group:expr, $rt:expr) => {
+        $bench($group, $rt, "stampede", || stampede_hit(black_box(KEY)));
+        $bench($group, $rt, "moka get", || moka_get(black_box(KEY)));
+        $bench($group, $rt, "moka get_with", || {
+            moka_get_with(black_box(KEY))
+        });
+        $bench($group, $rt, "cached", || cached_default(black_box(KEY)));
+        $bench($group, $rt, "cached sync_writes", || {
+            cached_sync_writes(black_box(KEY))
+        });
+        $bench($group, $rt, "cached by_key", || {
+            cached_by_key(black_box(KEY))
+        });
+        $bench($group, $rt, "concurrent_cached", || {
+            cached_concurrent(black_box(KEY))
+        });
+        $bench($group, $rt, "quick_cache get", || {
+            quick_cache_get(black_box(KEY))
+        });
+        $bench($group, $rt, "quick_cache + deadline", || {
+            quick_cache_entry(black_box(KEY))
+        });
+        $bench($group, $rt, "RwLock<HashMap> floor", || {
+            rwlock_floor(black_box(KEY))
+        });
+    };
+}
+
+fn current_thread() -> Runtime {
+    Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
+}
+
+fn hits(c: &mut Criterion) {
+    let rt = current_thread();
+    rt.block_on(MOKA.insert(KEY, value()));
+    QUICK.insert(KEY, value());
+    QUICK_ENTRY.insert(
+        (KEY,),
+        Deadlined {
+            value: value(),
+            fresh_until: tokio::time::Instant::now() + Duration::from_secs(3600),
+        },
+    );
+    FLOOR
+        .write()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .insert(KEY, value());
+
+    let mut group = c.benchmark_group("hit/1 task");
+    hits!(one_task, &mut group, &rt);
+    group.finish();
+
+    let rt = Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a 2-worker runtime");
+    let mut group = c.benchmark_group("hit/2 tasks");
+    hits!(two_tasks, &mut group, &rt);
+    group.finish();
+}
+
+fn keys(c: &mut Criterion) {
+    let rt = current_thread();
+    rt.block_on(async {
+        MOKA_KEY1.insert(NAME.to_owned(), value()).await;
+        MOKA_KEY3.insert((KEY, NAME.to_owned(), 7), value()).await;
+        MOKA_KEY5
+            .insert((KEY, NAME.to_owned(), 7, 3, true), value())
+            .await;
+    });
+    let mut group = c.benchmark_group("key");
+    one_task(&mut group, &rt, "stampede 1 arg", || key1(black_box(NAME)));
+    one_task(&mut group, &rt, "stampede 3 args", || {
+        key3(black_box(KEY), black_box(NAME), black_box(7))
+    });
+    one_task(&mut group, &rt, "stampede 5 args", || {
+        key5(
+            black_box(KEY),
+            black_box(NAME),
+            black_box(7),
+            black_box(3),
+            black_box(true),
+        )
+    });
+    one_task(&mut group, &rt, "moka get 1 arg", || async {
+        let key = black_box(NAME).to_owned();
+        MOKA_KEY1.get(&key).await.expect("warm")
+    });
+    one_task(&mut group, &rt, "moka get 3 args", || async {
+        let key = (black_box(KEY), black_box(NAME).to_owned(), black_box(7));
+        MOKA_KEY3.get(&key).await.expect("warm")
+    });
+    one_task(&mut group, &rt, "moka get 5 args", || async {
+        let key = (
+            black_box(KEY),
+            black_box(NAME).to_owned(),
+            black_box(7),
+            black_box(3),
+            black_box(true),
+        );
+        MOKA_KEY5.get(&key).await.expect("warm")
+    });
+    group.finish();
+}
+
+// ---- the summary ----------------------------------------------------------------------------
+
+/// Where criterion writes its estimates, found the way criterion finds it.
+fn criterion_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return home.into();
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("criterion")
+}
+
+/// The median of one benchmark of this run, in nanoseconds per call.
+fn median_ns(home: &std::path::Path, group: &str, bench: &str) -> Option<f64> {
+    // criterion's directory names replace characters a file name cannot hold.
+    let dir = |name: &str| name.replace(['/', '<', '>'], "_");
+    let path = home
+        .join(dir(group))
+        .join(dir(bench))
+        .join("new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let estimates: serde_json::Value = serde_json::from_str(&text).ok()?;
+    estimates["median"]["point_estimate"].as_f64()
+}
+
+fn summary(home: &std::path::Path) {
+    let ratio = |value: Option<f64>, reference: Option<f64>| match (value, reference) {
+        (Some(v), Some(r)) => format!("{:.2}x", v / r),
+        _ => "-".to_owned(),
+    };
+    let ns = |value: Option<f64>| value.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    for group in ["hit/1 task", "hit/2 tasks"] {
+        let moka = median_ns(home, group, "moka get");
+        let floor = median_ns(home, group, "RwLock<HashMap> floor");
+        println!();
+        println!(
+            "{group}: median ns per call (last run of each), as a ratio to moka get and to the floor"
+        );
+        println!(
+            "{:<24} {:>9} {:>9} {:>9}",
+            "contender", "ns/call", "/moka get", "/floor"
+        );
+        for bench in [
+            "stampede",
+            "moka get",
+            "moka get_with",
+            "cached",
+            "cached sync_writes",
+            "cached by_key",
+            "concurrent_cached",
+            "quick_cache get",
+            "quick_cache + deadline",
+            "RwLock<HashMap> floor",
+        ] {
+            let value = median_ns(home, group, bench);
+            println!(
+                "{bench:<24} {:>9} {:>9} {:>9}",
+                ns(value),
+                ratio(value, moka),
+                ratio(value, floor)
+            );
+        }
+    }
+    println!();
+    println!("key: median ns per call, stampede against moka get on the same owned key");
+    println!(
+        "{:<24} {:>9} {:>9} {:>9}",
+        "arguments", "stampede", "moka get", "ratio"
+    );
+    for args in ["1 arg", "3 args", "5 args"] {
+        let ours = median_ns(home, "key", &format!("stampede {args}"));
+        let moka = median_ns(home, "key", &format!("moka get {args}"));
+        println!(
+            "{args:<24} {:>9} {:>9} {:>9}",
+            ns(ours),
+            ns(moka),
+            ratio(ours, moka)
+        );
+    }
+}
+
+fn main() {
+    let home = criterion_home();
+    let mut criterion = Criterion::default()
+        .output_directory(&home)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    hits(&mut criterion);
+    keys(&mut criterion);
+    criterion.final_summary();
+    summary(&home);
+}

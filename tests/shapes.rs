@@ -204,3 +204,14 @@ async fn a_call_with_owned_arguments_is_a_send_static_future() {
         42
     );
 }
+
+#[tokio::test]
+async fn the_longest_durations_the_attribute_accepts_work() {
+    #[cached(ttl = "500years", stale = "500years", timeout = "500years")]
+    async fn forever(id: u64) -> u64 {
+        id
+    }
+
+    assert_eq!(within(forever(1)).await, 1);
+    assert_eq!(within(forever(1)).await, 1);
+}

@@ -51,9 +51,13 @@ pub(crate) struct Cache<K, V> {
 
 impl<K: Key, V: Value> Cache<K, V> {
     pub(crate) fn new(config: Config, shared: Shared<K, V>) -> Self {
+        // moka reclaims memory only: freshness is judged from each entry's own deadlines on
+        // tokio's clock (which paused-clock tests move and moka's clock does not). No entry is
+        // servable longer than `ttl + stale` after it was stored, so that is moka's time to live;
+        // a fixed one costs nothing per read, where a per-entry expiry hook costs a sixth of a hit.
         let mut store = moka::future::Cache::builder()
             .max_capacity(config.capacity)
-            .expire_after(UntilStale);
+            .time_to_live(config.ttl.saturating_add(config.stale).min(MOKA_MAX_TTL));
         if shared.is_remote() {
             // Invalidations from other processes name keys by their Redis text.
             store = store.support_invalidation_closures();
@@ -347,27 +351,5 @@ fn outcome_name<V>(outcome: &Result<V, Error>) -> &'static str {
     }
 }
 
-/// Lets moka reclaim an entry once its stale window has closed. Freshness itself is judged from
-/// the entry's own deadlines on tokio's clock, which moka's clock does not follow.
-struct UntilStale;
-
-impl<K, V> moka::Expiry<K, Entry<V>> for UntilStale {
-    fn expire_after_create(
-        &self,
-        _key: &K,
-        entry: &Entry<V>,
-        _created_at: std::time::Instant,
-    ) -> Option<Duration> {
-        Some(entry.time_to_live(Instant::now()))
-    }
-
-    fn expire_after_update(
-        &self,
-        _key: &K,
-        entry: &Entry<V>,
-        _updated_at: std::time::Instant,
-        _duration_until_expiry: Option<Duration>,
-    ) -> Option<Duration> {
-        Some(entry.time_to_live(Instant::now()))
-    }
-}
+/// moka refuses a time to live above 1000 years.
+const MOKA_MAX_TTL: Duration = Duration::from_secs(1_000 * 365 * 24 * 60 * 60);

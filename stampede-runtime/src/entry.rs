@@ -60,11 +60,6 @@ impl<V> Entry<V> {
             Freshness::Expired
         }
     }
-
-    /// How long the store should keep this entry from `now`: until its stale window closes.
-    pub(crate) fn time_to_live(&self, now: Instant) -> Duration {
-        self.stale_until.saturating_duration_since(now)
-    }
 }
 
 /// `ttl * (1 - u)` with `u` uniform in `[0, jitter / 100]`: a fill's fresh time.

@@ -575,3 +575,53 @@ async fn a_redis_only_cache_keeps_nothing_in_memory_and_reads_redis_on_every_cal
     assert_eq!(within(permission(9)).await, ["user 9 may read"]);
     assert_eq!(LOADS.load(SeqCst), 2);
 }
+
+#[tokio::test]
+async fn a_waiter_is_woken_when_an_invalidation_discards_the_fill_it_waits_for() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "discarded",
+        name = "red::discarded"
+    )]
+    async fn in_a(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        id
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "discarded",
+        name = "red::discarded"
+    )]
+    async fn in_b(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        id
+    }
+
+    let server = RedisServer::start();
+    install(&server, "discarded"); // lease 5 s
+    let a = tokio::spawn(in_a(1));
+    eventually("a to load", || LOADS.load(SeqCst) == 1).await;
+    let started = Instant::now();
+    let b = tokio::spawn(in_b(1));
+    eventually("b to wait for a", || {
+        stampede::stats("red::discarded").unwrap().lock_busy == 1
+    })
+    .await;
+    within(stampede::invalidate("red::discarded", (1u64,)))
+        .await
+        .unwrap();
+
+    assert_eq!(within(a).await.unwrap(), 1);
+    assert_eq!(within(b).await.unwrap(), 1);
+    let waited = started.elapsed();
+    // a's fill is discarded; its empty publication sends b to read again and load, instead of
+    // waiting out the 5 s lease.
+    assert!(waited < Duration::from_millis(2_500), "b waited {waited:?}");
+    assert_eq!(LOADS.load(SeqCst), 2);
+}

@@ -37,7 +37,8 @@ return {value or false, 'busy', now, generation, redis.call('PTTL', KEYS[2])}
 });
 
 /// Writes the envelope unless the key was invalidated since the read, publishes it on the key's
-/// channel, and releases the lock if the caller still holds it (compare-and-delete).
+/// channel (an empty message when nothing was written, so that waiters read again at once), and
+/// releases the lock if the caller still holds it (compare-and-delete).
 ///
 /// KEYS: value, lock, generation. ARGV: token (may be empty), fresh ms, stale ms, load ms,
 /// the generation read with the lock, the payload, the channel.
@@ -52,6 +53,7 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
 if (redis.call('GET', KEYS[3]) or '0') ~= ARGV[5] then
+  redis.call('PUBLISH', ARGV[7], '')
   return {0, now, 0, 0}
 end
 local fresh = now + tonumber(ARGV[2])

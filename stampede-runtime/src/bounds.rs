@@ -122,9 +122,9 @@ macro_rules! check {
 
         impl<$($g),+> $marker<$param> for $on where $param: $($bound)+ {}
 
-        #[doc = concat!("The check of [`", stringify!($marker), "`].")]
+        #[doc = concat!("The check of `", stringify!($marker), "`.")]
         pub trait $check: Sized {
-            #[doc = concat!("`self`, where [`", stringify!($marker), "`] holds.")]
+            #[doc = concat!("`self`, where `", stringify!($marker), "` holds.")]
             #[inline(always)]
             fn $method(self) -> Self {
                 self
@@ -328,66 +328,58 @@ check!(
 );
 
 #[cfg(feature = "redis")]
-mod redis_checks {
-    use serde::Serialize;
-    use serde::de::DeserializeOwned;
+check!(
+    /// An argument that is part of the key of a cache backed by Redis is written as text.
+    KeySerialize, KeySerializeCheck, __stampede_key_serialize,
+    impl<T> for Checked<T> where T: [serde::Serialize],
+    message = "`{T}` cannot be part of the key of a cache backed by Redis: it does not implement `serde::Serialize`",
+    label = "this argument is part of the Redis key, which is written from the arguments with serde",
+    note = "derive `serde::Serialize` for it, or leave it out of the key with a `key = \"...\"` template",
+);
 
-    use super::{Checked, Witness};
+#[cfg(feature = "redis")]
+check!(
+    /// The value of a cache backed by Redis is stored there.
+    ValueSerialize, ValueSerializeCheck, __stampede_value_serialize,
+    impl<T> for Witness<T> where T: [serde::Serialize],
+    message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Serialize`",
+    label = "this cache keeps its values in Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`), written with serde",
+    note = "derive `serde::Serialize` and `serde::Deserialize` for it, or keep the cache in memory (`lock = \"local\"`, `backend = \"memory\"`)",
+);
 
-    check!(
-        /// An argument that is part of the key of a cache backed by Redis is written as text.
-        KeySerialize, KeySerializeCheck, __stampede_key_serialize,
-        impl<T> for Checked<T> where T: [Serialize],
-        message = "`{T}` cannot be part of the key of a cache backed by Redis: it does not implement `serde::Serialize`",
-        label = "this argument is part of the Redis key, which is written from the arguments with serde",
-        note = "derive `serde::Serialize` for it, or leave it out of the key with a `key = \"...\"` template",
-    );
-    check!(
-        /// The value of a cache backed by Redis is stored there.
-        ValueSerialize, ValueSerializeCheck, __stampede_value_serialize,
-        impl<T> for Witness<T> where T: [Serialize],
-        message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Serialize`",
-        label = "this cache keeps its values in Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`), written with serde",
-        note = "derive `serde::Serialize` and `serde::Deserialize` for it, or keep the cache in memory (`lock = \"local\"`, `backend = \"memory\"`)",
-    );
-    check!(
-        /// The value of a cache backed by Redis is read back from there.
-        ValueDeserialize, ValueDeserializeCheck, __stampede_value_deserialize,
-        impl<T> for Witness<T> where T: [DeserializeOwned],
-        message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Deserialize`",
-        label = "this cache reads its values back from Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`) with serde",
-        note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
-    );
-    check!(
-        /// The `T` of a `Result<T, E>` cached in Redis is stored there.
-        OkSerialize, OkSerializeCheck, __stampede_ok_serialize,
-        impl<T, E> for Witness<Result<T, E>> where T: [Serialize],
-        message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Serialize`",
-        label = "this cache keeps its values in Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`), written with serde",
-        note = "derive `serde::Serialize` and `serde::Deserialize` for it, or keep the cache in memory (`lock = \"local\"`, `backend = \"memory\"`)",
-    );
-    check!(
-        /// The `T` of a `Result<T, E>` cached in Redis is read back from there.
-        OkDeserialize, OkDeserializeCheck, __stampede_ok_deserialize,
-        impl<T, E> for Witness<Result<T, E>> where T: [DeserializeOwned],
-        message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Deserialize`",
-        label = "this cache reads its values back from Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`) with serde",
-        note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
-    );
+#[cfg(feature = "redis")]
+check!(
+    /// The value of a cache backed by Redis is read back from there.
+    ValueDeserialize, ValueDeserializeCheck, __stampede_value_deserialize,
+    impl<T> for Witness<T> where T: [serde::de::DeserializeOwned],
+    message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Deserialize`",
+    label = "this cache reads its values back from Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`) with serde",
+    note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
+);
 
-    pub mod checks {
-        pub use super::{
-            KeySerializeCheck as _, OkDeserializeCheck as _, OkSerializeCheck as _,
-            ValueDeserializeCheck as _, ValueSerializeCheck as _,
-        };
-    }
-}
+#[cfg(feature = "redis")]
+check!(
+    /// The `T` of a `Result<T, E>` cached in Redis is stored there.
+    OkSerialize, OkSerializeCheck, __stampede_ok_serialize,
+    impl<T, E> for Witness<Result<T, E>> where T: [serde::Serialize],
+    message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Serialize`",
+    label = "this cache keeps its values in Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`), written with serde",
+    note = "derive `serde::Serialize` and `serde::Deserialize` for it, or keep the cache in memory (`lock = \"local\"`, `backend = \"memory\"`)",
+);
+
+#[cfg(feature = "redis")]
+check!(
+    /// The `T` of a `Result<T, E>` cached in Redis is read back from there.
+    OkDeserialize, OkDeserializeCheck, __stampede_ok_deserialize,
+    impl<T, E> for Witness<Result<T, E>> where T: [serde::de::DeserializeOwned],
+    message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Deserialize`",
+    label = "this cache reads its values back from Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`) with serde",
+    note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
+);
 
 /// Every check's trait, for the generated code's `use checks::*;` (nameless, so that no name of
 /// the user's is shadowed).
 pub mod checks {
-    #[cfg(feature = "redis")]
-    pub use super::redis_checks::checks::*;
     pub use super::{
         ArgCloneCheck as _, ArgSendCheck as _, ArgSyncCheck as _, ErrorDebugCheck as _,
         ErrorDisplayCheck as _, ErrorFromCheck as _, ErrorSendCheck as _, ErrorSyncCheck as _,
@@ -395,5 +387,10 @@ pub mod checks {
         KeySendCheck as _, KeySyncCheck as _, OkCloneCheck as _, OkSendCheck as _,
         OkSyncCheck as _, ReceiverCloneCheck as _, ReceiverSendCheck as _, ReceiverSyncCheck as _,
         ValueCloneCheck as _, ValueSendCheck as _, ValueSyncCheck as _,
+    };
+    #[cfg(feature = "redis")]
+    pub use super::{
+        KeySerializeCheck as _, OkDeserializeCheck as _, OkSerializeCheck as _,
+        ValueDeserializeCheck as _, ValueSerializeCheck as _,
     };
 }

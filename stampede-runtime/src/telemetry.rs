@@ -112,6 +112,7 @@ pub(crate) struct Telemetry {
     pub(crate) waiters: Level,
     pub(crate) in_flight: Level,
     load_duration: Histogram,
+    #[cfg(feature = "redis")]
     lock_wait: Histogram,
 }
 
@@ -139,6 +140,7 @@ impl Telemetry {
             waiters: Level::new("singleflight_waiters", &labels),
             in_flight: Level::new("inflight_refresh_count", &labels),
             load_duration: metrics::histogram!("cache_refresh_duration_seconds", labels.cache()),
+            #[cfg(feature = "redis")]
             lock_wait: metrics::histogram!("redis_lock_wait_duration_seconds", labels.cache()),
         }
     }
@@ -159,6 +161,7 @@ impl Telemetry {
     }
 
     /// How long a process waited for another's Redis lock.
+    #[cfg(feature = "redis")]
     pub(crate) fn lock_waited(&self, duration: Duration) {
         self.lock_wait.record(duration);
     }

@@ -100,9 +100,10 @@ impl Subscriber {
         subscriber
     }
 
-    /// Whether the connection has failed; a broken subscriber is replaced, not repaired.
+    /// Whether the connection has failed, or the runtime that served it has shut down (its
+    /// tasks are gone); a dead subscriber is replaced, not repaired.
     pub(crate) fn is_dead(&self) -> bool {
-        self.dead.load(Ordering::Acquire)
+        self.dead.load(Ordering::Acquire) || self.control.is_closed()
     }
 
     /// Subscribes to `channel` (if this process is not already) and returns a listener for it,

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -126,8 +126,8 @@ impl<K: Key, V: Value> Cache<K, V> {
         self.telemetry.misses.bump();
         if self.config.lock == Lock::None {
             outcome("miss");
-            self.telemetry.load_started(Reason::Miss);
-            return self.fill(&key, &prepare(), &|_| {}).await;
+            let load = self.counted(prepare(), Reason::Miss);
+            return self.fill(&key, &load, &|_| {}).await;
         }
         let waiter = match self.flights.join(&key) {
             Joined::Shared(waiter) => {
@@ -176,7 +176,6 @@ impl<K: Key, V: Value> Cache<K, V> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime {
             cache: self.config.name.clone(),
         })?;
-        self.telemetry.load_started(reason);
         let span = tracing::debug_span!(
             "stampede.refresh",
             cache = %self.config.name,
@@ -191,6 +190,7 @@ impl<K: Key, V: Value> Cache<K, V> {
             let _running = self.telemetry.in_flight.raise();
             let started = Instant::now();
             let serve = |value: &V| leader.serve(value.clone());
+            let load = self.counted(load, reason);
             let outcome = AssertUnwindSafe(self.fill(leader.key(), &load, &serve))
                 .catch_unwind()
                 .await
@@ -205,6 +205,27 @@ impl<K: Key, V: Value> Cache<K, V> {
         };
         runtime.spawn(running.instrument(span));
         Ok(())
+    }
+
+    /// `load`, counted in `cache_refresh_total{reason}` when it first runs: a flight that finds
+    /// the value filled meanwhile (here or, through Redis, by another process) loads nothing.
+    fn counted<'a, E, L, Fut>(
+        &'a self,
+        load: L,
+        reason: Reason,
+    ) -> impl Fn(&K) -> Fut + Send + Sync + 'a
+    where
+        E: LoadError,
+        L: Fn(&K) -> Fut + Send + Sync + 'a,
+        Fut: Future<Output = Result<V, E>>,
+    {
+        let started = AtomicBool::new(false);
+        move |key: &K| {
+            if !started.swap(true, Ordering::Relaxed) {
+                self.telemetry.load_started(reason);
+            }
+            load(key)
+        }
     }
 
     /// Gets the key's value for a miss or a refresh: from a load that finished meanwhile, from

@@ -3,8 +3,9 @@
 //! One hit in [`SAMPLE_EVERY`] is looked at (the hit counter's value decides, so the others pay
 //! nothing), and the sampled keys compete for [`KEEP`] places by the space-saving algorithm: a
 //! new key takes the place of the least counted one and inherits its count, so a key that is hit
-//! often always ends up in the sample. A sample that finds the list busy is skipped: the hit path
-//! never waits.
+//! often always ends up in the sample. The hits reported leave the inherited count out: they are
+//! the hits seen while the key held its place, a lower bound. A sample that finds the list busy
+//! is skipped: the hit path never waits.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -24,7 +25,8 @@ pub(crate) const KEEP: usize = 8;
 pub struct HotKey {
     /// The key, as its `Debug` output writes it.
     pub key: String,
-    /// Hits estimated from the sample (a multiple of the sampling rate).
+    /// Hits seen while the key was in the sample, scaled by the sampling rate (so a multiple of
+    /// it): an estimate that errs low.
     pub hits: u64,
     /// How old the key's value was when last sampled.
     #[serde(rename = "age_ms", serialize_with = "crate::stats::millis")]
@@ -37,7 +39,10 @@ pub(crate) struct HotKeys<K> {
 
 struct Sampled<K> {
     key: K,
+    /// Samples counted for this place, including those inherited from the key it replaced.
     count: u64,
+    /// The part of `count` inherited when the key took the place.
+    inherited: u64,
     filled_at: Instant,
 }
 
@@ -68,12 +73,14 @@ impl<K: Key> HotKeys<K> {
             keys.push(Sampled {
                 key: key.clone(),
                 count: 1,
+                inherited: 0,
                 filled_at,
             });
         } else if let Some(least) = keys.iter_mut().min_by_key(|known| known.count) {
             *least = Sampled {
                 key: key.clone(),
                 count: least.count + 1,
+                inherited: least.count,
                 filled_at,
             };
         }
@@ -90,7 +97,7 @@ impl<K: Key> HotKeys<K> {
             .iter()
             .map(|known| HotKey {
                 key: format!("{:?}", known.key),
-                hits: known.count * SAMPLE_EVERY,
+                hits: (known.count - known.inherited) * SAMPLE_EVERY,
                 age: now.saturating_duration_since(known.filled_at),
             })
             .collect();
@@ -119,5 +126,11 @@ mod tests {
         assert_eq!(sample.len(), KEEP);
         assert_eq!(sample[0].key, "1");
         assert!(sample[0].hits >= 2_000 * SAMPLE_EVERY, "{sample:?}");
+        // The passing keys were each sampled once: they report that, not the count they took
+        // over from the key they replaced.
+        assert!(
+            sample[1..].iter().all(|hot| hot.hits == SAMPLE_EVERY),
+            "{sample:?}"
+        );
     }
 }

@@ -28,7 +28,7 @@ pub struct Stats {
     pub load_errors: u64,
     /// Load attempts that ran past the timeout.
     pub timeouts: u64,
-    /// Background refreshes started for stale values.
+    /// Background refreshes of stale values that ran a load.
     pub refreshes: u64,
     /// Callers that joined a load another caller had started, and shared its result.
     pub shared: u64,

@@ -145,7 +145,7 @@ impl Telemetry {
         }
     }
 
-    /// A load started for this reason.
+    /// A load started for this reason (its first attempt).
     pub(crate) fn load_started(&self, reason: Reason) {
         match reason {
             Reason::Miss => self.miss_loads.increment(1),

@@ -2,14 +2,15 @@
 //! the processes that waited get the value after it is filled.
 //!
 //! ```sh
-//! cargo run --example multi_instance -- redis://127.0.0.1:6379/ 4
+//! cargo run --example multi_instance -- redis://127.0.0.1:6379/ 4 100
 //! ```
 //!
-//! The program starts the given number of copies of itself. Each fires 100 concurrent calls at
-//! the same cold key at the same instant. With `lock = "redis"`, one process loads the key; the
+//! The program starts the given number of copies of itself (default 4). Each fires the given
+//! number of concurrent calls (default 100) at the same cold key at the same instant. With `lock = "redis"`, one process loads the key; the
 //! others wait for its publication, which carries the value.
 //!
-//! `tests/multi_process.rs` runs this scenario too, as a module.
+//! `tests/multi_process.rs` runs this scenario too, as a module, and so does the benchmarks'
+//! scenario runner (`benches/scenarios.rs`, 4 processes x 250 callers).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,7 +22,8 @@ use tokio::time::Instant;
 
 /// Set in a child process: the run's id, which names its key and its load counter.
 const CHILD_VAR: &str = "MULTI_INSTANCE_RUN";
-const CALLERS: usize = 100;
+/// Set in a child process: how many concurrent calls it fires.
+const CALLERS_VAR: &str = "MULTI_INSTANCE_CALLERS";
 const LOAD_TIME: Duration = Duration::from_millis(300);
 
 /// The Redis that counts loads across processes, in a child.
@@ -49,14 +51,18 @@ async fn report(run: u64) -> String {
 pub struct Report {
     /// Loads in all processes together.
     pub loads: u64,
-    /// Calls that got the value, out of `processes * 100`.
+    /// Calls that got the value, out of `processes * callers`.
     pub calls_ok: u64,
     /// For each process that did not load: how long after the fill its last caller returned.
     pub release_delays: Vec<Duration>,
+    /// For each process that did not load: how long after the fill its first caller returned
+    /// (the rest of its release delay is waking its other callers).
+    pub first_release_delays: Vec<Duration>,
 }
 
-/// Starts `processes` copies of `exe` against the Redis at `url` and gathers what they saw.
-pub fn run(exe: &Path, url: &str, processes: usize) -> Result<Report, String> {
+/// Starts `processes` copies of `exe` against the Redis at `url`, each firing `callers`
+/// concurrent calls, and gathers what they saw.
+pub fn run(exe: &Path, url: &str, processes: usize, callers: usize) -> Result<Report, String> {
     let run_id = unix_micros();
     let start_at = run_id / 1_000 + 500; // ms: time for every process to start
     let children: Vec<_> = (0..processes)
@@ -64,6 +70,7 @@ pub fn run(exe: &Path, url: &str, processes: usize) -> Result<Report, String> {
             Command::new(exe)
                 .env(CHILD_VAR, run_id.to_string())
                 .env("MULTI_INSTANCE_START_AT", start_at.to_string())
+                .env(CALLERS_VAR, callers.to_string())
                 .env(stampede::REDIS_URL_VAR, url)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
@@ -73,10 +80,12 @@ pub fn run(exe: &Path, url: &str, processes: usize) -> Result<Report, String> {
         .collect::<Result<_, _>>()?;
     let mut filled_at = None;
     let mut last_returns = Vec::new();
+    let mut first_returns = Vec::new();
     let mut calls_ok = 0;
     for child in children {
         let output = wait_bounded(child, Duration::from_secs(30))?;
         let mut last_return = None;
+        let mut first_return = None;
         for line in String::from_utf8_lossy(&output).lines() {
             let mut words = line.split(' ');
             match (
@@ -86,12 +95,14 @@ pub fn run(exe: &Path, url: &str, processes: usize) -> Result<Report, String> {
                 (Some("FILLED_AT"), Some(at)) => filled_at = Some(at),
                 (Some("OK"), Some(count)) => calls_ok += count,
                 (Some("LAST_RETURN"), Some(at)) => last_return = Some(at),
+                (Some("FIRST_RETURN"), Some(at)) => first_return = Some(at),
                 _ => {}
             }
         }
         let loaded_here = String::from_utf8_lossy(&output).contains("FILLED_AT");
         if !loaded_here {
             last_returns.push(last_return.ok_or("a process reported no calls")?);
+            first_returns.push(first_return.ok_or("a process reported no calls")?);
         }
     }
     let filled_at = filled_at.ok_or("no process loaded the key")?;
@@ -101,14 +112,17 @@ pub fn run(exe: &Path, url: &str, processes: usize) -> Result<Report, String> {
         .arg(counter_key(run_id))
         .query(&mut connection)
         .map_err(|e| e.to_string())?;
-    let release_delays = last_returns
-        .into_iter()
-        .map(|at| Duration::from_micros(at.saturating_sub(filled_at)))
-        .collect();
+    let after_fill = |returns: Vec<u64>| {
+        returns
+            .into_iter()
+            .map(|at| Duration::from_micros(at.saturating_sub(filled_at)))
+            .collect()
+    };
     Ok(Report {
         loads,
         calls_ok,
-        release_delays,
+        release_delays: after_fill(last_returns),
+        first_release_delays: after_fill(first_returns),
     })
 }
 
@@ -124,6 +138,10 @@ pub fn child_if_asked() -> bool {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    let callers: usize = std::env::var(CALLERS_VAR)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
     let url = std::env::var(stampede::REDIS_URL_VAR).unwrap_or_default();
     if let Ok(client) = redis::Client::open(url.as_str()) {
         let _ = COUNTER.set((client, counter_key(run_id)));
@@ -137,18 +155,20 @@ pub fn child_if_asked() -> bool {
         let wait = Duration::from_millis(start_at.saturating_sub(unix_micros() / 1_000));
         tokio::time::sleep(wait).await;
         let started = Instant::now();
-        let calls: Vec<_> = (0..CALLERS)
+        let calls: Vec<_> = (0..callers)
             .map(|_| tokio::spawn(async move { (report(run_id).await, unix_micros()) }))
             .collect();
-        let (mut ok, mut last_return) = (0, 0);
+        let (mut ok, mut first_return, mut last_return) = (0, u64::MAX, 0);
         let expected = format!("the report of run {run_id}");
         for call in calls {
             if let Ok((value, returned_at)) = call.await {
                 ok += u64::from(value == expected);
+                first_return = first_return.min(returned_at);
                 last_return = last_return.max(returned_at);
             }
         }
         println!("OK {ok}");
+        println!("FIRST_RETURN {first_return}");
         println!("LAST_RETURN {last_return}");
         println!("WALL_MS {}", started.elapsed().as_millis());
     });
@@ -198,21 +218,31 @@ fn main() {
         .next()
         .unwrap_or_else(|| "redis://127.0.0.1:6379/".to_owned());
     let processes: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(4);
+    let callers: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(100);
     let exe = std::env::current_exe().expect("cannot find this program's path");
-    println!("{processes} processes x {CALLERS} callers on one cold key, Redis at {url}");
-    match run(&exe, &url, processes) {
+    println!("{processes} processes x {callers} callers on one cold key, Redis at {url}");
+    match run(&exe, &url, processes, callers) {
         Ok(report) => {
             println!(
                 "  calls that got the value: {} of {}",
                 report.calls_ok,
-                processes * CALLERS
+                processes * callers
             );
             println!("  loads in all processes together: {}", report.loads);
             println!(
-                "  one process loaded the key ({LOAD_TIME:?}); the others were released after the fill in:"
+                "  one process loaded the key ({LOAD_TIME:?}); in the others, after the fill:"
             );
-            for delay in &report.release_delays {
-                println!("    {:.2} ms", delay.as_secs_f64() * 1_000.0);
+            let ms = |delay: &Duration| delay.as_secs_f64() * 1_000.0;
+            for (first, last) in report
+                .first_release_delays
+                .iter()
+                .zip(&report.release_delays)
+            {
+                println!(
+                    "    first caller returned {:.2} ms, last {:.2} ms",
+                    ms(first),
+                    ms(last)
+                );
             }
         }
         Err(error) => {

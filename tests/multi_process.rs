@@ -71,7 +71,7 @@ fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), String
 fn cold_key_four_processes() -> Result<(), String> {
     let server = RedisServer::start();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let report = multi_instance::run(&exe, &server.url(), 4)?;
+    let report = multi_instance::run(&exe, &server.url(), 4, 100)?;
     let delays: Vec<String> = report
         .release_delays
         .iter()

@@ -23,6 +23,7 @@ pub struct Loads {
     pub cached_by_key: AtomicU64,
     pub moka_get_with: AtomicU64,
     pub stampede: AtomicU64,
+    pub stampede_redis: AtomicU64,
     pub stampede_hits: AtomicU64,
 }
 
@@ -34,6 +35,7 @@ impl Loads {
             cached_by_key: AtomicU64::new(0),
             moka_get_with: AtomicU64::new(0),
             stampede: AtomicU64::new(0),
+            stampede_redis: AtomicU64::new(0),
             stampede_hits: AtomicU64::new(0),
         }
     }
@@ -58,12 +60,14 @@ pub fn moka_store(ttl: Duration, capacity: u64) -> moka::future::Cache<u64, Valu
 /// Declares a module of contenders for one scenario. Attribute options must be literals, so the
 /// TTL is given both as a `stampede` duration and as the `cached` crate's milliseconds.
 /// Every contender gets the same TTL and no jitter, and the bounded ones hold every key.
+/// `redis_name` names the `lock = "redis"` contender's cache, to read its stats.
 macro_rules! contenders {
     ($scenario:ident {
         ttl: $ttl:tt,
         ttl_ms: $ttl_ms:tt,
         stale: $stale:tt,
-        capacity: $capacity:tt $(,)?
+        capacity: $capacity:tt,
+        redis_name: $redis_name:tt $(,)?
     }) => {
         #[allow(dead_code)] // the `cached` crate's companions (`*_no_cache`, `*_prime_cache`)
         pub mod $scenario {
@@ -73,6 +77,7 @@ macro_rules! contenders {
             use $crate::contenders::{Loads, Value, moka_store, upstream};
 
             pub static LOADS: Loads = Loads::new();
+            pub const REDIS_NAME: &str = $redis_name;
 
             /// Get, and on a miss load and insert: no protection at all.
             pub async fn naive(key: u64) -> Value {
@@ -109,6 +114,21 @@ macro_rules! contenders {
                 upstream(&LOADS.stampede, key).await
             }
 
+            /// Tiered: memory in front of the benchmarks' Redis, one load per key across every
+            /// process sharing it. Only run when a Redis is at hand.
+            #[stampede::cached(
+                ttl = $ttl,
+                stale = $stale,
+                jitter = 0,
+                lock = "redis",
+                redis = "bench",
+                capacity = $capacity,
+                name = $redis_name
+            )]
+            pub async fn stampede_redis(key: u64) -> Value {
+                upstream(&LOADS.stampede_redis, key).await
+            }
+
             /// The reference for "near a hit": the same calls on a key that never expires.
             #[stampede::cached(ttl = "1h", jitter = 0, lock = "local")]
             pub async fn stampede_hits(key: u64) -> Value {
@@ -123,6 +143,7 @@ contenders!(cold {
     ttl_ms: 60_000,
     stale: "0s",
     capacity: 100_000,
+    redis_name: "bench::cold::redis",
 });
 
 contenders!(expiry {
@@ -130,6 +151,7 @@ contenders!(expiry {
     ttl_ms: 1_000,
     stale: "5s",
     capacity: 100_000,
+    redis_name: "bench::expiry::redis",
 });
 
 contenders!(zipf {
@@ -137,21 +159,30 @@ contenders!(zipf {
     ttl_ms: 2_000,
     stale: "0s",
     capacity: 100_000,
+    redis_name: "bench::zipf::redis",
 });
 
 /// Runs `$driver.run(label, &loads, function)` for every contender of `$scenario`, in table
-/// order, and collects what it returns.
+/// order, and collects what it returns; the `lock = "redis"` contender only when `$redis`.
 macro_rules! for_each {
-    ($scenario:ident, $driver:expr) => {{
+    ($scenario:ident, $driver:expr, $redis:expr) => {{
         use $crate::contenders::$scenario as c;
         let driver = &$driver;
-        vec![
+        let mut runs = vec![
             driver.run("naive get-or-compute", &c::LOADS.naive, c::naive),
             driver.run("cached #[cached]", &c::LOADS.cached, c::cached),
             driver.run("cached by_key", &c::LOADS.cached_by_key, c::cached_by_key),
             driver.run("moka get_with", &c::LOADS.moka_get_with, c::moka_get_with),
             driver.run("stampede lock=local", &c::LOADS.stampede, c::stampede),
-        ]
+        ];
+        if $redis {
+            runs.push(driver.run(
+                "stampede lock=redis",
+                &c::LOADS.stampede_redis,
+                c::stampede_redis,
+            ));
+        }
+        runs
     }};
 }
 

@@ -2,7 +2,10 @@
 //!
 //! Every run gets a fresh 2-worker tokio runtime (the machine's two cores), is bounded in time
 //! (a run that overstays is aborted and marked), and measures each call from just before it is
-//! made to just after it returns, into an HDR histogram.
+//! made to just after it returns, into an HDR histogram. Before the clock starts, one call on a
+//! key no scenario uses warms the contender on that runtime: its statics are built and, for
+//! `lock = "redis"`, the runtime's Redis connections are open, as in a service that has run
+//! for a while. Its load is not counted.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -24,6 +27,8 @@ use crate::contenders::{LOAD, Value};
 pub const BUCKET: Duration = Duration::from_millis(10);
 /// How long a run may go on past its calling time before it is aborted.
 const GRACE: Duration = Duration::from_secs(20);
+/// The key of the warming call: none of the scenarios' keys.
+const WARM_KEY: u64 = u64::MAX;
 
 /// What one contender did in one scenario.
 pub struct Run {
@@ -72,6 +77,17 @@ fn runtime() -> Runtime {
         .expect("a 2-worker tokio runtime")
 }
 
+/// One call on [`WARM_KEY`], bounded like a run.
+fn warm<F: Call>(runtime: &Runtime, call: F) {
+    let warmed = runtime.block_on(tokio::time::timeout(LOAD + GRACE, call(WARM_KEY)));
+    if warmed.is_err() {
+        eprintln!(
+            "warning: the warming call did not return within {:?}",
+            LOAD + GRACE
+        );
+    }
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 1_000_000_000_000, 3).expect("valid histogram bounds")
 }
@@ -87,8 +103,9 @@ pub struct Cold {
 
 impl Cold {
     pub fn run<F: Call>(&self, label: &'static str, loads: &AtomicU64, call: F) -> Run {
-        let loads_before = loads.load(Relaxed);
         let runtime = runtime();
+        warm(&runtime, call);
+        let loads_before = loads.load(Relaxed);
         let calls = self.calls;
         let (latencies, wall, finished) = runtime.block_on(async move {
             let start_line = Arc::new(Barrier::new(calls + 1));
@@ -189,8 +206,9 @@ struct TaskLog {
 
 impl Loop {
     pub fn run<F: Call>(&self, label: &'static str, loads: &AtomicU64, call: F) -> Run {
-        let loads_before = loads.load(Relaxed);
         let runtime = runtime();
+        warm(&runtime, call);
+        let loads_before = loads.load(Relaxed);
         let buckets = ((self.duration + LOAD + GRACE).as_millis() / BUCKET.as_millis()) as usize;
         let key_space = match self.keys {
             Keys::One => 1,

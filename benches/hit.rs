@@ -13,13 +13,27 @@
 //! deadline` adds what the runtime does on a hit besides the lookup (read tokio's clock, compare
 //! with the entry's deadline), to price that candidate as the runtime would use it.
 //!
+//! `stampede tiered L1` is a hit of a `lock = "redis"` function (memory in front of Redis): the
+//! value is in this process's memory, so Redis is not asked. It needs a Redis: the one at
+//! `STAMPEDE_BENCH_REDIS` if set, otherwise a `redis-server` of its own on a free loopback port;
+//! without either the row is left out.
+//!
 //! `key/N args` measures a `#[stampede::cached]` hit whose key is built from 1, 3 or 5 arguments,
 //! one of them a `&str` (turned into an owned `String` for the key), next to a raw moka `get` on
 //! the same owned tuple built per call.
 //!
+//! `metrics/1 task` and `metrics/2 tasks` price recording metrics on a hit: the same memory hit
+//! with no recorder installed (the runtime's metric handles are no-ops) and, on a cache first
+//! called after installing `metrics-exporter-prometheus`'s recorder (handles are taken when a
+//! cache is first called), with it. This group runs last: the recorder is process-global.
+//!
 //! Run: `cargo bench --bench hit` (add `-- --quick` for a shorter run). After criterion's own
 //! report, a summary prints every hit as a ratio to raw moka `get` and to the
 //! `RwLock<HashMap>` floor.
+//!
+//! Profiling: with `STAMPEDE_BENCH_PROFILE=NAME[:CALLS]` the program skips criterion and makes
+//! CALLS (default 100,000) warm hits of one contender inside `profiled_calls`, for callgrind's
+//! `--toggle-collect=*profiled_calls*`; NAME is one of [`PROFILED`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,6 +44,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
 use tokio::runtime::{Builder, Runtime};
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
 
 /// The warm key every hit asks for.
 const KEY: u64 = 42;
@@ -69,6 +86,20 @@ async fn cached_by_key(id: u64) -> String {
 
 #[cached::concurrent_cached(ttl_secs = 3600)]
 async fn cached_concurrent(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+/// Tiered (`lock = "redis"` puts memory in front of Redis): a warm key is an L1 hit.
+#[stampede::cached(ttl = "1h", lock = "redis", redis = "bench", name = "bench::tiered")]
+async fn stampede_tiered(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+/// The same as [`stampede_hit`], on a cache first called after a metrics recorder is installed.
+#[stampede::cached(ttl = "1h", name = "bench::recorded")]
+async fn stampede_recorded(id: u64) -> String {
     black_box(id);
     value()
 }
@@ -210,8 +241,13 @@ where
 
 /// The same list of contenders for both groups.
 macro_rules! hits {
-    ($bench:ident, $group:expr, $rt:expr) => {
+    ($bench:ident, $group:expr, $rt:expr, $tiered:expr) => {
         $bench($group, $rt, "stampede", || stampede_hit(black_box(KEY)));
+        if $tiered {
+            $bench($group, $rt, "stampede tiered L1", || {
+                stampede_tiered(black_box(KEY))
+            });
+        }
         $bench($group, $rt, "moka get", || moka_get(black_box(KEY)));
         $bench($group, $rt, "moka get_with", || {
             moka_get_with(black_box(KEY))
@@ -245,7 +281,7 @@ fn current_thread() -> Runtime {
         .expect("a current-thread runtime")
 }
 
-fn hits(c: &mut Criterion) {
+fn hits(c: &mut Criterion, tiered: bool) {
     let rt = current_thread();
     rt.block_on(MOKA.insert(KEY, value()));
     QUICK.insert(KEY, value());
@@ -262,7 +298,7 @@ fn hits(c: &mut Criterion) {
         .insert(KEY, value());
 
     let mut group = c.benchmark_group("hit/1 task");
-    hits!(one_task, &mut group, &rt);
+    hits!(one_task, &mut group, &rt, tiered);
     group.finish();
 
     let rt = Builder::new_multi_thread()
@@ -271,7 +307,7 @@ fn hits(c: &mut Criterion) {
         .build()
         .expect("a 2-worker runtime");
     let mut group = c.benchmark_group("hit/2 tasks");
-    hits!(two_tasks, &mut group, &rt);
+    hits!(two_tasks, &mut group, &rt, tiered);
     group.finish();
 }
 
@@ -319,6 +355,121 @@ fn keys(c: &mut Criterion) {
     group.finish();
 }
 
+/// Installs `metrics-exporter-prometheus`'s recorder, as a service does at start (without its
+/// HTTP listener: the service renders the handle's text itself). Kept for the process's life.
+fn install_recorder() {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("no other recorder is installed")
+    });
+}
+
+fn recording(c: &mut Criterion) {
+    let rt = current_thread();
+    // Before the recorder: this cache's handles are no-ops (they are if `hits` called it first).
+    rt.block_on(stampede_hit(KEY));
+    install_recorder();
+    rt.block_on(stampede_recorded(KEY));
+    let mut group = c.benchmark_group("metrics/1 task");
+    one_task(&mut group, &rt, "no recorder", || {
+        stampede_hit(black_box(KEY))
+    });
+    one_task(&mut group, &rt, "prometheus recorder", || {
+        stampede_recorded(black_box(KEY))
+    });
+    group.finish();
+
+    let rt = Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a 2-worker runtime");
+    let mut group = c.benchmark_group("metrics/2 tasks");
+    two_tasks(&mut group, &rt, "no recorder", || {
+        stampede_hit(black_box(KEY))
+    });
+    two_tasks(&mut group, &rt, "prometheus recorder", || {
+        stampede_recorded(black_box(KEY))
+    });
+    group.finish();
+}
+
+// ---- profiling ----------------------------------------------------------------------------------
+
+/// The contenders `STAMPEDE_BENCH_PROFILE` can name.
+const PROFILED: [&str; 7] = [
+    "stampede",
+    "stampede tiered L1",
+    "stampede recorded",
+    "moka get",
+    "moka get_with",
+    "quick_cache + deadline",
+    "floor",
+];
+
+/// `calls` warm hits; callgrind counts only inside this function.
+#[inline(never)]
+fn profiled_calls<F, Fut>(rt: &Runtime, calls_made: u64, call: F)
+where
+    F: Fn() -> Fut + Copy,
+    Fut: Future<Output = String>,
+{
+    rt.block_on(calls(calls_made, call));
+}
+
+fn profile(spec: &str) -> Result<(), String> {
+    let (name, count) = spec.split_once(':').unwrap_or((spec, "100000"));
+    let count: u64 = count
+        .parse()
+        .map_err(|_| format!("`{count}` is not a number of calls"))?;
+    let rt = current_thread();
+    macro_rules! run {
+        ($call:expr) => {{
+            rt.block_on($call()); // warm
+            profiled_calls(&rt, count, $call);
+        }};
+    }
+    match name {
+        "stampede" => run!(|| stampede_hit(black_box(KEY))),
+        "stampede tiered L1" => run!(|| stampede_tiered(black_box(KEY))),
+        "stampede recorded" => {
+            install_recorder();
+            run!(|| stampede_recorded(black_box(KEY)))
+        }
+        "moka get" => {
+            rt.block_on(MOKA.insert(KEY, value()));
+            run!(|| moka_get(black_box(KEY)))
+        }
+        "moka get_with" => {
+            rt.block_on(MOKA.insert(KEY, value()));
+            run!(|| moka_get_with(black_box(KEY)))
+        }
+        "quick_cache + deadline" => {
+            QUICK_ENTRY.insert(
+                (KEY,),
+                Deadlined {
+                    value: value(),
+                    fresh_until: tokio::time::Instant::now() + Duration::from_secs(3600),
+                },
+            );
+            run!(|| quick_cache_entry(black_box(KEY)))
+        }
+        "floor" => {
+            FLOOR
+                .write()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .insert(KEY, value());
+            run!(|| rwlock_floor(black_box(KEY)))
+        }
+        other => return Err(format!("no contender `{other}`; one of {PROFILED:?}")),
+    }
+    println!("{count} hits of {name}");
+    Ok(())
+}
+
 // ---- the summary ----------------------------------------------------------------------------
 
 /// Where criterion writes its estimates, found the way criterion finds it.
@@ -364,6 +515,7 @@ fn summary(home: &std::path::Path) {
         );
         for bench in [
             "stampede",
+            "stampede tiered L1",
             "moka get",
             "moka get_with",
             "cached",
@@ -384,6 +536,26 @@ fn summary(home: &std::path::Path) {
         }
     }
     println!();
+    println!(
+        "metrics: median ns per call of a memory hit, with no recorder and with \
+         metrics-exporter-prometheus's"
+    );
+    println!(
+        "{:<24} {:>9} {:>9} {:>9}",
+        "tasks", "none", "recorder", "ratio"
+    );
+    for tasks in ["1 task", "2 tasks"] {
+        let group = format!("metrics/{tasks}");
+        let none = median_ns(home, &group, "no recorder");
+        let recorder = median_ns(home, &group, "prometheus recorder");
+        println!(
+            "{tasks:<24} {:>9} {:>9} {:>9}",
+            ns(none),
+            ns(recorder),
+            ratio(recorder, none)
+        );
+    }
+    println!();
     println!("key: median ns per call, stampede against moka get on the same owned key");
     println!(
         "{:<24} {:>9} {:>9} {:>9}",
@@ -401,15 +573,46 @@ fn summary(home: &std::path::Path) {
     }
 }
 
+/// The Redis of the tiered row, installed as the `bench` connection; `None` leaves the row out.
+fn bench_redis() -> Option<redis_server::BenchRedis> {
+    let url = std::env::var("STAMPEDE_BENCH_REDIS").ok();
+    match redis_server::BenchRedis::get(url).and_then(|redis| {
+        redis.install()?;
+        Ok(redis)
+    }) {
+        Ok(redis) => {
+            eprintln!(
+                "Redis for the tiered row: {} at {}",
+                redis.origin, redis.url
+            );
+            Some(redis)
+        }
+        Err(why) => {
+            eprintln!("no Redis for the tiered row: {why}");
+            None
+        }
+    }
+}
+
 fn main() {
+    let redis = bench_redis();
+    if let Ok(spec) = std::env::var("STAMPEDE_BENCH_PROFILE") {
+        if let Err(error) = profile(&spec) {
+            eprintln!("{error}");
+            std::process::exit(2);
+        }
+        return;
+    }
     let home = criterion_home();
     let mut criterion = Criterion::default()
         .output_directory(&home)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
-    hits(&mut criterion);
+    hits(&mut criterion, redis.is_some());
     keys(&mut criterion);
+    recording(&mut criterion);
     criterion.final_summary();
     summary(&home);
+    drop(redis);
 }

@@ -27,7 +27,8 @@
 //! called after installing `metrics-exporter-prometheus`'s recorder (handles are taken when a
 //! cache is first called), with it. This group runs last: the recorder is process-global.
 //!
-//! Run: `cargo bench --bench hit` (add `-- --quick` for a shorter run). After criterion's own
+//! Run: `cargo bench -p stampede-benches --bench hit` (add `-- --quick` for a shorter run; keep
+//! `-p`, see `scenarios.rs`). After criterion's own
 //! report, a summary prints every hit as a ratio to raw moka `get` and to the
 //! `RwLock<HashMap>` floor.
 //!

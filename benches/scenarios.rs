@@ -2,16 +2,20 @@
 //! calls meet a cold key, an expiring key, or a skewed key space.
 //!
 //! ```sh
-//! cargo bench --bench scenarios              # the full run, about two minutes
-//! cargo bench --bench scenarios -- --quick   # shorter calling loops, under a minute
+//! cargo bench -p stampede-benches --bench scenarios              # the full run, about 80 s
+//! cargo bench -p stampede-benches --bench scenarios -- --quick   # under a minute
 //! ```
 //!
 //! Options: `--quick`; `--only cold,expiry,zipf,many` to run some scenarios; `--svg PATH` to
 //! write the expiry timeline there (the full run writes `docs/expiry-timeline.svg` by default);
-//! `--redis URL` to use that Redis, `--no-redis` to leave the Redis rows out; `--many 4x250`
-//! to change the shape of the many-processes scenario. Without either,
-//! the runner starts a `redis-server` of its own on a free loopback port (and stops it at the
-//! end) when one is installed, and leaves the Redis rows out when none is.
+//! `--redis URL` to use that Redis, `--no-redis` to leave the Redis rows out (with neither, the
+//! runner starts a `redis-server` of its own on a free loopback port and stops it at the end, or
+//! leaves the Redis rows out when none is installed); `--many 4x250` to change the shape of the
+//! many-processes scenario.
+//!
+//! `-p stampede-benches` matters: from the workspace root without it, Cargo also selects the
+//! `stampede` package and unifies its test dependencies' features into the build (tokio's
+//! `test-util`, whose clock is slower to read), which a user's build does not have.
 //!
 //! Scenarios, each with one row per contender (see `scenarios/contenders.rs`):
 //! - cold stampede: 10,000 concurrent calls on one cold key, a 100 ms load;

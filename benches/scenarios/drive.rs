@@ -79,7 +79,8 @@ fn runtime() -> Runtime {
 
 /// One call on [`WARM_KEY`], bounded like a run.
 fn warm<F: Call>(runtime: &Runtime, call: F) {
-    let warmed = runtime.block_on(tokio::time::timeout(LOAD + GRACE, call(WARM_KEY)));
+    let warmed =
+        runtime.block_on(async { tokio::time::timeout(LOAD + GRACE, call(WARM_KEY)).await });
     if warmed.is_err() {
         eprintln!(
             "warning: the warming call did not return within {:?}",

@@ -5,9 +5,7 @@
 //! Every query that reaches the database increments the `db_queries_total` counter of the
 //! `metrics` facade, so that `/metrics` shows database queries next to requests.
 
-use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,41 +22,9 @@ pub struct Product {
     pub price_cents: i64,
 }
 
-/// The repository's error. It is `Clone` so that every request that shared a failed load gets
-/// the original error back (see `From<stampede::Error>`).
-#[derive(Clone, Debug)]
-pub enum RepoError {
-    /// The database failed; `sqlx::Error` is not `Clone`, so its message is kept.
-    Db(Arc<str>),
-    /// The cache failed: the load timed out or panicked.
-    Cache(stampede::Error),
-}
-
-impl fmt::Display for RepoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RepoError::Db(message) => write!(f, "database: {message}"),
-            RepoError::Cache(error) => write!(f, "cache: {error}"),
-        }
-    }
-}
-
-impl std::error::Error for RepoError {}
-
-impl From<sqlx::Error> for RepoError {
-    fn from(error: sqlx::Error) -> Self {
-        RepoError::Db(error.to_string().into())
-    }
-}
-
-impl From<stampede::Error> for RepoError {
-    fn from(error: stampede::Error) -> Self {
-        match error.upstream::<RepoError>() {
-            Some(original) => original.clone(),
-            None => RepoError::Cache(error),
-        }
-    }
-}
+#[path = "repo_error.rs"]
+mod repo_error;
+pub use repo_error::RepoError;
 
 /// What the HTTP handlers call; they hold it as `Arc<dyn ProductRepository>`.
 #[async_trait]

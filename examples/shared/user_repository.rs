@@ -2,7 +2,6 @@
 //! saves. Shared by `examples/repository.rs` (which prints the scenario's report) and
 //! `tests/repository.rs` (which asserts it).
 
-use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,41 +18,9 @@ pub struct User {
     pub email: String,
 }
 
-/// The repository's error. It is `Clone` so that every caller that shared a failed load gets
-/// the original error back (see `From<stampede::Error>`).
-#[derive(Clone, Debug)]
-pub enum RepoError {
-    /// The database failed; `sqlx::Error` is not `Clone`, so its message is kept.
-    Db(Arc<str>),
-    /// The cache failed: the load timed out or panicked.
-    Cache(stampede::Error),
-}
-
-impl fmt::Display for RepoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RepoError::Db(message) => write!(f, "database: {message}"),
-            RepoError::Cache(error) => write!(f, "cache: {error}"),
-        }
-    }
-}
-
-impl std::error::Error for RepoError {}
-
-impl From<sqlx::Error> for RepoError {
-    fn from(error: sqlx::Error) -> Self {
-        RepoError::Db(error.to_string().into())
-    }
-}
-
-impl From<stampede::Error> for RepoError {
-    fn from(error: stampede::Error) -> Self {
-        match error.upstream::<RepoError>() {
-            Some(original) => original.clone(),
-            None => RepoError::Cache(error),
-        }
-    }
-}
+#[path = "repo_error.rs"]
+mod repo_error;
+pub use repo_error::RepoError;
 
 /// What the services call; they hold it as `Arc<dyn UserRepository>`.
 #[async_trait]

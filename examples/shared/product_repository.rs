@@ -5,13 +5,12 @@
 //! Every query that reaches the database increments the `db_queries_total` counter of the
 //! `metrics` facade, so that `/metrics` shows database queries next to requests.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::SqlitePool;
 use stampede::cached;
 
 /// A product as the API returns it. Stored in Redis too, so it is `Serialize + Deserialize`.
@@ -22,9 +21,10 @@ pub struct Product {
     pub price_cents: i64,
 }
 
-#[path = "repo_error.rs"]
-mod repo_error;
-pub use repo_error::RepoError;
+#[path = "sqlite.rs"]
+mod sqlite;
+pub use sqlite::RepoError;
+use sqlite::in_memory_pool;
 
 /// What the HTTP handlers call; they hold it as `Arc<dyn ProductRepository>`.
 #[async_trait]
@@ -46,14 +46,7 @@ impl SqliteProducts {
     /// An in-memory database on one connection that lives as long as the pool (an in-memory
     /// SQLite database belongs to its connection), with `count` products, ids `1..=count`.
     pub async fn in_memory(count: i64, latency: Duration) -> Result<Self, RepoError> {
-        let options = SqliteConnectOptions::from_str("sqlite::memory:")?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(options)
-            .await?;
+        let pool = in_memory_pool().await?;
         sqlx::query(
             "CREATE TABLE products (
                 id INTEGER PRIMARY KEY,

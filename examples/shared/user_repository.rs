@@ -2,13 +2,12 @@
 //! saves. Shared by `examples/repository.rs` (which prints the scenario's report) and
 //! `tests/repository.rs` (which asserts it).
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
+use sqlx::sqlite::{SqlitePool, SqliteRow};
 use stampede::cached;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,9 +17,10 @@ pub struct User {
     pub email: String,
 }
 
-#[path = "repo_error.rs"]
-mod repo_error;
-pub use repo_error::RepoError;
+#[path = "sqlite.rs"]
+mod sqlite;
+pub use sqlite::RepoError;
+use sqlite::in_memory_pool;
 
 /// What the services call; they hold it as `Arc<dyn UserRepository>`.
 #[async_trait]
@@ -41,14 +41,7 @@ impl SqliteUsers {
     /// An in-memory database on one connection that lives as long as the pool (an in-memory
     /// SQLite database belongs to its connection).
     pub async fn in_memory() -> Result<Self, RepoError> {
-        let options = SqliteConnectOptions::from_str("sqlite::memory:")?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(options)
-            .await?;
+        let pool = in_memory_pool().await?;
         sqlx::query(
             "CREATE TABLE users (
                 id INTEGER PRIMARY KEY,

@@ -1,8 +1,25 @@
-//! The error of the example repositories, shared by `user_repository.rs` and
-//! `product_repository.rs`.
+//! The SQLite plumbing both example repositories share (`user_repository.rs`,
+//! `product_repository.rs`): their error, and the in-memory database they open.
 
 use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+
+/// An in-memory database on one connection that lives as long as the pool (an in-memory SQLite
+/// database belongs to its connection).
+pub async fn in_memory_pool() -> Result<SqlitePool, RepoError> {
+    let options = SqliteConnectOptions::from_str("sqlite::memory:")?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
 
 /// The repository's error. It is `Clone` so that every caller that shared a failed load gets
 /// the original error back (see `From<stampede::Error>`).

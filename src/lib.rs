@@ -5,11 +5,11 @@
 
 pub use stampede_macros::cached;
 pub use stampede_runtime::{
-    Backend, Busy, CacheInfo, Config, Error, LoadError, Lock, Stats, UpstreamError, caches,
-    invalidate, stats,
+    Backend, CacheInfo, Config, Error, LoadError, Lock, Stats, UpstreamError, caches, invalidate,
+    stats,
 };
 #[cfg(feature = "redis")]
-pub use stampede_runtime::{REDIS_URL_VAR, RedisConfig};
+pub use stampede_runtime::{Busy, REDIS_URL_VAR, RedisConfig};
 
 #[doc(hidden)]
 pub mod __private {

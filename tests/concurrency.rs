@@ -1,10 +1,13 @@
 //! Many tasks on a multi-threaded runtime calling, expiring, refreshing, failing and
-//! invalidating at once: at no moment do two loads of one key overlap (in one process, and with
-//! `lock = "redis"` across processes), nothing hangs, and nothing stays in flight afterwards.
+//! invalidating at once: two loads of one key never overlap (in one process, and with
+//! `lock = "redis"` across processes) unless an invalidation of the key came between their
+//! starts (it detaches the running load, so the next caller starts a new one), nothing hangs,
+//! and nothing stays in flight afterwards.
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
@@ -13,9 +16,21 @@ use stampede::{RedisConfig, cached};
 
 const KEYS: usize = 8;
 
-/// Loads of each key running now, and whether two ever overlapped.
+/// Loads of each key running now, and whether two ever overlapped with no invalidation of the
+/// key between them.
+///
+/// An invalidation detaches the key's flight, whose load may not have started yet: it starts
+/// after the invalidation, next to the load of the flight that replaced it. So the first load
+/// of a key to start after an invalidation began is exempt: it may be the detached one.
 struct Overlap {
-    running: [AtomicUsize; KEYS],
+    /// Per key, for each load running: how many invalidations of the key had ended when it
+    /// began, and whether it is exempt.
+    running: [Mutex<Vec<(u64, bool)>>; KEYS],
+    /// Per key: an invalidation began and no load has started since.
+    pending: [AtomicBool; KEYS],
+    /// Per key: invalidations begun, and ended.
+    invalidations_begun: [AtomicU64; KEYS],
+    invalidations_ended: [AtomicU64; KEYS],
     seen: AtomicBool,
     loads: AtomicUsize,
 }
@@ -23,7 +38,10 @@ struct Overlap {
 impl Overlap {
     const fn new() -> Self {
         Overlap {
-            running: [const { AtomicUsize::new(0) }; KEYS],
+            running: [const { Mutex::new(Vec::new()) }; KEYS],
+            pending: [const { AtomicBool::new(false) }; KEYS],
+            invalidations_begun: [const { AtomicU64::new(0) }; KEYS],
+            invalidations_ended: [const { AtomicU64::new(0) }; KEYS],
             seen: AtomicBool::new(false),
             loads: AtomicUsize::new(0),
         }
@@ -31,13 +49,30 @@ impl Overlap {
 
     /// A load of `key` that takes `millis` and fails one time in ten.
     async fn load(&self, key: u64, millis: u64) -> Result<u64, AppError> {
-        let running = &self.running[key as usize % KEYS];
-        if running.fetch_add(1, SeqCst) > 0 {
-            self.seen.store(true, SeqCst);
+        let slot = key as usize % KEYS;
+        let ended_at_start = self.invalidations_ended[slot].load(SeqCst);
+        let me = (ended_at_start, self.pending[slot].swap(false, SeqCst));
+        {
+            let mut running = self.running[slot].lock().unwrap();
+            // Another load of the key runs: that is allowed only if one of the two is exempt,
+            // or an invalidation of the key had begun by now and had not ended when the other
+            // load began.
+            let begun_now = self.invalidations_begun[slot].load(SeqCst);
+            if running
+                .iter()
+                .any(|&(ended, exempt)| !exempt && !me.1 && begun_now <= ended)
+            {
+                self.seen.store(true, SeqCst);
+            }
+            running.push(me);
         }
         let n = self.loads.fetch_add(1, SeqCst);
         tokio::time::sleep(Duration::from_millis(millis)).await;
-        running.fetch_sub(1, SeqCst);
+        {
+            let mut running = self.running[slot].lock().unwrap();
+            let mine = running.iter().position(|&load| load == me).unwrap();
+            running.swap_remove(mine);
+        }
         if n % 10 == 3 {
             return Err(AppError::Db(format!("load {n} of key {key} failed")));
         }
@@ -47,8 +82,13 @@ impl Overlap {
 
 /// Calls from `tasks` tasks, each choosing its key and its pauses from a seeded generator, while
 /// another task invalidates keys now and then.
-async fn storm<F, Fut>(tasks: u64, calls: u64, name: &'static str, call: F)
-where
+async fn storm<F, Fut>(
+    overlap: &'static Overlap,
+    tasks: u64,
+    calls: u64,
+    name: &'static str,
+    call: F,
+) where
     F: Fn(u64) -> Fut + Copy + Send + 'static,
     Fut: std::future::Future<Output = Result<u64, AppError>> + Send,
 {
@@ -73,7 +113,11 @@ where
     let invalidator = tokio::spawn(async move {
         for round in 0..40u64 {
             tokio::time::sleep(Duration::from_millis(7)).await;
-            let _ = stampede::invalidate(name, (round % KEYS as u64,)).await;
+            let key = round % KEYS as u64;
+            overlap.invalidations_begun[key as usize].fetch_add(1, SeqCst);
+            overlap.pending[key as usize].store(true, SeqCst);
+            let _ = stampede::invalidate(name, (key,)).await;
+            overlap.invalidations_ended[key as usize].fetch_add(1, SeqCst);
         }
     });
     for worker in workers {
@@ -98,7 +142,7 @@ async fn loads_of_one_key_never_overlap_in_a_process() {
         OVERLAP.load(key, 1 + key % 3).await
     }
 
-    storm(32, 300, "conc::local", value).await;
+    storm(&OVERLAP, 32, 300, "conc::local", value).await;
     eventually("every load to end", || {
         stampede::stats("conc::local").unwrap().in_flight == 0
     })
@@ -172,7 +216,7 @@ async fn loads_of_one_key_never_overlap_across_processes_with_a_redis_lock() {
             _ => in_c(key).await,
         }
     };
-    storm(24, 150, "conc::redis", call).await;
+    storm(&OVERLAP, 24, 150, "conc::redis", call).await;
     eventually("every load to end", || {
         stampede::stats("conc::redis").unwrap().in_flight == 0
     })

@@ -159,18 +159,14 @@ pub(crate) fn expand(function: Function, settings: &Settings) -> TokenStream {
     } else {
         quote!(get_value)
     };
-    let shared = if in_redis {
-        quote!(#private::redis)
-    } else {
-        quote!(#private::local)
-    };
+    let tier = tier(settings, &private);
     let call = quote! {
         use #private::checks::*;
         static __STAMPEDE_SLOT: #private::Slot = #private::Slot::new();
         #witness.#entry(
             &__STAMPEDE_SLOT,
             || #config,
-            #shared,
+            #tier,
             (#(#key_parts,)*),
             move || {
                 #receiver_owned
@@ -232,17 +228,6 @@ fn config(
         BackendKind::Redis => quote!(Redis),
         BackendKind::Tiered => quote!(Tiered),
     };
-    let redis = match &settings.redis {
-        Some(connection) => {
-            quote!(::core::option::Option::Some(::std::sync::Arc::from(#connection)))
-        }
-        None => quote!(::core::option::Option::None),
-    };
-    let busy = match settings.busy {
-        BusyKind::Wait => quote!(Wait),
-        BusyKind::Compute => quote!(Compute),
-        BusyKind::Error => quote!(Error),
-    };
     let capacity = settings.capacity;
     quote! {
         #private::Config {
@@ -255,11 +240,26 @@ fn config(
             backoff: #backoff,
             lock: #private::Lock::#lock,
             backend: #private::Backend::#backend,
-            redis: #redis,
-            busy: #private::Busy::#busy,
             capacity: #capacity,
         }
     }
+}
+
+/// The cache's tier: what it shares beyond this process, and the tier's own options.
+fn tier(settings: &Settings, private: &TokenStream) -> TokenStream {
+    if settings.backend == BackendKind::Memory {
+        return quote!(#private::local());
+    }
+    let connection = match &settings.redis {
+        Some(connection) => quote!(::core::option::Option::Some(#connection)),
+        None => quote!(::core::option::Option::None),
+    };
+    let busy = match settings.busy {
+        BusyKind::Wait => quote!(Wait),
+        BusyKind::Compute => quote!(Compute),
+        BusyKind::Error => quote!(Error),
+    };
+    quote!(#private::redis(#connection, #private::Busy::#busy))
 }
 
 fn duration(duration: Duration) -> TokenStream {

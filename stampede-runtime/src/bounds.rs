@@ -22,8 +22,8 @@ use std::marker::PhantomData;
 use crate::cache::{Key, Value};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
-use crate::shared::Shared;
 use crate::slot::Slot;
+use crate::tier::Tier;
 
 /// A user's value or type under check; see the module's documentation.
 pub struct Checked<T>(pub T);
@@ -66,46 +66,48 @@ impl<T: Clone> Witness<T> {
 impl<V: Value> Witness<V> {
     /// Calls [`Slot::get_value`] once the returned type's checks have passed.
     #[inline(always)]
-    pub fn get_value<K, C, S, P, L, Fut>(
+    pub fn get_value<K, C, S, T, P, L, Fut>(
         self,
         slot: &'static Slot,
         config: C,
-        shared: S,
+        tier: S,
         key: K,
         prepare: P,
     ) -> impl Future<Output = V>
     where
         K: Key,
-        C: Fn() -> Config,
-        S: Fn() -> Shared<K, V>,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
         P: FnOnce() -> L,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
-        slot.get_value(config, shared, key, prepare)
+        slot.get_value(config, tier, key, prepare)
     }
 }
 
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Slot::get_result`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn get_result<K, C, S, P, L, Fut>(
+    pub fn get_result<K, C, S, T, P, L, Fut>(
         self,
         slot: &'static Slot,
         config: C,
-        shared: S,
+        tier: S,
         key: K,
         prepare: P,
     ) -> impl Future<Output = Result<V, E>>
     where
         K: Key,
-        C: Fn() -> Config,
-        S: Fn() -> Shared<K, V>,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
         P: FnOnce() -> L,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        slot.get_result(config, shared, key, prepare)
+        slot.get_result(config, tier, key, prepare)
     }
 }
 

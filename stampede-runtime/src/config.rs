@@ -9,7 +9,8 @@ use std::time::Duration;
 pub enum Lock {
     /// One load per key per process; every other caller waits for it (singleflight).
     Local,
-    /// One load per key across every process sharing the Redis; others wait for its value.
+    /// One load per key across every process sharing the tier (Redis); others wait for its
+    /// value.
     Redis,
     /// No coordination: every caller that misses runs the load itself.
     None,
@@ -25,19 +26,6 @@ pub enum Backend {
     Redis,
     /// In this process (L1) in front of Redis (L2).
     Tiered,
-}
-
-/// What a process does when another holds a key's Redis lock and no stale value can be served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Busy {
-    /// Wait for the holder's value (woken by its publication), up to the connection's lock wait;
-    /// then load it here.
-    Wait,
-    /// Load it here at once, without the lock.
-    Compute,
-    /// Fail the call with [`Error::LockBusy`](crate::Error::LockBusy).
-    Error,
 }
 
 /// The options of one cache. Built by `#[cached]`; listed by [`caches`](crate::caches), and
@@ -66,10 +54,6 @@ pub struct Config {
     pub lock: Lock,
     /// Where values are kept.
     pub backend: Backend,
-    /// The Redis connection, by the name it was installed under; `None` for the default.
-    pub redis: Option<Arc<str>>,
-    /// What to do while another process holds the key's lock.
-    pub busy: Busy,
     /// Maximum number of entries kept in memory.
     pub capacity: u64,
 }

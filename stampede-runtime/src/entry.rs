@@ -42,11 +42,11 @@ impl<V> Entry<V> {
 
     /// A value loaded at `now`: fresh for `fresh`, then stale for `stale`.
     pub(crate) fn loaded(value: V, now: Instant, fresh: Duration, stale: Duration) -> Self {
-        Entry::new(value, now, now + fresh, now + fresh + stale)
+        let fresh_until = after(now, fresh);
+        Entry::new(value, now, fresh_until, after(fresh_until, stale))
     }
 
     /// Whether the entry may still be served, fresh or stale.
-    #[cfg(feature = "redis")]
     pub(crate) fn servable(&self, now: Instant) -> bool {
         now < self.stale_until
     }
@@ -61,6 +61,17 @@ impl<V> Entry<V> {
         }
     }
 }
+
+/// `instant + duration`, saturated at an instant far in the future: every duration a user
+/// gives is accepted up to `Duration::MAX`.
+pub(crate) fn after(instant: Instant, duration: Duration) -> Instant {
+    instant
+        .checked_add(duration)
+        .unwrap_or_else(|| Instant::now() + FAR)
+}
+
+/// Farther than any deadline needs to be (about thirty years), and far from overflowing.
+const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// `ttl * (1 - u)` with `u` uniform in `[0, jitter / 100]`: a fill's fresh time.
 pub(crate) fn jittered_ttl(ttl: Duration, jitter: u8) -> Duration {

@@ -12,10 +12,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
+use crate::entry::Entry;
 use crate::error::Error;
 
-type Outcome<V> = Option<Result<V, Error>>;
+/// What a flight's waiters can see of it.
+enum Outcome<V> {
+    Running,
+    /// A stale value handed out while the refresh runs: taken only while it is servable.
+    Serving(Entry<V>),
+    Done(Result<V, Error>),
+}
+
+impl<V> Outcome<V> {
+    fn ready(&self) -> bool {
+        match self {
+            Outcome::Running => false,
+            Outcome::Serving(entry) => entry.servable(Instant::now()),
+            Outcome::Done(_) => true,
+        }
+    }
+}
 
 /// The loads in flight for one cache, by key.
 pub(crate) struct Flights<K, V> {
@@ -65,6 +83,17 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         Some(self.insert(&mut map, key).0)
     }
 
+    /// Detaches the key's load, if one is in flight (an invalidation): its waiters still get its
+    /// result, but later callers start a new load instead of joining it.
+    pub(crate) fn forget(&self, key: &K) {
+        self.lock().remove(key);
+    }
+
+    /// The keys with a load in flight now.
+    pub(crate) fn keys(&self) -> Vec<K> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// How many keys have a load in flight.
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
@@ -76,7 +105,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         key: &K,
     ) -> (Leader<'_, K, V>, watch::Receiver<Outcome<V>>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (sender, outcome) = watch::channel(None);
+        let (sender, outcome) = watch::channel(Outcome::Running);
         map.insert(
             key.clone(),
             Flight {
@@ -127,18 +156,18 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
         &self.key
     }
 
-    /// Hands `value` to the waiters now while the load goes on: a stale value served during a
-    /// refresh. Callers that join later get it at once too; the key stays in flight, so no
-    /// second refresh starts, until [`finish`](Self::finish) replaces it with the outcome.
-    pub(crate) fn serve(&self, value: V) {
-        self.sender.send_replace(Some(Ok(value)));
+    /// Hands a stale entry to the waiters now while the load goes on. Callers that join later
+    /// get it at once too while it is servable; the key stays in flight, so no second refresh
+    /// starts, until [`finish`](Self::finish) replaces it with the outcome.
+    pub(crate) fn serve(&self, entry: Entry<V>) {
+        self.sender.send_replace(Outcome::Serving(entry));
     }
 
     /// Releases the key, then hands the outcome to every waiter. Store the value before calling
     /// this, so that a caller arriving after the release finds it.
     pub(crate) fn finish(mut self, outcome: Result<V, Error>) {
         self.release();
-        self.sender.send_replace(Some(outcome));
+        self.sender.send_replace(Outcome::Done(outcome));
     }
 
     fn release(&mut self) {
@@ -166,8 +195,12 @@ impl<V: Clone> Waiter<V> {
         let aborted = || Error::LoadAborted {
             cache: cache.clone(),
         };
-        match self.outcome.wait_for(Option::is_some).await {
-            Ok(outcome) => outcome.clone().unwrap_or_else(|| Err(aborted())),
+        match self.outcome.wait_for(Outcome::ready).await {
+            Ok(outcome) => match &*outcome {
+                Outcome::Serving(entry) => Ok(entry.value.clone()),
+                Outcome::Done(outcome) => outcome.clone(),
+                Outcome::Running => Err(aborted()),
+            },
             Err(_closed) => Err(aborted()),
         }
     }

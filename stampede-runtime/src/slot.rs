@@ -7,8 +7,8 @@ use std::sync::{OnceLock, PoisonError, RwLock};
 use crate::cache::{Cache, Key, Value};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
-use crate::shared::Shared;
-use crate::stats;
+use crate::registry;
+use crate::tier::Tier;
 
 type Erased = &'static (dyn Any + Send + Sync);
 
@@ -34,10 +34,13 @@ impl Slot {
 
     /// A call of a function returning `Result<V, E>`: only `Ok` values are cached, and a failure
     /// of the shared load reaches every caller as `E::from(stampede::Error)`.
-    pub async fn get_result<K, V, E, C, S, P, L, Fut>(
+    ///
+    /// `config` and `tier` build the cache at the first call: its options, and what it shares
+    /// beyond this process.
+    pub async fn get_result<K, V, E, C, S, T, P, L, Fut>(
         &'static self,
         config: C,
-        shared: S,
+        tier: S,
         key: K,
         prepare: P,
     ) -> Result<V, E>
@@ -45,13 +48,14 @@ impl Slot {
         K: Key,
         V: Value,
         E: LoadError + From<Error>,
-        C: Fn() -> Config,
-        S: Fn() -> Shared<K, V>,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
         P: FnOnce() -> L,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        self.cache(config, shared)
+        self.cache(config, tier)
             .get(key, prepare)
             .await
             .map_err(E::from)
@@ -59,18 +63,19 @@ impl Slot {
 
     /// A call of a function returning a plain value (an `Option` included). Such a function has
     /// no error channel: a load that panics or times out makes every waiting caller panic.
-    pub async fn get_value<K, V, C, S, P, L, Fut>(
+    pub async fn get_value<K, V, C, S, T, P, L, Fut>(
         &'static self,
         config: C,
-        shared: S,
+        tier: S,
         key: K,
         prepare: P,
     ) -> V
     where
         K: Key,
         V: Value,
-        C: Fn() -> Config,
-        S: Fn() -> Shared<K, V>,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
         P: FnOnce() -> L,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
@@ -79,34 +84,41 @@ impl Slot {
             let load = prepare();
             move |key: &K| infallible(load(key))
         };
-        match self.cache(config, shared).get(key, prepare).await {
+        match self.cache(config, tier).get(key, prepare).await {
             Ok(value) => value,
             Err(error) => panic!("{error}"),
         }
     }
 
-    fn cache<K, V, C, S>(&'static self, config: C, shared: S) -> &'static Cache<K, V>
+    fn cache<K, V, C, S, T>(&'static self, config: C, tier: S) -> &'static Cache<K, V, T>
     where
         K: Key,
         V: Value,
-        C: Fn() -> Config,
-        S: Fn() -> Shared<K, V>,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
     {
-        let first = *self.first.get_or_init(|| leak(config(), shared()));
-        match first.downcast_ref() {
-            Some(cache) => cache,
-            None => self.other(config, shared),
+        let mut build = Some((config, tier));
+        let first = *self.first.get_or_init(|| {
+            let (config, tier) = build.take().expect("built once");
+            leak(config(), tier)
+        });
+        match (first.downcast_ref(), build) {
+            (Some(cache), _) => cache,
+            (None, Some((config, tier))) => self.other(config, tier),
+            (None, None) => unreachable!("the cache just built has the caller's types"),
         }
     }
 
     /// The cache of a further (key, value) type pair, in a generic impl.
     #[cold]
-    fn other<K, V, C, S>(&'static self, config: C, shared: S) -> &'static Cache<K, V>
+    fn other<K, V, C, S, T>(&'static self, config: C, tier: S) -> &'static Cache<K, V, T>
     where
         K: Key,
         V: Value,
-        C: Fn() -> Config,
-        S: Fn() -> Shared<K, V>,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
     {
         let find = |others: &[Erased]| others.iter().find_map(|cache| cache.downcast_ref());
         if let Some(cache) = find(&self.others.read().unwrap_or_else(PoisonError::into_inner)) {
@@ -124,7 +136,7 @@ impl Slot {
             type_name::<V>()
         )
         .into();
-        let cache = leak(config, shared());
+        let cache = leak(config, tier);
         others.push(cache);
         cache
             .downcast_ref()
@@ -132,16 +144,19 @@ impl Slot {
     }
 }
 
-/// Builds a cache that lives as long as the process, and lists it in the registries.
-fn leak<K: Key, V: Value>(config: Config, shared: Shared<K, V>) -> Erased {
+/// Builds a cache that lives as long as the process, and lists it in the registry.
+fn leak<K, V, S, T>(config: Config, tier: S) -> Erased
+where
+    K: Key,
+    V: Value,
+    S: FnOnce(&Config) -> T,
+    T: Tier<K, V>,
+{
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(crate::telemetry::describe);
-    let cache: &'static Cache<K, V> = Box::leak(Box::new(Cache::new(config, shared)));
-    stats::register(cache);
-    #[cfg(feature = "redis")]
-    if cache.shared.is_remote() {
-        crate::redis::invalidate::register(cache);
-    }
+    let tier = tier(&config);
+    let cache: &'static Cache<K, V, T> = Box::leak(Box::new(Cache::new(config, tier)));
+    registry::register(cache);
     cache
 }
 

@@ -1,13 +1,11 @@
-//! Counters per cache, and the registry that lists every cache of the process.
+//! Counters per cache, and the public calls that read or act on the caches of the process.
 
 use std::any::{Any, type_name};
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{PoisonError, RwLock};
 
 use crate::config::Config;
 use crate::error::Error;
 pub use crate::hot::HotKey;
+use crate::registry;
 
 /// A snapshot of one cache's counters, from [`stats`].
 ///
@@ -74,29 +72,6 @@ impl Stats {
     }
 }
 
-/// What the registry needs of a cache, whatever its key and value types.
-pub(crate) trait Inspect: Send + Sync {
-    fn config(&self) -> &Config;
-    fn stats(&self) -> Stats;
-    /// Drops `key` from the cache, here and in its shared tier; `None` when `key` is not of the
-    /// cache's key type.
-    fn invalidate<'a>(
-        &'a self,
-        key: &'a (dyn Any + Send + Sync),
-    ) -> Option<BoxFuture<'a, Result<(), Error>>>;
-}
-
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-static REGISTRY: RwLock<Vec<&'static dyn Inspect>> = RwLock::new(Vec::new());
-
-pub(crate) fn register(cache: &'static dyn Inspect) {
-    REGISTRY
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(cache);
-}
-
 /// One cache of the process, as [`caches`] lists it.
 #[derive(Clone, Debug, serde::Serialize)]
 #[non_exhaustive]
@@ -120,12 +95,8 @@ pub struct CacheInfo {
 /// # }
 /// ```
 pub fn stats(name: &str) -> Option<Stats> {
-    let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
     let mut found = None;
-    for cache in registry
-        .iter()
-        .filter(|cache| &*cache.config().name == name)
-    {
+    for cache in registry::named(name) {
         found.get_or_insert_with(Stats::default).add(&cache.stats());
     }
     found
@@ -134,9 +105,8 @@ pub fn stats(name: &str) -> Option<Stats> {
 /// Every cache of the process that has been called at least once: what a health or debug page
 /// prints.
 pub fn caches() -> Vec<CacheInfo> {
-    let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
-    registry
-        .iter()
+    registry::all()
+        .into_iter()
         .map(|cache| CacheInfo {
             config: cache.config().clone(),
             stats: cache.stats(),
@@ -160,15 +130,8 @@ pub fn caches() -> Vec<CacheInfo> {
 ///
 /// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type.
 pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Error> {
-    let caches: Vec<&'static dyn Inspect> = REGISTRY
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .filter(|cache| &*cache.config().name == name)
-        .copied()
-        .collect();
     let mut found = false;
-    for cache in caches {
+    for cache in registry::named(name) {
         if let Some(invalidation) = cache.invalidate(&key) {
             found = true;
             invalidation.await?;

@@ -19,7 +19,7 @@ pub(crate) struct Count {
 }
 
 impl Count {
-    fn new(name: &'static str, labels: &Labels) -> Self {
+    pub(crate) fn new(name: &'static str, labels: &Labels) -> Self {
         Count {
             value: AtomicU64::new(0),
             metric: metrics::counter!(name, labels.cache()),
@@ -102,18 +102,11 @@ pub(crate) struct Telemetry {
     pub(crate) timeouts: Count,
     pub(crate) refreshes: Count,
     pub(crate) shared: Count,
-    pub(crate) remote_hits: Count,
-    pub(crate) lock_acquired: Count,
-    pub(crate) lock_busy: Count,
-    pub(crate) degraded: Count,
-    pub(crate) decode_errors: Count,
     /// `cache_refresh_total{reason="miss"}`; the stale ones are `refreshes`.
     miss_loads: Counter,
     pub(crate) waiters: Level,
     pub(crate) in_flight: Level,
     load_duration: Histogram,
-    #[cfg(feature = "redis")]
-    lock_wait: Histogram,
 }
 
 impl Telemetry {
@@ -131,17 +124,10 @@ impl Telemetry {
                 metric: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Stale)),
             },
             shared: Count::new("singleflight_shared_result_total", &labels),
-            remote_hits: Count::new("cache_remote_hit_total", &labels),
-            lock_acquired: Count::new("redis_lock_acquire_success_total", &labels),
-            lock_busy: Count::new("redis_lock_acquire_fail_total", &labels),
-            degraded: Count::new("cache_degraded_load_total", &labels),
-            decode_errors: Count::new("cache_decode_error_total", &labels),
             miss_loads: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Miss)),
             waiters: Level::new("singleflight_waiters", &labels),
             in_flight: Level::new("inflight_refresh_count", &labels),
             load_duration: metrics::histogram!("cache_refresh_duration_seconds", labels.cache()),
-            #[cfg(feature = "redis")]
-            lock_wait: metrics::histogram!("redis_lock_wait_duration_seconds", labels.cache()),
         }
     }
 
@@ -159,22 +145,16 @@ impl Telemetry {
     pub(crate) fn load_took(&self, duration: Duration) {
         self.load_duration.record(duration);
     }
-
-    /// How long a process waited for another's Redis lock.
-    #[cfg(feature = "redis")]
-    pub(crate) fn lock_waited(&self, duration: Duration) {
-        self.lock_wait.record(duration);
-    }
 }
 
 /// The labels every metric of a cache carries.
-struct Labels {
+pub(crate) struct Labels {
     cache: SharedString,
     backend: &'static str,
 }
 
 impl Labels {
-    fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         Labels {
             cache: SharedString::from(config.name.clone()),
             backend: match config.backend {
@@ -185,7 +165,7 @@ impl Labels {
         }
     }
 
-    fn cache(&self) -> Vec<Label> {
+    pub(crate) fn cache(&self) -> Vec<Label> {
         vec![
             Label::new("cache", self.cache.clone()),
             Label::new("backend", self.backend),
@@ -235,41 +215,11 @@ pub(crate) fn describe() {
         "singleflight_shared_result_total",
         "Callers that joined a load another caller had started"
     );
-    describe_counter!(
-        "cache_remote_hit_total",
-        "Values read from Redis because this process had none"
-    );
-    describe_counter!(
-        "redis_lock_acquire_success_total",
-        "Redis locks this process took to load a key"
-    );
-    describe_counter!(
-        "redis_lock_acquire_fail_total",
-        "Times a key's Redis lock was held by another process"
-    );
-    describe_counter!(
-        "cache_degraded_load_total",
-        "Loads that ran without Redis because it was down, slow or not configured"
-    );
-    describe_counter!(
-        "cache_decode_error_total",
-        "Values in Redis that did not decode"
-    );
-    describe_counter!("redis_error_total", "Failed Redis calls, by connection");
     describe_gauge!("singleflight_waiters", "Callers waiting for a load now");
     describe_gauge!("inflight_refresh_count", "Loads running now");
-    describe_gauge!(
-        "cache_degraded",
-        "1 while a Redis connection is skipped after repeated failures"
-    );
     describe_histogram!(
         "cache_refresh_duration_seconds",
         Unit::Seconds,
         "How long a load took, retries included"
-    );
-    describe_histogram!(
-        "redis_lock_wait_duration_seconds",
-        Unit::Seconds,
-        "How long a process waited for another's Redis lock"
     );
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::redis::tier::Tier;
+use crate::redis::connection::Connection;
 
 /// The environment variable read for the default connection when none was installed in code.
 pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
@@ -144,20 +144,20 @@ fn redact(url: &str) -> String {
 
 const DEFAULT: &str = "";
 
-static INSTALLED: RwLock<Option<HashMap<String, Arc<Tier>>>> = RwLock::new(None);
-static FROM_ENV: OnceLock<Option<Arc<Tier>>> = OnceLock::new();
+static INSTALLED: RwLock<Option<HashMap<String, Arc<Connection>>>> = RwLock::new(None);
+static FROM_ENV: OnceLock<Option<Arc<Connection>>> = OnceLock::new();
 
 fn install(name: &str, config: RedisConfig) {
-    let tier = Arc::new(Tier::new(name, config));
+    let connection = Arc::new(Connection::new(name, config));
     INSTALLED
         .write()
         .unwrap_or_else(PoisonError::into_inner)
         .get_or_insert_with(HashMap::new)
-        .insert(name.to_owned(), tier);
+        .insert(name.to_owned(), connection);
 }
 
 /// The connection named `name` (`None`: the default one), or `None` when it is not configured.
-pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Tier>> {
+pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Connection>> {
     let key = name.unwrap_or(DEFAULT);
     let installed = INSTALLED.read().unwrap_or_else(PoisonError::into_inner);
     if let Some(tier) = installed.as_ref().and_then(|tiers| tiers.get(key)) {
@@ -171,7 +171,7 @@ pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Tier>> {
         .get_or_init(|| {
             let url = std::env::var(REDIS_URL_VAR).ok()?;
             match RedisConfig::new(&url) {
-                Ok(config) => Some(Arc::new(Tier::new(DEFAULT, config))),
+                Ok(config) => Some(Arc::new(Connection::new(DEFAULT, config))),
                 Err(error) => {
                     tracing::error!(%error, "stampede: {REDIS_URL_VAR} is set but unusable; caches run without Redis");
                     None

@@ -1,114 +1,108 @@
 //! What a flight does for a key this process lacks, when the cache is backed by Redis. See the
 //! module above for the protocol; this file is its state machine.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::cache::{Cache, Key, Serve, Value};
-use crate::config::{Busy, Lock};
-use crate::entry::{Entry, jittered_ttl};
-use crate::error::{Error, LoadError};
-use crate::redis::Codec;
+use crate::cache::{Key, Value};
+use crate::config::{Config, Lock};
+use crate::entry::{Entry, after, jittered_ttl};
+use crate::error::Error;
+use crate::load::Load;
 use crate::redis::config::lookup;
-use crate::redis::envelope::Envelope;
-use crate::redis::invalidate;
-use crate::redis::keys::RedisKeys;
-use crate::redis::lock;
-use crate::redis::tier::{Fill, ReadState, Tier};
+use crate::redis::connection::{Connection, Fill, ReadState};
+use crate::redis::envelope::{self, Envelope};
+use crate::redis::keys::{self, RedisKeys};
+use crate::redis::{Busy, RedisTier, invalidate, lock};
+use crate::tier::Handle;
 
 /// Gets a key's value through Redis, or locally when Redis cannot be used.
-pub(crate) async fn fill<K, V, E, L, Fut>(
-    cache: &Cache<K, V>,
-    codec: &Codec<K, V>,
-    key: &K,
-    load: &L,
-    serve: Serve<'_, V>,
+pub(crate) async fn fill<K, V, L>(
+    tier: &RedisTier<K, V>,
+    handle: Handle<'_, K, V, L>,
 ) -> Result<V, Error>
 where
-    K: Key,
-    V: Value,
-    E: LoadError,
-    L: Fn(&K) -> Fut + Sync,
-    Fut: Future<Output = Result<V, E>> + Send,
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+    L: Load<K, V>,
 {
-    let tier = match lookup(cache.config.redis.as_deref()) {
-        Some(tier) if tier.usable() => tier,
-        Some(_) => return degraded(cache, key, load).await,
+    let config = handle.config();
+    let connection = match lookup(tier.connection.as_deref()) {
+        Some(connection) if connection.usable() => connection,
+        Some(_) => return degraded(tier, &handle).await,
         None => {
-            warn_unconfigured(cache);
-            return degraded(cache, key, load).await;
+            warn_unconfigured(tier, config);
+            return degraded(tier, &handle).await;
         }
     };
-    let args = match (codec.args)(key) {
+    let args = match keys::args_text(handle.key()) {
         Ok(args) => args,
         Err(error) => {
-            tracing::warn!(cache = %cache.config.name, %error, "stampede: key cannot be written for Redis; loading locally");
-            return degraded(cache, key, load).await;
+            tracing::warn!(cache = %config.name, %error, "stampede: key cannot be written for Redis; loading locally");
+            return degraded(tier, &handle).await;
         }
     };
-    let flow = Flow {
-        keys: RedisKeys::new(&tier.config.prefix, &cache.config.name, &args),
-        tier,
-        cache,
-        codec,
-        key,
-        load,
-        serve,
-        generation: cache.generation(),
-        stale: None,
-        busy_since: None,
-    };
+    let keys = RedisKeys::new(&connection.config.prefix, &config.name, &args);
     let span = tracing::debug_span!(
         "stampede.lock",
-        cache = %cache.config.name,
-        key = %flow.keys.value,
+        cache = %config.name,
+        key = %keys.value,
         outcome = tracing::field::Empty,
         wait_ms = tracing::field::Empty,
     );
+    let flow = Flow {
+        keys,
+        connection,
+        tier,
+        handle: &handle,
+        stale: None,
+        busy_since: None,
+    };
     flow.run().instrument(span).await
 }
 
 /// Drops a key from Redis and announces it, so every process drops its copy.
-pub(crate) async fn invalidate<K: Key, V: Value>(
-    cache: &Cache<K, V>,
-    codec: &Codec<K, V>,
+pub(crate) async fn invalidate<K, V>(
+    tier: &RedisTier<K, V>,
+    config: &Config,
     key: &K,
-) -> Result<(), Error> {
-    let Some(tier) = lookup(cache.config.redis.as_deref()) else {
+) -> Result<(), Error>
+where
+    K: Key + Serialize,
+{
+    let Some(connection) = lookup(tier.connection.as_deref()) else {
         return Ok(()); // nothing shared: the local copy is gone already
     };
-    let args = (codec.args)(key).map_err(|error| Error::invalid_config(error.to_string()))?;
-    let keys = RedisKeys::new(&tier.config.prefix, &cache.config.name, &args);
-    tier.invalidate(&keys, &invalidate::message(&cache.config.name, &args))
+    let args = keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
+    let keys = RedisKeys::new(&connection.config.prefix, &config.name, &args);
+    connection
+        .invalidate(&keys, &invalidate::message(&config.name, &args))
         .await
         .map_err(|failure| Error::RedisUnavailable {
-            cache: cache.config.name.clone(),
+            cache: config.name.clone(),
             message: failure.to_string().into(),
         })
 }
 
-async fn degraded<K, V, E, L, Fut>(cache: &Cache<K, V>, key: &K, load: &L) -> Result<V, Error>
-where
-    K: Key,
-    V: Value,
-    E: LoadError,
-    L: Fn(&K) -> Fut,
-    Fut: Future<Output = Result<V, E>>,
-{
-    cache.telemetry.degraded.bump();
+async fn degraded<K: Key, V: Value, L: Load<K, V>>(
+    tier: &RedisTier<K, V>,
+    handle: &Handle<'_, K, V, L>,
+) -> Result<V, Error> {
+    tier.telemetry.degraded.bump();
     tracing::Span::current().record("outcome", "degraded");
-    cache.load_locally(key, load).await
+    handle.load_and_keep().await
 }
 
-fn warn_unconfigured<K, V>(cache: &Cache<K, V>) {
-    if cache.telemetry.degraded.get() == 0 {
+fn warn_unconfigured<K, V>(tier: &RedisTier<K, V>, config: &Config) {
+    if tier.telemetry.degraded.get() == 0 {
         tracing::warn!(
-            cache = %cache.config.name,
-            redis = cache.config.redis.as_deref().unwrap_or("default"),
+            cache = %config.name,
+            redis = tier.connection.as_deref().unwrap_or("default"),
             "stampede: this cache is backed by Redis, but no Redis is configured \
              (RedisConfig::install, or the STAMPEDE_REDIS_URL variable); it runs on local singleflight"
         );
@@ -116,16 +110,11 @@ fn warn_unconfigured<K, V>(cache: &Cache<K, V>) {
 }
 
 /// One key's way through the protocol.
-struct Flow<'a, K, V, L> {
-    cache: &'a Cache<K, V>,
-    codec: &'a Codec<K, V>,
-    tier: Arc<Tier>,
+struct Flow<'a, K: Key, V: Value, L> {
+    tier: &'a RedisTier<K, V>,
+    connection: Arc<Connection>,
     keys: RedisKeys,
-    key: &'a K,
-    load: &'a L,
-    serve: Serve<'a, V>,
-    /// The cache's invalidation count when the flow began.
-    generation: u64,
+    handle: &'a Handle<'a, K, V, L>,
     /// The stale value already handed to the waiters, if any: served again if all else fails.
     stale: Option<V>,
     /// When another process's lock was first found, if it was.
@@ -140,19 +129,17 @@ enum Found<V> {
     Undecodable,
 }
 
-impl<K, V, E, L, Fut> Flow<'_, K, V, L>
+impl<K, V, L> Flow<'_, K, V, L>
 where
     K: Key,
-    V: Value,
-    E: LoadError,
-    L: Fn(&K) -> Fut + Sync,
-    Fut: Future<Output = Result<V, E>> + Send,
+    V: Value + Serialize + DeserializeOwned,
+    L: Load<K, V>,
 {
     async fn run(mut self) -> Result<V, Error> {
         let outcome = self.steps().await;
         if let Some(since) = self.busy_since {
             let waited = since.elapsed();
-            self.cache.telemetry.lock_waited(waited);
+            self.tier.telemetry.lock_waited(waited);
             tracing::Span::current().record("wait_ms", waited.as_millis() as u64);
         }
         match (outcome, self.stale.take()) {
@@ -163,68 +150,83 @@ where
     }
 
     async fn steps(&mut self) -> Result<V, Error> {
-        let token = match self.cache.config.lock {
-            Lock::Redis => lock::token(),
-            Lock::Local | Lock::None => String::new(),
+        let config = self.handle.config();
+        let token = match config.lock {
+            Lock::Redis => Some(lock::token()),
+            Lock::Local | Lock::None => None,
         };
-        let give_up_at = Instant::now() + self.tier.config.lock_wait;
+        let give_up_at = after(Instant::now(), self.connection.config.lock_wait);
         let mut value_unusable = false;
         let mut listener = None;
         loop {
-            let Ok(read) = self
-                .tier
-                .read_or_lock(&self.keys, &token, value_unusable)
+            let read = match self
+                .connection
+                .read_or_lock(&self.keys, token.as_deref(), value_unusable)
                 .await
-            else {
-                return degraded(self.cache, self.key, self.load).await;
+            {
+                Ok(read) => read,
+                Err(_) => {
+                    // The script may have taken the lock before the answer was lost: give it
+                    // back rather than make every other process wait out the lease.
+                    if let Some(token) = &token {
+                        lock::release_later(&self.connection, &self.keys, token);
+                    }
+                    return degraded(self.tier, self.handle).await;
+                }
             };
             let current = match self.found(read.value.as_deref(), Some(read.now_ms)) {
-                Found::Undecodable if !value_unusable => {
-                    // Read again, asking for the lock as if the key were missing: the holder
-                    // overwrites the bad bytes.
-                    self.cache.telemetry.decode_errors.bump();
-                    tracing::debug!(key = %self.keys.value, "stampede: value in Redis does not decode; reloading it");
-                    value_unusable = true;
-                    continue;
+                Found::Undecodable => {
+                    if !value_unusable {
+                        self.tier.telemetry.decode_errors.bump();
+                        tracing::debug!(key = %self.keys.value, "stampede: value in Redis does not decode; reloading it");
+                        value_unusable = true;
+                    }
+                    // A fresh header over bytes that do not decode: read again, asking for the
+                    // lock as if the key were missing; the holder overwrites the bad bytes. In
+                    // any other state this read's outcome (a lock taken) stands.
+                    if read.state == ReadState::Fresh {
+                        continue;
+                    }
+                    None
                 }
                 Found::Usable(entry) => Some(entry),
-                Found::Nothing | Found::Undecodable => None,
+                Found::Nothing => None,
             };
             match (read.state, current) {
                 (ReadState::Fresh, Some(entry)) => {
                     self.record("fresh");
-                    self.cache.telemetry.remote_hits.bump();
-                    return Ok(self.keep(entry).await);
+                    self.tier.telemetry.remote_hits.bump();
+                    return Ok(self.handle.keep(entry));
                 }
                 // Fresh by the server's clock but not servable by ours: load it.
                 (ReadState::Fresh, None) => value_unusable = true,
                 (ReadState::Locked, current) => {
                     self.record("acquired");
-                    self.cache.telemetry.lock_acquired.bump();
-                    self.serve_stale(current).await;
-                    return self.hold(&token, read.generation).await;
+                    self.tier.telemetry.lock_acquired.bump();
+                    self.serve_stale(current);
+                    return self.hold(token.as_deref(), read.generation).await;
                 }
                 (ReadState::NoLock, current) => {
                     self.record("unlocked");
-                    self.serve_stale(current).await;
-                    return self.hold("", read.generation).await;
+                    self.serve_stale(current);
+                    return self.hold(None, read.generation).await;
                 }
                 (ReadState::Busy(lease_left), current) => {
                     if self.busy_since.is_none() {
                         // One failed attempt per flow, however many reads.
                         self.busy_since = Some(Instant::now());
-                        self.cache.telemetry.lock_busy.bump();
+                        self.tier.telemetry.lock_busy.bump();
                     }
-                    self.serve_stale(current).await;
-                    match self.cache.config.busy {
+                    self.serve_stale(current);
+                    match self.tier.busy {
                         Busy::Compute => {
                             self.record("computed");
-                            return self.hold("", read.generation).await;
+                            return self.hold(None, read.generation).await;
                         }
                         Busy::Error if self.stale.is_none() => {
                             self.record("busy");
                             return Err(Error::LockBusy {
-                                cache: self.cache.config.name.clone(),
+                                cache: config.name.clone(),
                             });
                         }
                         Busy::Error | Busy::Wait => {}
@@ -232,9 +234,9 @@ where
                     let Some(waiting) = listener.as_mut() else {
                         // Subscribe, then read again: a fill published before the subscription
                         // took effect is in Redis by then.
-                        match self.tier.listen(&self.keys).await {
+                        match self.connection.listen(&self.keys).await {
                             Ok(subscribed) => listener = Some(subscribed),
-                            Err(_) => return degraded(self.cache, self.key, self.load).await,
+                            Err(_) => return degraded(self.tier, self.handle).await,
                         }
                         continue;
                     };
@@ -242,7 +244,7 @@ where
                     if now >= give_up_at {
                         // Waited as long as configured: load it here, without the lock.
                         self.record("gave up waiting");
-                        return self.hold("", read.generation).await;
+                        return self.hold(None, read.generation).await;
                     }
                     // Woken by the holder's publication, or when its lease would run out.
                     let wait = lease_left.min(give_up_at - now) + Duration::from_millis(1);
@@ -250,8 +252,8 @@ where
                         Ok(Some(payload)) => {
                             if let Found::Usable(entry) = self.found(Some(&payload), None) {
                                 self.record("published");
-                                self.cache.telemetry.remote_hits.bump();
-                                return Ok(self.keep(entry).await);
+                                self.tier.telemetry.remote_hits.bump();
+                                return Ok(self.handle.keep(entry));
                             }
                             // A release without a value (the holder's load failed): read again.
                         }
@@ -263,43 +265,50 @@ where
         }
     }
 
-    /// Loads the key as the lock's holder (or without a lock, when `token` is empty), writes
-    /// the value to Redis and publishes it.
-    async fn hold(&self, token: &str, generation: u64) -> Result<V, Error> {
+    /// Loads the key as the lock's holder (or without a lock), writes the value to Redis and
+    /// publishes it. The lock is released on every path, a panicking load's included.
+    async fn hold(&self, token: Option<&str>, generation: u64) -> Result<V, Error> {
+        let config = self.handle.config();
+        let held = token.map(|token| lock::Held::new(&self.connection, &self.keys, token));
         let started = Instant::now();
-        let attempts = self.cache.attempts(self.key, self.load);
-        let loaded = if token.is_empty() {
-            attempts.await
-        } else {
-            lock::while_held(&self.tier, &self.keys, token, attempts).await
+        let loaded = match &held {
+            Some(held) => held.while_held(self.handle.load()).await,
+            None => self.handle.load().await,
         };
         let value = match loaded {
             Ok(value) => value,
             Err(error) => {
-                if !token.is_empty() {
-                    let _ = self.tier.release(&self.keys, token).await;
+                if let Some(held) = held {
+                    held.release().await;
                 }
                 return Err(error);
             }
         };
-        let config = &self.cache.config;
         let fresh = jittered_ttl(config.ttl, config.jitter);
-        let filled = match (self.codec.encode)(&value) {
+        let filled = match envelope::encode(&value) {
             Ok(payload) => {
                 let fill = Fill {
-                    token,
+                    token: token.unwrap_or(""),
                     fresh,
                     stale: config.stale,
                     load: started.elapsed(),
                     generation,
                     payload: &payload,
                 };
-                self.tier.fill(&self.keys, fill).await.ok()
+                let filled = self.connection.fill(&self.keys, fill).await.ok();
+                // FILL released the lock if it ran; if it did not, the release is tried once.
+                if let Some(held) = held {
+                    match filled {
+                        Some(_) => held.released(),
+                        None => held.release().await,
+                    }
+                }
+                filled
             }
             Err(error) => {
                 tracing::warn!(cache = %config.name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
-                if !token.is_empty() {
-                    let _ = self.tier.release(&self.keys, token).await;
+                if let Some(held) = held {
+                    held.release().await;
                 }
                 None
             }
@@ -309,15 +318,15 @@ where
             Some(filled) if filled.written => Entry::new(
                 value.clone(),
                 now,
-                now + since(filled.fresh_until, filled.now_ms),
-                now + since(filled.stale_until, filled.now_ms),
+                after(now, since(filled.fresh_until, filled.now_ms)),
+                after(now, since(filled.stale_until, filled.now_ms)),
             ),
             // Invalidated while it loaded: the callers get it, nobody keeps it.
             Some(_) => return Ok(value),
             // Redis failed after the load: the value is good, keep it here.
             None => Entry::loaded(value.clone(), now, fresh, config.stale),
         };
-        Ok(self.keep(entry).await)
+        Ok(self.handle.keep(entry))
     }
 
     fn record(&self, outcome: &'static str) {
@@ -326,21 +335,13 @@ where
 
     /// Hands a stale value to the waiters at once (they need not wait for the refresh) and
     /// keeps it in memory, once per flow.
-    async fn serve_stale(&mut self, current: Option<Entry<V>>) {
+    fn serve_stale(&mut self, current: Option<Entry<V>>) {
         if let Some(entry) = current
             && self.stale.is_none()
         {
-            (self.serve)(&entry.value);
-            self.stale = Some(entry.value.clone());
-            self.cache.remember(self.key, entry, self.generation).await;
+            self.handle.serve(&entry);
+            self.stale = Some(self.handle.keep(entry));
         }
-    }
-
-    /// Keeps an entry in memory and returns its value.
-    async fn keep(&self, entry: Entry<V>) -> V {
-        let value = entry.value.clone();
-        self.cache.remember(self.key, entry, self.generation).await;
-        value
     }
 
     /// Reads an envelope. Deadlines are turned into this process's instants relative to
@@ -352,7 +353,7 @@ where
         let Some(envelope) = Envelope::parse(bytes) else {
             return Found::Undecodable;
         };
-        let Ok(value) = (self.codec.decode)(envelope.payload) else {
+        let Ok(value) = envelope::decode(envelope.payload) else {
             return Found::Undecodable;
         };
         let reference = server_now.unwrap_or(envelope.written_at);
@@ -361,8 +362,8 @@ where
             value,
             now.checked_sub(since(reference, envelope.written_at))
                 .unwrap_or(now),
-            now + since(envelope.fresh_until, reference),
-            now + since(envelope.stale_until, reference),
+            after(now, since(envelope.fresh_until, reference)),
+            after(now, since(envelope.stale_until, reference)),
         );
         if entry.servable(now) {
             Found::Usable(entry)

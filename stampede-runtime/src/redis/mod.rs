@@ -11,16 +11,22 @@
 //! 3. Not the holder: subscribe to the key's channel, read again (a fill that happened before
 //!    the subscription is not missed), then wait for the publication, which carries the value.
 //!    If the holder dies, its lease runs out; the waiters read again then and one takes over.
+//!
+//! The tier reaches the cache only through the [`Handle`] of each flight; its options (the
+//! connection's name, the busy policy), its counters and its wire protocol stay in here.
 
 pub(crate) mod config;
+mod connection;
 mod envelope;
-pub(crate) mod flow;
-pub(crate) mod invalidate;
+mod flow;
+mod invalidate;
 mod keys;
 mod lock;
 mod pubsub;
 mod scripts;
-mod tier;
+mod telemetry;
+
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,21 +34,73 @@ use serde::de::DeserializeOwned;
 pub use config::{REDIS_URL_VAR, RedisConfig};
 
 use crate::cache::{Key, Value};
-use crate::shared::Shared;
+use crate::config::Config;
+use crate::error::Error;
+use crate::load::Load;
+use crate::stats::Stats;
+use crate::tier::{Handle, Tier};
+use telemetry::RedisTelemetry;
 
-/// How one cache writes its keys and values for Redis.
-pub(crate) struct Codec<K, V> {
-    pub(crate) args: fn(&K) -> Result<String, keys::KeyError>,
-    pub(crate) encode: fn(&V) -> Result<Vec<u8>, String>,
-    pub(crate) decode: fn(&[u8]) -> Result<V, String>,
+/// What a process does when another holds a key's Redis lock and no stale value can be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Busy {
+    /// Wait for the holder's value (woken by its publication), up to the connection's lock wait;
+    /// then load it here.
+    Wait,
+    /// Load it here at once, without the lock.
+    Compute,
+    /// Fail the call with [`Error::LockBusy`](crate::Error::LockBusy).
+    Error,
 }
 
-/// Values are shared through Redis: keys written by serde as readable text, values as
-/// MessagePack.
-pub fn redis<K: Key + Serialize, V: Value + Serialize + DeserializeOwned>() -> Shared<K, V> {
-    Shared::through(Codec {
-        args: keys::args_text::<K>,
-        encode: |value| envelope::encode(value).map_err(|e| e.to_string()),
-        decode: |payload| envelope::decode(payload).map_err(|e| e.to_string()),
-    })
+/// The Redis tier of one cache: keys written by serde as readable text, values as MessagePack.
+pub struct RedisTier<K, V> {
+    /// The connection's name (`None`: the default connection), looked up at each fill so that
+    /// a connection installed after the cache was built is used.
+    connection: Option<Arc<str>>,
+    busy: Busy,
+    telemetry: RedisTelemetry,
+    _types: std::marker::PhantomData<fn(K) -> V>,
+}
+
+/// The tier of a cache whose values are shared through the Redis connection named
+/// `connection` (`None`: the default one), with `busy` as its policy while another process
+/// holds a key's lock.
+pub fn redis<K, V>(
+    connection: Option<&'static str>,
+    busy: Busy,
+) -> impl FnOnce(&Config) -> RedisTier<K, V>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+{
+    move |config| RedisTier {
+        connection: connection.map(Arc::from),
+        busy,
+        telemetry: RedisTelemetry::new(config),
+        _types: std::marker::PhantomData,
+    }
+}
+
+impl<K, V> Tier<K, V> for RedisTier<K, V>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+{
+    async fn fill<L: Load<K, V>>(&self, handle: Handle<'_, K, V, L>) -> Result<V, Error> {
+        flow::fill(self, handle).await
+    }
+
+    async fn invalidate(&self, config: &Config, key: &K) -> Result<(), Error> {
+        flow::invalidate(self, config, key).await
+    }
+
+    fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
+        Some(|key| keys::args_text(key).ok())
+    }
+
+    fn add_stats(&self, stats: &mut Stats) {
+        self.telemetry.add_to(stats);
+    }
 }

@@ -23,7 +23,7 @@ const GENERATION_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// The least time between two warnings that Redis is failing.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
-pub(crate) struct Tier {
+pub(crate) struct Connection {
     name: String,
     pub(crate) config: RedisConfig,
     links: Mutex<HashMap<runtime::Id, Arc<Link>>>,
@@ -31,7 +31,7 @@ pub(crate) struct Tier {
 }
 
 /// The metrics of one connection, labelled with its name.
-struct TierMetrics {
+struct ConnectionMetrics {
     /// `redis_error_total`: failed calls.
     errors: metrics::Counter,
     /// `cache_degraded`: 1 while the connection is skipped.
@@ -117,14 +117,14 @@ pub(crate) struct Fill<'a> {
     pub(crate) payload: &'a [u8],
 }
 
-impl Tier {
+impl Connection {
     pub(crate) fn new(name: &str, config: RedisConfig) -> Self {
         let label = [("redis", display_name(name).to_owned())];
-        let metrics = TierMetrics {
+        let metrics = ConnectionMetrics {
             errors: metrics::counter!("redis_error_total", &label),
             degraded: metrics::gauge!("cache_degraded", &label),
         };
-        Tier {
+        Connection {
             name: name.to_owned(),
             config,
             links: Mutex::new(HashMap::new()),
@@ -149,9 +149,10 @@ impl Tier {
     pub(crate) async fn read_or_lock(
         &self,
         keys: &RedisKeys,
-        token: &str,
+        token: Option<&str>,
         value_unusable: bool,
     ) -> Result<Read, Failure> {
+        let token = token.unwrap_or("");
         let lease = millis(self.config.lease);
         let (value, state, now_ms, generation, pttl): (Option<Vec<u8>>, String, u64, u64, i64) =
             self.call(|mut connection| async move {
@@ -350,7 +351,7 @@ fn millis(duration: Duration) -> u64 {
 struct Health {
     failures: AtomicU32,
     state: Mutex<HealthState>,
-    metrics: TierMetrics,
+    metrics: ConnectionMetrics,
 }
 
 #[derive(Default)]

@@ -1,0 +1,287 @@
+//! The core's behaviour through its tiers, without a Redis: singleflight, stale serving,
+//! invalidation and degradation, on tokio's paused clock, with the local tier and with the fake
+//! shared tier of `fake_tier` (several caches over one store stand for several processes).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::cache::Cache;
+use crate::config::{Backend, Config, Lock};
+use crate::entry::Entry;
+use crate::error::Error;
+use crate::fake_tier::{self, Store};
+use crate::registry;
+use crate::tier::{Local, Tier};
+
+/// Every wait of a test is bounded: a hang fails it.
+async fn within<F: Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(60), future)
+        .await
+        .expect("the call hung")
+}
+
+fn config(name: &str) -> Config {
+    Config {
+        name: Arc::from(name),
+        ttl: Duration::from_secs(10),
+        jitter: 0,
+        stale: Duration::from_secs(10),
+        timeout: Duration::from_secs(30),
+        retries: 0,
+        backoff: Duration::from_millis(50),
+        lock: Lock::Local,
+        backend: Backend::Memory,
+        capacity: 1_000,
+    }
+}
+
+/// A cache that lives as long as the test process, listed in the registry.
+fn leak<T: Tier<u64, String>>(config: Config, tier: T) -> &'static Cache<u64, String, T> {
+    let cache = Box::leak(Box::new(Cache::new(config, tier)));
+    registry::register(cache);
+    cache
+}
+
+/// The function behind the caches: counts its loads, takes `delay`, and returns
+/// `"{key} v{n}"` where `n` is the load's number (from 1).
+#[derive(Clone)]
+struct Source {
+    loads: Arc<AtomicUsize>,
+    delay: Duration,
+}
+
+impl Source {
+    fn new(delay: Duration) -> Source {
+        Source {
+            loads: Arc::default(),
+            delay,
+        }
+    }
+
+    fn loads(&self) -> usize {
+        self.loads.load(SeqCst)
+    }
+
+    fn get<T: Tier<u64, String>>(
+        &self,
+        cache: &'static Cache<u64, String, T>,
+        key: u64,
+    ) -> impl Future<Output = Result<String, Error>> + Send + 'static {
+        let (loads, delay) = (self.loads.clone(), self.delay);
+        cache.get(key, move || {
+            move |key: &u64| {
+                let (key, loads) = (*key, loads.clone());
+                async move {
+                    let n = loads.fetch_add(1, SeqCst) + 1;
+                    tokio::time::sleep(delay).await;
+                    Ok::<_, std::convert::Infallible>(format!("{key} v{n}"))
+                }
+            }
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hundred_callers_of_a_cold_key_share_one_load() {
+    let cache = leak(config("core::local_singleflight"), Local);
+    let source = Source::new(Duration::from_millis(100));
+    let calls = (0..100).map(|_| tokio::spawn(source.get(cache, 7)));
+    for call in calls {
+        assert_eq!(within(call).await.unwrap().unwrap(), "7 v1");
+    }
+    assert_eq!(source.loads(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_processes_share_one_load_through_the_shared_store() {
+    let store = Store::new();
+    let name = "core::shared_singleflight";
+    let (a, b) = (
+        leak(config(name), fake_tier::tier(&store)),
+        leak(config(name), fake_tier::tier(&store)),
+    );
+    let source = Source::new(Duration::from_millis(100));
+    let calls: Vec<_> = (0..50)
+        .flat_map(|_| {
+            [
+                tokio::spawn(source.get(a, 1)),
+                tokio::spawn(source.get(b, 1)),
+            ]
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(within(call).await.unwrap().unwrap(), "1 v1");
+    }
+    assert_eq!(source.loads(), 1, "one load across both processes");
+    assert_eq!(store.value(&1).as_deref(), Some("1 v1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_value_is_served_at_once_while_one_refresh_runs() {
+    let cache = leak(config("core::stale"), Local);
+    let source = Source::new(Duration::from_secs(1));
+    assert_eq!(within(source.get(cache, 3)).await.unwrap(), "3 v1");
+    tokio::time::advance(Duration::from_secs(11)).await; // past the ttl, inside the stale window
+    let started = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(within(source.get(cache, 3)).await.unwrap(), "3 v1");
+    }
+    assert_eq!(started.elapsed(), Duration::ZERO, "stale calls never wait");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(source.loads(), 2, "one refresh for twenty stale calls");
+    assert_eq!(within(source.get(cache, 3)).await.unwrap(), "3 v2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_joiner_does_not_get_a_served_stale_value_past_its_deadline() {
+    let store = Store::new();
+    let cache = leak(config("core::stale_deadline"), fake_tier::tier(&store));
+    let source = Source::new(Duration::from_secs(5));
+    // The store holds a value that is stale for one more second; this process has none.
+    let now = Instant::now();
+    store.put(
+        4,
+        Entry::new("4 v0".to_owned(), now, now, now + Duration::from_secs(1)),
+    );
+    // The refresh (5 s) serves the stale value to its waiter at once.
+    assert_eq!(within(source.get(cache, 4)).await.unwrap(), "4 v0");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    // Past the stale deadline, a caller joining the refresh waits for its value.
+    let joined = Instant::now();
+    assert_eq!(within(source.get(cache, 4)).await.unwrap(), "4 v1");
+    assert_eq!(joined.elapsed(), Duration::from_secs(3));
+    assert_eq!(source.loads(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalidation_detaches_the_running_load() {
+    let cache = leak(config("core::forget"), Local);
+    let source = Source::new(Duration::from_secs(1));
+    let before = tokio::spawn(source.get(cache, 5));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    within(cache.invalidate(&5)).await.unwrap();
+    // After the invalidation returned, a call starts its own load.
+    let after = within(source.get(cache, 5)).await.unwrap();
+    assert_eq!(after, "5 v2");
+    // The detached load's own waiter still gets its result, which is not kept.
+    assert_eq!(within(before).await.unwrap().unwrap(), "5 v1");
+    assert_eq!(within(source.get(cache, 5)).await.unwrap(), "5 v2");
+    assert_eq!(source.loads(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalidation_stops_only_the_loads_of_its_key() {
+    let cache = leak(config("core::per_key"), Local);
+    let source = Source::new(Duration::from_secs(1));
+    let (one, two) = (
+        tokio::spawn(source.get(cache, 1)),
+        tokio::spawn(source.get(cache, 2)),
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    within(cache.invalidate(&1)).await.unwrap();
+    within(one).await.unwrap().unwrap();
+    within(two).await.unwrap().unwrap();
+    assert_eq!(source.loads(), 2);
+    // Key 2's value was kept; key 1's was not.
+    within(source.get(cache, 2)).await.unwrap();
+    assert_eq!(source.loads(), 2);
+    within(source.get(cache, 1)).await.unwrap();
+    assert_eq!(source.loads(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalidation_reaches_the_other_processes_memory() {
+    let store = Store::new();
+    let name = "core::remote_forget";
+    let (a, b) = (
+        leak(config(name), fake_tier::tier(&store)),
+        leak(config(name), fake_tier::tier(&store)),
+    );
+    let source = Source::new(Duration::from_millis(10));
+    assert_eq!(within(source.get(a, 9)).await.unwrap(), "9 v1");
+    assert_eq!(within(source.get(b, 9)).await.unwrap(), "9 v1"); // read from the store
+    within(a.invalidate(&9)).await.unwrap();
+    assert_eq!(within(source.get(b, 9)).await.unwrap(), "9 v2");
+    assert_eq!(within(source.get(a, 9)).await.unwrap(), "9 v2");
+    assert_eq!(source.loads(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_store_degrades_to_local_singleflight() {
+    let store = Store::new();
+    store.fail.store(true, SeqCst);
+    let name = "core::degraded";
+    let (a, b) = (
+        leak(config(name), fake_tier::tier(&store)),
+        leak(config(name), fake_tier::tier(&store)),
+    );
+    let source = Source::new(Duration::from_millis(100));
+    let calls: Vec<_> = (0..20)
+        .flat_map(|_| {
+            [
+                tokio::spawn(source.get(a, 2)),
+                tokio::spawn(source.get(b, 2)),
+            ]
+        })
+        .collect();
+    for call in calls {
+        within(call).await.unwrap().unwrap();
+    }
+    assert_eq!(
+        source.loads(),
+        2,
+        "one load per process while the store is down"
+    );
+    assert_eq!(store.value(&2), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_wake_up_costs_at_most_the_lock_wait() {
+    let store = Store::new();
+    store.lose_messages.store(true, SeqCst);
+    let name = "core::lost_wake_up";
+    let a = leak(config(name), fake_tier::tier(&store));
+    let mut waiting = fake_tier::tier(&store);
+    waiting.lock_wait = Duration::from_secs(2);
+    let b = leak(config(name), waiting);
+    let source = Source::new(Duration::from_secs(10));
+    let holder = tokio::spawn(source.get(a, 6));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let started = Instant::now();
+    let waited = within(source.get(b, 6)).await.unwrap();
+    // Not woken, the waiter gave up after its lock wait and loaded the key itself.
+    assert_eq!(waited, "6 v2");
+    assert_eq!(started.elapsed(), Duration::from_secs(12));
+    within(holder).await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_store_delays_calls_without_failing_them() {
+    let store = Store::new();
+    *store.stall.lock().unwrap() = Duration::from_millis(300);
+    let cache = leak(config("core::stalled"), fake_tier::tier(&store));
+    let source = Source::new(Duration::from_millis(100));
+    let started = Instant::now();
+    assert_eq!(within(source.get(cache, 8)).await.unwrap(), "8 v1");
+    assert_eq!(started.elapsed(), Duration::from_millis(400));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_that_the_store_refuses_after_an_invalidation_is_not_shared() {
+    let store = Store::new();
+    let name = "core::fill_refused";
+    let (a, b) = (
+        leak(config(name), fake_tier::tier(&store)),
+        leak(config(name), fake_tier::tier(&store)),
+    );
+    let source = Source::new(Duration::from_secs(1));
+    let loading = tokio::spawn(source.get(a, 3));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    within(b.invalidate(&3)).await.unwrap();
+    assert_eq!(within(loading).await.unwrap().unwrap(), "3 v1");
+    assert_eq!(store.value(&3), None, "the old load wrote nothing");
+    assert_eq!(within(source.get(a, 3)).await.unwrap(), "3 v2");
+}

@@ -1,0 +1,69 @@
+//! The function's load: what it must be, and how one load runs its attempts (timeout, retries
+//! with jittered backoff).
+
+use std::future::Future;
+
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::error::{Error, LoadError, UpstreamError};
+use crate::telemetry::Telemetry;
+
+/// The body of a cached function, turned by `#[cached]` into a function of the key: called once
+/// per attempt, each call a new future.
+pub trait Load<K, V>: Send + Sync + 'static {
+    /// The function's error type (`Infallible` for a function returning a plain value).
+    type Error: LoadError;
+    /// The future of one attempt.
+    type Attempt: Future<Output = Result<V, Self::Error>> + Send + 'static;
+    /// Starts one attempt.
+    fn attempt(&self, key: &K) -> Self::Attempt;
+}
+
+impl<K, V, E, F, Fut> Load<K, V> for F
+where
+    E: LoadError,
+    F: Fn(&K) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<V, E>> + Send + 'static,
+{
+    type Error = E;
+    type Attempt = Fut;
+
+    fn attempt(&self, key: &K) -> Fut {
+        self(key)
+    }
+}
+
+/// Runs `load` for `key`: each attempt bounded by the cache's timeout, failed or timed-out ones
+/// retried up to `retries` times after a jittered backoff.
+pub(crate) async fn attempts<K, V, L: Load<K, V>>(
+    config: &Config,
+    telemetry: &Telemetry,
+    key: &K,
+    load: &L,
+) -> Result<V, Error> {
+    let started = Instant::now();
+    let mut retry = 0;
+    let outcome = loop {
+        telemetry.loads.bump();
+        let error = match tokio::time::timeout(config.timeout, load.attempt(key)).await {
+            Ok(Ok(value)) => break Ok(value),
+            Ok(Err(error)) => Error::Upstream(UpstreamError::new(&config.name, error)),
+            Err(_elapsed) => {
+                telemetry.timeouts.bump();
+                Error::Timeout {
+                    cache: config.name.clone(),
+                    after: config.timeout,
+                }
+            }
+        };
+        telemetry.load_errors.bump();
+        if retry == config.retries {
+            break Err(error);
+        }
+        tokio::time::sleep(config.backoff_delay(retry)).await;
+        retry += 1;
+    };
+    telemetry.load_took(started.elapsed());
+    outcome
+}

@@ -1,0 +1,56 @@
+//! The one registry of the process's caches: what stats, debug pages, invalidation by name and
+//! tiers (an invalidation announced by another process) find them through.
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{PoisonError, RwLock};
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::stats::Stats;
+
+/// What the registry needs of a cache, whatever its key, value and tier types.
+pub trait Inspect: Send + Sync {
+    fn config(&self) -> &Config;
+    fn stats(&self) -> Stats;
+    /// Drops `key` from the cache, here and in its tier; `None` when `key` is not of the
+    /// cache's key type.
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a (dyn Any + Send + Sync),
+    ) -> Option<BoxFuture<'a, Result<(), Error>>>;
+    /// Drops, in this process only, the key that the cache's tier names `name` (an
+    /// invalidation another process announced); nothing for a tier that names no keys.
+    fn forget_named(&self, name: &str);
+}
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+static REGISTRY: RwLock<Vec<&'static dyn Inspect>> = RwLock::new(Vec::new());
+
+pub(crate) fn register(cache: &'static dyn Inspect) {
+    REGISTRY
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(cache);
+}
+
+/// Every cache of the process.
+pub(crate) fn all() -> Vec<&'static dyn Inspect> {
+    REGISTRY
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// The caches called `name` (several in a generic impl, or when names are shared).
+pub(crate) fn named(name: &str) -> Vec<&'static dyn Inspect> {
+    REGISTRY
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|cache| &*cache.config().name == name)
+        .copied()
+        .collect()
+}

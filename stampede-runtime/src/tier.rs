@@ -1,0 +1,161 @@
+//! The boundary between a cache and what it shares beyond this process.
+//!
+//! A cache's core (the memory tier, the loads in flight, loads with timeout and retry,
+//! generations, stale serving) is generic over a [`Tier`]. The core calls the tier for one
+//! thing: a key this process has no usable value for ([`Tier::fill`]), and for invalidations.
+//! The tier reaches back into the core only through the [`Handle`] it is lent for that one
+//! flight: load here, keep a value (the core, not the tier, checks that no invalidation came
+//! since the flight began), serve a stale value to the waiters now.
+//!
+//! Arrows run one way: a tier holds no reference to a cache, and this module names no tier but
+//! [`Local`]. The Redis tier lives in its own module; the runtime's unit tests use a fake one.
+//!
+//! The trait is not public. Getting a shared tier right takes more than its methods say: a lock
+//! with leases and fencing, wake-ups without lost messages, invalidations that reach every
+//! process, generations so that an old load never overwrites a newer value. Until a second
+//! shared store is built here and the contract has settled, a public trait would freeze an API
+//! that users could implement only by re-deriving those rules; see `docs/tiers.md`.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::time::Instant;
+
+use crate::cache::{Core, Key, Value};
+use crate::config::Config;
+use crate::entry::{Entry, jittered_ttl};
+use crate::error::Error;
+use crate::flight::Leader;
+use crate::load::Load;
+use crate::memory::Loading;
+use crate::stats::Stats;
+use crate::telemetry::Reason;
+
+/// What a cache shares beyond this process. Chosen statically by the code `#[cached]`
+/// generates, so a hit pays no dispatch.
+pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
+    /// Gets the value of a key this process has no usable value for: from the shared store, or
+    /// by loading it through `handle` (and sharing the result). Runs inside the key's flight.
+    fn fill<L: Load<K, V>>(
+        &self,
+        handle: Handle<'_, K, V, L>,
+    ) -> impl Future<Output = Result<V, Error>> + Send;
+
+    /// Drops `key` from the shared store and from every other process's memory. This process's
+    /// memory has dropped it already.
+    fn invalidate(
+        &self,
+        config: &Config,
+        key: &K,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// How the tier names a key to other processes, so that an invalidation they announce can
+    /// be matched against this process's keys. `None`: nothing is announced.
+    fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
+        None
+    }
+
+    /// Adds the tier's own counters to a cache's stats.
+    fn add_stats(&self, stats: &mut Stats) {
+        let _ = stats;
+    }
+}
+
+/// Nothing is shared: every value is loaded and kept in this process.
+pub struct Local;
+
+/// The tier of a cache whose values stay in this process.
+pub fn local() -> fn(&Config) -> Local {
+    |_| Local
+}
+
+impl<K: Key, V: Value> Tier<K, V> for Local {
+    async fn fill<L: Load<K, V>>(&self, handle: Handle<'_, K, V, L>) -> Result<V, Error> {
+        handle.load_and_keep().await
+    }
+
+    async fn invalidate(&self, _config: &Config, _key: &K) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// A cache's core, lent to its tier for one flight of one key.
+pub struct Handle<'a, K: Key, V: Value, L> {
+    core: &'a Core<K, V>,
+    key: &'a K,
+    load: &'a L,
+    reason: Reason,
+    /// The load registered with the memory tier: a value is kept only if the key was not
+    /// invalidated since.
+    loading: Loading<'a, K, V>,
+    /// The flight's leader, to hand a stale value to its waiters; `None` without a lock.
+    leader: Option<&'a Leader<'static, K, V>>,
+    /// Whether the load has started, so that `cache_refresh_total` counts it once.
+    started: AtomicBool,
+}
+
+impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
+    pub(crate) fn new(
+        core: &'a Core<K, V>,
+        key: &'a K,
+        load: &'a L,
+        reason: Reason,
+        leader: Option<&'a Leader<'static, K, V>>,
+    ) -> Self {
+        Handle {
+            loading: core.memory.begin(key),
+            core,
+            key,
+            load,
+            reason,
+            leader,
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// The key of this flight.
+    pub(crate) fn key(&self) -> &K {
+        self.key
+    }
+
+    /// The cache's options.
+    pub(crate) fn config(&self) -> &Config {
+        &self.core.config
+    }
+
+    /// Runs the function's load here, with its timeout and retries; stores nothing.
+    pub(crate) async fn load(&self) -> Result<V, Error> {
+        if !self.started.swap(true, Ordering::Relaxed) {
+            self.core.telemetry.load_started(self.reason);
+        }
+        crate::load::attempts(&self.core.config, &self.core.telemetry, self.key, self.load).await
+    }
+
+    /// Loads here and keeps the value in memory for a jittered `ttl`, then `stale`: the path
+    /// without a shared tier, and a tier's fallback when its store cannot be used.
+    pub(crate) async fn load_and_keep(&self) -> Result<V, Error> {
+        let value = self.load().await?;
+        let config = &self.core.config;
+        let fresh = jittered_ttl(config.ttl, config.jitter);
+        let entry = Entry::loaded(value, Instant::now(), fresh, config.stale);
+        Ok(self.keep(entry))
+    }
+
+    /// Keeps `entry` in memory, unless the key was invalidated since the flight began (or values
+    /// live only in the shared tier), and returns its value.
+    pub(crate) fn keep(&self, entry: Entry<V>) -> V {
+        let value = entry.value.clone();
+        if self.core.config.in_memory() {
+            self.core.memory.keep(&self.loading, entry);
+        }
+        value
+    }
+
+    /// Hands a stale value to the flight's waiters now, while the refresh goes on. A waiter
+    /// takes it only while it is servable; past its deadline, waiters wait for the refresh.
+    pub(crate) fn serve(&self, entry: &Entry<V>) {
+        if let Some(leader) = self.leader {
+            leader.serve(entry.clone());
+        }
+    }
+}

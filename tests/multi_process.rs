@@ -31,7 +31,7 @@ fn main() {
         child(&role);
         return;
     }
-    let scenarios: [(&str, Scenario); 3] = [
+    let scenarios: [(&str, Scenario); 4] = [
         (
             "cold key: 4 processes x 100 callers, one load",
             cold_key_four_processes,
@@ -43,6 +43,10 @@ fn main() {
         (
             "stale value across processes: served at once, one refresh",
             stale_across_processes,
+        ),
+        (
+            "a holder paused past its lease (SIGSTOP) never overwrites the newer value",
+            paused_holder_is_fenced,
         ),
     ];
     let mut failed = 0;
@@ -150,6 +154,16 @@ async fn quote(symbol: u64) -> String {
     format!("quote {symbol} v{n}")
 }
 
+/// The first load is slow enough for the parent to stop its process mid-load; the next is quick.
+#[cached(ttl = "60s", lock = "redis", name = "mp::fenced")]
+async fn balance(account: u64) -> String {
+    let n = count_load().await;
+    println!("LOADING {n}");
+    let took = if n == 1 { 500 } else { 50 };
+    tokio::time::sleep(Duration::from_millis(took)).await;
+    format!("balance of {account} v{n}")
+}
+
 fn child(role: &str) {
     let url = std::env::var("MP_REDIS").expect("MP_REDIS is not set");
     RedisConfig::new(&url)
@@ -190,6 +204,12 @@ fn child(role: &str) {
                 tokio::time::sleep(Duration::from_millis(1_500)).await;
                 println!("SECOND 0 {}", quote(1).await);
             }
+            "paused" => {
+                println!("VALUE {}", balance(1).await);
+                // Its own load's value went to its caller only: Redis and memory hold the newer.
+                println!("AFTER {}", balance(1).await);
+            }
+            "fenced" => println!("VALUE {}", balance(1).await),
             other => panic!("unknown role {other}"),
         }
     });
@@ -376,6 +396,55 @@ fn stale_across_processes() -> Result<(), String> {
         second.len() == 4 && second.iter().all(|v| v == "quote 1 v2"),
         || format!("after the refresh: {second:?}"),
     )
+}
+
+/// Sends a signal to a process with `kill`, as an operator (or a stalled VM) would.
+fn signal(process: &Process, signal: &str) -> Result<(), String> {
+    let status = Command::new("kill")
+        .args([signal, &process.child.id().to_string()])
+        .status()
+        .map_err(|e| format!("cannot run kill: {e}"))?;
+    check(status.success(), || format!("kill {signal} failed"))
+}
+
+fn paused_holder_is_fenced() -> Result<(), String> {
+    let server = RedisServer::start();
+    let (mut paused, paused_lines) = start("paused", 1, &server, &[])?;
+    match paused_lines.recv_timeout(WAIT) {
+        Ok((_, line)) if line == "LOADING 1" => {}
+        other => {
+            return Err(format!(
+                "the first process did not start loading: {other:?}"
+            ));
+        }
+    }
+    // Stopped mid-load: its watchdog stops too, and its 1 s lease runs out.
+    signal(&paused[0], "-STOP")?;
+    let (mut fenced, fenced_lines) = start("fenced", 1, &server, &[])?;
+    let finished = finish(&mut fenced, WAIT);
+    signal(&paused[0], "-CONT")?;
+    finished?;
+    finish(&mut paused, WAIT)?;
+    let newer: Vec<String> = fenced_lines.try_iter().map(|(_, l)| l).collect();
+    let older: Vec<String> = paused_lines.try_iter().map(|(_, l)| l).collect();
+    let key = server
+        .key("stampede:{mp::fenced~*|1}:v")
+        .ok_or("no value in Redis")?;
+    let stored: Vec<u8> = server.command(&["GET", &key]);
+    let stored = String::from_utf8_lossy(&stored).into_owned();
+    println!(
+        "  second process: {newer:?}; the paused one, resumed: {older:?}; Redis holds {:?}",
+        stored.rsplit('\n').next().unwrap_or_default()
+    );
+    check(newer.contains(&"VALUE balance of 1 v2".to_owned()), || {
+        format!("the second process did not load v2: {newer:?}")
+    })?;
+    check(stored.ends_with("balance of 1 v2"), || {
+        format!("the paused holder overwrote the newer value: {stored:?}")
+    })?;
+    check(older.contains(&"AFTER balance of 1 v2".to_owned()), || {
+        format!("the resumed process kept its older value: {older:?}")
+    })
 }
 
 fn unix_ms() -> u64 {

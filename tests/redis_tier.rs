@@ -57,7 +57,10 @@ async fn a_value_loaded_in_one_process_is_read_from_redis_by_another() {
     assert_eq!(LOADS.load(SeqCst), 1);
 
     // The key is readable and its envelope says what it holds.
-    let stored: Vec<u8> = server.command(&["GET", "test:{red::shared:42}:v"]);
+    let key = server
+        .key("test:{red::shared~*|42}:v")
+        .expect("the value is in Redis");
+    let stored: Vec<u8> = server.command(&["GET", &key]);
     let header =
         String::from_utf8_lossy(&stored[..stored.iter().position(|b| *b == b'\n').unwrap()])
             .into_owned();
@@ -66,7 +69,7 @@ async fn a_value_loaded_in_one_process_is_read_from_redis_by_another() {
         .skip(1)
         .map(|f| f.parse().unwrap())
         .collect();
-    let [fresh_until, stale_until, written_at, generation, _load_ms] = fields[..] else {
+    let [fresh_until, stale_until, written_at, fence, _load_ms] = fields[..] else {
         panic!("unexpected header {header}")
     };
     assert!(header.starts_with("S1 "), "{header}");
@@ -75,8 +78,12 @@ async fn a_value_loaded_in_one_process_is_read_from_redis_by_another() {
         (54_000..=60_000).contains(&fresh_for),
         "fresh for {fresh_for} ms with ttl 60s, jitter 10%"
     );
-    assert_eq!((stale_until, generation), (fresh_until, 0));
-    let ttl: i64 = server.command(&["PTTL", "test:{red::shared:42}:v"]);
+    assert_eq!(stale_until, fresh_until);
+    // The envelope carries the fence its holder took with the lock, which is the key's fence
+    // until another holder or an invalidation takes the next.
+    let fence_key = format!("{}:f", key.strip_suffix(":v").unwrap());
+    assert_eq!(server.command::<u64>(&["GET", &fence_key]), fence);
+    let ttl: i64 = server.command(&["PTTL", &key]);
     assert!(
         ttl > 50_000 && ttl as u64 <= fresh_for,
         "Redis drops the value at its stale deadline: {ttl}"
@@ -141,12 +148,16 @@ async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
 
     let server = RedisServer::start();
     install(&server, "corrupt");
-    let key = "test:{red::corrupt:7}:v";
-    let _: () = server.command(&["SET", key, "written by another program"]);
+    // A first key, to learn the cache's identity in Redis (its name and a digest of its types).
+    assert_eq!(within(price(1)).await.unwrap(), "10 EUR");
+    let first = server.key("test:{red::corrupt~*|1}:v").unwrap();
+    let key_of = |sku: &str| first.replace("|1}", &format!("|{sku}}}"));
+    let key = key_of("7");
+    let _: () = server.command(&["SET", &key, "written by another program"]);
 
     assert_eq!(within(price(7)).await.unwrap(), "70 EUR");
-    assert_eq!(LOADS.load(SeqCst), 1);
-    let stored: Vec<u8> = server.command(&["GET", key]);
+    assert_eq!(LOADS.load(SeqCst), 2);
+    let stored: Vec<u8> = server.command(&["GET", &key]);
     assert!(
         stored.starts_with(b"S1 "),
         "the value was rewritten: {:?}",
@@ -158,11 +169,11 @@ async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
     // (MessagePack `*`) where this version stores a string.
     let _: () = server.command(&[
         "SET",
-        "test:{red::corrupt:8}:v",
+        &key_of("8"),
         "S1 99999999999999 99999999999999 0 0 1\n*",
     ]);
     assert_eq!(within(price(8)).await.unwrap(), "80 EUR");
-    assert_eq!(LOADS.load(SeqCst), 2);
+    assert_eq!(LOADS.load(SeqCst), 3);
 }
 
 #[tokio::test]
@@ -199,7 +210,10 @@ async fn the_watchdog_keeps_the_lock_of_a_load_longer_than_the_lease() {
         .install_as("watchdog");
     let a = tokio::spawn(in_a(1));
     tokio::time::sleep(Duration::from_millis(800)).await; // well past the 300 ms lease
-    let pttl: i64 = server.command(&["PTTL", "test:{red::watchdog:1}:l"]);
+    let lock = server
+        .key("test:{red::watchdog~*|1}:l")
+        .expect("a holds the lock");
+    let pttl: i64 = server.command(&["PTTL", &lock]);
     assert!(pttl > 0, "the lock is still held after 800 ms: pttl {pttl}");
     assert_eq!(
         within(in_b(1)).await,
@@ -208,7 +222,7 @@ async fn the_watchdog_keeps_the_lock_of_a_load_longer_than_the_lease() {
     );
     assert_eq!(within(a).await.unwrap(), "slow 1");
     assert_eq!(LOADS.load(SeqCst), 1);
-    let exists: i64 = server.command(&["EXISTS", "test:{red::watchdog:1}:l"]);
+    let exists: i64 = server.command(&["EXISTS", &lock]);
     assert_eq!(exists, 0, "the holder released its lock");
 }
 
@@ -241,12 +255,12 @@ async fn a_holder_that_lost_its_lease_cannot_release_the_new_holders_lock() {
 
     let server = RedisServer::start();
     install(&server, "lost_lease");
-    let lock = "test:{red::lost_lease:1}:l";
     let a = tokio::spawn(in_a(1));
     eventually("a to take the lock", || {
-        server.command::<i64>(&["EXISTS", lock]) == 1
+        server.key("test:{red::lost_lease~*|1}:l").is_some()
     })
     .await;
+    let lock = &server.key("test:{red::lost_lease~*|1}:l").unwrap();
     let token_a: String = server.command(&["GET", lock]);
     let _: i64 = server.command(&["DEL", lock]); // a's lease is lost (as if it expired)
     let b = tokio::spawn(in_b(1));
@@ -311,7 +325,7 @@ async fn calls_survive_redis_being_killed_and_use_it_again_when_it_returns() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     server.restart();
     eventually("a value written to the restarted Redis", || {
-        server.command::<i64>(&["EXISTS", "test:{red::killed:0}:v"]) == 1
+        server.key("test:{red::killed~*|0}:v").is_some()
     })
     .await;
     let served = within(calls).await.unwrap();
@@ -390,7 +404,7 @@ async fn busy_policies_decide_what_a_process_does_while_another_holds_the_lock()
     install(&server, "busy");
     let held = tokio::spawn(holder(1));
     eventually("the holder to take the lock", || {
-        server.command::<i64>(&["EXISTS", "test:{red::busy:1}:l"]) == 1
+        server.key("test:{red::busy~*|1}:l").is_some()
     })
     .await;
     match within(impatient(1)).await {
@@ -467,10 +481,7 @@ async fn invalidation_drops_the_key_from_redis_and_from_every_process() {
     within(stampede::invalidate("red::invalidate", (5u64,)))
         .await
         .unwrap();
-    assert_eq!(
-        server.command::<i64>(&["EXISTS", "test:{red::invalidate:5}:v"]),
-        0
-    );
+    assert_eq!(server.key("test:{red::invalidate~*|5}:v"), None);
     eventually("both memories to drop the key", || {
         stampede::stats("red::invalidate").unwrap().entries == 0
     })
@@ -519,8 +530,8 @@ async fn a_load_running_during_an_invalidation_does_not_write_its_value_back() {
         "its caller still gets it"
     );
     assert_eq!(
-        server.command::<i64>(&["EXISTS", "test:{red::invalidate_race:1}:v"]),
-        0,
+        server.key("test:{red::invalidate_race~*|1}:v"),
+        None,
         "not written back"
     );
     assert_eq!(

@@ -229,6 +229,12 @@ fn config(
         BackendKind::Tiered => quote!(Tiered),
     };
     let capacity = settings.capacity;
+    let key = match &settings.key_template {
+        Some(template) => {
+            quote!(::core::option::Option::Some(::std::sync::Arc::from(#template)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     quote! {
         #private::Config {
             name: ::std::sync::Arc::from(#name),
@@ -241,6 +247,7 @@ fn config(
             lock: #private::Lock::#lock,
             backend: #private::Backend::#backend,
             capacity: #capacity,
+            key: #key,
         }
     }
 }

@@ -36,6 +36,24 @@ impl KeyTemplate {
         }
         names
     }
+
+    /// The template written back in one canonical form (`{{` and `}}` for literal braces): part
+    /// of the cache's identity in a shared tier, so that `"user:{id}"` and `"admin:{id}"`
+    /// under one `name` never share keys.
+    pub(crate) fn canonical(&self) -> String {
+        let mut out = String::new();
+        for segment in &self.segments {
+            match segment {
+                Segment::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
+                Segment::Arg(name) => {
+                    out.push('{');
+                    out.push_str(name);
+                    out.push('}');
+                }
+            }
+        }
+        out
+    }
 }
 
 fn segments(template: &str) -> Result<Vec<Segment>, (String, String)> {

@@ -25,6 +25,8 @@ pub(crate) struct Settings {
     pub(crate) capacity: u64,
     /// The arguments that form the key, in the order the key holds them.
     pub(crate) key_args: Vec<Ident>,
+    /// The key template in canonical form, if one was given.
+    pub(crate) key_template: Option<String>,
     pub(crate) name: Option<LitStr>,
     pub(crate) krate: Path,
 }
@@ -133,6 +135,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         busy,
         capacity,
         key_args,
+        key_template: options.key.as_ref().map(|key| key.value.canonical()),
         name: options.name,
         krate: options
             .krate

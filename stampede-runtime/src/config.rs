@@ -56,6 +56,9 @@ pub struct Config {
     pub backend: Backend,
     /// Maximum number of entries kept in memory.
     pub capacity: u64,
+    /// The `key` template as written (`"user:{id}"`), if one was; part of the cache's identity
+    /// in a shared tier.
+    pub key: Option<Arc<str>>,
 }
 
 impl Config {

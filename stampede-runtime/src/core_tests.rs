@@ -35,6 +35,7 @@ fn config(name: &str) -> Config {
         lock: Lock::Local,
         backend: Backend::Memory,
         capacity: 1_000,
+        key: None,
     }
 }
 

@@ -59,6 +59,15 @@ impl RedisServer {
             .expect("the test's redis command failed")
     }
 
+    /// The one key that matches a glob `pattern`, if there is one. The runtime names a cache's
+    /// keys `{prefix}:{{name}~{digest}|{args}}:{v|l|f|c}`, where the digest covers the key and
+    /// value types, so tests find them by pattern: `test:{red::shared~*|42}:v`.
+    pub fn key(&self, pattern: &str) -> Option<String> {
+        let mut keys: Vec<String> = self.command(&["KEYS", pattern]);
+        assert!(keys.len() <= 1, "{pattern} matches several keys: {keys:?}");
+        keys.pop()
+    }
+
     fn spawn(&mut self) {
         let port = self.port.to_string();
         let child = Command::new(binary())

@@ -18,8 +18,6 @@ use crate::redis::keys::RedisKeys;
 use crate::redis::pubsub::{Listener, Subscriber};
 use crate::redis::scripts;
 
-/// How long a generation outlives the invalidation that bumped it: longer than any load.
-const GENERATION_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// The least time between two warnings that Redis is failing.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -83,7 +81,8 @@ pub(crate) struct Read {
     pub(crate) state: ReadState,
     /// The server's clock when it read, in ms.
     pub(crate) now_ms: u64,
-    pub(crate) generation: u64,
+    /// The key's fence: the one this flow took with the lock, else the current one.
+    pub(crate) fence: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,7 +112,8 @@ pub(crate) struct Fill<'a> {
     pub(crate) fresh: Duration,
     pub(crate) stale: Duration,
     pub(crate) load: Duration,
-    pub(crate) generation: u64,
+    /// The fence the read returned: the fill is refused unless it is still the key's fence.
+    pub(crate) fence: u64,
     pub(crate) payload: &'a [u8],
 }
 
@@ -154,12 +154,12 @@ impl Connection {
     ) -> Result<Read, Failure> {
         let token = token.unwrap_or("");
         let lease = millis(self.config.lease);
-        let (value, state, now_ms, generation, pttl): (Option<Vec<u8>>, String, u64, u64, i64) =
-            self.call(|mut connection| async move {
+        let (value, state, now_ms, fence, pttl): (Option<Vec<u8>>, String, u64, u64, i64) = self
+            .call(|mut connection| async move {
                 scripts::READ_OR_LOCK
                     .key(&keys.value)
                     .key(&keys.lock)
-                    .key(&keys.generation)
+                    .key(&keys.fence)
                     .arg(token)
                     .arg(lease)
                     .arg(if value_unusable { "1" } else { "0" })
@@ -178,7 +178,7 @@ impl Connection {
             value,
             state,
             now_ms,
-            generation,
+            fence,
         })
     }
 
@@ -188,12 +188,12 @@ impl Connection {
                 scripts::FILL
                     .key(&keys.value)
                     .key(&keys.lock)
-                    .key(&keys.generation)
+                    .key(&keys.fence)
                     .arg(fill.token)
                     .arg(millis(fill.fresh).max(1))
                     .arg(millis(fill.stale))
                     .arg(millis(fill.load))
-                    .arg(fill.generation)
+                    .arg(fill.fence)
                     .arg(fill.payload)
                     .arg(&keys.channel)
                     .invoke_async(&mut connection)
@@ -227,6 +227,7 @@ impl Connection {
         self.call(|mut connection| async move {
             scripts::EXTEND
                 .key(&keys.lock)
+                .key(&keys.fence)
                 .arg(token)
                 .arg(lease)
                 .invoke_async(&mut connection)
@@ -241,10 +242,9 @@ impl Connection {
             .call(|mut connection| async move {
                 scripts::INVALIDATE
                     .key(&keys.value)
-                    .key(&keys.generation)
+                    .key(&keys.fence)
                     .arg(channel)
                     .arg(message)
-                    .arg(millis(GENERATION_TTL))
                     .invoke_async(&mut connection)
                     .await
             })

@@ -2,7 +2,7 @@
 //! `redis-cli` shows and a Lua script can read, then the payload.
 //!
 //! ```text
-//! S1 <fresh_until> <stale_until> <written_at> <generation> <load_ms>\n<payload>
+//! S1 <fresh_until> <stale_until> <written_at> <fence> <load_ms>\n<payload>
 //! ```
 //!
 //! `S1` is the format and its version. The three instants are wall-clock milliseconds of the
@@ -23,7 +23,8 @@ pub(crate) struct Envelope<'a> {
     pub(crate) fresh_until: u64,
     pub(crate) stale_until: u64,
     pub(crate) written_at: u64,
-    pub(crate) generation: u64,
+    /// The fence of the fill that wrote it.
+    pub(crate) fence: u64,
     pub(crate) load_ms: u64,
     pub(crate) payload: &'a [u8],
 }
@@ -42,7 +43,7 @@ impl<'a> Envelope<'a> {
             fresh_until: number()?,
             stale_until: number()?,
             written_at: number()?,
-            generation: number()?,
+            fence: number()?,
             load_ms: number()?,
             payload: &bytes[newline + 1..],
         };
@@ -54,7 +55,7 @@ impl<'a> Envelope<'a> {
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = format!(
             "{FORMAT} {} {} {} {} {}\n",
-            self.fresh_until, self.stale_until, self.written_at, self.generation, self.load_ms
+            self.fresh_until, self.stale_until, self.written_at, self.fence, self.load_ms
         )
         .into_bytes();
         bytes.extend_from_slice(self.payload);
@@ -97,7 +98,7 @@ mod tests {
             fresh_until: 1_700_000_060_000,
             stale_until: 1_700_000_090_000,
             written_at: 1_700_000_000_000,
-            generation: 3,
+            fence: 3,
             load_ms: 120,
             payload: &payload,
         };

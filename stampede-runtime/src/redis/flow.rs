@@ -47,7 +47,7 @@ where
             return degraded(tier, &handle).await;
         }
     };
-    let keys = RedisKeys::new(&connection.config.prefix, &config.name, &args);
+    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
     let span = tracing::debug_span!(
         "stampede.lock",
         cache = %config.name,
@@ -79,7 +79,7 @@ where
         return Ok(()); // nothing shared: the local copy is gone already
     };
     let args = keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
-    let keys = RedisKeys::new(&connection.config.prefix, &config.name, &args);
+    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
     connection
         .invalidate(&keys, &invalidate::message(&config.name, &args))
         .await
@@ -204,12 +204,12 @@ where
                     self.record("acquired");
                     self.tier.telemetry.lock_acquired.bump();
                     self.serve_stale(current);
-                    return self.hold(token.as_deref(), read.generation).await;
+                    return self.hold(token.as_deref(), read.fence).await;
                 }
                 (ReadState::NoLock, current) => {
                     self.record("unlocked");
                     self.serve_stale(current);
-                    return self.hold(None, read.generation).await;
+                    return self.hold(None, read.fence).await;
                 }
                 (ReadState::Busy(lease_left), current) => {
                     if self.busy_since.is_none() {
@@ -221,7 +221,7 @@ where
                     match self.tier.busy {
                         Busy::Compute => {
                             self.record("computed");
-                            return self.hold(None, read.generation).await;
+                            return self.hold(None, read.fence).await;
                         }
                         Busy::Error if self.stale.is_none() => {
                             self.record("busy");
@@ -244,7 +244,7 @@ where
                     if now >= give_up_at {
                         // Waited as long as configured: load it here, without the lock.
                         self.record("gave up waiting");
-                        return self.hold(None, read.generation).await;
+                        return self.hold(None, read.fence).await;
                     }
                     // Woken by the holder's publication, or when its lease would run out.
                     let wait = lease_left.min(give_up_at - now) + Duration::from_millis(1);
@@ -267,7 +267,7 @@ where
 
     /// Loads the key as the lock's holder (or without a lock), writes the value to Redis and
     /// publishes it. The lock is released on every path, a panicking load's included.
-    async fn hold(&self, token: Option<&str>, generation: u64) -> Result<V, Error> {
+    async fn hold(&self, token: Option<&str>, fence: u64) -> Result<V, Error> {
         let config = self.handle.config();
         let held = token.map(|token| lock::Held::new(&self.connection, &self.keys, token));
         let started = Instant::now();
@@ -292,7 +292,7 @@ where
                     fresh,
                     stale: config.stale,
                     load: started.elapsed(),
-                    generation,
+                    fence,
                     payload: &payload,
                 };
                 let filled = self.connection.fill(&self.keys, fill).await.ok();
@@ -321,7 +321,8 @@ where
                 after(now, since(filled.fresh_until, filled.now_ms)),
                 after(now, since(filled.stale_until, filled.now_ms)),
             ),
-            // Invalidated while it loaded: the callers get it, nobody keeps it.
+            // Invalidated while it loaded, or fenced off by a newer holder: the callers get it,
+            // nobody keeps it.
             Some(_) => return Ok(value),
             // Redis failed after the load: the value is good, keep it here.
             None => Entry::loaded(value.clone(), now, fresh, config.stale),

@@ -1,13 +1,19 @@
 //! The Redis keys of one cache key: stable across processes and builds, injective, readable for
-//! plain arguments, bounded in length, and hash-tagged so that a key's value, lock and generation
+//! plain arguments, bounded in length, and hash-tagged so that a key's value, lock and fence
 //! live on one Redis Cluster slot.
 //!
 //! ```text
-//! {prefix}:{{cache name}:{arguments}}:v     the value (an envelope, see `envelope`)
-//! {prefix}:{{cache name}:{arguments}}:l     the lock, holding its holder's token
-//! {prefix}:{{cache name}:{arguments}}:g     the generation, bumped by invalidation
-//! {prefix}:{{cache name}:{arguments}}:c     the channel a fill is published on
+//! {prefix}:{{identity}|{arguments}}:v     the value (an envelope, see `envelope`)
+//! {prefix}:{{identity}|{arguments}}:l     the lock, holding its holder's token
+//! {prefix}:{{identity}|{arguments}}:f     the fence, taken with the lock, bumped by invalidation
+//! {prefix}:{{identity}|{arguments}}:c     the channel a fill is published on
 //! ```
+//!
+//! The identity is the cache's name, escaped (`%`, `|`, `{`, `}`, spaces and control characters
+//! percent-encoded), then `~` and a digest of the key type, the value type and the key template:
+//! two functions given one `name` with different types or templates never share a key, so they
+//! never decode each other's bytes. The digest uses `std::any::type_name`, which is stable for
+//! one compiler; processes built by different compilers may not share values (they stay correct).
 //!
 //! Arguments are written by a serde serializer: numbers and booleans as themselves, text with
 //! every character outside `[A-Za-z0-9_.@/-]` percent-encoded (so the delimiters below never
@@ -32,20 +38,47 @@ const HEAD: usize = 64;
 pub(crate) struct RedisKeys {
     pub(crate) value: String,
     pub(crate) lock: String,
-    pub(crate) generation: String,
+    pub(crate) fence: String,
     pub(crate) channel: String,
 }
 
 impl RedisKeys {
-    pub(crate) fn new(prefix: &str, cache: &str, args: &str) -> Self {
-        let base = format!("{prefix}:{{{cache}:{args}}}");
+    /// The keys of `args` in the cache with this `identity` (see [`identity`]).
+    pub(crate) fn new(prefix: &str, identity: &str, args: &str) -> Self {
+        let base = format!("{prefix}:{{{identity}|{args}}}");
         RedisKeys {
             value: format!("{base}:v"),
             lock: format!("{base}:l"),
-            generation: format!("{base}:g"),
+            fence: format!("{base}:f"),
             channel: format!("{base}:c"),
         }
     }
+}
+
+/// The part of a cache's Redis keys that names the cache: its escaped name, and a digest of
+/// what must match for two processes to share values (key type, value type, key template).
+pub(crate) fn identity(name: &str, shape: &[&str]) -> String {
+    let mut out = String::with_capacity(name.len() + 9);
+    for c in name.chars() {
+        if matches!(c, '%' | '|' | '{' | '}') || c.is_whitespace() || c.is_control() {
+            let mut bytes = [0; 4];
+            for byte in c.encode_utf8(&mut bytes).bytes() {
+                let _ = write!(out, "%{byte:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    let mut digest = Sha256::new();
+    for part in shape {
+        digest.update(part.as_bytes());
+        digest.update([0]);
+    }
+    out.push('~');
+    for byte in &digest.finalize()[..4] {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
 }
 
 /// The argument text of a key, bounded in length.
@@ -416,8 +449,31 @@ mod tests {
         assert_eq!(args_text(&(map,)).unwrap(), "{a=1,b=2}");
         assert_eq!(
             RedisKeys::new("shop", "users::get_user", "42").value,
-            "shop:{users::get_user:42}:v"
+            "shop:{users::get_user|42}:v"
         );
+    }
+
+    #[test]
+    fn a_name_and_its_arguments_never_run_into_each_other() {
+        // Cache `n` with arguments ("", "by_id", 42) and cache `n::by_id` with (42).
+        let a = RedisKeys::new(
+            "p",
+            &identity("n", &[]),
+            &args_text(&("", "by_id", 42)).unwrap(),
+        );
+        let b = RedisKeys::new("p", &identity("n::by_id", &[]), &args_text(&(42,)).unwrap());
+        assert_ne!(a.value, b.value);
+        // A name cannot forge the separator or the hash tag.
+        assert!(identity("a|b{c}", &[]).starts_with("a%7Cb%7Bc%7D~"));
+    }
+
+    #[test]
+    fn one_name_with_other_types_or_templates_is_another_identity() {
+        let user = identity("users", &["u64", "User", "user:{id}"]);
+        assert_ne!(user, identity("users", &["u64", "User", "admin:{id}"]));
+        assert_ne!(user, identity("users", &["u32", "User", "user:{id}"]));
+        assert_ne!(user, identity("users", &["u64", "Admin", "user:{id}"]));
+        assert_eq!(user, identity("users", &["u64", "User", "user:{id}"]));
     }
 
     #[test]

@@ -26,7 +26,8 @@ mod pubsub;
 mod scripts;
 mod telemetry;
 
-use std::sync::Arc;
+use std::any::type_name;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -56,6 +57,8 @@ pub enum Busy {
 
 /// The Redis tier of one cache: keys written by serde as readable text, values as MessagePack.
 pub struct RedisTier<K, V> {
+    /// What names the cache in its Redis keys (see `keys::identity`).
+    identity: String,
     /// The connection's name (`None`: the default connection), looked up at each fill so that
     /// a connection installed after the cache was built is used.
     connection: Option<Arc<str>>,
@@ -76,11 +79,35 @@ where
     V: Value + Serialize + DeserializeOwned,
 {
     move |config| RedisTier {
+        identity: identity::<K, V>(config),
         connection: connection.map(Arc::from),
         busy,
         telemetry: RedisTelemetry::new(config),
         _types: std::marker::PhantomData,
     }
+}
+
+/// The cache's identity in Redis. Two caches of this process given one name with different
+/// types or key templates get different identities, so they share nothing; the first such pair
+/// is reported, since it is almost always a copied `name = "..."`.
+fn identity<K, V>(config: &Config) -> String {
+    static SEEN: Mutex<Vec<(Arc<str>, String)>> = Mutex::new(Vec::new());
+    let template = config.key.as_deref().unwrap_or("");
+    let identity = keys::identity(
+        &config.name,
+        &[type_name::<K>(), type_name::<V>(), template],
+    );
+    let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+    match seen.iter().find(|(name, _)| *name == config.name) {
+        Some((_, other)) if *other != identity => tracing::error!(
+            cache = %config.name,
+            "stampede: two cached functions share this name with different key or value types \
+             or key templates; they share no values in Redis. Give each its own `name`."
+        ),
+        Some(_) => {}
+        None => seen.push((config.name.clone(), identity.clone())),
+    }
+    identity
 }
 
 impl<K, V> Tier<K, V> for RedisTier<K, V>

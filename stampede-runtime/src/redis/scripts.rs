@@ -5,43 +5,64 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Reads the value and, unless it is fresh, tries to take the lock.
+// The fence of a key (`:f`) orders its fills. Every lock acquisition increments it in the same
+// script, and an invalidation increments it when it exists; a fill is written only if the fence
+// is still the one its flow read, so neither a holder whose lease lapsed (a paused process) nor a
+// load that began before an invalidation can write its value over a newer one. A fill without
+// the lock increments it too, so a slower holder of the same round cannot overwrite it.
+//
+// A fence exists only while a key is being filled or has a value: a read that may lead to a fill
+// creates it with the lease as its time to live, the watchdog keeps it alive with the lock, and
+// a fill gives it the value's. When it is created it starts from the server's clock in
+// microseconds, so a fence that expired and was created again is above every one handed out
+// before it. Invalidating a key that nobody fills creates nothing: Redis holds no state per
+// invalidation.
+
+/// Reads the value and, unless it is fresh, makes sure the key has a fence and tries to take the
+/// lock.
 ///
-/// KEYS: value, lock, generation. ARGV: token (empty: do not lock), lease ms, `1` to treat a
-/// present value as unusable (it failed to decode).
+/// KEYS: value, lock, fence. ARGV: token (empty: do not lock), lease ms, `1` to treat a present
+/// value as unusable (it failed to decode).
 ///
-/// Returns `{value or nil, state, now_ms, generation, lock_pttl}` where state is `fresh`,
-/// `locked` (this caller holds the lock now), `busy` (another holder has it) or `nolock`.
+/// Returns `{value or nil, state, now_ms, fence, lock_pttl}` where state is `fresh`, `locked`
+/// (this caller holds the lock now, with the fence returned), `busy` (another holder has it) or
+/// `nolock`.
 pub(crate) static READ_OR_LOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local value = redis.call('GET', KEYS[1])
-local generation = redis.call('GET', KEYS[3]) or '0'
 if value and ARGV[3] ~= '1' then
   local fresh = tonumber(string.match(value, '^S1 (%d+) '))
   if fresh and fresh > now then
-    return {value, 'fresh', now, generation, 0}
+    return {value, 'fresh', now, 0, 0}
   end
 end
+local fence = redis.call('GET', KEYS[3])
+if not fence then
+  fence = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('SET', KEYS[3], fence, 'PX', ARGV[2])
+elseif redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+end
 if ARGV[1] == '' then
-  return {value or false, 'nolock', now, generation, 0}
+  return {value or false, 'nolock', now, fence, 0}
 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {value or false, 'locked', now, generation, 0}
+  return {value or false, 'locked', now, redis.call('INCR', KEYS[3]), 0}
 end
-return {value or false, 'busy', now, generation, redis.call('PTTL', KEYS[2])}
+return {value or false, 'busy', now, fence, redis.call('PTTL', KEYS[2])}
 ",
     )
 });
 
-/// Writes the envelope unless the key was invalidated since the read, publishes it on the key's
-/// channel (an empty message when nothing was written, so that waiters read again at once), and
-/// releases the lock if the caller still holds it (compare-and-delete).
+/// Writes the envelope if the key's fence is still the one the flow read, publishes it on the
+/// key's channel (an empty message when nothing was written, so that waiters read again at
+/// once), and releases the lock if the caller still holds it (compare-and-delete).
 ///
-/// KEYS: value, lock, generation. ARGV: token (may be empty), fresh ms, stale ms, load ms,
-/// the generation read with the lock, the payload, the channel.
+/// KEYS: value, lock, fence. ARGV: token (may be empty), fresh ms, stale ms, load ms, the
+/// fence read, the payload, the channel.
 ///
 /// Returns `{written (0 or 1), now_ms, fresh_until, stale_until}`.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
@@ -52,14 +73,21 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
-if (redis.call('GET', KEYS[3]) or '0') ~= ARGV[5] then
+if redis.call('GET', KEYS[3]) ~= ARGV[5] then
   redis.call('PUBLISH', ARGV[7], '')
   return {0, now, 0, 0}
+end
+if ARGV[1] == '' then
+  redis.call('INCR', KEYS[3])
 end
 local fresh = now + tonumber(ARGV[2])
 local stale = fresh + tonumber(ARGV[3])
 local envelope = string.format('S1 %.0f %.0f %.0f %s %s\n', fresh, stale, now, ARGV[5], ARGV[4]) .. ARGV[6]
-redis.call('SET', KEYS[1], envelope, 'PX', math.max(1, stale - now))
+local ttl = math.max(1, stale - now)
+redis.call('SET', KEYS[1], envelope, 'PX', ttl)
+if redis.call('PTTL', KEYS[3]) < ttl then
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
 redis.call('PUBLISH', ARGV[7], envelope)
 return {1, now, fresh, stale}
 ",
@@ -82,12 +110,16 @@ return 0
     )
 });
 
-/// Extends the lock's lease if the caller still holds it (compare-and-pexpire). KEYS: lock.
-/// ARGV: token, lease ms. Returns 1 if extended, 0 if the lock is someone else's or gone.
+/// Extends the lock's lease if the caller still holds it (compare-and-pexpire), and keeps the
+/// key's fence alive as long. KEYS: lock, fence. ARGV: token, lease ms. Returns 1 if extended,
+/// 0 if the lock is someone else's or gone.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
@@ -95,15 +127,16 @@ return 0
     )
 });
 
-/// Deletes the value, bumps the generation (so a load that read the old one cannot write back),
-/// and announces the invalidation to every process. KEYS: value, generation. ARGV: the
-/// invalidation channel, the message, how long to keep the generation (ms).
+/// Deletes the value, increments the fence if the key has one (so a load that read it cannot
+/// write back; a key nobody fills gets no state), and announces the invalidation to every
+/// process. KEYS: value, fence. ARGV: the invalidation channel, the message.
 pub(crate) static INVALIDATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 redis.call('DEL', KEYS[1])
-redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('INCR', KEYS[2])
+end
 return redis.call('PUBLISH', ARGV[1], ARGV[2])
 ",
     )

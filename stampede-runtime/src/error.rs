@@ -147,6 +147,24 @@ impl UpstreamError {
         }
     }
 
+    /// The original error itself, when it is an `E` and no other caller holds it (the load was
+    /// not shared); otherwise this error back.
+    pub(crate) fn into_original<E: LoadError>(self) -> Result<E, UpstreamError> {
+        let any: &dyn Any = &*self.error;
+        if !any.is::<E>() {
+            return Err(self);
+        }
+        let UpstreamError { cache, error } = self;
+        let any: Arc<dyn Any + Send + Sync> = error;
+        let typed = any
+            .downcast::<E>()
+            .unwrap_or_else(|_| unreachable!("checked to be an `E` above"));
+        Arc::try_unwrap(typed).map_err(|typed| UpstreamError {
+            cache,
+            error: typed,
+        })
+    }
+
     /// The original error, when it is an `E`.
     pub fn downcast_ref<E: 'static>(&self) -> Option<&E> {
         let any: &dyn Any = &*self.error;

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
@@ -23,6 +23,8 @@ enum Outcome<V> {
     /// A stale value handed out while the refresh runs: taken only while it is servable.
     Serving(Entry<V>),
     Done(Result<V, Error>),
+    /// The outcome is in the flight's hand-off, for its only caller to take.
+    HandedOff,
 }
 
 impl<V> Outcome<V> {
@@ -30,9 +32,18 @@ impl<V> Outcome<V> {
         match self {
             Outcome::Running => false,
             Outcome::Serving(entry) => entry.servable(Instant::now()),
-            Outcome::Done(_) => true,
+            Outcome::Done(_) | Outcome::HandedOff => true,
         }
     }
+}
+
+/// What a flight's leader and waiters share besides the channel.
+struct Shared<V> {
+    /// How many callers wait for it.
+    callers: AtomicUsize,
+    /// The failure of a load that had one caller, moved to it rather than shared: the only
+    /// copy, so the caller can have the function's own error back.
+    handoff: Mutex<Option<Result<V, Error>>>,
 }
 
 /// The loads in flight for one cache, by key.
@@ -44,6 +55,7 @@ pub(crate) struct Flights<K, V> {
 struct Flight<V> {
     id: u64,
     outcome: watch::Receiver<Outcome<V>>,
+    shared: Arc<Shared<V>>,
 }
 
 /// What a caller became when it asked for a key's load.
@@ -66,12 +78,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
     pub(crate) fn join(&self, key: &K) -> Joined<'_, K, V> {
         let mut map = self.lock();
         if let Some(flight) = map.get(key) {
+            flight.shared.callers.fetch_add(1, Ordering::Relaxed);
             return Joined::Shared(Waiter {
                 outcome: flight.outcome.clone(),
+                shared: flight.shared.clone(),
             });
         }
         let (leader, outcome) = self.insert(&mut map, key);
-        Joined::Led(leader, Waiter { outcome })
+        let shared = leader.shared.clone();
+        shared.callers.fetch_add(1, Ordering::Relaxed);
+        Joined::Led(leader, Waiter { outcome, shared })
     }
 
     /// Becomes the key's leader only if no load is in flight (a background refresh).
@@ -106,11 +122,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
     ) -> (Leader<'_, K, V>, watch::Receiver<Outcome<V>>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, outcome) = watch::channel(Outcome::Running);
+        let shared = Arc::new(Shared {
+            callers: AtomicUsize::new(0),
+            handoff: Mutex::new(None),
+        });
         map.insert(
             key.clone(),
             Flight {
                 id,
                 outcome: outcome.clone(),
+                shared: shared.clone(),
             },
         );
         let leader = Leader {
@@ -118,6 +139,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             key: key.clone(),
             id,
             sender,
+            shared,
             removed: false,
         };
         (leader, outcome)
@@ -141,6 +163,10 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The right and the duty to load one key. Finish it with [`Leader::finish`]; dropping it
 /// instead releases the key and wakes the waiters with [`Error::LoadAborted`].
 pub(crate) struct Leader<'a, K: Hash + Eq + Clone, V: Clone> {
@@ -148,6 +174,7 @@ pub(crate) struct Leader<'a, K: Hash + Eq + Clone, V: Clone> {
     key: K,
     id: u64,
     sender: watch::Sender<Outcome<V>>,
+    shared: Arc<Shared<V>>,
     removed: bool,
 }
 
@@ -167,7 +194,15 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
     /// this, so that a caller arriving after the release finds it.
     pub(crate) fn finish(mut self, outcome: Result<V, Error>) {
         self.release();
-        self.sender.send_replace(Outcome::Done(outcome));
+        // Released: nobody joins any more, so the count of callers is final.
+        if let Err(Error::Upstream(_)) = &outcome
+            && self.shared.callers.load(Ordering::Relaxed) == 1
+        {
+            *lock(&self.shared.handoff) = Some(outcome);
+            self.sender.send_replace(Outcome::HandedOff);
+        } else {
+            self.sender.send_replace(Outcome::Done(outcome));
+        }
     }
 
     fn release(&mut self) {
@@ -187,6 +222,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Drop for Leader<'_, K, V> {
 /// A caller waiting for a key's load.
 pub(crate) struct Waiter<V> {
     outcome: watch::Receiver<Outcome<V>>,
+    shared: Arc<Shared<V>>,
 }
 
 impl<V: Clone> Waiter<V> {
@@ -199,6 +235,9 @@ impl<V: Clone> Waiter<V> {
             Ok(outcome) => match &*outcome {
                 Outcome::Serving(entry) => Ok(entry.value.clone()),
                 Outcome::Done(outcome) => outcome.clone(),
+                Outcome::HandedOff => lock(&self.shared.handoff)
+                    .take()
+                    .unwrap_or_else(|| Err(aborted())),
                 Outcome::Running => Err(aborted()),
             },
             Err(_closed) => Err(aborted()),

@@ -32,8 +32,11 @@ impl Slot {
         }
     }
 
-    /// A call of a function returning `Result<V, E>`: only `Ok` values are cached, and a failure
-    /// of the shared load reaches every caller as `E::from(stampede::Error)`.
+    /// A call of a function returning `Result<V, E>`: only `Ok` values are cached. The function's
+    /// own error reaches a caller as itself when that caller was the only one of the load, and as
+    /// `E::from(stampede::Error::Upstream(..))` (the original reachable through
+    /// [`Error::upstream`]) when several callers shared it; timeouts, panics and the like arrive
+    /// as `E::from(stampede::Error)`.
     ///
     /// `config` and `tier` build the cache at the first call: its options, and what it shares
     /// beyond this process.
@@ -55,10 +58,14 @@ impl Slot {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        self.cache(config, tier)
-            .get(key, prepare)
-            .await
-            .map_err(E::from)
+        match self.cache(config, tier).get(key, prepare).await {
+            Ok(value) => Ok(value),
+            // The function's own error, as itself when this caller was its load's only one.
+            Err(Error::Upstream(upstream)) => Err(upstream
+                .into_original::<E>()
+                .unwrap_or_else(|upstream| E::from(Error::Upstream(upstream)))),
+            Err(error) => Err(E::from(error)),
+        }
     }
 
     /// A call of a function returning a plain value (an `Option` included). Such a function has

@@ -636,3 +636,73 @@ async fn a_waiter_is_woken_when_an_invalidation_discards_the_fill_it_waits_for()
     assert!(waited < Duration::from_millis(2_500), "b waited {waited:?}");
     assert_eq!(LOADS.load(SeqCst), 2);
 }
+
+#[tokio::test]
+async fn a_flow_that_holds_the_lock_over_undecodable_bytes_loads_at_once() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    // `busy = "error"`: if the flow took its own lock for someone else's, it would fail.
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "own_lock",
+        busy = "error",
+        name = "red::own_lock"
+    )]
+    async fn rate(id: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        Ok(format!("rate {id}"))
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .lease(Duration::from_secs(60))
+        .install_as("own_lock");
+    assert_eq!(within(rate(1)).await.unwrap(), "rate 1");
+    let first = server.key("test:{red::own_lock~*|1}:v").unwrap();
+    let key = first.replace("|1}", "|2}");
+    // Bytes another program wrote, with no header: not fresh, so the read takes the lock.
+    let _: () = server.command(&["SET", &key, "not an envelope"]);
+    assert_eq!(within(rate(2)).await.unwrap(), "rate 2");
+    assert_eq!(LOADS.load(SeqCst), 2);
+    let stored: Vec<u8> = server.command(&["GET", &key]);
+    assert!(stored.starts_with(b"S1 "), "overwritten by the holder");
+}
+
+#[tokio::test]
+async fn a_load_that_panics_gives_its_redis_lock_back() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "panics", name = "red::panics")]
+    async fn report(id: u64) -> Result<String, AppError> {
+        if LOADS.fetch_add(1, SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            panic!("report {id} crashed the load");
+        }
+        Ok(format!("report {id}"))
+    }
+
+    let server = RedisServer::start();
+    // A lease far longer than the test's waits: a lock that goes away was released.
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .lease(Duration::from_secs(120))
+        .install_as("panics");
+    let crashed = tokio::spawn(report(1));
+    eventually("the load to take the lock", || {
+        server.key("test:{red::panics~*|1}:l").is_some()
+    })
+    .await;
+    assert!(matches!(
+        within(crashed).await.unwrap(),
+        Err(AppError::Cache(stampede::Error::LoadPanicked { .. }))
+    ));
+    eventually("the panicked load's lock to be released", || {
+        server.key("test:{red::panics~*|1}:l").is_none()
+    })
+    .await;
+    assert_eq!(within(report(1)).await.unwrap(), "report 1");
+}

@@ -219,7 +219,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Inspect for Cache<K, V, T> {
             entries: core.memory.entry_count(),
             in_flight: core.flights.len() as u64,
             waiters: t.waiters.get(),
-            hot_keys: core.hot.snapshot(),
+            hot_keys: core.hot.snapshot(t.hits.get()),
             ..Stats::default()
         };
         self.tier.add_stats(&mut stats);

@@ -286,3 +286,19 @@ async fn a_refresh_that_the_store_refuses_after_an_invalidation_is_not_shared() 
     assert_eq!(store.value(&3), None, "the old load wrote nothing");
     assert_eq!(within(source.get(a, 3)).await.unwrap(), "3 v2");
 }
+
+#[tokio::test(start_paused = true)]
+async fn stats_read_right_after_one_fill_and_one_hit() {
+    use crate::registry::Inspect;
+
+    let cache = leak(config("core::stats"), Local);
+    let source = Source::new(Duration::ZERO);
+    within(source.get(cache, 1)).await.unwrap();
+    let stats = cache.stats();
+    assert_eq!(stats.entries, 1, "the value just cached is counted");
+    within(source.get(cache, 1)).await.unwrap();
+    let stats = cache.stats();
+    assert_eq!((stats.hits, stats.misses, stats.loads), (1, 1, 1));
+    assert_eq!(stats.hot_keys.len(), 1);
+    assert_eq!(stats.hot_keys[0].hits, 1, "one hit reads as one");
+}

@@ -3,9 +3,10 @@
 //! One hit in [`SAMPLE_EVERY`] is looked at (the hit counter's value decides, so the others pay
 //! nothing), and the sampled keys compete for [`KEEP`] places by the space-saving algorithm: a
 //! new key takes the place of the least counted one and inherits its count, so a key that is hit
-//! often always ends up in the sample. The hits reported leave the inherited count out: they are
-//! the hits seen while the key held its place, a lower bound. A sample that finds the list busy
-//! is skipped: the hit path never waits.
+//! often always ends up in the sample. The hits reported leave the inherited count out and scale
+//! the samples by the sampling rate, capped by the cache's own hit count: an estimate of the hits
+//! while the key held its place, within [`SAMPLE_EVERY`] of the truth for a key hit steadily. A
+//! sample that finds the list busy is skipped: the hit path never waits.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -25,8 +26,9 @@ pub(crate) const KEEP: usize = 8;
 pub struct HotKey {
     /// The key, as its `Debug` output writes it.
     pub key: String,
-    /// Hits seen while the key was in the sample, scaled by the sampling rate (so a multiple of
-    /// it): an estimate that errs low.
+    /// An estimate of the key's hits while it was in the sample: its sampled hits times the
+    /// sampling rate (1 hit in 64), never more than the cache's hits. After one hit it reads 1;
+    /// for a key hit steadily it is within 64 of the truth.
     pub hits: u64,
     /// How old the key's value was when last sampled.
     #[serde(rename = "age_ms", serialize_with = "crate::stats::millis")]
@@ -86,8 +88,8 @@ impl<K: Key> HotKeys<K> {
         }
     }
 
-    /// The sampled keys, most hit first.
-    pub(crate) fn snapshot(&self) -> Vec<HotKey> {
+    /// The sampled keys, most hit first; `hits` is the cache's hit count, which caps estimates.
+    pub(crate) fn snapshot(&self, hits: u64) -> Vec<HotKey> {
         let now = Instant::now();
         let keys = self
             .keys
@@ -97,7 +99,7 @@ impl<K: Key> HotKeys<K> {
             .iter()
             .map(|known| HotKey {
                 key: format!("{:?}", known.key),
-                hits: (known.count - known.inherited) * SAMPLE_EVERY,
+                hits: ((known.count - known.inherited) * SAMPLE_EVERY).min(hits),
                 age: now.saturating_duration_since(known.filled_at),
             })
             .collect();
@@ -122,7 +124,7 @@ mod tests {
                 hot.hit(hit, &key, now);
             }
         }
-        let sample = hot.snapshot();
+        let sample = hot.snapshot(hit);
         assert_eq!(sample.len(), KEEP);
         assert_eq!(sample[0].key, "1");
         assert!(sample[0].hits >= 2_000 * SAMPLE_EVERY, "{sample:?}");

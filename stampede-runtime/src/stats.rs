@@ -9,8 +9,8 @@ use crate::registry;
 
 /// A snapshot of one cache's counters, from [`stats`].
 ///
-/// Counters only grow; `entries`, `in_flight` and `waiters` are the current sizes. `entries` is
-/// the in-memory tier's count, which trails inserts and evictions by a moment.
+/// Counters only grow and are exact; `entries`, `in_flight` and `waiters` are the current sizes.
+/// `entries` counts the values held in memory, expired ones not yet reclaimed included.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Stats {
@@ -26,7 +26,9 @@ pub struct Stats {
     pub load_errors: u64,
     /// Load attempts that ran past the timeout.
     pub timeouts: u64,
-    /// Background refreshes of stale values that ran a load.
+    /// Background refreshes of stale values that ran a load (the metric
+    /// `cache_refresh_total{reason="stale"}`). Loads for misses are `misses - shared` at most, and
+    /// every run of the body is in `loads`.
     pub refreshes: u64,
     /// Callers that joined a load another caller had started, and shared its result.
     pub shared: u64,

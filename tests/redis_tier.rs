@@ -706,3 +706,31 @@ async fn a_load_that_panics_gives_its_redis_lock_back() {
     .await;
     assert_eq!(within(report(1)).await.unwrap(), "report 1");
 }
+
+#[tokio::test]
+async fn invalidations_leave_no_state_in_redis_for_keys_nobody_fills() {
+    #[cached(ttl = "60s", lock = "redis", redis = "bounded", name = "red::bounded")]
+    async fn profile(id: u64) -> Result<String, AppError> {
+        Ok(format!("profile {id}"))
+    }
+
+    let server = RedisServer::start();
+    install(&server, "bounded");
+    assert_eq!(within(profile(1)).await.unwrap(), "profile 1");
+    let before: i64 = server.command(&["DBSIZE"]);
+    for id in 1_000..2_000u64 {
+        within(stampede::invalidate("red::bounded", (id,)))
+            .await
+            .unwrap();
+    }
+    let after: i64 = server.command(&["DBSIZE"]);
+    assert_eq!(after, before, "a thousand invalidations of uncached keys wrote nothing");
+    // An invalidation of a cached key removes its value and leaves its fence to expire with it.
+    within(stampede::invalidate("red::bounded", (1u64,)))
+        .await
+        .unwrap();
+    assert_eq!(server.key("test:{red::bounded~*|1}:v"), None);
+    let fence = server.key("test:{red::bounded~*|1}:f").unwrap();
+    let ttl: i64 = server.command(&["PTTL", &fence]);
+    assert!(ttl > 0, "the fence expires: {ttl}");
+}

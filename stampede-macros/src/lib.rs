@@ -30,20 +30,7 @@ use crate::diag::{Errors, error};
 ///
 /// # Options
 ///
-/// | option | meaning | default |
-/// |---|---|---|
-/// | `ttl` | how long a value is fresh (`"500ms"`, `"60s"`, `"5m"`) | required |
-/// | `jitter` | percent 0..=100: each fill is fresh for `ttl * (1 - u)`, `u` uniform in `[0, jitter/100]` | `10` |
-/// | `stale` | window after the fresh time in which the old value is served while one refresh runs | `"0s"` |
-/// | `timeout` | bound on one load attempt | `"10s"` |
-/// | `retries` | extra attempts after a failed or timed-out attempt, inside the one load | `0` |
-/// | `backoff` | base delay before a retry, doubled per retry and jittered by ±50% | `"50ms"` |
-/// | `lock` | `"local"`: one load per key per process; `"none"`: every miss loads | `"local"` |
-/// | `backend` | `"memory"`: values live in this process (moka) | `"memory"` |
-/// | `capacity` | maximum entries kept in memory | `10_000` |
-/// | `key` | template naming the arguments that form the key, e.g. `"user:{id}"` | all arguments |
-/// | `name` | the cache's name in stats and errors | `module::path::fn`, `path::Type::method` |
-/// | `crate` | path of the `stampede` crate when renamed in `Cargo.toml` | `"stampede"` |
+#[doc = attr::options_doc_table!()]
 ///
 /// # What it accepts
 ///

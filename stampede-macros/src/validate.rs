@@ -261,3 +261,53 @@ fn unknown_key_arg(span: Span, name: &str, function: &Function) -> syn::Error {
         help,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::options_doc_table;
+
+    /// The settings of `#[cached(ttl = "1s")]` on a plain function: every other option left to
+    /// its default.
+    fn defaults() -> Settings {
+        let mut errors = Errors::default();
+        let options = Options::parse(r#"ttl = "1s""#.parse().unwrap(), &mut errors);
+        let item = syn::parse_str("async fn f(id: u64) -> u64 { id }").unwrap();
+        let function = Function::analyze(item, &mut errors);
+        let settings = validate(options, &function, &mut errors);
+        assert!(errors.finish(()).is_ok());
+        settings
+    }
+
+    /// The default column of the rustdoc table, by option.
+    fn documented(option: &str) -> String {
+        let row = options_doc_table!()
+            .lines()
+            .find(|row| row.starts_with(&format!("| `{option}` |")))
+            .unwrap_or_else(|| panic!("no row for `{option}`"));
+        row.trim_end_matches(" |")
+            .rsplit(" | ")
+            .next()
+            .unwrap()
+            .replace('_', "")
+    }
+
+    #[test]
+    fn the_documented_defaults_are_the_applied_ones() {
+        let settings = defaults();
+        let duration = |d: Duration| format!("`\"{}\"`", humantime::format_duration(d));
+        assert_eq!(documented("jitter"), format!("`{}`", settings.jitter));
+        assert_eq!(documented("stale"), duration(settings.stale));
+        assert_eq!(documented("timeout"), duration(settings.timeout));
+        assert_eq!(documented("retries"), format!("`{}`", settings.retries));
+        assert_eq!(documented("backoff"), duration(settings.backoff));
+        assert_eq!(documented("capacity"), format!("`{}`", settings.capacity));
+        assert!(settings.lock == LockKind::Local && documented("lock") == "`\"local\"`");
+        assert!(
+            settings.backend == BackendKind::Memory
+                && documented("backend").starts_with("`\"memory\"`")
+        );
+        assert!(settings.busy == BusyKind::Wait && documented("busy") == "`\"wait\"`");
+        assert!(settings.redis.is_none() && settings.name.is_none());
+    }
+}

@@ -1,11 +1,12 @@
 //! Reads the function under the attribute into a [`Function`]: its receiver, its arguments, the
 //! type it returns and the statements of its body, refusing the shapes a cache cannot serve.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{
-    Attribute, Block, Expr, FnArg, GenericArgument, GenericParam, Ident, ItemFn, Pat,
+    Attribute, Block, Expr, FnArg, GenericArgument, GenericParam, Ident, ItemFn, LitStr, Pat,
     PathArguments, ReceiverKind, ReturnType, Safety, Signature, Stmt, Token, Type, TypeParamBound,
     Visibility,
 };
@@ -42,6 +43,54 @@ pub(crate) enum Shape {
     /// `fn .. -> Pin<Box<dyn Future<Output = T> + Send + 'async_trait>>` with a body of
     /// `Box::pin(async move { .. })`.
     AsyncTrait,
+}
+
+/// What the attribute was put on.
+pub(crate) enum Item {
+    /// A function, read.
+    Fn(Box<ItemFn>),
+    /// A function syn cannot read, such as one whose body has a syntax error. It is emitted
+    /// unchanged, so that rustc reports the syntax error at its token rather than this
+    /// attribute reporting that it expected a function (tracing-attributes' `MaybeItemFn` keeps
+    /// such a body as tokens for the same reason).
+    Unreadable,
+}
+
+impl Item {
+    /// Reads the item under the attribute; anything but a function is an error.
+    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Item> {
+        let not_a_function = match syn::parse2::<ItemFn>(tokens.clone()) {
+            Ok(function) => return Ok(Item::Fn(Box::new(function))),
+            Err(e) => e,
+        };
+        if starts_like_fn.parse2(tokens).unwrap_or(false) {
+            Ok(Item::Unreadable)
+        } else {
+            Err(error(
+                not_a_function.span(),
+                "`#[cached]` goes on an `async fn`",
+                "put it on the async function or method whose result should be cached",
+            ))
+        }
+    }
+}
+
+/// Whether the tokens start as a function does: attributes, visibility, qualifiers
+/// (`const`, `async`, `unsafe`, `extern "abi"`), then `fn`.
+fn starts_like_fn(input: ParseStream) -> syn::Result<bool> {
+    input.call(Attribute::parse_outer)?;
+    input.parse::<Visibility>()?;
+    while input.peek(Token![const])
+        || input.peek(Token![async])
+        || input.peek(Token![unsafe])
+        || input.peek(Token![extern])
+        || input.peek(LitStr)
+    {
+        input.parse::<TokenTree>()?;
+    }
+    let is_fn = input.peek(Token![fn]);
+    input.parse::<TokenStream>()?;
+    Ok(is_fn)
 }
 
 /// One argument, bound to a plain name.

@@ -14,9 +14,8 @@ mod receiver;
 mod validate;
 
 use proc_macro::TokenStream;
-use syn::ItemFn;
 
-use crate::diag::{Errors, error};
+use crate::diag::Errors;
 
 /// Caches an async function's result per key, so that concurrent callers of a cold or expiring
 /// key share one load instead of stampeding the database.
@@ -70,19 +69,22 @@ pub fn cached(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// The expansion of `#[cached(args)]` on `item`, or every error found in them.
 fn cached_fn(
     args: proc_macro2::TokenStream,
     item: proc_macro2::TokenStream,
 ) -> syn::Result<proc_macro2::TokenStream> {
-    let item: ItemFn = syn::parse2(item).map_err(|e| {
-        error(
-            e.span(),
-            "`#[cached]` goes on an `async fn`",
-            "put it on the async function or method whose result should be cached",
-        )
-    })?;
     let mut errors = Errors::default();
     let options = attr::Options::parse(args, &mut errors);
+    let item = match func::Item::parse(item.clone()) {
+        Ok(func::Item::Fn(item)) => *item,
+        // rustc reports the function's syntax error when it reads the item again.
+        Ok(func::Item::Unreadable) => return errors.finish(item),
+        Err(not_a_function) => {
+            errors.push(not_a_function);
+            return errors.finish(item);
+        }
+    };
     let function = func::Function::analyze(item, &mut errors);
     let settings = validate::validate(options, &function, &mut errors);
     errors.finish(())?;
@@ -115,6 +117,36 @@ mod tests {
                 error.contains("needs stampede's `redis` feature"),
                 "{error}"
             );
+        }
+    }
+
+    #[test]
+    fn a_function_that_does_not_parse_is_emitted_unchanged() {
+        let item = "async fn f(id: u64) -> u64 { let x = ; id }";
+        let emitted = expand(r#"ttl = "1s""#, item).unwrap();
+        assert_eq!(
+            emitted,
+            item.parse::<proc_macro2::TokenStream>()
+                .unwrap()
+                .to_string()
+        );
+        // Its options are still checked.
+        let error = expand(r#"ttl = "1s", bussy = "wait""#, item).unwrap_err();
+        assert!(error.contains("did you mean `busy`?"), "{error}");
+        // A signature that does not parse is the compiler's to report too.
+        assert!(expand(r#"ttl = "1s""#, "pub async fn f(id: u64,, x) -> u64 { id }").is_ok());
+    }
+
+    #[test]
+    fn an_item_that_is_not_a_function_is_refused() {
+        for item in [
+            "struct Product { id: u64 }",
+            "pub const F: fn() -> u64 = f;",
+            "extern \"C\" { fn f(); }",
+            "unsafe impl Send for Product {}",
+        ] {
+            let error = expand(r#"ttl = "1s""#, item).unwrap_err();
+            assert!(error.contains("goes on an `async fn`"), "{item}: {error}");
         }
     }
 }

@@ -25,14 +25,54 @@ pub(crate) struct Function {
     pub(crate) args: Vec<Arg>,
     /// What a call produces: the declared return type, or a boxed future's `Output`.
     pub(crate) output: Type,
-    pub(crate) returns_result: bool,
-    /// The type the cache stores: `T` of a `Result<T, E>`, else the whole output.
-    pub(crate) value_ty: Type,
-    /// `E` of a `Result<T, E>` written with both arguments; an alias such as `io::Result<T>`
-    /// leaves it to the runtime's bound.
-    pub(crate) error_ty: Option<Type>,
+    /// How the cache treats `output`.
+    pub(crate) returns: Returns,
     /// The statements that compute the value.
     pub(crate) body: Vec<Stmt>,
+}
+
+/// What a cached function returns, as the cache treats it. The types are the user's tokens:
+/// errors about their bounds point at them.
+pub(crate) enum Returns {
+    /// A plain `T` (`Option<T>` among them): every value is cached.
+    Value(Type),
+    /// `Result<T, E>`: only `Ok` is cached, and `E` carries the cache's own errors.
+    Result {
+        /// `T`; the whole return type when an alias such as `type R = Result<T, E>` hides it.
+        ok: Type,
+        /// `E` when written; an alias such as `io::Result<T>` leaves it out, and the runtime's
+        /// bounds check it at the span of the whole return type.
+        err: Option<Box<Type>>,
+    },
+}
+
+impl Returns {
+    /// Reads `Result<T, E>` by its last path segment, which also covers aliases such as
+    /// `anyhow::Result<T>`; the runtime's bounds reject a type that only shares the name.
+    fn of(output: &Type) -> Returns {
+        let Type::Path(path) = output else {
+            return Returns::Value(output.clone());
+        };
+        let Some(last) = path.path.segments.last().filter(|s| s.ident == "Result") else {
+            return Returns::Value(output.clone());
+        };
+        let mut types = match &last.arguments {
+            PathArguments::AngleBracketed(args) => args
+                .args
+                .iter()
+                .filter_map(|arg| match arg {
+                    GenericArgument::Type(ty) => Some(ty.clone()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+        .into_iter();
+        Returns::Result {
+            ok: types.next().unwrap_or_else(|| output.clone()),
+            err: types.next().map(Box::new),
+        }
+    }
 }
 
 /// How the function was written.
@@ -165,11 +205,7 @@ impl Function {
             }
         }
 
-        let returns_result = is_result(&output);
-        let (value_ty, error_ty) = match result_args(&output) {
-            Some((value, error)) if returns_result => (value, error),
-            _ => (output.clone(), None),
-        };
+        let returns = Returns::of(&output);
         let sig = match shape {
             Shape::Async => without_arg_mutability(sig),
             Shape::AsyncTrait => sig,
@@ -182,9 +218,7 @@ impl Function {
             receiver,
             args,
             output,
-            returns_result,
-            value_ty,
-            error_ty,
+            returns,
             body,
         }
     }
@@ -277,26 +311,6 @@ fn declared_output(sig: &Signature) -> Type {
         ReturnType::Default => syn::parse_quote!(()),
         ReturnType::Type(_, ty) => (**ty).clone(),
     }
-}
-
-/// `Result<T, E>` by its last path segment, which also covers aliases such as
-/// `anyhow::Result<T>`; the runtime's bounds reject a type that only shares the name.
-fn is_result(ty: &Type) -> bool {
-    matches!(ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Result"))
-}
-
-/// The `T` and, when written, the `E` of `Result<T, E>`.
-fn result_args(ty: &Type) -> Option<(Type, Option<Type>)> {
-    let Type::Path(p) = ty else { return None };
-    let PathArguments::AngleBracketed(args) = &p.path.segments.last()?.arguments else {
-        return None;
-    };
-    let mut types = args.args.iter().filter_map(|arg| match arg {
-        GenericArgument::Type(ty) => Some(ty.clone()),
-        _ => None,
-    });
-    let value = types.next()?;
-    Some((value, types.next()))
 }
 
 /// Recognises the shape `#[async_trait]` gives an `async fn`: the future's `Output` and the

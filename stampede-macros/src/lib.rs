@@ -6,6 +6,7 @@
 //! `expand` emits the function again with a body that calls the runtime.
 
 mod attr;
+mod checks;
 mod diag;
 mod expand;
 mod func;

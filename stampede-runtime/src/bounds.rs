@@ -10,6 +10,9 @@
 //! failed call has an error type, so the runtime call it flows into (the key into the call, the
 //! call itself made through the returned type's witness) reports nothing more.
 //!
+//! The macro names each check's trait and method in one table (`stampede-macros/src/checks.rs`);
+//! a name that does not match is an unresolved import in every expansion.
+//!
 //! A plain `fn check<T: Bound>()` shows the same message, but rustc then also reports the
 //! runtime's own `K: Key` or `V: Value` bound, at the attribute, in terms of `__private` items;
 //! the trybuild suite in `tests/ui` pins what the compiler prints.
@@ -377,20 +380,20 @@ check!(
     note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
 );
 
-/// Every check's trait, for the generated code's `use checks::*;` (nameless, so that no name of
-/// the user's is shadowed).
+/// Every check's trait, by name. The generated code imports the ones a chain of checks calls
+/// in a block around that chain only (`{ use checks::{KeyHashCheck as _, ..}; .. }`), so that
+/// no name reaches the scope of the user's body.
 pub mod checks {
     pub use super::{
-        ArgCloneCheck as _, ArgSendCheck as _, ArgSyncCheck as _, ErrorDebugCheck as _,
-        ErrorDisplayCheck as _, ErrorFromCheck as _, ErrorSendCheck as _, ErrorSyncCheck as _,
-        KeyCloneCheck as _, KeyDebugCheck as _, KeyEqCheck as _, KeyHashCheck as _,
-        KeySendCheck as _, KeySyncCheck as _, OkCloneCheck as _, OkSendCheck as _,
-        OkSyncCheck as _, ReceiverCloneCheck as _, ReceiverSendCheck as _, ReceiverSyncCheck as _,
-        ValueCloneCheck as _, ValueSendCheck as _, ValueSyncCheck as _,
+        ArgCloneCheck, ArgSendCheck, ArgSyncCheck, ErrorDebugCheck, ErrorDisplayCheck,
+        ErrorFromCheck, ErrorSendCheck, ErrorSyncCheck, KeyCloneCheck, KeyDebugCheck, KeyEqCheck,
+        KeyHashCheck, KeySendCheck, KeySyncCheck, OkCloneCheck, OkSendCheck, OkSyncCheck,
+        ReceiverCloneCheck, ReceiverSendCheck, ReceiverSyncCheck, ValueCloneCheck, ValueSendCheck,
+        ValueSyncCheck,
     };
     #[cfg(feature = "redis")]
     pub use super::{
-        KeySerializeCheck as _, OkDeserializeCheck as _, OkSerializeCheck as _,
-        ValueDeserializeCheck as _, ValueSerializeCheck as _,
+        KeySerializeCheck, OkDeserializeCheck, OkSerializeCheck, ValueDeserializeCheck,
+        ValueSerializeCheck,
     };
 }

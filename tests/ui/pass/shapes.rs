@@ -48,6 +48,12 @@ impl Repo {
     pub async fn user(&self, id: u64) -> String {
         format!("{}/{id}", self.pool)
     }
+
+    /// The names the expansion binds are hygienic: an argument may take one of them.
+    #[stampede::cached(ttl = "60s", key = "{__stampede_key}")]
+    pub async fn hygienic(&self, __stampede_key: u64, __stampede_receiver: &str) -> String {
+        format!("{}/{__stampede_key}/{__stampede_receiver}", self.pool)
+    }
 }
 
 trait Catalog {

@@ -97,7 +97,10 @@ mod tests {
     fn expand(args: &str, item: &str) -> Result<String, String> {
         super::cached_fn(args.parse().unwrap(), item.parse().unwrap())
             .map(|tokens| tokens.to_string())
-            .map_err(|errors| errors.to_string())
+            .map_err(|errors| {
+                let messages: Vec<String> = errors.into_iter().map(|e| e.to_string()).collect();
+                messages.join("\n")
+            })
     }
 
     #[test]
@@ -149,5 +152,14 @@ mod tests {
             let error = expand(r#"ttl = "1s""#, item).unwrap_err();
             assert!(error.contains("goes on an `async fn`"), "{item}: {error}");
         }
+    }
+
+    #[test]
+    fn busy_error_needs_a_result() {
+        let args = r#"ttl = "1s", lock = "redis", busy = "error""#;
+        let error = expand(args, "async fn f(id: u64) -> Option<u64> { Some(id) }").unwrap_err();
+        assert!(error.contains("returns a plain value"), "{error}");
+        let result = expand(args, "async fn f(id: u64) -> Result<u64, E> { Ok(id) }");
+        assert!(!format!("{result:?}").contains("plain value"), "{result:?}");
     }
 }

@@ -7,7 +7,7 @@ use syn::{Ident, LitStr, Path};
 
 use crate::attr::{BackendKind, BusyKind, LockKind, Options, Spanned};
 use crate::diag::{Errors, error};
-use crate::func::Function;
+use crate::func::{Function, Returns};
 
 /// The options with their defaults applied: everything the expansion needs.
 pub(crate) struct Settings {
@@ -41,6 +41,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         .as_ref()
         .map_or(LockKind::Local, |lock| lock.value);
     let (backend, redis, busy) = shared_tier(&options, lock, errors);
+    busy_error_needs_result(&options, function, errors);
 
     let ttl = match options.ttl {
         None if options.incomplete => Duration::ZERO, // misspelt or malformed: reported already
@@ -215,6 +216,24 @@ fn shared_tier(
         .as_ref()
         .map_or(BusyKind::Wait, |busy| busy.value);
     (backend, options.redis.clone(), busy)
+}
+
+/// `busy = "error"` fails a call with `stampede::Error::LockBusy`, which only a function that
+/// returns `Result` can hand to its caller.
+fn busy_error_needs_result(options: &Options, function: &Function, errors: &mut Errors) {
+    if let Some(busy) = &options.busy
+        && busy.value == BusyKind::Error
+        && let Returns::Value(_) = function.returns
+    {
+        errors.push(error(
+            busy.span,
+            format!(
+                "`busy = \"error\"` fails a call while another process holds the lock, and `{}` returns a plain value: its callers would have no error channel, and would panic under contention",
+                function.sig.ident
+            ),
+            "return `Result<T, E>`, whose `E: From<stampede::Error>` receives `stampede::Error::LockBusy`, or use `busy = \"wait\"` (wait for the other process's value) or `busy = \"compute\"` (load it here)",
+        ));
+    }
 }
 
 /// The key's arguments: those the template names, or every argument but the receiver.

@@ -206,6 +206,7 @@ impl Function {
         }
 
         let returns = Returns::of(&output);
+        check_boxed_error(&returns, errors);
         let sig = match shape {
             Shape::Async => without_arg_mutability(sig),
             Shape::AsyncTrait => sig,
@@ -246,6 +247,85 @@ fn check_qualifiers(sig: &Signature, errors: &mut Errors) {
             "cache a Rust-ABI wrapper around it",
         ));
     }
+}
+
+/// `Box<dyn std::error::Error>` without `+ Send + Sync`, as many examples write it, cannot
+/// carry a failed load to the callers on other tasks. The runtime's check of the error type
+/// reports a named type in the cache's words, but rustc drops those words for a type with a
+/// lifetime in it, as a trait object has: so the attribute reports this common case itself, in
+/// the same words. Only the standard `Error` trait is recognised (`Error`, `std::error::Error`,
+/// `core::error::Error`): another trait may have `Send + Sync` among its supertraits.
+fn check_boxed_error(returns: &Returns, errors: &mut Errors) {
+    let Returns::Result { err: Some(err), .. } = returns else {
+        return;
+    };
+    let Some(object) = last_segment(err, "Box")
+        .and_then(single_type_arg)
+        .and_then(|ty| match ty {
+            Type::TraitObject(object) => Some(object),
+            _ => None,
+        })
+    else {
+        return;
+    };
+    let traits: Vec<&syn::Path> = object
+        .bounds
+        .iter()
+        .filter_map(|bound| match bound {
+            TypeParamBound::Trait(t) => Some(&t.path),
+            _ => None,
+        })
+        .collect();
+    let names = |path: &syn::Path| -> Vec<String> {
+        path.segments.iter().map(|s| s.ident.to_string()).collect()
+    };
+    let Some(error_trait) = traits.iter().find(|path| {
+        matches!(
+            names(path)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .as_slice(),
+            ["Error"] | ["std" | "core", "error", "Error"]
+        )
+    }) else {
+        return;
+    };
+    let has = |marker: &str| {
+        traits
+            .iter()
+            .any(|path| path.segments.last().is_some_and(|s| s.ident == marker))
+    };
+    let missing = match (has("Send"), has("Sync")) {
+        (true, true) => return,
+        (false, _) => "Send",
+        (true, false) => "Sync",
+    };
+    let error_trait = written(error_trait);
+    errors.push(error_at(
+        err,
+        format!(
+            "`{}` cannot be the error type of a cached function: it is not `{missing}`",
+            written(err)
+        ),
+        format!(
+            "write `Box<dyn {error_trait} + Send + Sync>`: a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`"
+        ),
+    ));
+}
+
+/// A type or path as the user wrote it, for a message: its tokens without the spaces `quote`
+/// puts around punctuation.
+fn written(tokens: impl quote::ToTokens) -> String {
+    tokens
+        .to_token_stream()
+        .to_string()
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" <", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
 }
 
 fn check_generics(sig: &Signature, errors: &mut Errors) {

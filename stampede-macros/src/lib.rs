@@ -162,4 +162,33 @@ mod tests {
         let result = expand(args, "async fn f(id: u64) -> Result<u64, E> { Ok(id) }");
         assert!(!format!("{result:?}").contains("plain value"), "{result:?}");
     }
+
+    #[test]
+    fn a_boxed_error_must_be_send_and_sync() {
+        let not = |error: &str| {
+            let item = format!("async fn f(id: u64) -> Result<u64, {error}> {{ Ok(id) }}");
+            match expand(r#"ttl = "1s""#, &item) {
+                Ok(_) => None,
+                Err(e) => Some(
+                    e.split("it is not ")
+                        .nth(1)
+                        .map(|rest| rest[..6].to_owned())
+                        .unwrap_or(e),
+                ),
+            }
+        };
+        assert_eq!(not("Box<dyn std::error::Error>").as_deref(), Some("`Send`"));
+        assert_eq!(not("Box<dyn Error + Sync>").as_deref(), Some("`Send`"));
+        assert_eq!(
+            not("Box<dyn ::core::error::Error + Send>").as_deref(),
+            Some("`Sync`")
+        );
+        assert_eq!(not("Box<dyn Error + Send + Sync + 'static>"), None);
+        assert_eq!(
+            not("Box<dyn std::error::Error + std::marker::Send + Sync>"),
+            None
+        );
+        // Another trait may have `Send + Sync` among its supertraits: the runtime checks it.
+        assert_eq!(not("Box<dyn AppError>"), None);
+    }
 }

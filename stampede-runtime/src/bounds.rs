@@ -117,10 +117,10 @@ macro_rules! check {
         $(#[$doc:meta])*
         $marker:ident, $check:ident, $method:ident,
         impl<$($g:ident),+> for $on:ty where $param:ident: [$($bound:tt)+],
-        message = $message:literal, label = $label:literal, note = $note:literal $(,)?
+        message = $message:literal, label = $label:literal, $(note = $note:literal),+ $(,)?
     ) => {
         $(#[$doc])*
-        #[diagnostic::on_unimplemented(message = $message, label = $label, note = $note)]
+        #[diagnostic::on_unimplemented(message = $message, label = $label, $(note = $note),+)]
         pub trait $marker<T: ?Sized> {}
 
         impl<$($g),+> $marker<$param> for $on where $param: $($bound)+ {}
@@ -296,6 +296,7 @@ check!(
     message = "`{T}` cannot be the error type of a cached function: it does not implement `From<stampede::Error>`",
     label = "timeouts, panics and the failure of a load shared by several callers reach each caller through this type",
     note = "add `impl From<stampede::Error> for {T}`, e.g. a variant that holds the `stampede::Error`; `stampede::Error::upstream` recovers the load's own error",
+    note = "if `{T}` belongs to another crate, the orphan rule forbids that impl: return an error type of your crate instead, e.g. `enum AppError {{ Cache(stampede::Error), Source({T}) }}` with a `From` impl for each, or `Box<dyn std::error::Error + Send + Sync>`",
 );
 check!(
     /// The error type is shown to every waiter of a failed load.

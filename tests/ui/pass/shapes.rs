@@ -1,5 +1,6 @@
 //! Shapes that compile: free functions, `&self` methods, borrowed arguments, `Option` and
-//! `Result` returns (also through an alias), key templates, a native async fn in a trait.
+//! `Result` returns (also through an alias, and with a boxed error), key templates, a native
+//! async fn in a trait.
 
 use std::sync::Arc;
 
@@ -29,6 +30,11 @@ pub async fn product(id: u64) -> Result<Arc<str>, AppError> {
 
 #[stampede::cached(ttl = "60s")]
 pub async fn through_alias(id: u64) -> AppResult<u64> {
+    Ok(id)
+}
+
+#[stampede::cached(ttl = "60s")]
+pub async fn boxed_error(id: u64) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
     Ok(id)
 }
 

@@ -151,26 +151,51 @@ impl Check {
     ];
 }
 
-/// `{ use checks::{..}; value.__stampede_check()...finish }`: `checks` run on `value` in
-/// order, each at `span`, so that a failed check is reported on the user's token. A failed
-/// check makes the expression an error type, which silences the follow-on errors of the
-/// runtime call it flows into. The block confines the traits' import to the chain.
+/// What a chain of checks gives.
+pub(crate) enum Finish {
+    /// The probe itself, for more checks.
+    Probe,
+    /// The witness of the probe's type, which the runtime is called through.
+    Witness,
+    /// A clone of this value (the receiver, an argument left out of the key), for the load.
+    CloneOf(TokenStream),
+    /// The value under check, out of its `(value,)`: a key part.
+    Value,
+}
+
+/// `{ use checks::{..}; subject.__stampede_check()...finish }`: `checks` run on `subject` (a
+/// probe of a type or a `(value,)`) in order, each at `span`, so that a failed check is reported
+/// on the user's token. A failed check makes the expression an error type, which silences the
+/// follow-on errors of the runtime call it flows into. The block confines the traits' import to
+/// the chain.
 pub(crate) fn chain(
     span: Span,
     private: &TokenStream,
-    value: TokenStream,
+    subject: TokenStream,
     checks: &[Check],
-    finish: Option<TokenStream>,
+    finish: Finish,
 ) -> TokenStream {
-    let traits = checks
+    let mut traits: Vec<Ident> = checks
         .iter()
-        .map(|check| Ident::new(check.trait_name(), span));
+        .map(|check| Ident::new(check.trait_name(), span))
+        .collect();
     let methods = checks.iter().map(|check| Ident::new(check.method(), span));
-    let finish = finish.map(|finish| quote_spanned!(span=> .#finish));
+    let finish = match finish {
+        Finish::Probe => None,
+        Finish::Value => Some(quote_spanned!(span=> .0)),
+        Finish::Witness => {
+            traits.push(Ident::new("Probed", span));
+            Some(quote_spanned!(span=> .__stampede_witness()))
+        }
+        Finish::CloneOf(value) => {
+            traits.push(Ident::new("Probed", span));
+            Some(quote_spanned!(span=> .__stampede_clone_of(#value)))
+        }
+    };
     quote_spanned! {span=>
         {
             use #private::checks::{#(#traits as _),*};
-            #value #(.#methods())* #finish
+            #subject #(.#methods())* #finish
         }
     }
 }

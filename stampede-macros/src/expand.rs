@@ -3,12 +3,13 @@
 //!
 //! ```text
 //! async fn product(id: u64, name: &str) -> Result<Product, AppError> {
-//!     Witness::<Result<Product, AppError>>::new() /* checks of `Product` and `AppError` */
+//!     (PhantomData::<Result<Product, AppError>>,) /* checks of `Product` and `AppError` */
+//!         .__stampede_witness()
 //!         .get_result(
 //!             { static SLOT: Slot = Slot::new(); &SLOT },
 //!             || Config { .. },
 //!             local,
-//!             (Checked(id) /* checks */.into_inner(), Checked(name.to_owned()) /* .. */),
+//!             ((id,) /* checks */.0, (name.to_owned(),) /* checks */.0),
 //!             move || {
 //!                 // runs only when a load must start: owned copies of what the load needs
 //!                 move |key: &_| {
@@ -39,7 +40,7 @@ use syn::visit_mut::VisitMut;
 use syn::{Lifetime, Type};
 
 use crate::attr::{BackendKind, BusyKind, LockKind};
-use crate::checks::{Check, chain};
+use crate::checks::{Check, Finish, chain};
 use crate::func::{Arg, Function, Returns, Shape};
 use crate::receiver::{SELF, rename_self};
 use crate::validate::Settings;
@@ -144,25 +145,25 @@ impl<'a> Expansion<'a> {
     fn witness(&self) -> TokenStream {
         let private = &self.private;
         let output = &self.function.output;
-        let witness = quote!(#private::Witness::<#output>::new());
+        let probe = quote!((::core::marker::PhantomData::<#output>,));
         match &self.function.returns {
             Returns::Value(value) => chain(
                 first_span(value),
                 private,
-                witness,
+                probe,
                 &Check::value(self.in_redis),
-                None,
+                Finish::Witness,
             ),
             Returns::Result { ok, err } => {
-                let witness = chain(
+                let probe = chain(
                     first_span(ok),
                     private,
-                    witness,
+                    probe,
                     &Check::ok(self.in_redis),
-                    None,
+                    Finish::Probe,
                 );
                 let error_span = first_span(err.as_deref().unwrap_or(output));
-                chain(error_span, private, witness, Check::ERROR, None)
+                chain(error_span, private, probe, Check::ERROR, Finish::Witness)
             }
         }
     }
@@ -181,9 +182,9 @@ impl<'a> Expansion<'a> {
             chain(
                 type_span(arg),
                 private,
-                quote!(#private::Checked(#part)),
+                quote!((#part,)),
                 &checks,
-                Some(quote!(into_inner())),
+                Finish::Value,
             )
         });
         quote!((#(#parts,)*))
@@ -202,7 +203,7 @@ impl<'a> Expansion<'a> {
                 private,
                 quote!(#private::witness(#this)),
                 Check::RECEIVER,
-                Some(quote!(clone_of(#this))),
+                Finish::CloneOf(quote!(#this)),
             );
             quote!(let #receiver = #this;)
         });
@@ -247,7 +248,7 @@ impl<'a> Expansion<'a> {
                 private,
                 quote!(#private::witness(&#ident)),
                 Check::ARG,
-                Some(quote!(clone_of(&#ident))),
+                Finish::CloneOf(quote!(&#ident)),
             );
             quote!(let #mutability #ident = #copy;)
         });

@@ -724,7 +724,10 @@ async fn invalidations_leave_no_state_in_redis_for_keys_nobody_fills() {
             .unwrap();
     }
     let after: i64 = server.command(&["DBSIZE"]);
-    assert_eq!(after, before, "a thousand invalidations of uncached keys wrote nothing");
+    assert_eq!(
+        after, before,
+        "a thousand invalidations of uncached keys wrote nothing"
+    );
     // An invalidation of a cached key removes its value and leaves its fence to expire with it.
     within(stampede::invalidate("red::bounded", (1u64,)))
         .await

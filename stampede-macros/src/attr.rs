@@ -14,10 +14,99 @@ use syn::{Ident, Lit, LitStr, Token};
 use crate::diag::{Errors, error};
 use crate::key::KeyTemplate;
 
-/// Every option the attribute takes, in the order the README lists them.
-pub(crate) const OPTIONS: &[&str] = &[
-    "ttl", "jitter", "stale", "timeout", "retries", "backoff", "lock", "backend", "capacity",
-    "key", "name", "crate",
+/// One option of the attribute: its name and how its value is read into [`Options`].
+pub(crate) struct OptionSpec {
+    pub(crate) name: &'static str,
+    /// Reads the value of a `name = value` pair into its field of [`Options`].
+    set: fn(&mut Options, &Pair) -> syn::Result<()>,
+}
+
+/// Declares every option once, in the order the documentation lists them: its name, how its
+/// value is read, what it means and its default. From that one list come the [`OPTIONS`]
+/// table, which parsing, "did you mean" suggestions and the list of valid options read, and
+/// `options_doc_table!()`, the string literal of the options table on the rustdoc page of
+/// `#[cached]` (a macro, because `#[doc = ...]` takes a literal, not a constant). The defaults
+/// shown there are the ones `validate` applies; a unit test compares them.
+macro_rules! options {
+    ($($name:literal => $set:expr, doc: $doc:literal, default: $default:literal;)*) => {
+        /// Every option the attribute takes.
+        pub(crate) const OPTIONS: &[OptionSpec] = &[
+            $(OptionSpec { name: $name, set: $set },)*
+        ];
+
+        /// The options as a Markdown table (option, meaning, default): a string literal, for
+        /// `#[doc = ...]`.
+        macro_rules! options_doc_table {
+            () => {
+                concat!(
+                    "| option | meaning | default |\n|---|---|---|\n",
+                    $("| `", $name, "` | ", $doc, " | ", $default, " |\n",)*
+                )
+            };
+        }
+        pub(crate) use options_doc_table;
+    };
+}
+
+options! {
+    "ttl" => |o, p| put(&mut o.ttl, p, duration(p)?),
+        doc: "how long a value is fresh, e.g. `\"500ms\"`, `\"60s\"`, `\"5m\"`",
+        default: "required";
+    "jitter" => |o, p| put(&mut o.jitter, p, int(p, "20")?),
+        doc: "percent 0..=100: each fill is fresh for `ttl * (1 - u)`, `u` uniform in `[0, jitter/100]`",
+        default: "`10`";
+    "stale" => |o, p| put(&mut o.stale, p, duration(p)?),
+        doc: "window after the fresh time in which the old value is served while one refresh runs",
+        default: "`\"0s\"`";
+    "timeout" => |o, p| put(&mut o.timeout, p, duration(p)?),
+        doc: "bound on one load attempt",
+        default: "`\"10s\"`";
+    "retries" => |o, p| put(&mut o.retries, p, int(p, "2")?),
+        doc: "extra attempts after a failed or timed-out attempt, inside the one load",
+        default: "`0`";
+    "backoff" => |o, p| put(&mut o.backoff, p, duration(p)?),
+        doc: "base delay before a retry, doubled per retry and jittered by ±50%",
+        default: "`\"50ms\"`";
+    "lock" => |o, p| put(&mut o.lock, p, choice(p, LOCKS)?),
+        doc: "`\"local\"`: one load per key per process; `\"redis\"`: one load per key across the processes sharing a Redis; `\"none\"`: every miss loads",
+        default: "`\"local\"`";
+    "backend" => |o, p| put(&mut o.backend, p, choice(p, BACKENDS)?),
+        doc: "`\"memory\"`: values live in this process (moka); `\"tiered\"`: in memory in front of Redis; `\"redis\"`: in Redis only",
+        default: "`\"memory\"`; `\"tiered\"` with `lock = \"redis\"`";
+    "redis" => |o, p| put_raw(&mut o.redis, p, string(p, "the name a connection was installed under, e.g. \"sessions\"")?),
+        doc: "the Redis connection, by the name `RedisConfig::install_as` gave it",
+        default: "the connection of `RedisConfig::install`";
+    "busy" => |o, p| put(&mut o.busy, p, choice(p, BUSY)?),
+        doc: "with `lock = \"redis\"`, what a call does while another process holds the key's lock: `\"wait\"` for its value, `\"compute\"` the value here, or `\"error\"`: fail with `stampede::Error::LockBusy` (a function that returns `Result`)",
+        default: "`\"wait\"`";
+    "capacity" => |o, p| put(&mut o.capacity, p, int(p, "10_000")?),
+        doc: "maximum entries kept in memory",
+        default: "`10_000`";
+    "key" => |o, p| put(&mut o.key, p, KeyTemplate::parse(&string(p, "a key template such as \"user:{id}\"")?)?),
+        doc: "template naming the arguments that form the key, e.g. `\"user:{id}\"`",
+        default: "all arguments";
+    "name" => |o, p| put_raw(&mut o.name, p, string(p, "a name such as \"users::by_id\"")?),
+        doc: "the cache's name in stats and errors",
+        default: "`module::path::fn`, `path::Type::method`";
+    "crate" => |o, p| put(&mut o.krate, p, crate_path(p)?),
+        doc: "path of the `stampede` crate when renamed in `Cargo.toml`",
+        default: "`\"stampede\"`";
+}
+
+const LOCKS: &[(&str, LockKind)] = &[
+    ("local", LockKind::Local),
+    ("redis", LockKind::Redis),
+    ("none", LockKind::None),
+];
+const BACKENDS: &[(&str, BackendKind)] = &[
+    ("memory", BackendKind::Memory),
+    ("redis", BackendKind::Redis),
+    ("tiered", BackendKind::Tiered),
+];
+const BUSY: &[(&str, BusyKind)] = &[
+    ("wait", BusyKind::Wait),
+    ("compute", BusyKind::Compute),
+    ("error", BusyKind::Error),
 ];
 
 /// A value as written, with the span of its literal for errors about it.
@@ -123,83 +212,9 @@ impl Options {
 
     fn set(&mut self, pair: &Pair) -> syn::Result<()> {
         let name = pair.name.to_string();
-        let value = &pair.value;
-        match name.as_str() {
-            "ttl" => put(&mut self.ttl, pair, duration(value, &name)?),
-            "jitter" => put(&mut self.jitter, pair, int(value, &name)?),
-            "stale" => put(&mut self.stale, pair, duration(value, &name)?),
-            "timeout" => put(&mut self.timeout, pair, duration(value, &name)?),
-            "retries" => put(&mut self.retries, pair, int(value, &name)?),
-            "backoff" => put(&mut self.backoff, pair, duration(value, &name)?),
-            "lock" => {
-                let lock = choice(
-                    value,
-                    &name,
-                    &[
-                        ("local", LockKind::Local),
-                        ("redis", LockKind::Redis),
-                        ("none", LockKind::None),
-                    ],
-                )?;
-                put(&mut self.lock, pair, lock)
-            }
-            "backend" => {
-                let backend = choice(
-                    value,
-                    &name,
-                    &[
-                        ("memory", BackendKind::Memory),
-                        ("redis", BackendKind::Redis),
-                        ("tiered", BackendKind::Tiered),
-                    ],
-                )?;
-                put(&mut self.backend, pair, backend)
-            }
-            "redis" => {
-                let connection = string(
-                    value,
-                    &name,
-                    "the name a connection was installed under, e.g. \"sessions\"",
-                )?;
-                put_raw(&mut self.redis, pair, connection)
-            }
-            "busy" => {
-                let busy = choice(
-                    value,
-                    &name,
-                    &[
-                        ("wait", BusyKind::Wait),
-                        ("compute", BusyKind::Compute),
-                        ("error", BusyKind::Error),
-                    ],
-                )?;
-                put(&mut self.busy, pair, busy)
-            }
-            "capacity" => put(&mut self.capacity, pair, int(value, &name)?),
-            "key" => {
-                let template = string(value, &name, "a key template such as \"user:{id}\"")?;
-                put(&mut self.key, pair, KeyTemplate::parse(&template)?)
-            }
-            "name" => {
-                let name_lit = string(value, &name, "a name such as \"users::by_id\"")?;
-                put_raw(&mut self.name, pair, name_lit)
-            }
-            "crate" => {
-                let path = string(
-                    value,
-                    &name,
-                    "the path of the renamed crate, e.g. \"my_stampede\"",
-                )?;
-                let parsed = path.parse_with(syn::Path::parse_mod_style).map_err(|_| {
-                    error(
-                        path.span(),
-                        format!("`{}` is not a crate path", path.value()),
-                        "name the dependency as it is renamed in Cargo.toml, e.g. `crate = \"my_stampede\"`",
-                    )
-                })?;
-                put(&mut self.krate, pair, parsed)
-            }
-            _ => Err(unknown(&pair.name)),
+        match OPTIONS.iter().find(|option| option.name == name) {
+            Some(option) => (option.set)(self, pair),
+            None => Err(unknown(&pair.name)),
         }
     }
 }
@@ -227,12 +242,19 @@ fn put_raw<T>(slot: &mut Option<T>, pair: &Pair, value: T) -> syn::Result<()> {
     Ok(())
 }
 
+/// An option no entry of [`OPTIONS`] names: the nearest name when it looks misspelt, else the
+/// list of every option.
 fn unknown(name: &Ident) -> syn::Error {
     let written = name.to_string();
     let nearest = OPTIONS
         .iter()
-        .map(|option| (strsim::damerau_levenshtein(&written, option), option))
-        .min()
+        .map(|option| {
+            (
+                strsim::damerau_levenshtein(&written, option.name),
+                option.name,
+            )
+        })
+        .min_by_key(|(distance, _)| *distance)
         .filter(|(distance, _)| *distance <= 2);
     let help = match nearest {
         Some((_, option)) => format!("did you mean `{option}`?"),
@@ -240,7 +262,7 @@ fn unknown(name: &Ident) -> syn::Error {
             "the options are {}",
             OPTIONS
                 .iter()
-                .map(|o| format!("`{o}`"))
+                .map(|o| format!("`{}`", o.name))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -248,23 +270,23 @@ fn unknown(name: &Ident) -> syn::Error {
     error(name.span(), format!("unknown option `{written}`"), help)
 }
 
-fn string(value: &Lit, name: &str, example: &str) -> syn::Result<LitStr> {
-    match value {
+/// A string value; `example` completes the help "write ...".
+fn string(pair: &Pair, example: &str) -> syn::Result<LitStr> {
+    match &pair.value {
         Lit::Str(s) => Ok(s.clone()),
         other => Err(error(
             other.span(),
-            format!("`{name}` takes a string"),
+            format!("`{}` takes a string", pair.name),
             format!("write {example}"),
         )),
     }
 }
 
-fn duration(value: &Lit, name: &str) -> syn::Result<Duration> {
-    let text = string(
-        value,
-        name,
-        "a duration such as \"500ms\", \"60s\" or \"5m\"",
-    )?;
+/// A duration in the humantime syntax, `"500ms"`, `"60s"`, `"5m"`, that fits in `u64`
+/// nanoseconds.
+fn duration(pair: &Pair) -> syn::Result<Duration> {
+    let name = &pair.name;
+    let text = string(pair, "a duration such as \"500ms\", \"60s\" or \"5m\"")?;
     let parsed = humantime::parse_duration(&text.value()).map_err(|e| {
         error(
             text.span(),
@@ -282,41 +304,34 @@ fn duration(value: &Lit, name: &str) -> syn::Result<Duration> {
     Ok(parsed)
 }
 
-fn int<T: std::str::FromStr>(value: &Lit, name: &str) -> syn::Result<T>
+/// A whole number, written without quotes like `example`.
+fn int<T: std::str::FromStr>(pair: &Pair, example: &str) -> syn::Result<T>
 where
     T::Err: std::fmt::Display,
 {
+    let name = &pair.name;
     let not_a_number = |span| {
         error(
             span,
             format!("`{name}` takes a whole number"),
-            format!(
-                "write it without quotes, e.g. `{name} = {}`",
-                example_number(name)
-            ),
+            format!("write it without quotes, e.g. `{name} = {example}`"),
         )
     };
-    match value {
+    match &pair.value {
         Lit::Int(int) => int.base10_parse().map_err(|_| not_a_number(int.span())),
         other => Err(not_a_number(other.span())),
     }
 }
 
-fn example_number(name: &str) -> &'static str {
-    match name {
-        "jitter" => "20",
-        "retries" => "2",
-        _ => "10_000",
-    }
-}
-
-fn choice<T: Copy>(value: &Lit, name: &str, choices: &[(&str, T)]) -> syn::Result<T> {
+/// One of the words of `choices`, written as a string.
+fn choice<T: Copy>(pair: &Pair, choices: &[(&str, T)]) -> syn::Result<T> {
+    let name = &pair.name;
     let words = choices
         .iter()
         .map(|(word, _)| format!("\"{word}\""))
         .collect::<Vec<_>>()
         .join(", ");
-    let text = string(value, name, &format!("one of {words}"))?;
+    let text = string(pair, &format!("one of {words}"))?;
     choices
         .iter()
         .find(|(word, _)| *word == text.value())
@@ -328,4 +343,77 @@ fn choice<T: Copy>(value: &Lit, name: &str, choices: &[(&str, T)]) -> syn::Resul
                 format!("choose one of {words}"),
             )
         })
+}
+
+/// The path of the `stampede` crate as renamed in `Cargo.toml`.
+fn crate_path(pair: &Pair) -> syn::Result<syn::Path> {
+    let path = string(pair, "the path of the renamed crate, e.g. \"my_stampede\"")?;
+    path.parse_with(syn::Path::parse_mod_style).map_err(|_| {
+        error(
+            path.span(),
+            format!("`{}` is not a crate path", path.value()),
+            "name the dependency as it is renamed in Cargo.toml, e.g. `crate = \"my_stampede\"`",
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors_of(args: &str) -> String {
+        let mut errors = Errors::default();
+        Options::parse(args.parse().unwrap(), &mut errors);
+        match errors.finish(()) {
+            Ok(()) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_misspelt_option_gets_the_nearest_name() {
+        for (written, meant) in [
+            ("bussy", "busy"),
+            ("tll", "ttl"),
+            ("rediss", "redis"),
+            ("capacty", "capacity"),
+            ("krate", "crate"),
+        ] {
+            let error = errors_of(&format!("{written} = \"x\""));
+            assert!(
+                error.contains(&format!("did you mean `{meant}`?")),
+                "{written}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_option_lists_every_option() {
+        let error = errors_of("colour = \"red\"");
+        for option in OPTIONS {
+            assert!(error.contains(&format!("`{}`", option.name)), "{error}");
+        }
+    }
+
+    #[test]
+    fn every_option_of_the_table_parses() {
+        let args = r#"ttl = "1s", jitter = 5, stale = "1s", timeout = "1s", retries = 1,
+            backoff = "1ms", lock = "redis", backend = "tiered", redis = "r", busy = "compute",
+            capacity = 5, key = "{id}", name = "n", crate = "s""#;
+        assert_eq!(errors_of(args), "");
+        let mut errors = Errors::default();
+        let options = Options::parse(args.parse().unwrap(), &mut errors);
+        assert!(options.ttl.is_some() && options.busy.is_some() && options.krate.is_some());
+    }
+
+    #[test]
+    fn the_rustdoc_table_has_one_row_per_option() {
+        let rows: Vec<&str> = options_doc_table!()
+            .lines()
+            .skip(2)
+            .map(|row| row.split('`').nth(1).unwrap())
+            .collect();
+        let names: Vec<&str> = OPTIONS.iter().map(|option| option.name).collect();
+        assert_eq!(rows, names);
+    }
 }

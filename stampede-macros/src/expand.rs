@@ -3,188 +3,62 @@
 //!
 //! ```text
 //! async fn product(id: u64, name: &str) -> Result<Product, AppError> {
-//!     static SLOT: Slot = Slot::new();
-//!     Slot::get_result(&SLOT, || Config { .. }, (id, name.to_owned()), move || {
-//!         // runs only when a load must start: owned copies of what the load needs
-//!         move |key: &_| {
-//!             let (id, name) = key.clone();
-//!             typed::<Result<Product, AppError>, _>(async move {
-//!                 let name: &str = name.borrow();
-//!                 /* the original body */
-//!             })
-//!         }
-//!     }).await
+//!     (PhantomData::<Result<Product, AppError>>,) /* checks of `Product` and `AppError` */
+//!         .__stampede_witness()
+//!         .get_result(
+//!             { static SLOT: Slot = Slot::new(); &SLOT },
+//!             || Config { .. },
+//!             local,
+//!             ((id,) /* checks */.0, (name.to_owned(),) /* checks */.0),
+//!             move || {
+//!                 // runs only when a load must start: owned copies of what the load needs
+//!                 move |key: &_| {
+//!                     let (id, name) = key.clone();
+//!                     typed::<Result<Product, AppError>, _>(async move {
+//!                         let name: &str = name.borrow();
+//!                         /* the original body */
+//!                     })
+//!                 }
+//!             },
+//!         )
+//!         .await
 //! }
 //! ```
+//!
+//! Each piece has its function: [`Expansion::witness`] (the checks of the returned type),
+//! [`slot`], [`config`], [`shared`], [`Expansion::key`] (the key's parts),
+//! [`Expansion::prepare`] (the captures of a load), [`Expansion::load`] (the closure that
+//! starts one attempt of the load) and [`Expansion::call`], which puts them together.
 
 use std::time::Duration;
 
 use proc_macro2::TokenStream;
 use proc_macro2::{Ident, Span};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{format_ident, quote};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Lifetime, Type};
 
 use crate::attr::{BackendKind, BusyKind, LockKind};
-use crate::func::{Arg, Function, Shape};
+use crate::checks::{Check, Finish, chain};
+use crate::func::{Arg, Function, Returns, Shape};
 use crate::receiver::{SELF, rename_self};
 use crate::validate::Settings;
 
-pub(crate) fn expand(function: Function, settings: &Settings) -> TokenStream {
+/// The cached function: its attributes and signature as written, and a body that calls the
+/// runtime (inside `Box::pin(async move { .. })` for the shape `#[async_trait]` gave it).
+pub(crate) fn expand(mut function: Function, settings: &Settings) -> TokenStream {
+    if function.receiver.is_some() {
+        rename_self(&mut function.body);
+    }
+    let call = Expansion::new(&function, settings).call();
     let Function {
         attrs,
         vis,
         sig,
         shape,
-        receiver,
-        args,
-        output,
-        returns_result,
-        value_ty,
-        error_ty,
-        mut body,
-    } = function;
-    let krate = &settings.krate;
-    let private = quote!(#krate::__private);
-    let (key_args, other_args): (Vec<&Arg>, Vec<&Arg>) = args
-        .iter()
-        .partition(|arg| settings.key_args.contains(&arg.ident));
-    // The key holds the template's arguments in the template's order.
-    let key_args: Vec<&Arg> = settings
-        .key_args
-        .iter()
-        .filter_map(|ident| key_args.iter().find(|arg| arg.ident == *ident).copied())
-        .collect();
-
-    let config = config(&sig.ident, receiver.is_some(), settings, &private);
-
-    // The key owns its parts: by-value arguments move in, borrowed ones are turned into owned.
-    // Each part passes the key's checks at the span of the argument's type (see `checks`).
-    // A cache backed by Redis also writes its keys and values with serde.
-    let in_redis = settings.backend != BackendKind::Memory;
-    let with_redis = |local: &[&'static str], redis: &[&'static str]| -> Vec<&'static str> {
-        let mut names = local.to_vec();
-        if in_redis {
-            names.extend_from_slice(redis);
-        }
-        names
-    };
-    let key_checks = with_redis(KEY_CHECKS, &["key_serialize"]);
-    let value_checks = with_redis(VALUE_CHECKS, &["value_serialize", "value_deserialize"]);
-    let ok_checks = with_redis(OK_CHECKS, &["ok_serialize", "ok_deserialize"]);
-    let key_parts = key_args.iter().map(|arg| {
-        let ident = &arg.ident;
-        let part = match &arg.borrowed {
-            Some(elem) => quote!(<#elem as ::std::borrow::ToOwned>::to_owned(#ident)),
-            None => quote!(#ident),
-        };
-        checks(
-            type_span(arg),
-            quote!(#private::Checked(#part)),
-            &key_checks,
-            Some(quote!(into_inner())),
-        )
-    });
-
-    // The returned value (and error) type is checked through a witness at the span the user
-    // wrote it; the runtime is called through that witness, so a failed check silences it.
-    let witness = quote!(#private::Witness::<#output>::new());
-    let witness = match (returns_result, &error_ty) {
-        (false, _) => checks(first_span(&value_ty), witness, &value_checks, None),
-        (true, error_ty) => {
-            let error_span = first_span(error_ty.as_ref().unwrap_or(&output));
-            let witness = checks(first_span(&value_ty), witness, &ok_checks, None);
-            checks(error_span, witness, ERROR_CHECKS, None)
-        }
-    };
-
-    // `prepare` runs only when a load must start: it takes owned copies of what the load needs
-    // beyond the key, so a hit clones nothing but the key.
-    let receiver_owned = receiver.map(|span| {
-        let this = Ident::new("self", span);
-        let this = checks(
-            span,
-            quote!(#private::witness(#this)),
-            RECEIVER_CHECKS,
-            Some(quote!(clone_of(#this))),
-        );
-        quote!(let __stampede_receiver = #this;)
-    });
-    let others_owned = other_args.iter().filter_map(|arg| {
-        let ident = &arg.ident;
-        arg.borrowed
-            .as_ref()
-            .map(|elem| quote!(let #ident = <#elem as ::std::borrow::ToOwned>::to_owned(#ident);))
-    });
-
-    // Each attempt of the load gets its own copies, rebuilt from the key and the captures.
-    let key_bindings = key_args.iter().map(|arg| {
-        let ident = &arg.ident;
-        let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
-        quote!(#mutability #ident)
-    });
-    let receiver_copy = receiver.map(
-        |_| quote!(let __stampede_receiver = ::core::clone::Clone::clone(&__stampede_receiver);),
-    );
-    let others_copied = other_args.iter().map(|arg| {
-        let ident = &arg.ident;
-        let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
-        let copy = checks(
-            type_span(arg),
-            quote!(#private::witness(&#ident)),
-            ARG_CHECKS,
-            Some(quote!(clone_of(&#ident))),
-        );
-        quote!(let #mutability #ident = #copy;)
-    });
-
-    // Inside the load, borrowed arguments are lent back as the body expects them.
-    let self_ident = format_ident!("{SELF}");
-    let receiver_borrow = receiver.map(|_| quote!(let #self_ident = &__stampede_receiver;));
-    let reborrows = args.iter().filter_map(|arg| {
-        let ident = &arg.ident;
-        let mutability = arg.mutability;
-        arg.borrowed.as_ref().map(|elem| {
-            let elem = with_elided_lifetimes(elem);
-            quote!(let #mutability #ident: &#elem = ::core::borrow::Borrow::borrow(&#ident);)
-        })
-    });
-    if receiver.is_some() {
-        rename_self(&mut body);
-    }
-
-    let entry = if returns_result {
-        quote!(get_result)
-    } else {
-        quote!(get_value)
-    };
-    let tier = tier(settings, &private);
-    let call = quote! {
-        use #private::checks::*;
-        static __STAMPEDE_SLOT: #private::Slot = #private::Slot::new();
-        #witness.#entry(
-            &__STAMPEDE_SLOT,
-            || #config,
-            #tier,
-            (#(#key_parts,)*),
-            move || {
-                #receiver_owned
-                #(#others_owned)*
-                move |__stampede_key: &_| {
-                    let (#(#key_bindings,)*) = ::core::clone::Clone::clone(__stampede_key);
-                    #receiver_copy
-                    #(#others_copied)*
-                    #private::typed::<#output, _>(async move {
-                        #receiver_borrow
-                        #(#reborrows)*
-                        #(#body)*
-                    })
-                }
-            },
-        )
-        .await
-    };
+        ..
+    } = &function;
     let block = match shape {
         Shape::Async => call,
         Shape::AsyncTrait => quote!(::std::boxed::Box::pin(async move { #call })),
@@ -197,6 +71,235 @@ pub(crate) fn expand(function: Function, settings: &Settings) -> TokenStream {
     }
 }
 
+/// What the pieces of the expansion are made from.
+struct Expansion<'a> {
+    function: &'a Function,
+    settings: &'a Settings,
+    /// `krate::__private`: the items of the runtime that generated code calls.
+    private: TokenStream,
+    /// The arguments that form the key, in the template's order.
+    key_args: Vec<&'a Arg>,
+    /// The other arguments: the load gets clones of them.
+    other_args: Vec<&'a Arg>,
+    /// Whether the cache keeps its keys and values in Redis, written with serde.
+    in_redis: bool,
+}
+
+impl<'a> Expansion<'a> {
+    fn new(function: &'a Function, settings: &'a Settings) -> Self {
+        let krate = &settings.krate;
+        let (key_args, other_args): (Vec<&Arg>, Vec<&Arg>) = function
+            .args
+            .iter()
+            .partition(|arg| settings.key_args.contains(&arg.ident));
+        // The key holds the template's arguments in the template's order.
+        let key_args = settings
+            .key_args
+            .iter()
+            .filter_map(|ident| key_args.iter().find(|arg| arg.ident == *ident).copied())
+            .collect();
+        Expansion {
+            function,
+            settings,
+            private: quote!(#krate::__private),
+            key_args,
+            other_args,
+            in_redis: settings.backend != BackendKind::Memory,
+        }
+    }
+
+    /// The body of the cached function: one call on the runtime, through the witness of the
+    /// returned type.
+    fn call(&self) -> TokenStream {
+        let private = &self.private;
+        let witness = self.witness();
+        let entry = match self.function.returns {
+            Returns::Value(_) => quote!(get_value),
+            Returns::Result { .. } => quote!(get_result),
+        };
+        let slot = slot(private);
+        let config = config(
+            &self.function.sig.ident,
+            self.function.receiver.is_some(),
+            self.settings,
+            private,
+        );
+        let tier = tier(self.settings, private);
+        let key = self.key();
+        let prepare = self.prepare();
+        quote! {
+            #witness.#entry(
+                #slot,
+                || #config,
+                #tier,
+                #key,
+                #prepare,
+            )
+            .await
+        }
+    }
+
+    /// The witness of the returned type, its value (and error) type checked at the span the
+    /// user wrote it. The runtime is called through the witness, so a failed check silences
+    /// the call.
+    fn witness(&self) -> TokenStream {
+        let private = &self.private;
+        let output = &self.function.output;
+        let probe = quote!((::core::marker::PhantomData::<#output>,));
+        match &self.function.returns {
+            Returns::Value(value) => chain(
+                first_span(value),
+                private,
+                probe,
+                &Check::value(self.in_redis),
+                Finish::Witness,
+            ),
+            Returns::Result { ok, err } => {
+                let probe = chain(
+                    first_span(ok),
+                    private,
+                    probe,
+                    &Check::ok(self.in_redis),
+                    Finish::Probe,
+                );
+                let error_span = first_span(err.as_deref().unwrap_or(output));
+                chain(error_span, private, probe, Check::ERROR, Finish::Witness)
+            }
+        }
+    }
+
+    /// The key: a tuple that owns its parts. By-value arguments move in, borrowed ones are
+    /// turned into owned; each part passes the key's checks at the span of its type.
+    fn key(&self) -> TokenStream {
+        let private = &self.private;
+        let checks = Check::key(self.in_redis);
+        let parts = self.key_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            let part = match &arg.borrowed {
+                Some(elem) => quote!(<#elem as ::std::borrow::ToOwned>::to_owned(#ident)),
+                None => quote!(#ident),
+            };
+            chain(
+                type_span(arg),
+                private,
+                quote!((#part,)),
+                &checks,
+                Finish::Value,
+            )
+        });
+        quote!((#(#parts,)*))
+    }
+
+    /// The closure the runtime calls only when a load must start: it takes owned copies of
+    /// what the load needs beyond the key (the receiver, borrowed arguments left out of the
+    /// key), so that a hit clones nothing but the key; it returns the load.
+    fn prepare(&self) -> TokenStream {
+        let private = &self.private;
+        let receiver = receiver_ident();
+        let receiver_owned = self.function.receiver.map(|span| {
+            let this = Ident::new("self", span);
+            let this = chain(
+                span,
+                private,
+                quote!(#private::witness(#this)),
+                Check::RECEIVER,
+                Finish::CloneOf(quote!(#this)),
+            );
+            quote!(let #receiver = #this;)
+        });
+        let others_owned = self.other_args.iter().filter_map(|arg| {
+            let ident = &arg.ident;
+            arg.borrowed.as_ref().map(
+                |elem| quote!(let #ident = <#elem as ::std::borrow::ToOwned>::to_owned(#ident);),
+            )
+        });
+        let load = self.load();
+        quote! {
+            move || {
+                #receiver_owned
+                #(#others_owned)*
+                #load
+            }
+        }
+    }
+
+    /// The load: a closure that makes one attempt from the key and the captures of
+    /// [`prepare`](Self::prepare), each attempt with its own copies, and runs the user's body
+    /// with the arguments (and `self`) bound as the body expects them.
+    fn load(&self) -> TokenStream {
+        let private = &self.private;
+        let output = &self.function.output;
+        let key = Ident::new("__stampede_key", Span::mixed_site());
+        let receiver = receiver_ident();
+        let key_bindings = self.key_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
+            quote!(#mutability #ident)
+        });
+        let receiver_copy = self
+            .function
+            .receiver
+            .map(|_| quote!(let #receiver = ::core::clone::Clone::clone(&#receiver);));
+        let others_copied = self.other_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
+            let copy = chain(
+                type_span(arg),
+                private,
+                quote!(#private::witness(&#ident)),
+                Check::ARG,
+                Finish::CloneOf(quote!(&#ident)),
+            );
+            quote!(let #mutability #ident = #copy;)
+        });
+        // Inside the load, `self` and borrowed arguments are lent back as the body expects.
+        let self_ident = format_ident!("{SELF}");
+        let receiver_borrow = self
+            .function
+            .receiver
+            .map(|_| quote!(let #self_ident = &#receiver;));
+        let reborrows = self.function.args.iter().filter_map(|arg| {
+            let ident = &arg.ident;
+            let mutability = arg.mutability;
+            arg.borrowed.as_ref().map(|elem| {
+                let elem = with_elided_lifetimes(elem);
+                quote!(let #mutability #ident: &#elem = ::core::borrow::Borrow::borrow(&#ident);)
+            })
+        });
+        let body = &self.function.body;
+        quote! {
+            move |#key: &_| {
+                let (#(#key_bindings,)*) = ::core::clone::Clone::clone(#key);
+                #receiver_copy
+                #(#others_copied)*
+                #private::typed::<#output, _>(async move {
+                    #receiver_borrow
+                    #(#reborrows)*
+                    #(#body)*
+                })
+            }
+        }
+    }
+}
+
+/// The name of the load's clone of the receiver; hygienic, so the user's body cannot see it.
+fn receiver_ident() -> Ident {
+    Ident::new("__stampede_receiver", Span::mixed_site())
+}
+
+/// The cache's slot: a static in a block of its own, so that its name is not in the scope of
+/// the user's body.
+fn slot(private: &TokenStream) -> TokenStream {
+    let slot = Ident::new("__STAMPEDE_SLOT", Span::mixed_site());
+    quote! {
+        {
+            static #slot: #private::Slot = #private::Slot::new();
+            &#slot
+        }
+    }
+}
+
+/// The `Config` literal of the cache: its options, as the runtime reads them.
 fn config(
     fn_name: &syn::Ident,
     is_method: bool,
@@ -269,6 +372,7 @@ fn tier(settings: &Settings, private: &TokenStream) -> TokenStream {
     quote!(#private::redis(#connection, #private::Busy::#busy))
 }
 
+/// A `Duration` expression, exact to the nanosecond.
 fn duration(duration: Duration) -> TokenStream {
     // `validate` has checked that every duration fits in u64 nanoseconds.
     let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
@@ -298,41 +402,4 @@ fn type_span(arg: &Arg) -> Span {
 /// The span of a type's first token (stable Rust cannot join the spans of several tokens).
 fn first_span(ty: &Type) -> Span {
     ty.span()
-}
-
-const KEY_CHECKS: &[&str] = &[
-    "key_hash",
-    "key_eq",
-    "key_clone",
-    "key_debug",
-    "key_send",
-    "key_sync",
-];
-const ARG_CHECKS: &[&str] = &["arg_clone", "arg_send", "arg_sync"];
-const RECEIVER_CHECKS: &[&str] = &["receiver_clone", "receiver_send", "receiver_sync"];
-const VALUE_CHECKS: &[&str] = &["value_clone", "value_send", "value_sync"];
-const OK_CHECKS: &[&str] = &["ok_clone", "ok_send", "ok_sync"];
-const ERROR_CHECKS: &[&str] = &[
-    "error_from",
-    "error_display",
-    "error_debug",
-    "error_send",
-    "error_sync",
-];
-
-/// `value.__stampede_check()...finish`: the runtime's checks of one bound each, in order, with
-/// every token at `span` so that a failed check is reported on the user's token. A failed check
-/// makes the expression an error type, which silences the follow-on errors of the runtime call
-/// it flows into (see `stampede-runtime/src/bounds.rs`).
-fn checks(
-    span: Span,
-    value: TokenStream,
-    names: &[&str],
-    finish: Option<TokenStream>,
-) -> TokenStream {
-    let methods = names
-        .iter()
-        .map(|name| Ident::new(&format!("__stampede_{name}"), span));
-    let finish = finish.map(|finish| quote_spanned!(span=> .#finish));
-    quote_spanned!(span=> #value #(.#methods())* #finish)
 }

@@ -1,11 +1,12 @@
 //! Reads the function under the attribute into a [`Function`]: its receiver, its arguments, the
 //! type it returns and the statements of its body, refusing the shapes a cache cannot serve.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{
-    Attribute, Block, Expr, FnArg, GenericArgument, GenericParam, Ident, ItemFn, Pat,
+    Attribute, Block, Expr, FnArg, GenericArgument, GenericParam, Ident, ItemFn, LitStr, Pat,
     PathArguments, ReceiverKind, ReturnType, Safety, Signature, Stmt, Token, Type, TypeParamBound,
     Visibility,
 };
@@ -24,14 +25,54 @@ pub(crate) struct Function {
     pub(crate) args: Vec<Arg>,
     /// What a call produces: the declared return type, or a boxed future's `Output`.
     pub(crate) output: Type,
-    pub(crate) returns_result: bool,
-    /// The type the cache stores: `T` of a `Result<T, E>`, else the whole output.
-    pub(crate) value_ty: Type,
-    /// `E` of a `Result<T, E>` written with both arguments; an alias such as `io::Result<T>`
-    /// leaves it to the runtime's bound.
-    pub(crate) error_ty: Option<Type>,
+    /// How the cache treats `output`.
+    pub(crate) returns: Returns,
     /// The statements that compute the value.
     pub(crate) body: Vec<Stmt>,
+}
+
+/// What a cached function returns, as the cache treats it. The types are the user's tokens:
+/// errors about their bounds point at them.
+pub(crate) enum Returns {
+    /// A plain `T` (`Option<T>` among them): every value is cached.
+    Value(Type),
+    /// `Result<T, E>`: only `Ok` is cached, and `E` carries the cache's own errors.
+    Result {
+        /// `T`; the whole return type when an alias such as `type R = Result<T, E>` hides it.
+        ok: Type,
+        /// `E` when written; an alias such as `io::Result<T>` leaves it out, and the runtime's
+        /// bounds check it at the span of the whole return type.
+        err: Option<Box<Type>>,
+    },
+}
+
+impl Returns {
+    /// Reads `Result<T, E>` by its last path segment, which also covers aliases such as
+    /// `anyhow::Result<T>`; the runtime's bounds reject a type that only shares the name.
+    fn of(output: &Type) -> Returns {
+        let Type::Path(path) = output else {
+            return Returns::Value(output.clone());
+        };
+        let Some(last) = path.path.segments.last().filter(|s| s.ident == "Result") else {
+            return Returns::Value(output.clone());
+        };
+        let mut types = match &last.arguments {
+            PathArguments::AngleBracketed(args) => args
+                .args
+                .iter()
+                .filter_map(|arg| match arg {
+                    GenericArgument::Type(ty) => Some(ty.clone()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+        .into_iter();
+        Returns::Result {
+            ok: types.next().unwrap_or_else(|| output.clone()),
+            err: types.next().map(Box::new),
+        }
+    }
 }
 
 /// How the function was written.
@@ -42,6 +83,54 @@ pub(crate) enum Shape {
     /// `fn .. -> Pin<Box<dyn Future<Output = T> + Send + 'async_trait>>` with a body of
     /// `Box::pin(async move { .. })`.
     AsyncTrait,
+}
+
+/// What the attribute was put on.
+pub(crate) enum Item {
+    /// A function, read.
+    Fn(Box<ItemFn>),
+    /// A function syn cannot read, such as one whose body has a syntax error. It is emitted
+    /// unchanged, so that rustc reports the syntax error at its token rather than this
+    /// attribute reporting that it expected a function (tracing-attributes' `MaybeItemFn` keeps
+    /// such a body as tokens for the same reason).
+    Unreadable,
+}
+
+impl Item {
+    /// Reads the item under the attribute; anything but a function is an error.
+    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Item> {
+        let not_a_function = match syn::parse2::<ItemFn>(tokens.clone()) {
+            Ok(function) => return Ok(Item::Fn(Box::new(function))),
+            Err(e) => e,
+        };
+        if starts_like_fn.parse2(tokens).unwrap_or(false) {
+            Ok(Item::Unreadable)
+        } else {
+            Err(error(
+                not_a_function.span(),
+                "`#[cached]` goes on an `async fn`",
+                "put it on the async function or method whose result should be cached",
+            ))
+        }
+    }
+}
+
+/// Whether the tokens start as a function does: attributes, visibility, qualifiers
+/// (`const`, `async`, `unsafe`, `extern "abi"`), then `fn`.
+fn starts_like_fn(input: ParseStream) -> syn::Result<bool> {
+    input.call(Attribute::parse_outer)?;
+    input.parse::<Visibility>()?;
+    while input.peek(Token![const])
+        || input.peek(Token![async])
+        || input.peek(Token![unsafe])
+        || input.peek(Token![extern])
+        || input.peek(LitStr)
+    {
+        input.parse::<TokenTree>()?;
+    }
+    let is_fn = input.peek(Token![fn]);
+    input.parse::<TokenStream>()?;
+    Ok(is_fn)
 }
 
 /// One argument, bound to a plain name.
@@ -116,11 +205,8 @@ impl Function {
             }
         }
 
-        let returns_result = is_result(&output);
-        let (value_ty, error_ty) = match result_args(&output) {
-            Some((value, error)) if returns_result => (value, error),
-            _ => (output.clone(), None),
-        };
+        let returns = Returns::of(&output);
+        check_boxed_error(&returns, errors);
         let sig = match shape {
             Shape::Async => without_arg_mutability(sig),
             Shape::AsyncTrait => sig,
@@ -133,9 +219,7 @@ impl Function {
             receiver,
             args,
             output,
-            returns_result,
-            value_ty,
-            error_ty,
+            returns,
             body,
         }
     }
@@ -163,6 +247,85 @@ fn check_qualifiers(sig: &Signature, errors: &mut Errors) {
             "cache a Rust-ABI wrapper around it",
         ));
     }
+}
+
+/// `Box<dyn std::error::Error>` without `+ Send + Sync`, as many examples write it, cannot
+/// carry a failed load to the callers on other tasks. The runtime's check of the error type
+/// reports a named type in the cache's words, but rustc drops those words for a type with a
+/// lifetime in it, as a trait object has: so the attribute reports this common case itself, in
+/// the same words. Only the standard `Error` trait is recognised (`Error`, `std::error::Error`,
+/// `core::error::Error`): another trait may have `Send + Sync` among its supertraits.
+fn check_boxed_error(returns: &Returns, errors: &mut Errors) {
+    let Returns::Result { err: Some(err), .. } = returns else {
+        return;
+    };
+    let Some(object) = last_segment(err, "Box")
+        .and_then(single_type_arg)
+        .and_then(|ty| match ty {
+            Type::TraitObject(object) => Some(object),
+            _ => None,
+        })
+    else {
+        return;
+    };
+    let traits: Vec<&syn::Path> = object
+        .bounds
+        .iter()
+        .filter_map(|bound| match bound {
+            TypeParamBound::Trait(t) => Some(&t.path),
+            _ => None,
+        })
+        .collect();
+    let names = |path: &syn::Path| -> Vec<String> {
+        path.segments.iter().map(|s| s.ident.to_string()).collect()
+    };
+    let Some(error_trait) = traits.iter().find(|path| {
+        matches!(
+            names(path)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .as_slice(),
+            ["Error"] | ["std" | "core", "error", "Error"]
+        )
+    }) else {
+        return;
+    };
+    let has = |marker: &str| {
+        traits
+            .iter()
+            .any(|path| path.segments.last().is_some_and(|s| s.ident == marker))
+    };
+    let missing = match (has("Send"), has("Sync")) {
+        (true, true) => return,
+        (false, _) => "Send",
+        (true, false) => "Sync",
+    };
+    let error_trait = written(error_trait);
+    errors.push(error_at(
+        err,
+        format!(
+            "`{}` cannot be the error type of a cached function: it is not `{missing}`",
+            written(err)
+        ),
+        format!(
+            "write `Box<dyn {error_trait} + Send + Sync>`: a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`"
+        ),
+    ));
+}
+
+/// A type or path as the user wrote it, for a message: its tokens without the spaces `quote`
+/// puts around punctuation.
+fn written(tokens: impl quote::ToTokens) -> String {
+    tokens
+        .to_token_stream()
+        .to_string()
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" <", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
 }
 
 fn check_generics(sig: &Signature, errors: &mut Errors) {
@@ -228,26 +391,6 @@ fn declared_output(sig: &Signature) -> Type {
         ReturnType::Default => syn::parse_quote!(()),
         ReturnType::Type(_, ty) => (**ty).clone(),
     }
-}
-
-/// `Result<T, E>` by its last path segment, which also covers aliases such as
-/// `anyhow::Result<T>`; the runtime's bounds reject a type that only shares the name.
-fn is_result(ty: &Type) -> bool {
-    matches!(ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Result"))
-}
-
-/// The `T` and, when written, the `E` of `Result<T, E>`.
-fn result_args(ty: &Type) -> Option<(Type, Option<Type>)> {
-    let Type::Path(p) = ty else { return None };
-    let PathArguments::AngleBracketed(args) = &p.path.segments.last()?.arguments else {
-        return None;
-    };
-    let mut types = args.args.iter().filter_map(|arg| match arg {
-        GenericArgument::Type(ty) => Some(ty.clone()),
-        _ => None,
-    });
-    let value = types.next()?;
-    Some((value, types.next()))
 }
 
 /// Recognises the shape `#[async_trait]` gives an `async fn`: the future's `Output` and the

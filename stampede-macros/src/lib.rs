@@ -6,6 +6,7 @@
 //! `expand` emits the function again with a body that calls the runtime.
 
 mod attr;
+mod checks;
 mod diag;
 mod expand;
 mod func;
@@ -14,9 +15,8 @@ mod receiver;
 mod validate;
 
 use proc_macro::TokenStream;
-use syn::ItemFn;
 
-use crate::diag::{Errors, error};
+use crate::diag::Errors;
 
 /// Caches an async function's result per key, so that concurrent callers of a cold or expiring
 /// key share one load instead of stampeding the database.
@@ -30,20 +30,7 @@ use crate::diag::{Errors, error};
 ///
 /// # Options
 ///
-/// | option | meaning | default |
-/// |---|---|---|
-/// | `ttl` | how long a value is fresh (`"500ms"`, `"60s"`, `"5m"`) | required |
-/// | `jitter` | percent 0..=100: each fill is fresh for `ttl * (1 - u)`, `u` uniform in `[0, jitter/100]` | `10` |
-/// | `stale` | window after the fresh time in which the old value is served while one refresh runs | `"0s"` |
-/// | `timeout` | bound on one load attempt | `"10s"` |
-/// | `retries` | extra attempts after a failed or timed-out attempt, inside the one load | `0` |
-/// | `backoff` | base delay before a retry, doubled per retry and jittered by ±50% | `"50ms"` |
-/// | `lock` | `"local"`: one load per key per process; `"none"`: every miss loads | `"local"` |
-/// | `backend` | `"memory"`: values live in this process (moka) | `"memory"` |
-/// | `capacity` | maximum entries kept in memory | `10_000` |
-/// | `key` | template naming the arguments that form the key, e.g. `"user:{id}"` | all arguments |
-/// | `name` | the cache's name in stats and errors | `module::path::fn`, `path::Type::method` |
-/// | `crate` | path of the `stampede` crate when renamed in `Cargo.toml` | `"stampede"` |
+#[doc = attr::options_doc_table!()]
 ///
 /// # What it accepts
 ///
@@ -83,19 +70,22 @@ pub fn cached(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// The expansion of `#[cached(args)]` on `item`, or every error found in them.
 fn cached_fn(
     args: proc_macro2::TokenStream,
     item: proc_macro2::TokenStream,
 ) -> syn::Result<proc_macro2::TokenStream> {
-    let item: ItemFn = syn::parse2(item).map_err(|e| {
-        error(
-            e.span(),
-            "`#[cached]` goes on an `async fn`",
-            "put it on the async function or method whose result should be cached",
-        )
-    })?;
     let mut errors = Errors::default();
     let options = attr::Options::parse(args, &mut errors);
+    let item = match func::Item::parse(item.clone()) {
+        Ok(func::Item::Fn(item)) => *item,
+        // rustc reports the function's syntax error when it reads the item again.
+        Ok(func::Item::Unreadable) => return errors.finish(item),
+        Err(not_a_function) => {
+            errors.push(not_a_function);
+            return errors.finish(item);
+        }
+    };
     let function = func::Function::analyze(item, &mut errors);
     let settings = validate::validate(options, &function, &mut errors);
     errors.finish(())?;
@@ -107,7 +97,10 @@ mod tests {
     fn expand(args: &str, item: &str) -> Result<String, String> {
         super::cached_fn(args.parse().unwrap(), item.parse().unwrap())
             .map(|tokens| tokens.to_string())
-            .map_err(|errors| errors.to_string())
+            .map_err(|errors| {
+                let messages: Vec<String> = errors.into_iter().map(|e| e.to_string()).collect();
+                messages.join("\n")
+            })
     }
 
     #[test]
@@ -129,5 +122,73 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn a_function_that_does_not_parse_is_emitted_unchanged() {
+        let item = "async fn f(id: u64) -> u64 { let x = ; id }";
+        let emitted = expand(r#"ttl = "1s""#, item).unwrap();
+        assert_eq!(
+            emitted,
+            item.parse::<proc_macro2::TokenStream>()
+                .unwrap()
+                .to_string()
+        );
+        // Its options are still checked.
+        let error = expand(r#"ttl = "1s", bussy = "wait""#, item).unwrap_err();
+        assert!(error.contains("did you mean `busy`?"), "{error}");
+        // A signature that does not parse is the compiler's to report too.
+        assert!(expand(r#"ttl = "1s""#, "pub async fn f(id: u64,, x) -> u64 { id }").is_ok());
+    }
+
+    #[test]
+    fn an_item_that_is_not_a_function_is_refused() {
+        for item in [
+            "struct Product { id: u64 }",
+            "pub const F: fn() -> u64 = f;",
+            "extern \"C\" { fn f(); }",
+            "unsafe impl Send for Product {}",
+        ] {
+            let error = expand(r#"ttl = "1s""#, item).unwrap_err();
+            assert!(error.contains("goes on an `async fn`"), "{item}: {error}");
+        }
+    }
+
+    #[test]
+    fn busy_error_needs_a_result() {
+        let args = r#"ttl = "1s", lock = "redis", busy = "error""#;
+        let error = expand(args, "async fn f(id: u64) -> Option<u64> { Some(id) }").unwrap_err();
+        assert!(error.contains("returns a plain value"), "{error}");
+        let result = expand(args, "async fn f(id: u64) -> Result<u64, E> { Ok(id) }");
+        assert!(!format!("{result:?}").contains("plain value"), "{result:?}");
+    }
+
+    #[test]
+    fn a_boxed_error_must_be_send_and_sync() {
+        let not = |error: &str| {
+            let item = format!("async fn f(id: u64) -> Result<u64, {error}> {{ Ok(id) }}");
+            match expand(r#"ttl = "1s""#, &item) {
+                Ok(_) => None,
+                Err(e) => Some(
+                    e.split("it is not ")
+                        .nth(1)
+                        .map(|rest| rest[..6].to_owned())
+                        .unwrap_or(e),
+                ),
+            }
+        };
+        assert_eq!(not("Box<dyn std::error::Error>").as_deref(), Some("`Send`"));
+        assert_eq!(not("Box<dyn Error + Sync>").as_deref(), Some("`Send`"));
+        assert_eq!(
+            not("Box<dyn ::core::error::Error + Send>").as_deref(),
+            Some("`Sync`")
+        );
+        assert_eq!(not("Box<dyn Error + Send + Sync + 'static>"), None);
+        assert_eq!(
+            not("Box<dyn std::error::Error + std::marker::Send + Sync>"),
+            None
+        );
+        // Another trait may have `Send + Sync` among its supertraits: the runtime checks it.
+        assert_eq!(not("Box<dyn AppError>"), None);
     }
 }

@@ -7,7 +7,7 @@ use syn::{Ident, LitStr, Path};
 
 use crate::attr::{BackendKind, BusyKind, LockKind, Options, Spanned};
 use crate::diag::{Errors, error};
-use crate::func::Function;
+use crate::func::{Function, Returns};
 
 /// The options with their defaults applied: everything the expansion needs.
 pub(crate) struct Settings {
@@ -43,6 +43,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         .as_ref()
         .map_or(LockKind::Local, |lock| lock.value);
     let (backend, redis, busy) = shared_tier(&options, lock, errors);
+    busy_error_needs_result(&options, function, errors);
 
     let ttl = match options.ttl {
         None if options.incomplete => Duration::ZERO, // misspelt or malformed: reported already
@@ -220,6 +221,24 @@ fn shared_tier(
     (backend, options.redis.clone(), busy)
 }
 
+/// `busy = "error"` fails a call with `stampede::Error::LockBusy`, which only a function that
+/// returns `Result` can hand to its caller.
+fn busy_error_needs_result(options: &Options, function: &Function, errors: &mut Errors) {
+    if let Some(busy) = &options.busy
+        && busy.value == BusyKind::Error
+        && let Returns::Value(_) = function.returns
+    {
+        errors.push(error(
+            busy.span,
+            format!(
+                "`busy = \"error\"` fails a call while another process holds the lock, and `{}` returns a plain value: its callers would have no error channel, and would panic under contention",
+                function.sig.ident
+            ),
+            "return `Result<T, E>`, whose `E: From<stampede::Error>` receives `stampede::Error::LockBusy`, or use `busy = \"wait\"` (wait for the other process's value) or `busy = \"compute\"` (load it here)",
+        ));
+    }
+}
+
 /// The key's arguments: those the template names, or every argument but the receiver.
 fn key_args(options: &Options, function: &Function, errors: &mut Errors) -> Vec<Ident> {
     let Some(template) = &options.key else {
@@ -263,4 +282,54 @@ fn unknown_key_arg(span: Span, name: &str, function: &Function) -> syn::Error {
         ),
         help,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::options_doc_table;
+
+    /// The settings of `#[cached(ttl = "1s")]` on a plain function: every other option left to
+    /// its default.
+    fn defaults() -> Settings {
+        let mut errors = Errors::default();
+        let options = Options::parse(r#"ttl = "1s""#.parse().unwrap(), &mut errors);
+        let item = syn::parse_str("async fn f(id: u64) -> u64 { id }").unwrap();
+        let function = Function::analyze(item, &mut errors);
+        let settings = validate(options, &function, &mut errors);
+        assert!(errors.finish(()).is_ok());
+        settings
+    }
+
+    /// The default column of the rustdoc table, by option.
+    fn documented(option: &str) -> String {
+        let row = options_doc_table!()
+            .lines()
+            .find(|row| row.starts_with(&format!("| `{option}` |")))
+            .unwrap_or_else(|| panic!("no row for `{option}`"));
+        row.trim_end_matches(" |")
+            .rsplit(" | ")
+            .next()
+            .unwrap()
+            .replace('_', "")
+    }
+
+    #[test]
+    fn the_documented_defaults_are_the_applied_ones() {
+        let settings = defaults();
+        let duration = |d: Duration| format!("`\"{}\"`", humantime::format_duration(d));
+        assert_eq!(documented("jitter"), format!("`{}`", settings.jitter));
+        assert_eq!(documented("stale"), duration(settings.stale));
+        assert_eq!(documented("timeout"), duration(settings.timeout));
+        assert_eq!(documented("retries"), format!("`{}`", settings.retries));
+        assert_eq!(documented("backoff"), duration(settings.backoff));
+        assert_eq!(documented("capacity"), format!("`{}`", settings.capacity));
+        assert!(settings.lock == LockKind::Local && documented("lock") == "`\"local\"`");
+        assert!(
+            settings.backend == BackendKind::Memory
+                && documented("backend").starts_with("`\"memory\"`")
+        );
+        assert!(settings.busy == BusyKind::Wait && documented("busy") == "`\"wait\"`");
+        assert!(settings.redis.is_none() && settings.name.is_none());
+    }
 }

@@ -2,13 +2,20 @@
 //! user's token, each with a message that says what the cache does with the type and the fix.
 //!
 //! Each bound is a marker trait carrying `#[diagnostic::on_unimplemented]`, implemented for
-//! [`Checked<T>`] (a key argument) or [`Witness<T>`] (a type: the receiver, an argument the load
-//! gets a clone of, the returned value and error) when `T` has the bound, and a method that
-//! exists only where the marker is implemented. The generated code calls these methods in a
-//! chain, with each method's name spanned at the user's token. A missing bound is then a
+//! `(T,)` (a key argument) or [`Probe<T>`] (a type: the receiver, an argument the load gets a
+//! clone of, the returned value and error) when `T` has the bound, and a method that exists
+//! only where the marker is implemented. The generated code calls these methods in a chain,
+//! with each method's name spanned at the user's token. A missing bound is then a
 //! method-resolution error at that token, which rustc words with the marker's message; and the
 //! failed call has an error type, so the runtime call it flows into (the key into the call, the
-//! call itself made through the returned type's witness) reports nothing more.
+//! call itself made through the returned type's [`Witness`]) reports nothing more.
+//!
+//! rustc drops the marker's message when the checked type holds a lifetime (a trait object
+//! does): the receiver and the unmet bound then carry different region variables. The macro
+//! reports the common case of that, `Box<dyn std::error::Error>`, itself.
+//!
+//! The macro names each check's trait and method in one table (`stampede-macros/src/checks.rs`);
+//! a name that does not match is an unresolved import in every expansion.
 //!
 //! A plain `fn check<T: Bound>()` shows the same message, but rustc then also reports the
 //! runtime's own `K: Key` or `V: Value` bound, at the attribute, in terms of `__private` items;
@@ -25,43 +32,52 @@ use crate::error::{Error, LoadError};
 use crate::slot::Slot;
 use crate::tier::Tier;
 
-/// A user's value or type under check; see the module's documentation.
-pub struct Checked<T>(pub T);
-
-impl<T> Checked<T> {
-    /// The value, once every check has passed.
-    #[inline(always)]
-    pub fn into_inner(self) -> T {
-        self.0
-    }
-}
-
 /// A type under check, without a value of it: the returned type, or the type of `self` or of
-/// an argument that the load gets a clone of.
-pub type Witness<T> = Checked<PhantomData<T>>;
+/// an argument that the load gets a clone of. A key part under check is a `(K,)`.
+///
+/// A tuple rather than a type of this crate: rustc's report of a failed check then names the
+/// tuple, and does not quote this file to show a struct that "doesn't satisfy" the bound.
+pub type Probe<T> = (PhantomData<T>,);
 
-/// The witness of the type of `*value`.
+/// The probe of the type of `*value` (`__private::witness`, as the generated code knows it).
 #[inline(always)]
-pub fn witness<T>(_value: &T) -> Witness<T> {
-    Checked(PhantomData)
+pub fn witness<T>(_value: &T) -> Probe<T> {
+    (PhantomData,)
 }
 
-impl<T> Witness<T> {
-    /// The witness of a type named in the generated code.
+/// What a probe gives once every check of its type has passed.
+pub trait Probed<T>: Sized {
+    /// The witness of `T` that the runtime is called through.
+    fn __stampede_witness(self) -> Witness<T>;
+
+    /// A clone of `value`, for the load.
+    fn __stampede_clone_of(self, value: &T) -> T
+    where
+        T: Clone;
+}
+
+impl<T> Probed<T> for Probe<T> {
     #[inline(always)]
-    #[allow(clippy::new_without_default)]
-    pub const fn new() -> Self {
+    fn __stampede_witness(self) -> Witness<T> {
         Checked(PhantomData)
     }
-}
 
-impl<T: Clone> Witness<T> {
-    /// A clone of `value`, once every check of its type has passed.
     #[inline(always)]
-    pub fn clone_of(self, value: &T) -> T {
+    fn __stampede_clone_of(self, value: &T) -> T
+    where
+        T: Clone,
+    {
         value.clone()
     }
 }
+
+/// The base of [`Witness`]: a struct of this crate, so that the runtime's entry points are
+/// inherent methods, which need no import in the scope of the user's body.
+pub struct Checked<T>(pub T);
+
+/// The returned type, once its checks have passed: the runtime is called through it, so that
+/// a failed check (an error type, which this then is too) silences the call.
+pub type Witness<T> = Checked<PhantomData<T>>;
 
 impl<V: Value> Witness<V> {
     /// Calls [`Slot::get_value`] once the returned type's checks have passed.
@@ -116,10 +132,10 @@ macro_rules! check {
         $(#[$doc:meta])*
         $marker:ident, $check:ident, $method:ident,
         impl<$($g:ident),+> for $on:ty where $param:ident: [$($bound:tt)+],
-        message = $message:literal, label = $label:literal, note = $note:literal $(,)?
+        message = $message:literal, label = $label:literal, $(note = $note:literal),+ $(,)?
     ) => {
         $(#[$doc])*
-        #[diagnostic::on_unimplemented(message = $message, label = $label, note = $note)]
+        #[diagnostic::on_unimplemented(message = $message, label = $label, $(note = $note),+)]
         pub trait $marker<T: ?Sized> {}
 
         impl<$($g),+> $marker<$param> for $on where $param: $($bound)+ {}
@@ -136,11 +152,12 @@ macro_rules! check {
         impl<$($g),+> $check for $on where $on: $marker<$param> {}
     };
 }
+pub(crate) use check;
 
 check!(
     /// An argument that is part of the key is hashed.
     KeyHash, KeyHashCheck, __stampede_key_hash,
-    impl<T> for Checked<T> where T: [Hash],
+    impl<T> for (T,) where T: [Hash],
     message = "`{T}` cannot be part of a cache key: it does not implement `Hash`",
     label = "this argument is part of the key, which must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "derive or implement `Hash` for it, or leave this argument out of the key with a `key = \"...\"` template that names the others",
@@ -148,7 +165,7 @@ check!(
 check!(
     /// An argument that is part of the key is compared.
     KeyEq, KeyEqCheck, __stampede_key_eq,
-    impl<T> for Checked<T> where T: [Eq],
+    impl<T> for (T,) where T: [Eq],
     message = "`{T}` cannot be part of a cache key: it does not implement `Eq`",
     label = "this argument is part of the key, which must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "derive or implement `PartialEq` and `Eq` for it (a float is not `Eq`: key on its bits or a rounded integer), or leave this argument out of the key with a `key = \"...\"` template",
@@ -156,7 +173,7 @@ check!(
 check!(
     /// An argument that is part of the key is cloned for the load.
     KeyClone, KeyCloneCheck, __stampede_key_clone,
-    impl<T> for Checked<T> where T: [Clone],
+    impl<T> for (T,) where T: [Clone],
     message = "`{T}` cannot be part of a cache key: it does not implement `Clone`",
     label = "this argument is part of the key, which the cache stores and the load gets a copy of, so it must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "derive or implement `Clone` for it, or leave this argument out of the key with a `key = \"...\"` template",
@@ -164,7 +181,7 @@ check!(
 check!(
     /// An argument that is part of the key is printed in stats and traces.
     KeyDebug, KeyDebugCheck, __stampede_key_debug,
-    impl<T> for Checked<T> where T: [Debug],
+    impl<T> for (T,) where T: [Debug],
     message = "`{T}` cannot be part of a cache key: it does not implement `Debug`",
     label = "this argument is part of the key, which stats and traces print, so it must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "derive `Debug` for it, or leave this argument out of the key with a `key = \"...\"` template",
@@ -172,7 +189,7 @@ check!(
 check!(
     /// An argument that is part of the key is shared with the detached load.
     KeySend, KeySendCheck, __stampede_key_send,
-    impl<T> for Checked<T> where T: [Send],
+    impl<T> for (T,) where T: [Send],
     message = "`{T}` cannot be part of a cache key: it is not `Send`",
     label = "this argument is part of the key, which the load gets on another task, so it must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "key on a value that can cross threads (an `Arc` instead of an `Rc`, an id instead of a handle)",
@@ -180,7 +197,7 @@ check!(
 check!(
     /// An argument that is part of the key is shared between tasks.
     KeySync, KeySyncCheck, __stampede_key_sync,
-    impl<T> for Checked<T> where T: [Sync],
+    impl<T> for (T,) where T: [Sync],
     message = "`{T}` cannot be part of a cache key: it is not `Sync`",
     label = "this argument is part of the key, which callers on other tasks compare against, so it must be `Hash + Eq + Clone + Debug + Send + Sync + 'static`",
     note = "key on a value that can be shared between threads (no `Cell` or `RefCell` inside)",
@@ -189,7 +206,7 @@ check!(
 check!(
     /// An argument left out of the key is cloned for the load.
     ArgClone, ArgCloneCheck, __stampede_arg_clone,
-    impl<T> for Witness<T> where T: [Clone],
+    impl<T> for Probe<T> where T: [Clone],
     message = "`{T}` cannot be passed to a cached function's load: it does not implement `Clone`",
     label = "this argument is not part of the key: the load, which runs detached and may be retried, gets a clone of it, so it must be `Clone + Send + Sync + 'static`",
     note = "derive or implement `Clone` for it, or wrap it in an `Arc`",
@@ -197,7 +214,7 @@ check!(
 check!(
     /// An argument left out of the key is moved to the detached load.
     ArgSend, ArgSendCheck, __stampede_arg_send,
-    impl<T> for Witness<T> where T: [Send],
+    impl<T> for Probe<T> where T: [Send],
     message = "`{T}` cannot be passed to a cached function's load: it is not `Send`",
     label = "this argument is not part of the key: the load, which runs detached on another task, gets a clone of it, so it must be `Clone + Send + Sync + 'static`",
     note = "pass a value that can cross threads (an `Arc` instead of an `Rc`)",
@@ -205,7 +222,7 @@ check!(
 check!(
     /// An argument left out of the key is shared by the load's attempts.
     ArgSync, ArgSyncCheck, __stampede_arg_sync,
-    impl<T> for Witness<T> where T: [Sync],
+    impl<T> for Probe<T> where T: [Sync],
     message = "`{T}` cannot be passed to a cached function's load: it is not `Sync`",
     label = "this argument is not part of the key: the load, which runs detached on another task, gets a clone of it, so it must be `Clone + Send + Sync + 'static`",
     note = "pass a value that can be shared between threads (no `Cell` or `RefCell` inside)",
@@ -214,7 +231,7 @@ check!(
 check!(
     /// The receiver of a cached method is cloned for the load.
     ReceiverClone, ReceiverCloneCheck, __stampede_receiver_clone,
-    impl<T> for Witness<T> where T: [Clone],
+    impl<T> for Probe<T> where T: [Clone],
     message = "the receiver of a cached method must be `Clone`, and `{T}` is not",
     label = "the load runs detached from this call, on a clone of `self`, so `self` must be `Clone + Send + Sync + 'static`",
     note = "derive `Clone` for `{T}`, keeping shared state behind an `Arc` (as a connection pool does)",
@@ -222,7 +239,7 @@ check!(
 check!(
     /// The receiver of a cached method is moved to the detached load.
     ReceiverSend, ReceiverSendCheck, __stampede_receiver_send,
-    impl<T> for Witness<T> where T: [Send],
+    impl<T> for Probe<T> where T: [Send],
     message = "the receiver of a cached method must be `Send`, and `{T}` is not",
     label = "the load runs detached from this call, on a clone of `self`, so `self` must be `Clone + Send + Sync + 'static`",
     note = "keep the state of `{T}` in types that can cross threads (an `Arc` instead of an `Rc`)",
@@ -230,7 +247,7 @@ check!(
 check!(
     /// The receiver of a cached method is shared by the load's attempts.
     ReceiverSync, ReceiverSyncCheck, __stampede_receiver_sync,
-    impl<T> for Witness<T> where T: [Sync],
+    impl<T> for Probe<T> where T: [Sync],
     message = "the receiver of a cached method must be `Sync`, and `{T}` is not",
     label = "the load runs detached from this call, on a clone of `self`, so `self` must be `Clone + Send + Sync + 'static`",
     note = "keep the state of `{T}` in types that can be shared between threads (a `Mutex` instead of a `RefCell`)",
@@ -239,7 +256,7 @@ check!(
 check!(
     /// A cached value is cloned for every caller.
     ValueClone, ValueCloneCheck, __stampede_value_clone,
-    impl<T> for Witness<T> where T: [Clone],
+    impl<T> for Probe<T> where T: [Clone],
     message = "a cached function cannot return `{T}`: it does not implement `Clone`",
     label = "the cache keeps this value and hands each caller a clone, so it must be `Clone + Send + Sync + 'static`",
     note = "derive or implement `Clone` for it, or return an `Arc` of it",
@@ -247,7 +264,7 @@ check!(
 check!(
     /// A cached value crosses from the load's task to the callers'.
     ValueSend, ValueSendCheck, __stampede_value_send,
-    impl<T> for Witness<T> where T: [Send],
+    impl<T> for Probe<T> where T: [Send],
     message = "a cached function cannot return `{T}`: it is not `Send`",
     label = "the load runs on its own task and the cache hands the value to callers on others, so it must be `Clone + Send + Sync + 'static`",
     note = "return a value that can cross threads (an `Arc` instead of an `Rc`)",
@@ -255,7 +272,7 @@ check!(
 check!(
     /// A cached value is shared between tasks.
     ValueSync, ValueSyncCheck, __stampede_value_sync,
-    impl<T> for Witness<T> where T: [Sync],
+    impl<T> for Probe<T> where T: [Sync],
     message = "a cached function cannot return `{T}`: it is not `Sync`",
     label = "the cache shares this value between the tasks that call the function, so it must be `Clone + Send + Sync + 'static`",
     note = "return a value that can be shared between threads (a `Mutex` instead of a `RefCell`)",
@@ -264,7 +281,7 @@ check!(
 check!(
     /// The `T` of a cached `Result<T, E>` is cloned for every caller.
     OkClone, OkCloneCheck, __stampede_ok_clone,
-    impl<T, E> for Witness<Result<T, E>> where T: [Clone],
+    impl<T, E> for Probe<Result<T, E>> where T: [Clone],
     message = "a cached function cannot return `{T}`: it does not implement `Clone`",
     label = "the cache keeps this value and hands each caller a clone, so it must be `Clone + Send + Sync + 'static`",
     note = "derive or implement `Clone` for it, or return an `Arc` of it",
@@ -273,7 +290,7 @@ check!(
 check!(
     /// The `T` of a cached `Result<T, E>` crosses from the load's task to the callers'.
     OkSend, OkSendCheck, __stampede_ok_send,
-    impl<T, E> for Witness<Result<T, E>> where T: [Send],
+    impl<T, E> for Probe<Result<T, E>> where T: [Send],
     message = "a cached function cannot return `{T}`: it is not `Send`",
     label = "the load runs on its own task and the cache hands the value to callers on others, so it must be `Clone + Send + Sync + 'static`",
     note = "return a value that can cross threads (an `Arc` instead of an `Rc`)",
@@ -282,7 +299,7 @@ check!(
 check!(
     /// The `T` of a cached `Result<T, E>` is shared between tasks.
     OkSync, OkSyncCheck, __stampede_ok_sync,
-    impl<T, E> for Witness<Result<T, E>> where T: [Sync],
+    impl<T, E> for Probe<Result<T, E>> where T: [Sync],
     message = "a cached function cannot return `{T}`: it is not `Sync`",
     label = "the cache shares this value between the tasks that call the function, so it must be `Clone + Send + Sync + 'static`",
     note = "return a value that can be shared between threads (a `Mutex` instead of a `RefCell`)",
@@ -291,15 +308,16 @@ check!(
 check!(
     /// The error type receives the cache's own errors.
     ErrorFrom, ErrorFromCheck, __stampede_error_from,
-    impl<T, E> for Witness<Result<T, E>> where E: [From<Error>],
+    impl<T, E> for Probe<Result<T, E>> where E: [From<Error>],
     message = "`{T}` cannot be the error type of a cached function: it does not implement `From<stampede::Error>`",
     label = "timeouts, panics and the failure of a load shared by several callers reach each caller through this type",
     note = "add `impl From<stampede::Error> for {T}`, e.g. a variant that holds the `stampede::Error`; `stampede::Error::upstream` recovers the load's own error",
+    note = "if `{T}` belongs to another crate, the orphan rule forbids that impl: return an error type of your crate instead, e.g. `enum AppError {{ Cache(stampede::Error), Source({T}) }}` with a `From` impl for each, or `Box<dyn std::error::Error + Send + Sync>`",
 );
 check!(
     /// The error type is shown to every waiter of a failed load.
     ErrorDisplay, ErrorDisplayCheck, __stampede_error_display,
-    impl<T, E> for Witness<Result<T, E>> where E: [Display],
+    impl<T, E> for Probe<Result<T, E>> where E: [Display],
     message = "`{T}` cannot be the error type of a cached function: it does not implement `Display`",
     label = "a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`",
     note = "implement `Display` for it (`thiserror` does)",
@@ -307,7 +325,7 @@ check!(
 check!(
     /// The error type is debugged through the shared failure.
     ErrorDebug, ErrorDebugCheck, __stampede_error_debug,
-    impl<T, E> for Witness<Result<T, E>> where E: [Debug],
+    impl<T, E> for Probe<Result<T, E>> where E: [Debug],
     message = "`{T}` cannot be the error type of a cached function: it does not implement `Debug`",
     label = "a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`",
     note = "derive `Debug` for it",
@@ -315,7 +333,7 @@ check!(
 check!(
     /// The error type crosses from the load's task to the callers'.
     ErrorSend, ErrorSendCheck, __stampede_error_send,
-    impl<T, E> for Witness<Result<T, E>> where E: [Send],
+    impl<T, E> for Probe<Result<T, E>> where E: [Send],
     message = "`{T}` cannot be the error type of a cached function: it is not `Send`",
     label = "a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`",
     note = "keep the error's contents in types that can cross threads",
@@ -323,76 +341,22 @@ check!(
 check!(
     /// The error type is shared between the callers of a failed load.
     ErrorSync, ErrorSyncCheck, __stampede_error_sync,
-    impl<T, E> for Witness<Result<T, E>> where E: [Sync],
+    impl<T, E> for Probe<Result<T, E>> where E: [Sync],
     message = "`{T}` cannot be the error type of a cached function: it is not `Sync`",
     label = "a failed load's error is shared by every caller waiting on it, so it must be `Display + Debug + Send + Sync + 'static`",
     note = "keep the error's contents in types that can be shared between threads (`anyhow::Error` and `Box<dyn Error + Send + Sync>` are)",
 );
 
-#[cfg(feature = "redis")]
-check!(
-    /// An argument that is part of the key of a cache backed by Redis is written as text.
-    KeySerialize, KeySerializeCheck, __stampede_key_serialize,
-    impl<T> for Checked<T> where T: [serde::Serialize],
-    message = "`{T}` cannot be part of the key of a cache backed by Redis: it does not implement `serde::Serialize`",
-    label = "this argument is part of the Redis key, which is written from the arguments with serde",
-    note = "derive `serde::Serialize` for it, or leave it out of the key with a `key = \"...\"` template",
-);
-
-#[cfg(feature = "redis")]
-check!(
-    /// The value of a cache backed by Redis is stored there.
-    ValueSerialize, ValueSerializeCheck, __stampede_value_serialize,
-    impl<T> for Witness<T> where T: [serde::Serialize],
-    message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Serialize`",
-    label = "this cache keeps its values in Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`), written with serde",
-    note = "derive `serde::Serialize` and `serde::Deserialize` for it, or keep the cache in memory (`lock = \"local\"`, `backend = \"memory\"`)",
-);
-
-#[cfg(feature = "redis")]
-check!(
-    /// The value of a cache backed by Redis is read back from there.
-    ValueDeserialize, ValueDeserializeCheck, __stampede_value_deserialize,
-    impl<T> for Witness<T> where T: [serde::de::DeserializeOwned],
-    message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Deserialize`",
-    label = "this cache reads its values back from Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`) with serde",
-    note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
-);
-
-#[cfg(feature = "redis")]
-check!(
-    /// The `T` of a `Result<T, E>` cached in Redis is stored there.
-    OkSerialize, OkSerializeCheck, __stampede_ok_serialize,
-    impl<T, E> for Witness<Result<T, E>> where T: [serde::Serialize],
-    message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Serialize`",
-    label = "this cache keeps its values in Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`), written with serde",
-    note = "derive `serde::Serialize` and `serde::Deserialize` for it, or keep the cache in memory (`lock = \"local\"`, `backend = \"memory\"`)",
-);
-
-#[cfg(feature = "redis")]
-check!(
-    /// The `T` of a `Result<T, E>` cached in Redis is read back from there.
-    OkDeserialize, OkDeserializeCheck, __stampede_ok_deserialize,
-    impl<T, E> for Witness<Result<T, E>> where T: [serde::de::DeserializeOwned],
-    message = "a cache backed by Redis cannot store `{T}`: it does not implement `serde::Deserialize`",
-    label = "this cache reads its values back from Redis (`lock = \"redis\"` or `backend = \"tiered\" | \"redis\"`) with serde",
-    note = "derive `serde::Deserialize` for it (owning its data: no borrowed `&str` fields), or keep the cache in memory",
-);
-
-/// Every check's trait, for the generated code's `use checks::*;` (nameless, so that no name of
-/// the user's is shadowed).
+/// Every check's trait, by name, and what a chain of checks ends with. The generated code
+/// imports the traits a chain calls in a block around that chain only
+/// (`{ use checks::{KeyHashCheck as _, ..}; .. }`), so that no name reaches the scope of the
+/// user's body.
 pub mod checks {
     pub use super::{
-        ArgCloneCheck as _, ArgSendCheck as _, ArgSyncCheck as _, ErrorDebugCheck as _,
-        ErrorDisplayCheck as _, ErrorFromCheck as _, ErrorSendCheck as _, ErrorSyncCheck as _,
-        KeyCloneCheck as _, KeyDebugCheck as _, KeyEqCheck as _, KeyHashCheck as _,
-        KeySendCheck as _, KeySyncCheck as _, OkCloneCheck as _, OkSendCheck as _,
-        OkSyncCheck as _, ReceiverCloneCheck as _, ReceiverSendCheck as _, ReceiverSyncCheck as _,
-        ValueCloneCheck as _, ValueSendCheck as _, ValueSyncCheck as _,
-    };
-    #[cfg(feature = "redis")]
-    pub use super::{
-        KeySerializeCheck as _, OkDeserializeCheck as _, OkSerializeCheck as _,
-        ValueDeserializeCheck as _, ValueSerializeCheck as _,
+        ArgCloneCheck, ArgSendCheck, ArgSyncCheck, ErrorDebugCheck, ErrorDisplayCheck,
+        ErrorFromCheck, ErrorSendCheck, ErrorSyncCheck, KeyCloneCheck, KeyDebugCheck, KeyEqCheck,
+        KeyHashCheck, KeySendCheck, KeySyncCheck, OkCloneCheck, OkSendCheck, OkSyncCheck, Probe,
+        Probed, ReceiverCloneCheck, ReceiverSendCheck, ReceiverSyncCheck, ValueCloneCheck,
+        ValueSendCheck, ValueSyncCheck,
     };
 }

@@ -15,6 +15,7 @@
 //! The tier reaches the cache only through the [`Handle`] of each flight; its options (the
 //! connection's name, the busy policy), its counters and its wire protocol stay in here.
 
+pub(crate) mod bounds;
 pub(crate) mod config;
 mod connection;
 mod envelope;

@@ -30,8 +30,8 @@ pub async fn product(id: u64) -> Result<Product, AppError> {
 }
 
 #[stampede::cached(ttl = "60s", lock = "redis", backend = "redis", redis = "sessions", busy = "error")]
-pub async fn session(token: &str) -> Option<u64> {
-    token.parse().ok()
+pub async fn session(token: &str) -> Result<Option<u64>, AppError> {
+    Ok(token.parse().ok())
 }
 
 #[stampede::cached(ttl = "5s", backend = "tiered", lock = "local")]

@@ -1,5 +1,6 @@
 //! Shapes that compile: free functions, `&self` methods, borrowed arguments, `Option` and
-//! `Result` returns (also through an alias), key templates, a native async fn in a trait.
+//! `Result` returns (also through an alias, and with a boxed error), key templates, a native
+//! async fn in a trait.
 
 use std::sync::Arc;
 
@@ -32,6 +33,11 @@ pub async fn through_alias(id: u64) -> AppResult<u64> {
     Ok(id)
 }
 
+#[stampede::cached(ttl = "60s")]
+pub async fn boxed_error(id: u64) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+    Ok(id)
+}
+
 #[stampede::cached(ttl = "60s", key = "search:{query}", capacity = 100, name = "search")]
 pub async fn search(request_id: &str, query: &str, limit: usize) -> Option<Vec<String>> {
     let _ = (request_id, limit);
@@ -47,6 +53,12 @@ impl Repo {
     #[stampede::cached(ttl = "60s", lock = "none")]
     pub async fn user(&self, id: u64) -> String {
         format!("{}/{id}", self.pool)
+    }
+
+    /// The names the expansion binds are hygienic: an argument may take one of them.
+    #[stampede::cached(ttl = "60s", key = "{__stampede_key}")]
+    pub async fn hygienic(&self, __stampede_key: u64, __stampede_receiver: &str) -> String {
+        format!("{}/{__stampede_key}/{__stampede_receiver}", self.pool)
     }
 }
 

@@ -1,0 +1,6 @@
+#[stampede::cached(ttl = "60s")]
+struct Product {
+    id: u64,
+}
+
+fn main() {}

@@ -152,6 +152,8 @@ macro_rules! check {
         impl<$($g),+> $check for $on where $on: $marker<$param> {}
     };
 }
+// For the checks of a shared tier (the Redis tier's serde bounds); unused without one.
+#[allow(unused_imports)]
 pub(crate) use check;
 
 check!(

@@ -25,8 +25,8 @@
 //! - Zipf (s = 1.0) over 100,000 keys, TTL 2 s, 64 tasks calling for 5 s: loads against the
 //!   fewest loads any cache with that TTL could have made for the same calls;
 //! - many processes (Redis only): 4 processes x 250 callers on one cold key, `lock = "redis"`
-//!   (`examples/multi_instance.rs`): loads in all, and how long after the fill the last caller
-//!   of each waiting process returned, against a Redis round trip measured in the same run.
+//!   (`examples/app/src/multi_instance.rs`): loads in all, and how long after the fill the last
+//!   caller of each waiting process returned, against a Redis round trip measured in the same run.
 
 #[path = "scenarios/contenders.rs"]
 mod contenders;
@@ -35,7 +35,7 @@ mod drive;
 #[path = "scenarios/many.rs"]
 mod many;
 // The processes of the many-processes scenario are copies of this program.
-#[path = "../examples/multi_instance.rs"]
+#[path = "../examples/app/src/multi_instance.rs"]
 mod multi_instance;
 #[path = "support/redis_server.rs"]
 mod redis_server;

@@ -1,16 +1,210 @@
-//! Cache stampede protection for async Rust.
+//! Cache stampede protection for async Rust: one attribute, [`#[cached]`](cached), on the async
+//! function that loads your data.
 //!
-//! See the [README](https://github.com/stampede-rs/stampede) for the full story; in short,
-//! put [`cached`] on the async function that loads your data.
+//! A popular key expires, or an instance starts cold, and the hundreds of requests that arrive in
+//! the next milliseconds all miss the cache at once and run the same query: a *cache stampede*.
+//! `#[stampede::cached]` turns the function into a call on a runtime that guarantees, per key:
+//!
+//! - **one load at a time** (singleflight): the first miss starts the load, every other caller
+//!   waits for its result. The load runs detached on the tokio runtime, so a caller that gives up
+//!   (a dropped request) neither cancels it nor strands the others.
+//! - **no waiting on expiry** (stale-while-revalidate): for `stale` after the fresh time, callers
+//!   get the old value at once while exactly one refresh runs in the background.
+//! - **spread expirations** (TTL jitter): keys filled together do not expire together.
+//! - **bounded loads**: a `timeout` per attempt and a bounded number of `retries`, inside the one
+//!   load, never one retry per waiter.
+//!
+//! With `lock = "redis"`, "one load" holds across every process that shares a Redis (see
+//! [Redis](#redis)).
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+//! use std::time::Duration;
+//!
+//! static QUERIES: AtomicUsize = AtomicUsize::new(0);
+//!
+//! // Fresh for 60s, then served stale for up to 30s more while one refresh runs.
+//! #[stampede::cached(ttl = "60s", stale = "30s", name = "product")]
+//! async fn product(id: u64) -> String {
+//!     QUERIES.fetch_add(1, SeqCst);
+//!     tokio::time::sleep(Duration::from_millis(100)).await; // the slow query
+//!     format!("product #{id}")
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() {
+//!     // 100 concurrent calls on a cold key: one query, every caller gets its result.
+//!     let calls: Vec<_> = (0..100).map(|_| tokio::spawn(product(42))).collect();
+//!     for call in calls {
+//!         assert_eq!(call.await.unwrap(), "product #42");
+//!     }
+//!     assert_eq!(QUERIES.load(SeqCst), 1);
+//!
+//!     let stats = stampede::stats("product").unwrap();
+//!     assert_eq!((stats.loads, stats.misses), (1, 100));
+//! }
+//! ```
+//!
+//! It needs `tokio` with the `macros`, `rt-multi-thread` and `time` features. Durations are
+//! written as [humantime](https://docs.rs/humantime) strings: `"500ms"`, `"60s"`, `"5m"`. The
+//! options (`ttl`, `stale`, `jitter`, `timeout`, `retries`, `lock`, `key`, `name`, ...) are listed
+//! on [`cached`].
+//!
+//! # Names
+//!
+//! Every cache has a name: the `name = "..."` option when given, otherwise
+//! `module_path!()::function` for a free function (`my_app::catalog::product`, starting with the
+//! name of the crate that defines it) and `path::Type::method` for a method
+//! (`my_app::repo::Users::get_user`). The name is what [`stats`], [`invalidate`], the metrics'
+//! `cache` label and the Redis keys use. Give one explicitly when code outside the function looks
+//! the cache up, so that moving the function or renaming the crate does not change it.
+//!
+//! # Errors
+//!
+//! Return `Result<T, E>` to receive failures as values: only `Ok` is cached, and `E` must
+//! implement `From<`[`Error`]`>`, through which callers receive what the cache itself can fail
+//! with (a load that timed out or panicked, ...). One load serves every caller that waited for it,
+//! so its error is shared behind an `Arc` and each of them receives
+//! `E::from(Error::Upstream(..))`; [`Error::upstream::<E>()`](Error::upstream) hands back the
+//! original. For "not found", return `Result<Option<T>, E>`: `None` is cached like any value, so
+//! a client asking again and again for a missing id costs one query per `ttl`, and errors stay for
+//! failures, which are never cached.
+//!
+//! ```
+//! #[derive(Clone, Debug)]
+//! enum AppError {
+//!     Db(String),
+//!     Cache(stampede::Error),
+//! }
+//!
+//! impl std::fmt::Display for AppError {
+//!     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+//!         match self {
+//!             AppError::Db(message) => write!(f, "database: {message}"),
+//!             AppError::Cache(error) => write!(f, "cache: {error}"),
+//!         }
+//!     }
+//! }
+//!
+//! impl From<stampede::Error> for AppError {
+//!     fn from(error: stampede::Error) -> Self {
+//!         match error.upstream::<AppError>() {
+//!             Some(original) => original.clone(), // the load's own error
+//!             None => AppError::Cache(error),     // a timeout, a panic of the load, ...
+//!         }
+//!     }
+//! }
+//!
+//! #[stampede::cached(ttl = "60s", timeout = "500ms", name = "user_email")]
+//! async fn user_email(id: u64) -> Result<Option<String>, AppError> {
+//!     match id {
+//!         0 => Err(AppError::Db("connection refused".into())),
+//!         1..=100 => Ok(Some(format!("user{id}@example.com"))),
+//!         _ => Ok(None), // not found: cached too
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() {
+//!     assert_eq!(user_email(7).await.unwrap().as_deref(), Some("user7@example.com"));
+//!     assert_eq!(user_email(404).await.unwrap(), None);
+//!     assert!(matches!(user_email(0).await, Err(AppError::Db(_))));
+//! }
+//! ```
+//!
+//! A function that returns a plain `T` has no way to report a failure: if its load panics or
+//! times out, every caller waiting for it panics with the error's message.
+//!
+//! # Invalidation
+//!
+//! [`invalidate`]`(name, key)` drops one key's value. The key is the tuple of the function's key
+//! arguments, owned (a `&str` argument is a `String`) and of the exact types of the signature
+//! (`42u64`, not `42`). A load of that key that was running meanwhile does not store its value.
+//!
+//! ```
+//! #[stampede::cached(ttl = "60s", name = "price")]
+//! async fn price(sku: &str, region: u16) -> String {
+//!     format!("{sku} in region {region}: 100") // the query
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), stampede::Error> {
+//!     price("A-1", 33).await;
+//!     stampede::invalidate("price", ("A-1".to_owned(), 33u16)).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! It fails with [`Error::InvalidConfig`] when no cache of that name with that key type has been
+//! called in this process yet.
+//!
+// Only with the `redis` feature, which the Redis example needs.
+#![cfg_attr(
+    feature = "redis",
+    doc = r#"
+# Redis
+
+With `lock = "redis"`, one load runs per key across every process that shares a Redis; values
+live in memory in front of Redis, so a hit costs no round trip. Tell stampede where the Redis
+is once at start-up with [`RedisConfig`], or set the `STAMPEDE_REDIS_URL` environment variable
+([`REDIS_URL_VAR`]). Values and key arguments stored in Redis must be serde types. When Redis
+is down or slow, the cache falls back to this process's own singleflight: no request fails
+because the cache is down.
+
+```no_run
+use std::time::Duration;
+
+#[stampede::cached(ttl = "60s", stale = "30s", lock = "redis", name = "product")]
+async fn product(id: u64) -> String {
+    format!("product #{id}") // the query
+}
+
+#[tokio::main]
+async fn main() -> Result<(), stampede::Error> {
+    stampede::RedisConfig::new("redis://127.0.0.1:6379/")?
+        .prefix("shop") // namespace of every key
+        .op_timeout(Duration::from_millis(100)) // bound on each Redis call
+        .install();
+    println!("{}", product(42).await);
+    // Drops the value in Redis and in every process's memory.
+    stampede::invalidate("product", (42u64,)).await?;
+    Ok(())
+}
+```
+
+The Redis support is the `redis` cargo feature, on by default; with
+`default-features = false`, a function that asks for Redis is a compile error naming the
+feature.
+
+"#
+)]
+//! # Observability
+//!
+//! Counters, gauges and histograms go through the [`metrics`](https://docs.rs/metrics) facade
+//! (install any exporter before the first cached call), spans through
+//! [`tracing`](https://docs.rs/tracing), and [`stats`] and [`caches`] are snapshots for tests and
+//! debug pages.
+//!
+//! # More
+//!
+//! The [README](https://github.com/stampede-rs/stampede#readme) covers what `#[cached]` can be
+//! put on, its compile errors, the Redis protocol and keys, the metrics, and benchmarks against
+//! moka and the `cached` crate; `examples/` in the repository has a repository over SQLite, an
+//! HTTP service and several processes sharing one Redis.
+
+#![deny(missing_docs)]
 
 pub use stampede_macros::cached;
 pub use stampede_runtime::{
-    Backend, CacheInfo, Config, Error, LoadError, Lock, Stats, UpstreamError, caches, invalidate,
-    stats,
+    Backend, CacheInfo, Config, Error, HotKey, LoadError, Lock, Stats, UpstreamError, caches,
+    invalidate, stats,
 };
 #[cfg(feature = "redis")]
 pub use stampede_runtime::{Busy, REDIS_URL_VAR, RedisConfig};
 
+/// What the code generated by `#[cached]` calls. Not a public API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {
     pub use stampede_runtime::__private::*;

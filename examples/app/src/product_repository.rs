@@ -1,6 +1,6 @@
 //! A product catalogue over SQLite (through sqlx) whose lookup by id is cached with
-//! `#[cached(lock = "redis")]` on an `#[async_trait]` method. Shared by `examples/service.rs` and
-//! `tests/service.rs` (through `product_service.rs`).
+//! `#[cached(lock = "redis")]` on an `#[async_trait]` method, served over HTTP by
+//! [`product_service`](crate::product_service).
 //!
 //! Every query that reaches the database increments the `db_queries_total` counter of the
 //! `metrics` facade, so that `/metrics` shows database queries next to requests.
@@ -13,6 +13,8 @@ use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 use stampede::cached;
 
+use crate::sqlite::{RepoError, in_memory_pool};
+
 /// A product as the API returns it. Stored in Redis too, so it is `Serialize + Deserialize`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Product {
@@ -20,11 +22,6 @@ pub struct Product {
     pub name: String,
     pub price_cents: i64,
 }
-
-#[path = "sqlite.rs"]
-mod sqlite;
-pub use sqlite::RepoError;
-use sqlite::in_memory_pool;
 
 /// What the HTTP handlers call; they hold it as `Arc<dyn ProductRepository>`.
 #[async_trait]

@@ -2,8 +2,8 @@
 //! cache at work: `GET /products/{id}`, `GET /metrics` (Prometheus text), `GET /debug/caches`.
 //!
 //! ```sh
-//! cargo run --example service                  # http://127.0.0.1:3000
-//! PORT=3001 cargo run --example service        # or: cargo run --example service -- 3001
+//! cargo run -p stampede-examples --example service            # http://127.0.0.1:3000
+//! PORT=3001 cargo run -p stampede-examples --example service  # or: ... --example service -- 3001
 //! ```
 //!
 //! Product lookups take a Redis lock: with `STAMPEDE_REDIS_URL=redis://127.0.0.1:6379/` set,
@@ -11,16 +11,12 @@
 //! them; without it, each instance runs on local singleflight. `DB_LATENCY_MS` (default 20) is
 //! added to every database query, to stand for a database under load.
 
-#[path = "shared/product_repository.rs"]
-mod product_repository;
-#[path = "shared/product_service.rs"]
-mod product_service;
-
 use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use product_repository::SqliteProducts;
+use stampede_examples::product_repository::SqliteProducts;
+use stampede_examples::product_service;
 
 const PRODUCTS: i64 = 1_000;
 

@@ -3,11 +3,8 @@
 
 mod common;
 
-#[path = "../examples/shared/user_repository.rs"]
-mod user_repository;
-
 use common::within;
-use user_repository::{SqliteUsers, Step, UserRepository, scenario};
+use stampede_examples::user_repository::{SqliteUsers, Step, UserRepository, scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_requests_run_one_query_per_key() {

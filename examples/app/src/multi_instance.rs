@@ -1,16 +1,15 @@
 //! Several processes of one service, one Redis, one cold key: how many loads run, and how soon
 //! the processes that waited get the value after it is filled.
 //!
-//! ```sh
-//! cargo run --example multi_instance -- redis://127.0.0.1:6379/ 4 100
-//! ```
+//! [`run`] starts copies of the running program as the processes; each of them calls
+//! [`child_if_asked`] first thing in `main`, which plays one process when the program was
+//! started that way. Each fires its concurrent calls at the same cold key at the same instant.
+//! With `lock = "redis"`, one process loads the key; the others wait for its publication, which
+//! carries the value.
 //!
-//! The program starts the given number of copies of itself (default 4). Each fires the given
-//! number of concurrent calls (default 100) at the same cold key at the same instant. With `lock = "redis"`, one process loads the key; the
-//! others wait for its publication, which carries the value.
-//!
-//! `tests/multi_process.rs` runs this scenario too, as a module, and so does the benchmarks'
-//! scenario runner (`benches/scenarios.rs`, 4 processes x 250 callers).
+//! `examples/multi_instance.rs` prints what the processes saw, `tests/multi_process.rs` asserts
+//! it, and the benchmarks' scenario runner (`benches/scenarios.rs`, 4 processes x 250 callers)
+//! includes this file to measure it: it uses nothing of this package but this file.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -24,7 +23,8 @@ use tokio::time::Instant;
 const CHILD_VAR: &str = "MULTI_INSTANCE_RUN";
 /// Set in a child process: how many concurrent calls it fires.
 const CALLERS_VAR: &str = "MULTI_INSTANCE_CALLERS";
-const LOAD_TIME: Duration = Duration::from_millis(300);
+/// How long the one load takes.
+pub const LOAD_TIME: Duration = Duration::from_millis(300);
 
 /// The Redis that counts loads across processes, in a child.
 static COUNTER: OnceLock<(redis::Client, String)> = OnceLock::new();
@@ -205,49 +205,5 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Result<Vec<u
             return Err(format!("a process did not finish within {limit:?}"));
         }
         std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-#[allow(dead_code)] // the test that includes this file has its own main
-fn main() {
-    if child_if_asked() {
-        return;
-    }
-    let mut args = std::env::args().skip(1);
-    let url = args
-        .next()
-        .unwrap_or_else(|| "redis://127.0.0.1:6379/".to_owned());
-    let processes: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(4);
-    let callers: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(100);
-    let exe = std::env::current_exe().expect("cannot find this program's path");
-    println!("{processes} processes x {callers} callers on one cold key, Redis at {url}");
-    match run(&exe, &url, processes, callers) {
-        Ok(report) => {
-            println!(
-                "  calls that got the value: {} of {}",
-                report.calls_ok,
-                processes * callers
-            );
-            println!("  loads in all processes together: {}", report.loads);
-            println!(
-                "  one process loaded the key ({LOAD_TIME:?}); in the others, after the fill:"
-            );
-            let ms = |delay: &Duration| delay.as_secs_f64() * 1_000.0;
-            for (first, last) in report
-                .first_release_delays
-                .iter()
-                .zip(&report.release_delays)
-            {
-                println!(
-                    "    first caller returned {:.2} ms, last {:.2} ms",
-                    ms(first),
-                    ms(last)
-                );
-            }
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            std::process::exit(1);
-        }
     }
 }

@@ -5,8 +5,6 @@
 //! `STAMPEDE_CHILD` set plays one process of a scenario. Figures are printed as it goes.
 
 mod common;
-#[path = "../examples/multi_instance.rs"]
-mod multi_instance;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -15,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::redis_server::RedisServer;
 use stampede::{RedisConfig, cached};
+use stampede_examples::multi_instance;
 
 const ROLE: &str = "STAMPEDE_CHILD";
 type Scenario = fn() -> Result<(), String>;
@@ -54,7 +53,7 @@ fn main() {
         let started = Instant::now();
         match scenario() {
             Ok(()) => println!(
-                "test {name} ... ok ({:.1} s)",
+                "test {name} ... ok ({:.1}s)",
                 started.elapsed().as_secs_f64()
             ),
             Err(error) => {
@@ -79,7 +78,7 @@ fn cold_key_four_processes() -> Result<(), String> {
     let delays: Vec<String> = report
         .release_delays
         .iter()
-        .map(|d| format!("{:.2} ms", d.as_secs_f64() * 1_000.0))
+        .map(|d| format!("{:.2}ms", d.as_secs_f64() * 1_000.0))
         .collect();
     println!(
         "  loads in total: {}; calls that got the value: {} of 400; waiters in the 3 other processes released {} after the fill",
@@ -315,7 +314,7 @@ fn holder_killed_mid_load() -> Result<(), String> {
         .map(|(_, l)| l)
         .collect();
     println!(
-        "  holder killed; the other 3 processes finished {:.0} ms later (lease 1000 ms); loads in total: {}",
+        "  holder killed; the other 3 processes finished {:.0}ms later (lease 1000ms); loads in total: {}",
         recovered.as_secs_f64() * 1_000.0,
         loads(&server)
     );
@@ -333,7 +332,7 @@ fn holder_killed_mid_load() -> Result<(), String> {
         || format!("unexpected values: {values:?}"),
     )?;
     check(recovered < Duration::from_millis(3_000), || {
-        format!("recovery took {recovered:?} with a 1 s lease")
+        format!("recovery took {recovered:?} with a 1s lease")
     })
 }
 
@@ -373,7 +372,7 @@ fn stale_across_processes() -> Result<(), String> {
         .max()
         .unwrap_or_default();
     println!(
-        "  200 calls on a stale key in 4 processes: slowest {:.2} ms (a load takes 500 ms); loads in total: {} (1 fill + refreshes)",
+        "  200 calls on a stale key in 4 processes: slowest {:.2}ms (a load takes 500ms); loads in total: {} (1 fill + refreshes)",
         slowest.as_secs_f64() * 1_000.0,
         loads(&server)
     );

@@ -1,5 +1,6 @@
-//! The SQLite plumbing both example repositories share (`user_repository.rs`,
-//! `product_repository.rs`): their error, and the in-memory database they open.
+//! The SQLite plumbing both example repositories share ([`user_repository`](crate::user_repository),
+//! [`product_repository`](crate::product_repository)): their error, and the in-memory database
+//! they open.
 
 use std::fmt;
 use std::str::FromStr;

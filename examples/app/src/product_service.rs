@@ -1,6 +1,6 @@
-//! The HTTP side of the service example: the metrics recorder and the router. Shared by
-//! `examples/service.rs` (which serves it on a port) and `tests/service.rs` (which starts it
-//! in-process and checks what `/metrics` says).
+//! The HTTP side of the service example: the metrics recorder and the router.
+//! `examples/service.rs` serves it on a port; `tests/service.rs` starts it in-process and checks
+//! what `/metrics` says.
 //!
 //! - `GET /products/{id}`: the product as JSON, 404 when there is none;
 //! - `GET /metrics`: every metric of the process in the Prometheus text format;

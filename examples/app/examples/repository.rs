@@ -3,13 +3,11 @@
 //! concurrent requests at a cold cache, and prints how many SQL queries ran for how many calls.
 //!
 //! ```sh
-//! cargo run --example repository
+//! cargo run -p stampede-examples --example repository
 //! ```
 
-#[path = "shared/user_repository.rs"]
-mod user_repository;
-
-use user_repository::{RepoError, SqliteUsers, UserRepository, scenario};
+use stampede_examples::sqlite::RepoError;
+use stampede_examples::user_repository::{SqliteUsers, UserRepository, scenario};
 
 #[tokio::main]
 async fn main() -> Result<(), RepoError> {

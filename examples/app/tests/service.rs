@@ -5,11 +5,6 @@
 
 mod common;
 
-#[path = "../examples/shared/product_repository.rs"]
-mod product_repository;
-#[path = "../examples/shared/product_service.rs"]
-mod product_service;
-
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -22,8 +17,9 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use product_repository::{SqliteProducts, seeded_name, seeded_price};
 use serde_json::{Value, json};
+use stampede_examples::product_repository::{SqliteProducts, seeded_name, seeded_price};
+use stampede_examples::product_service;
 
 /// The product cache's name, as `#[cached(name = ...)]` gives it.
 const CACHE: &str = "products::by_id";

@@ -1,6 +1,5 @@
 //! A user repository over SQLite, with cached reads, and the scenario that shows what the cache
-//! saves. Shared by `examples/repository.rs` (which prints the scenario's report) and
-//! `tests/repository.rs` (which asserts it).
+//! saves: `examples/repository.rs` prints the scenario's report, `tests/repository.rs` asserts it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,17 +9,14 @@ use sqlx::Row;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use stampede::cached;
 
+use crate::sqlite::{RepoError, in_memory_pool};
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct User {
     pub id: i64,
     pub name: String,
     pub email: String,
 }
-
-#[path = "sqlite.rs"]
-mod sqlite;
-pub use sqlite::RepoError;
-use sqlite::in_memory_pool;
 
 /// What the services call; they hold it as `Arc<dyn UserRepository>`.
 #[async_trait]

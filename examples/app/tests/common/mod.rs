@@ -1,0 +1,20 @@
+//! Helpers shared by this package's tests: bounded waits, and a `redis-server` of their own.
+#![allow(dead_code)] // each test file uses its own subset
+
+/// A copy of the facade's `tests/common/redis_server.rs`: this package cannot reach the facade's
+/// test helpers, and the helper is no part of an example.
+pub mod redis_server;
+
+use std::future::Future;
+use std::time::Duration;
+
+/// The bound on any single wait in a test: a hang fails the test instead of stalling the suite.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Awaits `future`, failing the test if it takes longer than [`WAIT`].
+pub async fn within<F: Future>(future: F) -> F::Output {
+    match tokio::time::timeout(WAIT, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("a wait in this test did not finish within {WAIT:?}"),
+    }
+}

@@ -44,6 +44,10 @@ pub struct RedisConfig {
     pub(crate) failures_before_cooldown: u32,
 }
 
+/// The longest any duration of a [`RedisConfig`] is taken to be (24 h): longer ones are clamped
+/// to it, so that `Duration::MAX` is accepted and never overflows a deadline.
+pub(crate) const MAX_SETTING: Duration = Duration::from_secs(24 * 60 * 60);
+
 impl RedisConfig {
     /// Settings for the Redis at `url`, with the defaults: prefix `stampede`, operation timeout
     /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row.
@@ -82,28 +86,31 @@ impl RedisConfig {
     }
 
     /// Bound on each Redis call. Past it the call counts as a failure and the cache serves from
-    /// this process instead.
+    /// this process instead. Clamped to [1 ms, 24 h].
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
-        self.op_timeout = timeout.max(Duration::from_millis(1));
+        self.op_timeout = clamp(timeout, Duration::from_millis(1));
         self
     }
 
     /// How long a lock is held without renewal. A watchdog renews it every third of the lease
-    /// while the holder's load runs, so a lease only runs out when its holder died.
+    /// while the holder's load runs, so a lease only runs out when its holder died. Clamped to
+    /// [30 ms, 24 h].
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease.max(Duration::from_millis(30));
+        self.lease = clamp(lease, Duration::from_millis(30));
         self
     }
 
-    /// How long a process waits for another's load before it loads the key itself.
+    /// How long a process waits for another's load before it loads the key itself. Clamped to
+    /// at most 24 h.
     pub fn lock_wait(mut self, wait: Duration) -> Self {
-        self.lock_wait = wait;
+        self.lock_wait = clamp(wait, Duration::ZERO);
         self
     }
 
-    /// How long Redis is skipped after `failures` failed calls in a row.
+    /// How long Redis is skipped after `failures` failed calls in a row (at least 1). The
+    /// cool-down is clamped to at most 24 h.
     pub fn cooldown(mut self, cooldown: Duration, failures: u32) -> Self {
-        self.cooldown = cooldown;
+        self.cooldown = clamp(cooldown, Duration::ZERO);
         self.failures_before_cooldown = failures.max(1);
         self
     }
@@ -130,6 +137,10 @@ impl fmt::Debug for RedisConfig {
             .field("cooldown", &self.cooldown)
             .finish_non_exhaustive()
     }
+}
+
+fn clamp(duration: Duration, least: Duration) -> Duration {
+    duration.clamp(least, MAX_SETTING)
 }
 
 /// The URL without its password, for messages.
@@ -194,6 +205,28 @@ mod tests {
         );
         let error = RedisConfig::new("redis://user:hunter2@[::1:6379").unwrap_err();
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn every_duration_up_to_max_is_clamped_into_a_usable_range() {
+        let config = RedisConfig::new("redis://localhost")
+            .unwrap()
+            .op_timeout(Duration::MAX)
+            .lease(Duration::MAX)
+            .lock_wait(Duration::MAX)
+            .cooldown(Duration::MAX, 0);
+        assert_eq!(config.op_timeout, MAX_SETTING);
+        assert_eq!(config.lease, MAX_SETTING);
+        assert_eq!(config.lock_wait, MAX_SETTING);
+        assert_eq!(config.cooldown, MAX_SETTING);
+        assert_eq!(config.failures_before_cooldown, 1);
+
+        let config = RedisConfig::new("redis://localhost")
+            .unwrap()
+            .op_timeout(Duration::ZERO)
+            .lease(Duration::ZERO);
+        assert_eq!(config.op_timeout, Duration::from_millis(1));
+        assert_eq!(config.lease, Duration::from_millis(30));
     }
 
     #[test]

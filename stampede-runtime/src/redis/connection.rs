@@ -13,6 +13,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::runtime::{self, Handle};
 use tokio::time::Instant;
 
+use crate::entry::after;
 use crate::redis::config::RedisConfig;
 use crate::redis::keys::RedisKeys;
 use crate::redis::pubsub::{Listener, Subscriber};
@@ -391,7 +392,7 @@ impl Health {
         let now = Instant::now();
         let mut state = self.lock();
         if failures >= config.failures_before_cooldown {
-            state.skip_until = Some(now + config.cooldown);
+            state.skip_until = Some(after(now, config.cooldown));
             state.down = true;
             self.metrics.degraded.set(1.0);
         }
@@ -416,4 +417,25 @@ impl Health {
 
 fn display_name(name: &str) -> &str {
     if name.is_empty() { "default" } else { name }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_cooldown_of_duration_max_does_not_overflow() {
+        let config = RedisConfig::new("redis://127.0.0.1:1")
+            .unwrap()
+            .cooldown(Duration::MAX, 1);
+        let connection = Connection::new("max_cooldown_unit", config);
+        connection.health.failure(
+            &connection.name,
+            &Failure::Timeout(Duration::from_millis(1)),
+            &connection.config,
+        );
+        assert!(!connection.usable(), "skipped during the cool-down");
+        connection.health.success(&connection.name);
+        assert!(connection.usable());
+    }
 }

@@ -1,19 +1,230 @@
-//! The Redis tier under faults, against a real `redis-server` per test: durations up to
-//! `Duration::MAX`.
+//! The Redis tier under network and server faults, through a fault proxy between the caches and
+//! a real `redis-server` per test: half-open (blackholed) connections, a failover behind DNS
+//! (`READONLY`), errors about one key, and durations up to `Duration::MAX`.
 //!
+//! Two caches with one `name` and their own Redis connections stand for two processes. The
+//! tests here take turns (`serial`), so that one test's fault does not slow another's calls.
 //! Time is real: the faults are on real sockets.
 
 mod common;
 
-use std::time::Duration;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
 
+use common::fault_proxy::FaultProxy;
 use common::redis_server::RedisServer;
-use common::within;
+use common::{AppError, within};
 use stampede::{RedisConfig, cached};
 
 async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     SERIAL.lock().await
+}
+
+/// Calls `attempt` every 20 ms until it returns `Some`, failing the test after `bound`.
+async fn until<T, F, Fut>(what: &str, bound: Duration, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(found) = within(attempt()).await {
+            return found;
+        }
+        assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_blackholed_link_is_replaced_and_calls_return_to_redis() {
+    let _serial = serial().await;
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "links_proxied",
+        name = "faults::links"
+    )]
+    async fn reader(id: u64) -> String {
+        format!("{id} loaded by the reader")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "links_direct",
+        name = "faults::links"
+    )]
+    async fn writer(id: u64) -> String {
+        format!("{id} loaded by the writer")
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let op_timeout = Duration::from_millis(200);
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(op_timeout)
+        .cooldown(Duration::from_millis(300), 3)
+        .install_as("links_proxied");
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("links_direct");
+
+    assert_eq!(within(reader(1)).await, "1 loaded by the reader");
+    assert_eq!(stampede::stats("faults::links").unwrap().lock_acquired, 1);
+    let connections = proxy.accepted();
+    proxy.blackhole();
+    let blackholed = Instant::now();
+
+    // Each round the writer (another process, on a healthy link) puts a value in Redis; the
+    // reader gets it from there once its tier is back on Redis, and loads it itself until then.
+    let mut round = 0;
+    let recovered = until(
+        "the reader to read Redis again after its link was blackholed",
+        Duration::from_secs(15),
+        || {
+            round += 1;
+            let id = 100 + round;
+            async move {
+                assert_eq!(writer(id).await, format!("{id} loaded by the writer"));
+                let started = Instant::now();
+                let value = reader(id).await;
+                let took = started.elapsed();
+                assert!(
+                    took < Duration::from_secs(2),
+                    "a call during the blackhole took {took:?}"
+                );
+                if value == format!("{id} loaded by the writer") {
+                    return Some(blackholed.elapsed());
+                }
+                assert_eq!(value, format!("{id} loaded by the reader"));
+                None
+            }
+        },
+    )
+    .await;
+    assert!(
+        proxy.accepted() > connections,
+        "the reader reached Redis through a new connection"
+    );
+    let stats = stampede::stats("faults::links").unwrap();
+    assert!(stats.remote_hits >= 1 && stats.degraded >= 1, "{stats:?}");
+    println!("back on Redis {recovered:?} after the blackhole, in {round} rounds; {stats:?}");
+}
+
+#[tokio::test]
+async fn a_link_answered_readonly_is_replaced_and_reaches_the_new_primary() {
+    let _serial = serial().await;
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "failover",
+        name = "faults::failover"
+    )]
+    async fn quote(id: u64) -> Result<String, AppError> {
+        Ok(format!("quote {id}"))
+    }
+
+    let old_primary = RedisServer::start();
+    let new_primary = RedisServer::start();
+    let dns = FaultProxy::start(old_primary.port());
+    RedisConfig::new(&dns.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("failover");
+    assert_eq!(within(quote(1)).await.unwrap(), "quote 1");
+    assert_eq!(
+        old_primary.command::<i64>(&["EXISTS", "test:{faults::failover:1}:v"]),
+        1
+    );
+
+    // The failover: the old primary is demoted (its writes answer READONLY) and the name now
+    // resolves to the new one; established connections stay on the old.
+    let port = new_primary.port().to_string();
+    let _: () = old_primary.command(&["REPLICAOF", "127.0.0.1", &port]);
+    dns.retarget(new_primary.port());
+
+    let mut id = 1;
+    until(
+        "a value written to the new primary",
+        Duration::from_secs(15),
+        || {
+            id += 1;
+            let id = id;
+            let new_primary = &new_primary;
+            async move {
+                assert_eq!(quote(id).await.unwrap(), format!("quote {id}"));
+                let key = format!("test:{{faults::failover:{id}}}:v");
+                (new_primary.command::<i64>(&["EXISTS", &key]) == 1).then_some(())
+            }
+        },
+    )
+    .await;
+    println!("the new primary holds key {id}");
+}
+
+#[tokio::test]
+async fn an_error_about_one_key_loads_it_locally_and_leaves_the_connection_up() {
+    let _serial = serial().await;
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "key_errors",
+        name = "faults::key_errors"
+    )]
+    async fn price(sku: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        Ok(format!("{} EUR", sku * 10))
+    }
+
+    let server = RedisServer::start();
+    // One failure would skip Redis for a minute: any error counted against the connection shows.
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .cooldown(Duration::from_secs(60), 1)
+        .install_as("key_errors");
+    let name = "faults::key_errors";
+    let _: i64 = server.command(&["HSET", "test:{faults::key_errors:1}:v", "field", "x"]);
+
+    assert_eq!(
+        within(price(1)).await.unwrap(),
+        "10 EUR",
+        "WRONGTYPE: loaded here"
+    );
+    assert_eq!(stampede::stats(name).unwrap().degraded, 1);
+    assert_eq!(within(price(2)).await.unwrap(), "20 EUR");
+    let stats = stampede::stats(name).unwrap();
+    assert_eq!(
+        (stats.degraded, stats.lock_acquired),
+        (1, 1),
+        "another key still goes through Redis: {stats:?}"
+    );
+    assert_eq!(
+        server.command::<i64>(&["EXISTS", "test:{faults::key_errors:2}:v"]),
+        1
+    );
+
+    // Out of memory: the write is refused, the call loads here, the connection stays up.
+    let _: () = server.command(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert_eq!(within(price(3)).await.unwrap(), "30 EUR");
+    let _: () = server.command(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(within(price(4)).await.unwrap(), "40 EUR");
+    let stats = stampede::stats(name).unwrap();
+    assert_eq!(
+        (stats.degraded, stats.lock_acquired),
+        (2, 2),
+        "after OOM, the next key went through Redis: {stats:?}"
+    );
+    assert_eq!(LOADS.load(SeqCst), 4);
 }
 
 #[tokio::test]
@@ -45,6 +256,15 @@ async fn every_duration_up_to_max_still_serves_values() {
     #[cached(
         ttl = "60s",
         lock = "redis",
+        redis = "max_beat",
+        name = "faults::max_beat"
+    )]
+    async fn timing(id: u64) -> u64 {
+        id + 4
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
         redis = "max_cooldown",
         name = "faults::max_cooldown"
     )]
@@ -57,6 +277,9 @@ async fn every_duration_up_to_max_still_serves_values() {
     config().lease(Duration::MAX).install_as("max_lease");
     config().lock_wait(Duration::MAX).install_as("max_wait");
     config().op_timeout(Duration::MAX).install_as("max_op");
+    config()
+        .connect_timeout(Duration::MAX)
+        .install_as("max_beat");
     // Nothing listens there: the first call fails and starts a cool-down of Duration::MAX.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
@@ -70,10 +293,12 @@ async fn every_duration_up_to_max_still_serves_values() {
     assert_eq!(within(lease(1)).await, 2);
     assert_eq!(within(lock_wait(1)).await, 3);
     assert_eq!(within(op_timeout(1)).await, 4);
+    assert_eq!(within(timing(1)).await, 5);
     for (name, key) in [
         ("faults::max_lease", "test:{faults::max_lease:1}:v"),
         ("faults::max_wait", "test:{faults::max_wait:1}:v"),
         ("faults::max_op", "test:{faults::max_op:1}:v"),
+        ("faults::max_beat", "test:{faults::max_beat:1}:v"),
     ] {
         let stats = stampede::stats(name).unwrap();
         assert_eq!(

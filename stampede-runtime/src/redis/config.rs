@@ -42,6 +42,7 @@ pub struct RedisConfig {
     pub(crate) lock_wait: Duration,
     pub(crate) cooldown: Duration,
     pub(crate) failures_before_cooldown: u32,
+    pub(crate) connect_timeout: Duration,
 }
 
 /// The longest any duration of a [`RedisConfig`] is taken to be (24 h): longer ones are clamped
@@ -50,7 +51,8 @@ pub(crate) const MAX_SETTING: Duration = Duration::from_secs(24 * 60 * 60);
 
 impl RedisConfig {
     /// Settings for the Redis at `url`, with the defaults: prefix `stampede`, operation timeout
-    /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row.
+    /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row,
+    /// connection setup 1 s.
     ///
     /// Fails with [`Error::InvalidConfig`] when the URL does not parse; nothing is connected
     /// until a cache needs Redis.
@@ -75,6 +77,7 @@ impl RedisConfig {
             lock_wait: Duration::from_secs(10),
             cooldown: Duration::from_secs(1),
             failures_before_cooldown: 3,
+            connect_timeout: Duration::from_secs(1),
         })
     }
 
@@ -86,7 +89,8 @@ impl RedisConfig {
     }
 
     /// Bound on each Redis call. Past it the call counts as a failure and the cache serves from
-    /// this process instead. Clamped to [1 ms, 24 h].
+    /// this process instead; two timeouts in a row on one connection replace it (a half-open
+    /// connection answers nothing, ever). Clamped to [1 ms, 24 h].
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
         self.op_timeout = clamp(timeout, Duration::from_millis(1));
         self
@@ -115,6 +119,15 @@ impl RedisConfig {
         self
     }
 
+    /// Bound on making this process's connections to Redis (the command connection, and the
+    /// pub/sub connection). A call waits for a connection being made at most its operation
+    /// timeout; the connection goes on being made in the background, and concurrent calls share
+    /// that one attempt. Clamped to [1 ms, 24 h].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = clamp(timeout, Duration::from_millis(1));
+        self
+    }
+
     /// Makes this the default connection, replacing any earlier one.
     pub fn install(self) {
         install(DEFAULT, self);
@@ -135,6 +148,7 @@ impl fmt::Debug for RedisConfig {
             .field("lease", &self.lease)
             .field("lock_wait", &self.lock_wait)
             .field("cooldown", &self.cooldown)
+            .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -214,19 +228,23 @@ mod tests {
             .op_timeout(Duration::MAX)
             .lease(Duration::MAX)
             .lock_wait(Duration::MAX)
-            .cooldown(Duration::MAX, 0);
+            .cooldown(Duration::MAX, 0)
+            .connect_timeout(Duration::MAX);
         assert_eq!(config.op_timeout, MAX_SETTING);
         assert_eq!(config.lease, MAX_SETTING);
         assert_eq!(config.lock_wait, MAX_SETTING);
         assert_eq!(config.cooldown, MAX_SETTING);
         assert_eq!(config.failures_before_cooldown, 1);
+        assert_eq!(config.connect_timeout, MAX_SETTING);
 
         let config = RedisConfig::new("redis://localhost")
             .unwrap()
             .op_timeout(Duration::ZERO)
-            .lease(Duration::ZERO);
+            .lease(Duration::ZERO)
+            .connect_timeout(Duration::ZERO);
         assert_eq!(config.op_timeout, Duration::from_millis(1));
         assert_eq!(config.lease, Duration::from_millis(30));
+        assert_eq!(config.connect_timeout, Duration::from_millis(1));
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The Redis tier under network and server faults, through a fault proxy between the caches and
 //! a real `redis-server` per test: half-open (blackholed) connections, a failover behind DNS
-//! (`READONLY`), errors about one key, and durations up to `Duration::MAX`.
+//! (`READONLY`), errors about one key, a lost invalidation feed, and durations up to
+//! `Duration::MAX`.
 //!
-//! Two caches with one `name` and their own Redis connections stand for two processes. The
-//! tests here take turns (`serial`), so that one test's fault does not slow another's calls.
+//! Two caches with one `name` and their own Redis connections stand for two processes, except
+//! for invalidations: this process's feed drops a key from every cache of its name, so another
+//! process's invalidation is made with the commands it would send (`invalidate_elsewhere`). A
+//! process that loses its feed drops the memory of every Redis-backed cache it has, so the tests
+//! here take turns (`serial`): one test's fault never drops another's memory.
 //! Time is real: the faults are on real sockets.
 
 mod common;
@@ -16,6 +20,13 @@ use common::fault_proxy::FaultProxy;
 use common::redis_server::RedisServer;
 use common::{AppError, within};
 use stampede::{RedisConfig, cached};
+
+/// The heartbeat of the feed tests, and the staleness bound it gives with the default operation
+/// timeout (250 ms): `2 × heartbeat + op_timeout`, as `RedisConfig::heartbeat` documents.
+const HEARTBEAT: Duration = Duration::from_millis(300);
+const STALENESS_BOUND: Duration = Duration::from_millis(2 * 300 + 250);
+/// Room for a loaded machine on top of a documented bound, and for the call that observes it.
+const SLACK: Duration = Duration::from_secs(2);
 
 async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -36,6 +47,10 @@ where
         assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+fn misses(name: &str) -> u64 {
+    stampede::stats(name).map_or(0, |stats| stats.misses)
 }
 
 #[tokio::test]
@@ -228,6 +243,149 @@ async fn an_error_about_one_key_loads_it_locally_and_leaves_the_connection_up() 
 }
 
 #[tokio::test]
+async fn a_killed_invalidation_feed_drops_memory_and_resubscribes_by_itself() {
+    let _serial = serial().await;
+    static VERSION: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "feed_kill",
+        name = "faults::feed_kill"
+    )]
+    async fn item(id: u64) -> String {
+        format!("item {id} v{}", VERSION.fetch_add(1, SeqCst) + 1)
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .heartbeat(HEARTBEAT)
+        .install_as("feed_kill");
+    let name = "faults::feed_kill";
+    let old = within(item(1)).await;
+    let before = misses(name);
+    assert_eq!(within(item(1)).await, old);
+    assert_eq!(misses(name), before, "served from memory");
+
+    let killed: i64 = server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1, "the subscriber was killed");
+    invalidate_elsewhere(&server, name, 1);
+    let invalidated = Instant::now();
+    let new = until(
+        "the process to stop serving the invalidated value",
+        STALENESS_BOUND + SLACK,
+        || async { Some(item(1).await).filter(|value| *value != old) },
+    )
+    .await;
+    println!(
+        "served {new:?} instead of {old:?} {:?} after the invalidation",
+        invalidated.elapsed()
+    );
+
+    invalidations_arrive_again(&server, name, item).await;
+}
+
+#[tokio::test]
+async fn a_blackholed_invalidation_feed_is_noticed_within_the_documented_bound() {
+    let _serial = serial().await;
+    static VERSION: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "feed_hole",
+        name = "faults::feed_hole"
+    )]
+    async fn item(id: u64) -> String {
+        format!("item {id} v{}", VERSION.fetch_add(1, SeqCst) + 1)
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .heartbeat(HEARTBEAT)
+        .install_as("feed_hole");
+    let name = "faults::feed_hole";
+    let old = within(item(1)).await;
+    let before = misses(name);
+    assert_eq!(within(item(1)).await, old);
+    assert_eq!(misses(name), before, "served from memory");
+
+    // The process's connections go half-open: they stay open and nothing arrives, so nothing
+    // tells it that the key is invalidated.
+    proxy.blackhole();
+    invalidate_elsewhere(&server, name, 1);
+    let invalidated = Instant::now();
+    let new = until(
+        "the process to stop serving the invalidated value",
+        STALENESS_BOUND + SLACK,
+        || async { Some(item(1).await).filter(|value| *value != old) },
+    )
+    .await;
+    let stale_for = invalidated.elapsed();
+    println!(
+        "served {new:?} instead of {old:?} {stale_for:?} after the invalidation \
+         (documented bound {STALENESS_BOUND:?}, plus the observing call)"
+    );
+
+    invalidations_arrive_again(&server, name, item).await;
+}
+
+/// What another process's invalidation of `id` does, seen from this one: the value is gone from
+/// Redis, and the key is announced on the invalidation channel.
+///
+/// A second cache of the same name in this process cannot play that process here: this
+/// process's own invalidation feed would then drop the key from both caches' memory.
+fn invalidate_elsewhere(server: &RedisServer, name: &str, id: u64) {
+    let _: () = server.command(&["FLUSHDB"]);
+    let message = format!("{name}\n{id}");
+    let _: i64 = server.command(&["PUBLISH", "test:invalidations", &message]);
+}
+
+/// With no call needed to revive the feed, an invalidation made elsewhere drops that key from
+/// memory, and only that key: the message arrived, the process did not drop everything. Tried
+/// with fresh keys until a round passes, since the process may still be between a lost and a
+/// restored session (each drops its memory) when the first rounds run.
+async fn invalidations_arrive_again<F, Fut>(server: &RedisServer, name: &str, item: F)
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = String>,
+{
+    let mut round = 0;
+    until(
+        "an invalidation to arrive through the resubscribed feed",
+        Duration::from_secs(15),
+        || {
+            round += 1;
+            let (key, witness) = (1_000 + 2 * round, 1_001 + 2 * round);
+            let item = &item;
+            async move {
+                let old = item(key).await;
+                let kept = item(witness).await;
+                invalidate_elsewhere(server, name, key);
+                let started = Instant::now();
+                while item(key).await == old {
+                    assert!(
+                        started.elapsed() < STALENESS_BOUND + SLACK,
+                        "key {key} was served after its invalidation"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let before = misses(name);
+                let from_memory = item(witness).await == kept && misses(name) == before;
+                from_memory.then_some(())
+            }
+        },
+    )
+    .await;
+    println!("an invalidation arrived through the feed in round {round}");
+}
+
+#[tokio::test]
 async fn every_duration_up_to_max_still_serves_values() {
     let _serial = serial().await;
 
@@ -279,6 +437,7 @@ async fn every_duration_up_to_max_still_serves_values() {
     config().op_timeout(Duration::MAX).install_as("max_op");
     config()
         .connect_timeout(Duration::MAX)
+        .heartbeat(Duration::MAX)
         .install_as("max_beat");
     // Nothing listens there: the first call fails and starts a cool-down of Duration::MAX.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")

@@ -43,6 +43,7 @@ pub struct RedisConfig {
     pub(crate) cooldown: Duration,
     pub(crate) failures_before_cooldown: u32,
     pub(crate) connect_timeout: Duration,
+    pub(crate) heartbeat: Duration,
 }
 
 /// The longest any duration of a [`RedisConfig`] is taken to be (24 h): longer ones are clamped
@@ -52,7 +53,7 @@ pub(crate) const MAX_SETTING: Duration = Duration::from_secs(24 * 60 * 60);
 impl RedisConfig {
     /// Settings for the Redis at `url`, with the defaults: prefix `stampede`, operation timeout
     /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row,
-    /// connection setup 1 s.
+    /// connection setup 1 s, heartbeat 1 s.
     ///
     /// Fails with [`Error::InvalidConfig`] when the URL does not parse; nothing is connected
     /// until a cache needs Redis.
@@ -78,6 +79,7 @@ impl RedisConfig {
             cooldown: Duration::from_secs(1),
             failures_before_cooldown: 3,
             connect_timeout: Duration::from_secs(1),
+            heartbeat: Duration::from_secs(1),
         })
     }
 
@@ -120,12 +122,33 @@ impl RedisConfig {
     }
 
     /// Bound on making this process's connections to Redis (the command connection, and the
-    /// pub/sub connection). A call waits for a connection being made at most its operation
-    /// timeout; the connection goes on being made in the background, and concurrent calls share
-    /// that one attempt. Clamped to [1 ms, 24 h].
+    /// pub/sub connection with its first subscriptions). A call waits for a connection being
+    /// made at most its operation timeout; the connection goes on being made in the background,
+    /// and concurrent calls share that one attempt. Clamped to [1 ms, 24 h].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = clamp(timeout, Duration::from_millis(1));
         self
+    }
+
+    /// How often this process checks that its invalidation feed (the pub/sub connection) is
+    /// live, by publishing a token on a channel of its own and hearing it back.
+    ///
+    /// A process serves a value from memory at most `2 × heartbeat + op_timeout` after an
+    /// invalidation it missed (2.25 s with the defaults): a feed that was cut or went half-open
+    /// is noticed by then, and the memory of every Redis-backed cache of the process is dropped.
+    /// Until the feed is back (it is resubscribed in the background), values read from Redis are
+    /// kept in memory no longer than that bound. Clamped to [10 ms, 24 h].
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.heartbeat = clamp(every, Duration::from_millis(10));
+        self
+    }
+
+    /// How long after an invalidation this process may still serve the old value from memory
+    /// if it missed that invalidation: `2 × heartbeat + op_timeout`.
+    pub(crate) fn staleness_bound(&self) -> Duration {
+        self.heartbeat
+            .saturating_mul(2)
+            .saturating_add(self.op_timeout)
     }
 
     /// Makes this the default connection, replacing any earlier one.
@@ -149,6 +172,7 @@ impl fmt::Debug for RedisConfig {
             .field("lock_wait", &self.lock_wait)
             .field("cooldown", &self.cooldown)
             .field("connect_timeout", &self.connect_timeout)
+            .field("heartbeat", &self.heartbeat)
             .finish_non_exhaustive()
     }
 }
@@ -173,7 +197,7 @@ static INSTALLED: RwLock<Option<HashMap<String, Arc<Connection>>>> = RwLock::new
 static FROM_ENV: OnceLock<Option<Arc<Connection>>> = OnceLock::new();
 
 fn install(name: &str, config: RedisConfig) {
-    let connection = Arc::new(Connection::new(name, config));
+    let connection = Connection::new(name, config);
     INSTALLED
         .write()
         .unwrap_or_else(PoisonError::into_inner)
@@ -196,7 +220,7 @@ pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Connection>> {
         .get_or_init(|| {
             let url = std::env::var(REDIS_URL_VAR).ok()?;
             match RedisConfig::new(&url) {
-                Ok(config) => Some(Arc::new(Connection::new(DEFAULT, config))),
+                Ok(config) => Some(Connection::new(DEFAULT, config)),
                 Err(error) => {
                     tracing::error!(%error, "stampede: {REDIS_URL_VAR} is set but unusable; caches run without Redis");
                     None
@@ -229,22 +253,33 @@ mod tests {
             .lease(Duration::MAX)
             .lock_wait(Duration::MAX)
             .cooldown(Duration::MAX, 0)
-            .connect_timeout(Duration::MAX);
+            .connect_timeout(Duration::MAX)
+            .heartbeat(Duration::MAX);
         assert_eq!(config.op_timeout, MAX_SETTING);
         assert_eq!(config.lease, MAX_SETTING);
         assert_eq!(config.lock_wait, MAX_SETTING);
         assert_eq!(config.cooldown, MAX_SETTING);
         assert_eq!(config.failures_before_cooldown, 1);
         assert_eq!(config.connect_timeout, MAX_SETTING);
+        assert_eq!(config.heartbeat, MAX_SETTING);
+        assert_eq!(config.staleness_bound(), MAX_SETTING * 3);
 
         let config = RedisConfig::new("redis://localhost")
             .unwrap()
             .op_timeout(Duration::ZERO)
             .lease(Duration::ZERO)
-            .connect_timeout(Duration::ZERO);
+            .connect_timeout(Duration::ZERO)
+            .heartbeat(Duration::ZERO);
         assert_eq!(config.op_timeout, Duration::from_millis(1));
         assert_eq!(config.lease, Duration::from_millis(30));
         assert_eq!(config.connect_timeout, Duration::from_millis(1));
+        assert_eq!(config.heartbeat, Duration::from_millis(10));
+    }
+
+    #[test]
+    fn the_staleness_bound_is_two_heartbeats_and_an_operation_timeout() {
+        let config = RedisConfig::new("redis://localhost").unwrap();
+        assert_eq!(config.staleness_bound(), Duration::from_millis(2_250));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! - making connections is bounded by `connect_timeout` and runs in a task of its own, shared by
 //!   every call that needs it (no thundering reconnects); a call waits for it at most its
 //!   operation timeout;
-//! - the pub/sub connection is replaced when it fails;
+//! - the subscriber replaces its own connection in the background (see `pubsub`);
 //! - a reply about one key (`WRONGTYPE`, `OOM`) fails that call only: the server answered, so
 //!   the connection is neither replaced nor counted as down.
 
@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::entry::after;
 use crate::redis::config::RedisConfig;
 use crate::redis::keys::RedisKeys;
-use crate::redis::pubsub::{Listener, Subscriber};
+use crate::redis::pubsub::{Listener, Settings, Subscriber};
 use crate::redis::scripts;
 
 /// How long a generation outlives the invalidation that bumped it: longer than any load.
@@ -45,6 +45,8 @@ pub(crate) struct Connection {
     pub(crate) config: RedisConfig,
     links: Mutex<HashMap<runtime::Id, Arc<Link>>>,
     health: Health,
+    /// This connection, for the tasks it starts (which must not keep it alive).
+    me: Weak<Connection>,
 }
 
 /// The metrics of one connection, labelled with its name.
@@ -64,6 +66,7 @@ struct Link {
 #[derive(Default)]
 struct LinkState {
     commands: Option<Arc<Commands>>,
+    /// Set once its first session was up; from then on it replaces its own connection.
     events: Option<Arc<Subscriber>>,
     /// The one attempt at making what is missing, shared by every call that needs it.
     connecting: Option<Connecting>,
@@ -268,13 +271,13 @@ pub(crate) struct Fill<'a> {
 }
 
 impl Connection {
-    pub(crate) fn new(name: &str, config: RedisConfig) -> Self {
+    pub(crate) fn new(name: &str, config: RedisConfig) -> Arc<Self> {
         let label = [("redis", display_name(name).to_owned())];
         let metrics = ConnectionMetrics {
             errors: metrics::counter!("redis_error_total", &label),
             degraded: metrics::gauge!("cache_degraded", &label),
         };
-        Connection {
+        Arc::new_cyclic(|me| Connection {
             name: name.to_owned(),
             config,
             links: Mutex::new(HashMap::new()),
@@ -283,7 +286,8 @@ impl Connection {
                 state: Mutex::new(HealthState::default()),
                 metrics,
             },
-        }
+            me: me.clone(),
+        })
     }
 
     /// The channel on which invalidations are announced to every process.
@@ -426,6 +430,62 @@ impl Connection {
         listened
     }
 
+    /// How long this process may keep in memory a value it reads from or writes to Redis now:
+    /// `None` (as long as the cache's own deadlines say) while the invalidation feed is live,
+    /// `Some(bound)` while it is not known to be (`2 × heartbeat + op_timeout`, see `pubsub`):
+    /// an invalidation missed meanwhile is then outlived by at most that bound.
+    /// `Some(Duration::ZERO)` would mean: keep nothing.
+    #[allow(dead_code)] // until the flow caps what it keeps with it
+    pub(crate) fn memory_trusted_for(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let live = self.links().values().any(|link| {
+            link.lock()
+                .events
+                .as_ref()
+                .is_some_and(|events| events.is_live(now))
+        });
+        if live {
+            None
+        } else {
+            Some(self.config.staleness_bound())
+        }
+    }
+
+    /// Publishes a heartbeat token for this runtime's subscriber to hear. Not skipped during a
+    /// cool-down: it is the probe that ends it, and it replaces a command connection that stopped
+    /// answering even when no cache calls Redis.
+    pub(crate) async fn heartbeat(&self, channel: &str, token: u64) {
+        let _ = self
+            .attempt(|mut connection| async move {
+                redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg(token)
+                    .query_async::<i64>(&mut connection)
+                    .await
+            })
+            .await;
+    }
+
+    /// This runtime's invalidation feed was lost (its subscriber dropped every cache's memory).
+    pub(crate) fn feed_lost(&self, reason: &'static str) {
+        if self.health.warn_now() {
+            tracing::warn!(
+                redis = display_name(&self.name),
+                reason,
+                "stampede: the Redis invalidation feed was lost; memory of Redis-backed caches \
+                 dropped, resubscribing in the background"
+            );
+        }
+    }
+
+    /// This runtime's invalidation feed is back after a loss.
+    pub(crate) fn feed_restored(&self) {
+        tracing::info!(
+            redis = display_name(&self.name),
+            "stampede: the Redis invalidation feed is back"
+        );
+    }
+
     /// Runs one operation on this runtime's command connection, unless Redis is cooling down.
     async fn call<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
     where
@@ -498,13 +558,12 @@ impl Connection {
     }
 
     /// Makes, in a task of its own bounded by the connect timeout, what `state` lacks: a command
-    /// connection, a subscriber.
+    /// connection, and a subscriber whose first session is up.
     fn connect(&self, runtime: &Handle, link: &Arc<Link>, state: &LinkState) -> Connecting {
         let commands_needed = !state.commands.as_ref().is_some_and(|c| c.usable());
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
+        let settings = events_needed.then(|| self.subscriber_settings());
         let client = self.config.client.clone();
-        let op_timeout = self.config.op_timeout;
-        let invalidations = self.invalidations_channel();
         let timeout = self.config.connect_timeout;
         let link = link.clone();
         let task = runtime.spawn(async move {
@@ -527,11 +586,12 @@ impl Connection {
                 })))
             };
             let events = async {
-                if !events_needed {
+                let Some(settings) = settings else {
                     return Ok(None);
-                }
-                let pubsub = client.get_async_pubsub().await.map_err(Failure::Redis)?;
-                Ok(Some(Subscriber::start(pubsub, op_timeout, invalidations)))
+                };
+                let events = Subscriber::start(settings);
+                events.wait_up().await;
+                Ok(Some(events))
             };
             let made = tokio::time::timeout(timeout, async { tokio::try_join!(commands, events) })
                 .await
@@ -550,6 +610,23 @@ impl Connection {
         async move { task.await.unwrap_or(Err(Failure::NoRuntime)) }
             .boxed()
             .shared()
+    }
+
+    fn subscriber_settings(&self) -> Settings {
+        Settings {
+            client: self.config.client.clone(),
+            invalidations: self.invalidations_channel(),
+            heartbeats: format!(
+                "{}:heartbeat:{:016x}",
+                self.config.prefix,
+                rand::random::<u64>()
+            ),
+            heartbeat: self.config.heartbeat,
+            op_timeout: self.config.op_timeout,
+            connect_timeout: self.config.connect_timeout,
+            bound: self.config.staleness_bound(),
+            connection: self.me.clone(),
+        }
     }
 
     fn links(&self) -> MutexGuard<'_, HashMap<runtime::Id, Arc<Link>>> {
@@ -710,5 +787,16 @@ mod tests {
         assert!(!connection.usable(), "skipped during the cool-down");
         connection.health.success(&connection.name);
         assert!(connection.usable());
+    }
+
+    #[tokio::test]
+    async fn memory_is_not_trusted_without_a_live_feed() {
+        let config = RedisConfig::new("redis://127.0.0.1:1").unwrap();
+        let connection = Connection::new("untrusted_unit", config);
+        assert_eq!(
+            connection.memory_trusted_for(),
+            Some(Duration::from_millis(2_250)),
+            "never subscribed: values are kept at most the staleness bound"
+        );
     }
 }

@@ -247,6 +247,16 @@ impl<K: Key, V: Value, T: Tier<K, V>> Inspect for Cache<K, V, T> {
         }
         self.core.memory.invalidate_where(matches);
     }
+
+    fn forget_all_shared(&self) {
+        if self.tier.key_name().is_none() {
+            return;
+        }
+        for key in self.core.flights.keys() {
+            self.core.flights.forget(&key);
+        }
+        self.core.memory.invalidate_all();
+    }
 }
 
 /// The `outcome` field of a refresh span.

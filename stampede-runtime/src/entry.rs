@@ -46,6 +46,13 @@ impl<V> Entry<V> {
         Entry::new(value, now, fresh_until, after(fresh_until, stale))
     }
 
+    /// The entry, servable until `until` at the latest.
+    pub(crate) fn capped(mut self, until: Instant) -> Self {
+        self.fresh_until = self.fresh_until.min(until);
+        self.stale_until = self.stale_until.min(until);
+        self
+    }
+
     /// Whether the entry may still be served, fresh or stale.
     pub(crate) fn servable(&self, now: Instant) -> bool {
         now < self.stale_until

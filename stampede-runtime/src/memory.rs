@@ -105,6 +105,15 @@ impl<K: Key, V: Value> Memory<K, V> {
         let _ = self.store.invalidate_entries_if(move |key, _| matches(key));
     }
 
+    /// Drops every value; loads running now will not store theirs.
+    pub(crate) fn invalidate_all(&self) {
+        let mut loading = self.loading();
+        for generation in loading.values_mut() {
+            generation.value += 1;
+        }
+        self.store.invalidate_all();
+    }
+
     /// How many entries the store holds, once its pending writes are applied.
     pub(crate) fn entry_count(&self) -> u64 {
         self.store.run_pending_tasks();

@@ -23,6 +23,9 @@ pub trait Inspect: Send + Sync {
     /// Drops, in this process only, the key that the cache's tier names `name` (an
     /// invalidation another process announced); nothing for a tier that names no keys.
     fn forget_named(&self, name: &str);
+    /// Drops, in this process only, every value of a cache whose tier names its keys to other
+    /// processes (its invalidations may have been missed); nothing for a local cache.
+    fn forget_all_shared(&self);
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

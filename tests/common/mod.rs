@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod fault_proxy;
 pub mod redis_server;
 
 use std::future::Future;

@@ -42,11 +42,18 @@ pub struct RedisConfig {
     pub(crate) lock_wait: Duration,
     pub(crate) cooldown: Duration,
     pub(crate) failures_before_cooldown: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) heartbeat: Duration,
 }
+
+/// The longest any duration of a [`RedisConfig`] is taken to be (24 h): longer ones are clamped
+/// to it, so that `Duration::MAX` is accepted and never overflows a deadline.
+pub(crate) const MAX_SETTING: Duration = Duration::from_secs(24 * 60 * 60);
 
 impl RedisConfig {
     /// Settings for the Redis at `url`, with the defaults: prefix `stampede`, operation timeout
-    /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row.
+    /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row,
+    /// connection setup 1 s, heartbeat 1 s.
     ///
     /// Fails with [`Error::InvalidConfig`] when the URL does not parse; nothing is connected
     /// until a cache needs Redis.
@@ -71,6 +78,8 @@ impl RedisConfig {
             lock_wait: Duration::from_secs(10),
             cooldown: Duration::from_secs(1),
             failures_before_cooldown: 3,
+            connect_timeout: Duration::from_secs(1),
+            heartbeat: Duration::from_secs(1),
         })
     }
 
@@ -82,30 +91,64 @@ impl RedisConfig {
     }
 
     /// Bound on each Redis call. Past it the call counts as a failure and the cache serves from
-    /// this process instead.
+    /// this process instead; two timeouts in a row on one connection replace it (a half-open
+    /// connection answers nothing, ever). Clamped to [1 ms, 24 h].
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
-        self.op_timeout = timeout.max(Duration::from_millis(1));
+        self.op_timeout = clamp(timeout, Duration::from_millis(1));
         self
     }
 
     /// How long a lock is held without renewal. A watchdog renews it every third of the lease
-    /// while the holder's load runs, so a lease only runs out when its holder died.
+    /// while the holder's load runs, so a lease only runs out when its holder died. Clamped to
+    /// [30 ms, 24 h].
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease.max(Duration::from_millis(30));
+        self.lease = clamp(lease, Duration::from_millis(30));
         self
     }
 
-    /// How long a process waits for another's load before it loads the key itself.
+    /// How long a process waits for another's load before it loads the key itself. Clamped to
+    /// at most 24 h.
     pub fn lock_wait(mut self, wait: Duration) -> Self {
-        self.lock_wait = wait;
+        self.lock_wait = clamp(wait, Duration::ZERO);
         self
     }
 
-    /// How long Redis is skipped after `failures` failed calls in a row.
+    /// How long Redis is skipped after `failures` failed calls in a row (at least 1). The
+    /// cool-down is clamped to at most 24 h.
     pub fn cooldown(mut self, cooldown: Duration, failures: u32) -> Self {
-        self.cooldown = cooldown;
+        self.cooldown = clamp(cooldown, Duration::ZERO);
         self.failures_before_cooldown = failures.max(1);
         self
+    }
+
+    /// Bound on making this process's connections to Redis (the command connection, and the
+    /// pub/sub connection with its first subscriptions). A call waits for a connection being
+    /// made at most its operation timeout; the connection goes on being made in the background,
+    /// and concurrent calls share that one attempt. Clamped to [1 ms, 24 h].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = clamp(timeout, Duration::from_millis(1));
+        self
+    }
+
+    /// How often this process checks that its invalidation feed (the pub/sub connection) is
+    /// live, by publishing a token on a channel of its own and hearing it back.
+    ///
+    /// A process serves a value from memory at most `2 × heartbeat + op_timeout` after an
+    /// invalidation it missed (2.25 s with the defaults): a feed that was cut or went half-open
+    /// is noticed by then, and the memory of every Redis-backed cache of the process is dropped.
+    /// Until the feed is back (it is resubscribed in the background), values read from Redis are
+    /// kept in memory no longer than that bound. Clamped to [10 ms, 24 h].
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.heartbeat = clamp(every, Duration::from_millis(10));
+        self
+    }
+
+    /// How long after an invalidation this process may still serve the old value from memory
+    /// if it missed that invalidation: `2 × heartbeat + op_timeout`.
+    pub(crate) fn staleness_bound(&self) -> Duration {
+        self.heartbeat
+            .saturating_mul(2)
+            .saturating_add(self.op_timeout)
     }
 
     /// Makes this the default connection, replacing any earlier one.
@@ -128,8 +171,14 @@ impl fmt::Debug for RedisConfig {
             .field("lease", &self.lease)
             .field("lock_wait", &self.lock_wait)
             .field("cooldown", &self.cooldown)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("heartbeat", &self.heartbeat)
             .finish_non_exhaustive()
     }
+}
+
+fn clamp(duration: Duration, least: Duration) -> Duration {
+    duration.clamp(least, MAX_SETTING)
 }
 
 /// The URL without its password, for messages.
@@ -148,7 +197,7 @@ static INSTALLED: RwLock<Option<HashMap<String, Arc<Connection>>>> = RwLock::new
 static FROM_ENV: OnceLock<Option<Arc<Connection>>> = OnceLock::new();
 
 fn install(name: &str, config: RedisConfig) {
-    let connection = Arc::new(Connection::new(name, config));
+    let connection = Connection::new(name, config);
     INSTALLED
         .write()
         .unwrap_or_else(PoisonError::into_inner)
@@ -171,7 +220,7 @@ pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Connection>> {
         .get_or_init(|| {
             let url = std::env::var(REDIS_URL_VAR).ok()?;
             match RedisConfig::new(&url) {
-                Ok(config) => Some(Arc::new(Connection::new(DEFAULT, config))),
+                Ok(config) => Some(Connection::new(DEFAULT, config)),
                 Err(error) => {
                     tracing::error!(%error, "stampede: {REDIS_URL_VAR} is set but unusable; caches run without Redis");
                     None
@@ -194,6 +243,43 @@ mod tests {
         );
         let error = RedisConfig::new("redis://user:hunter2@[::1:6379").unwrap_err();
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn every_duration_up_to_max_is_clamped_into_a_usable_range() {
+        let config = RedisConfig::new("redis://localhost")
+            .unwrap()
+            .op_timeout(Duration::MAX)
+            .lease(Duration::MAX)
+            .lock_wait(Duration::MAX)
+            .cooldown(Duration::MAX, 0)
+            .connect_timeout(Duration::MAX)
+            .heartbeat(Duration::MAX);
+        assert_eq!(config.op_timeout, MAX_SETTING);
+        assert_eq!(config.lease, MAX_SETTING);
+        assert_eq!(config.lock_wait, MAX_SETTING);
+        assert_eq!(config.cooldown, MAX_SETTING);
+        assert_eq!(config.failures_before_cooldown, 1);
+        assert_eq!(config.connect_timeout, MAX_SETTING);
+        assert_eq!(config.heartbeat, MAX_SETTING);
+        assert_eq!(config.staleness_bound(), MAX_SETTING * 3);
+
+        let config = RedisConfig::new("redis://localhost")
+            .unwrap()
+            .op_timeout(Duration::ZERO)
+            .lease(Duration::ZERO)
+            .connect_timeout(Duration::ZERO)
+            .heartbeat(Duration::ZERO);
+        assert_eq!(config.op_timeout, Duration::from_millis(1));
+        assert_eq!(config.lease, Duration::from_millis(30));
+        assert_eq!(config.connect_timeout, Duration::from_millis(1));
+        assert_eq!(config.heartbeat, Duration::from_millis(10));
+    }
+
+    #[test]
+    fn the_staleness_bound_is_two_heartbeats_and_an_operation_timeout() {
+        let config = RedisConfig::new("redis://localhost").unwrap();
+        assert_eq!(config.staleness_bound(), Duration::from_millis(2_250));
     }
 
     #[test]

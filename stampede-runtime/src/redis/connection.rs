@@ -1,31 +1,50 @@
-//! One configured Redis: its connections (one command and one pub/sub connection per tokio
-//! runtime, since a connection's driver task dies with the runtime that made it), its health,
+//! One configured Redis: its links (per tokio runtime, since a connection's driver task dies
+//! with the runtime that made it: a command connection and the pub/sub subscriber), its health,
 //! and the protocol's operations, each bounded by the operation timeout.
+//!
+//! A link recovers from every failure, not only from the socket closing:
+//!
+//! - the command connection is replaced after an IO error, after a `READONLY` reply (a failover
+//!   behind DNS: a new connection reaches the new primary), and after
+//!   [`TIMEOUTS_BEFORE_RECONNECT`] timeouts in a row (a half-open connection never answers);
+//! - making connections is bounded by `connect_timeout` and runs in a task of its own, shared by
+//!   every call that needs it (no thundering reconnects); a call waits for it at most its
+//!   operation timeout;
+//! - the subscriber replaces its own connection in the background (see `pubsub`);
+//! - a reply about one key (`WRONGTYPE`, `OOM`) fails that call only: the server answered, so
+//!   the connection is neither replaced nor counted as down.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use tokio::runtime::{self, Handle};
 use tokio::time::Instant;
 
+use crate::entry::after;
 use crate::redis::config::RedisConfig;
 use crate::redis::keys::RedisKeys;
-use crate::redis::pubsub::{Listener, Subscriber};
+use crate::redis::pubsub::{Listener, Settings, Subscriber};
 use crate::redis::scripts;
 
 /// The least time between two warnings that Redis is failing.
 const WARN_EVERY: Duration = Duration::from_secs(10);
+/// Timeouts in a row after which a command connection is replaced.
+pub(crate) const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
 
 pub(crate) struct Connection {
     name: String,
     pub(crate) config: RedisConfig,
     links: Mutex<HashMap<runtime::Id, Arc<Link>>>,
     health: Health,
+    /// This connection, for the tasks it starts (which must not keep it alive).
+    me: Weak<Connection>,
 }
 
 /// The metrics of one connection, labelled with its name.
@@ -37,28 +56,161 @@ struct ConnectionMetrics {
 }
 
 /// This runtime's connections to the tier's Redis.
+#[derive(Default)]
 struct Link {
-    commands: MultiplexedConnection,
+    state: Mutex<LinkState>,
+}
+
+#[derive(Default)]
+struct LinkState {
+    commands: Option<Arc<Commands>>,
+    /// Set once its first session was up; from then on it replaces its own connection.
+    events: Option<Arc<Subscriber>>,
+    /// The one attempt at making what is missing, shared by every call that needs it.
+    connecting: Option<Connecting>,
+}
+
+type Connecting = Shared<BoxFuture<'static, Result<(), Failure>>>;
+
+/// A link ready for a call.
+struct Ready {
+    commands: Arc<Commands>,
     events: Arc<Subscriber>,
+}
+
+/// One command connection, and whether it must be replaced.
+struct Commands {
+    connection: MultiplexedConnection,
+    /// Timeouts in a row.
+    timeouts: AtomicU32,
     broken: AtomicBool,
 }
 
 impl Link {
+    fn lock(&self) -> MutexGuard<'_, LinkState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether nothing of it can serve again: its runtime shut down, or it never connected.
+    fn is_dead(&self) -> bool {
+        let state = self.lock();
+        match &state.events {
+            Some(events) => events.is_dead(),
+            None => state.connecting.is_none(),
+        }
+    }
+}
+
+impl LinkState {
+    fn ready(&self) -> Option<Ready> {
+        let commands = self
+            .commands
+            .as_ref()
+            .filter(|commands| commands.usable())?;
+        let events = self.events.as_ref().filter(|events| !events.is_dead())?;
+        Some(Ready {
+            commands: commands.clone(),
+            events: events.clone(),
+        })
+    }
+}
+
+impl Commands {
     fn usable(&self) -> bool {
-        !self.broken.load(Ordering::Acquire) && !self.events.is_dead()
+        !self.broken.load(Ordering::Acquire)
+    }
+
+    /// Runs `operation` until `deadline`, and notes what its outcome says of the connection.
+    async fn run<'a, T, F, Fut>(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+        operation: F,
+    ) -> Result<T, Failure>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>> + 'a,
+    {
+        match tokio::time::timeout_at(deadline, operation(self.connection.clone())).await {
+            Ok(Ok(value)) => {
+                self.timeouts.store(0, Ordering::Relaxed);
+                Ok(value)
+            }
+            Ok(Err(error)) => match scope(&error) {
+                Scope::Key => {
+                    self.timeouts.store(0, Ordering::Relaxed);
+                    Err(Failure::Refused(error))
+                }
+                Scope::Link => {
+                    self.broken.store(true, Ordering::Release);
+                    Err(Failure::Redis(error))
+                }
+                Scope::Server => Err(Failure::Redis(error)),
+            },
+            Err(_) => {
+                let timeouts = self.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
+                if timeouts >= TIMEOUTS_BEFORE_RECONNECT {
+                    self.broken.store(true, Ordering::Release);
+                }
+                Err(Failure::Timeout(timeout))
+            }
+        }
+    }
+}
+
+/// What a Redis error reply says about the connection it came on.
+#[derive(Debug, PartialEq, Eq)]
+enum Scope {
+    /// Only the key the call was about (`WRONGTYPE`, `OOM`): the connection is fine.
+    Key,
+    /// The connection must be replaced (IO, dropped, `READONLY`).
+    Link,
+    /// The server cannot serve now (`LOADING`, `BUSY`, `MASTERDOWN`, ...): a failure.
+    Server,
+}
+
+fn scope(error: &redis::RedisError) -> Scope {
+    if has_code(error, "READONLY")
+        || error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_unrecoverable_error()
+    {
+        Scope::Link
+    } else if has_code(error, "WRONGTYPE") || has_code(error, "OOM") {
+        Scope::Key
+    } else {
+        Scope::Server
+    }
+}
+
+/// Whether the reply's code is `code`, or (before Redis 7) a script's `ERR Error running
+/// script` reply quotes it.
+fn has_code(error: &redis::RedisError, code: &str) -> bool {
+    match error.code() {
+        Some(found) if found == code => true,
+        Some("ERR") => error.detail().is_some_and(|detail| {
+            detail
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|word| word == code)
+        }),
+        _ => false,
     }
 }
 
 /// Why a Redis operation did not happen.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Failure {
     /// Redis is being skipped after repeated failures.
     CoolingDown,
     NoRuntime,
     Timeout(Duration),
+    /// Redis refused the call because of the key it is about (`WRONGTYPE`, `OOM`).
+    Refused(redis::RedisError),
     Redis(redis::RedisError),
     /// The pub/sub connection failed or did not confirm a subscription in time.
     Subscription,
+    /// No usable connection could be made.
+    Unavailable,
 }
 
 impl fmt::Display for Failure {
@@ -69,8 +221,9 @@ impl fmt::Display for Failure {
             }
             Failure::NoRuntime => f.write_str("no tokio runtime to connect on"),
             Failure::Timeout(after) => write!(f, "no answer within {after:?}"),
-            Failure::Redis(error) => write!(f, "{error}"),
+            Failure::Refused(error) | Failure::Redis(error) => write!(f, "{error}"),
             Failure::Subscription => f.write_str("the pub/sub connection failed"),
+            Failure::Unavailable => f.write_str("no usable connection could be made"),
         }
     }
 }
@@ -118,13 +271,13 @@ pub(crate) struct Fill<'a> {
 }
 
 impl Connection {
-    pub(crate) fn new(name: &str, config: RedisConfig) -> Self {
+    pub(crate) fn new(name: &str, config: RedisConfig) -> Arc<Self> {
         let label = [("redis", display_name(name).to_owned())];
         let metrics = ConnectionMetrics {
             errors: metrics::counter!("redis_error_total", &label),
             degraded: metrics::gauge!("cache_degraded", &label),
         };
-        Connection {
+        Arc::new_cyclic(|me| Connection {
             name: name.to_owned(),
             config,
             links: Mutex::new(HashMap::new()),
@@ -133,7 +286,8 @@ impl Connection {
                 state: Mutex::new(HealthState::default()),
                 metrics,
             },
-        }
+            me: me.clone(),
+        })
     }
 
     /// The channel on which invalidations are announced to every process.
@@ -258,29 +412,80 @@ impl Connection {
             return Err(Failure::CoolingDown);
         }
         let timeout = self.config.op_timeout;
-        let link = tokio::time::timeout(timeout, self.link())
-            .await
-            .map_err(|_| Failure::Timeout(timeout))
-            .and_then(|link| link);
-        let listened = match link {
-            Ok(link) => link
-                .events
-                .listen(&keys.channel, timeout)
-                .await
-                .ok_or(Failure::Subscription),
-            Err(failure) => Err(failure),
-        };
-        match listened {
-            Ok(listener) => Ok(listener),
-            Err(failure) => {
-                self.health.failure(&self.name, &failure, &self.config);
-                Err(failure)
+        let deadline = after(Instant::now(), timeout);
+        let listened = match tokio::time::timeout_at(deadline, self.link()).await {
+            Ok(Ok(link)) => {
+                let wait = deadline.saturating_duration_since(Instant::now());
+                link.events
+                    .listen(&keys.channel, wait)
+                    .await
+                    .ok_or(Failure::Subscription)
             }
+            Ok(Err(failure)) => Err(failure),
+            Err(_) => Err(Failure::Timeout(timeout)),
+        };
+        if let Err(failure) = &listened {
+            self.health.failure(&self.name, failure, &self.config);
+        }
+        listened
+    }
+
+    /// How long this process may keep in memory a value it reads from or writes to Redis now:
+    /// `None` (as long as the cache's own deadlines say) while the invalidation feed is live,
+    /// `Some(bound)` while it is not known to be (`2 × heartbeat + op_timeout`, see `pubsub`):
+    /// an invalidation missed meanwhile is then outlived by at most that bound.
+    /// `Some(Duration::ZERO)` would mean: keep nothing.
+    pub(crate) fn memory_trusted_for(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let live = self.links().values().any(|link| {
+            link.lock()
+                .events
+                .as_ref()
+                .is_some_and(|events| events.is_live(now))
+        });
+        if live {
+            None
+        } else {
+            Some(self.config.staleness_bound())
         }
     }
 
-    /// Runs one operation on this runtime's command connection, bounded by the operation
-    /// timeout, and keeps the tier's health up to date.
+    /// Publishes a heartbeat token for this runtime's subscriber to hear. Not skipped during a
+    /// cool-down: it is the probe that ends it, and it replaces a command connection that stopped
+    /// answering even when no cache calls Redis.
+    pub(crate) async fn heartbeat(&self, channel: &str, token: u64) {
+        let _ = self
+            .attempt(|mut connection| async move {
+                redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg(token)
+                    .query_async::<i64>(&mut connection)
+                    .await
+            })
+            .await;
+    }
+
+    /// This runtime's invalidation feed was lost (its subscriber dropped every cache's memory).
+    pub(crate) fn feed_lost(&self, reason: &'static str) {
+        if self.health.warn_now() {
+            tracing::warn!(
+                redis = display_name(&self.name),
+                reason,
+                "stampede: the Redis invalidation feed was lost; memory of Redis-backed caches \
+                 dropped, resubscribing in the background"
+            );
+        }
+    }
+
+    /// This runtime's invalidation feed is back after a loss.
+    pub(crate) fn feed_restored(&self) {
+        tracing::info!(
+            redis = display_name(&self.name),
+            "stampede: the Redis invalidation feed is back"
+        );
+    }
+
+    /// Runs one operation on this runtime's command connection, unless Redis is cooling down.
     async fn call<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
@@ -289,53 +494,138 @@ impl Connection {
         if !self.usable() {
             return Err(Failure::CoolingDown);
         }
+        self.attempt(operation).await
+    }
+
+    /// Runs one operation on this runtime's command connection, bounded by the operation
+    /// timeout (the wait for a connection included), and keeps the tier's health up to date.
+    async fn attempt<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>> + 'a,
+    {
         let timeout = self.config.op_timeout;
-        let attempt = async {
-            let link = self.link().await?;
-            operation(link.commands.clone()).await.map_err(|error| {
-                if error.is_io_error()
-                    || error.is_connection_dropped()
-                    || error.is_unrecoverable_error()
-                {
-                    link.broken.store(true, Ordering::Release);
-                }
-                Failure::Redis(error)
-            })
+        let deadline = after(Instant::now(), timeout);
+        let outcome = match tokio::time::timeout_at(deadline, self.link()).await {
+            Ok(Ok(link)) => link.commands.run(deadline, timeout, operation).await,
+            Ok(Err(failure)) => Err(failure),
+            Err(_) => Err(Failure::Timeout(timeout)),
         };
-        let outcome = tokio::time::timeout(timeout, attempt)
-            .await
-            .unwrap_or(Err(Failure::Timeout(timeout)));
         match &outcome {
             Ok(_) => self.health.success(&self.name),
+            Err(refused @ Failure::Refused(_)) => self.health.refused(&self.name, refused),
             Err(failure) => self.health.failure(&self.name, failure, &self.config),
         }
         outcome
     }
 
-    /// This runtime's connections, made on first use and remade when broken.
-    async fn link(&self) -> Result<Arc<Link>, Failure> {
-        let runtime = Handle::try_current().map_err(|_| Failure::NoRuntime)?.id();
-        if let Some(link) = self.links().get(&runtime).filter(|link| link.usable()) {
-            return Ok(link.clone());
+    /// This runtime's link, made on first use; what is missing or broken is remade by one
+    /// attempt that every caller shares.
+    async fn link(&self) -> Result<Ready, Failure> {
+        let runtime = Handle::try_current().map_err(|_| Failure::NoRuntime)?;
+        let link = self.runtime_link(runtime.id());
+        for _ in 0..2 {
+            let attempt = {
+                let mut state = link.lock();
+                if let Some(ready) = state.ready() {
+                    return Ok(ready);
+                }
+                match &state.connecting {
+                    Some(attempt) => attempt.clone(),
+                    None => {
+                        let attempt = self.connect(&runtime, &link, &state);
+                        state.connecting = Some(attempt.clone());
+                        attempt
+                    }
+                }
+            };
+            attempt.await?;
         }
-        let client = &self.config.client;
-        let commands = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(Failure::Redis)?;
-        let pubsub = client.get_async_pubsub().await.map_err(Failure::Redis)?;
-        let events =
-            Subscriber::start(pubsub, self.config.op_timeout, self.invalidations_channel());
-        let link = Arc::new(Link {
-            commands,
-            events,
-            broken: AtomicBool::new(false),
-        });
+        link.lock().ready().ok_or(Failure::Unavailable)
+    }
+
+    fn runtime_link(&self, runtime: runtime::Id) -> Arc<Link> {
         let mut links = self.links();
+        if let Some(link) = links.get(&runtime) {
+            return link.clone();
+        }
         // Links of runtimes that have shut down are dead: their tasks are gone.
-        links.retain(|_, link| link.usable());
+        links.retain(|_, link| !link.is_dead());
+        let link = Arc::new(Link::default());
         links.insert(runtime, link.clone());
-        Ok(link)
+        link
+    }
+
+    /// Makes, in a task of its own bounded by the connect timeout, what `state` lacks: a command
+    /// connection, and a subscriber whose first session is up.
+    fn connect(&self, runtime: &Handle, link: &Arc<Link>, state: &LinkState) -> Connecting {
+        let commands_needed = !state.commands.as_ref().is_some_and(|c| c.usable());
+        let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
+        let settings = events_needed.then(|| self.subscriber_settings());
+        let client = self.config.client.clone();
+        let timeout = self.config.connect_timeout;
+        let link = link.clone();
+        let task = runtime.spawn(async move {
+            let commands = async {
+                if !commands_needed {
+                    return Ok(None);
+                }
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    // Every call has its own bound, the operation timeout.
+                    .set_response_timeout(None);
+                let connection = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(Failure::Redis)?;
+                Ok(Some(Arc::new(Commands {
+                    connection,
+                    timeouts: AtomicU32::new(0),
+                    broken: AtomicBool::new(false),
+                })))
+            };
+            let events = async {
+                let Some(settings) = settings else {
+                    return Ok(None);
+                };
+                let events = Subscriber::start(settings);
+                events.wait_up().await;
+                Ok(Some(events))
+            };
+            let made = tokio::time::timeout(timeout, async { tokio::try_join!(commands, events) })
+                .await
+                .unwrap_or(Err(Failure::Timeout(timeout)));
+            let mut state = link.lock();
+            state.connecting = None;
+            let (commands, events) = made?;
+            if let Some(commands) = commands {
+                state.commands = Some(commands);
+            }
+            if let Some(events) = events {
+                state.events = Some(events);
+            }
+            Ok(())
+        });
+        async move { task.await.unwrap_or(Err(Failure::NoRuntime)) }
+            .boxed()
+            .shared()
+    }
+
+    fn subscriber_settings(&self) -> Settings {
+        Settings {
+            client: self.config.client.clone(),
+            invalidations: self.invalidations_channel(),
+            heartbeats: format!(
+                "{}:heartbeat:{:016x}",
+                self.config.prefix,
+                rand::random::<u64>()
+            ),
+            heartbeat: self.config.heartbeat,
+            op_timeout: self.config.op_timeout,
+            connect_timeout: self.config.connect_timeout,
+            bound: self.config.staleness_bound(),
+            connection: self.me.clone(),
+        }
     }
 
     fn links(&self) -> MutexGuard<'_, HashMap<runtime::Id, Arc<Link>>> {
@@ -391,15 +681,12 @@ impl Health {
         let now = Instant::now();
         let mut state = self.lock();
         if failures >= config.failures_before_cooldown {
-            state.skip_until = Some(now + config.cooldown);
+            state.skip_until = Some(after(now, config.cooldown));
             state.down = true;
             self.metrics.degraded.set(1.0);
         }
-        if state
-            .last_warning
-            .is_none_or(|last| now.duration_since(last) >= WARN_EVERY)
-        {
-            state.last_warning = Some(now);
+        drop(state);
+        if self.warn_now() {
             tracing::warn!(
                 redis = display_name(name),
                 error = %failure,
@@ -409,6 +696,32 @@ impl Health {
         }
     }
 
+    /// A call refused because of its key: the server answers, so the connection is not down.
+    fn refused(&self, name: &str, failure: &Failure) {
+        self.success(name);
+        self.metrics.errors.increment(1);
+        if self.warn_now() {
+            tracing::warn!(
+                redis = display_name(name),
+                error = %failure,
+                "stampede: Redis refused a call about one key; that key is loaded locally"
+            );
+        }
+    }
+
+    /// Whether a warning may be logged now: at most one per interval, whatever it is about.
+    fn warn_now(&self) -> bool {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let due = state
+            .last_warning
+            .is_none_or(|last| now.saturating_duration_since(last) >= WARN_EVERY);
+        if due {
+            state.last_warning = Some(now);
+        }
+        due
+    }
+
     fn lock(&self) -> MutexGuard<'_, HealthState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -416,4 +729,73 @@ impl Health {
 
 fn display_name(name: &str) -> &str {
     if name.is_empty() { "default" } else { name }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(code: &str, detail: &str) -> redis::RedisError {
+        redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+    }
+
+    #[test]
+    fn an_error_about_one_key_does_not_condemn_the_connection() {
+        let wrong_type = reply(
+            "WRONGTYPE",
+            "Operation against a key holding the wrong kind of value script: 1f, on @user_script:1.",
+        );
+        assert_eq!(scope(&wrong_type), Scope::Key);
+        let oom = reply("OOM", "command not allowed when used memory > 'maxmemory'.");
+        assert_eq!(scope(&oom), Scope::Key);
+        // Redis 6 wraps a script's error in `ERR Error running script`.
+        let wrapped = reply(
+            "ERR",
+            "Error running script (call to f_1f): @user_script:1: WRONGTYPE Operation against a key",
+        );
+        assert_eq!(scope(&wrapped), Scope::Key);
+    }
+
+    #[test]
+    fn readonly_and_io_errors_replace_the_connection_and_others_count_as_failures() {
+        let readonly = reply("READONLY", "You can't write against a read only replica.");
+        assert_eq!(scope(&readonly), Scope::Link);
+        let reset =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(scope(&reset), Scope::Link);
+        let loading = reply("LOADING", "Redis is loading the dataset in memory");
+        assert_eq!(scope(&loading), Scope::Server);
+        let script = reply(
+            "ERR",
+            "Error running script: attempt to compare nil with number",
+        );
+        assert_eq!(scope(&script), Scope::Server);
+    }
+
+    #[tokio::test]
+    async fn a_cooldown_of_duration_max_does_not_overflow() {
+        let config = RedisConfig::new("redis://127.0.0.1:1")
+            .unwrap()
+            .cooldown(Duration::MAX, 1);
+        let connection = Connection::new("max_cooldown_unit", config);
+        connection.health.failure(
+            &connection.name,
+            &Failure::Timeout(Duration::from_millis(1)),
+            &connection.config,
+        );
+        assert!(!connection.usable(), "skipped during the cool-down");
+        connection.health.success(&connection.name);
+        assert!(connection.usable());
+    }
+
+    #[tokio::test]
+    async fn memory_is_not_trusted_without_a_live_feed() {
+        let config = RedisConfig::new("redis://127.0.0.1:1").unwrap();
+        let connection = Connection::new("untrusted_unit", config);
+        assert_eq!(
+            connection.memory_trusted_for(),
+            Some(Duration::from_millis(2_250)),
+            "never subscribed: values are kept at most the staleness bound"
+        );
+    }
 }

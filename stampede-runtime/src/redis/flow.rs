@@ -196,7 +196,7 @@ where
                 (ReadState::Fresh, Some(entry)) => {
                     self.record("fresh");
                     self.tier.telemetry.remote_hits.bump();
-                    return Ok(self.handle.keep(entry));
+                    return Ok(self.keep(entry));
                 }
                 // Fresh by the server's clock but not servable by ours: load it.
                 (ReadState::Fresh, None) => value_unusable = true,
@@ -253,7 +253,7 @@ where
                             if let Found::Usable(entry) = self.found(Some(&payload), None) {
                                 self.record("published");
                                 self.tier.telemetry.remote_hits.bump();
-                                return Ok(self.handle.keep(entry));
+                                return Ok(self.keep(entry));
                             }
                             // A release without a value (the holder's load failed): read again.
                         }
@@ -327,7 +327,18 @@ where
             // Redis failed after the load: the value is good, keep it here.
             None => Entry::loaded(value.clone(), now, fresh, config.stale),
         };
-        Ok(self.handle.keep(entry))
+        Ok(self.keep(entry))
+    }
+
+    /// Keeps an entry in memory and returns its value. While this process's invalidation feed is
+    /// not known to be live, the entry is kept no longer than the staleness bound: an
+    /// invalidation missed meanwhile cannot be outlived by more.
+    fn keep(&self, entry: Entry<V>) -> V {
+        let entry = match self.connection.memory_trusted_for() {
+            Some(bound) => entry.capped(after(Instant::now(), bound)),
+            None => entry,
+        };
+        self.handle.keep(entry)
     }
 
     fn record(&self, outcome: &'static str) {
@@ -341,7 +352,7 @@ where
             && self.stale.is_none()
         {
             self.handle.serve(&entry);
-            self.stale = Some(self.handle.keep(entry));
+            self.stale = Some(self.keep(entry));
         }
     }
 

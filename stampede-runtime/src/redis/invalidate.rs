@@ -1,7 +1,8 @@
 //! Invalidations announced by any process drop the key from every process's memory.
 //!
 //! The message on `{prefix}:invalidations` is `{cache name}\n{argument text}`: each process
-//! drops, from its caches of that name, the entries whose key writes as that text.
+//! drops, from its caches of that name, the entries whose key writes as that text. When the feed
+//! itself may have lost messages, a process drops all it holds instead ([`forget_all`]).
 
 use crate::registry;
 
@@ -19,5 +20,13 @@ pub(crate) fn on_message(payload: &[u8]) {
     };
     for cache in registry::named(name) {
         cache.forget_named(args);
+    }
+}
+
+/// Drops this process's memory of every cache whose keys are shared (any Redis connection's:
+/// over-dropping costs reads, never a wrong value), because invalidations may have been missed.
+pub(crate) fn forget_all() {
+    for cache in registry::all() {
+        cache.forget_all_shared();
     }
 }

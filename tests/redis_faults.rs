@@ -1,0 +1,477 @@
+//! The Redis tier under network and server faults, through a fault proxy between the caches and
+//! a real `redis-server` per test: half-open (blackholed) connections, a failover behind DNS
+//! (`READONLY`), errors about one key, a lost invalidation feed, and durations up to
+//! `Duration::MAX`.
+//!
+//! Two caches with one `name` and their own Redis connections stand for two processes, except
+//! for invalidations: this process's feed drops a key from every cache of its name, so another
+//! process's invalidation is made with the commands it would send (`invalidate_elsewhere`). A
+//! process that loses its feed drops the memory of every Redis-backed cache it has, so the tests
+//! here take turns (`serial`): one test's fault never drops another's memory.
+//! Time is real: the faults are on real sockets.
+
+mod common;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use common::fault_proxy::FaultProxy;
+use common::redis_server::RedisServer;
+use common::{AppError, within};
+use stampede::{RedisConfig, cached};
+
+/// The heartbeat of the feed tests, and the staleness bound it gives with the default operation
+/// timeout (250 ms): `2 × heartbeat + op_timeout`, as `RedisConfig::heartbeat` documents.
+const HEARTBEAT: Duration = Duration::from_millis(300);
+const STALENESS_BOUND: Duration = Duration::from_millis(2 * 300 + 250);
+/// Room for a loaded machine on top of a documented bound, and for the call that observes it.
+const SLACK: Duration = Duration::from_secs(2);
+
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
+/// Calls `attempt` every 20 ms until it returns `Some`, failing the test after `bound`.
+async fn until<T, F, Fut>(what: &str, bound: Duration, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(found) = within(attempt()).await {
+            return found;
+        }
+        assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn misses(name: &str) -> u64 {
+    stampede::stats(name).map_or(0, |stats| stats.misses)
+}
+
+#[tokio::test]
+async fn a_blackholed_link_is_replaced_and_calls_return_to_redis() {
+    let _serial = serial().await;
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "links_proxied",
+        name = "faults::links"
+    )]
+    async fn reader(id: u64) -> String {
+        format!("{id} loaded by the reader")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "links_direct",
+        name = "faults::links"
+    )]
+    async fn writer(id: u64) -> String {
+        format!("{id} loaded by the writer")
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let op_timeout = Duration::from_millis(200);
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(op_timeout)
+        .cooldown(Duration::from_millis(300), 3)
+        .install_as("links_proxied");
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("links_direct");
+
+    assert_eq!(within(reader(1)).await, "1 loaded by the reader");
+    assert_eq!(stampede::stats("faults::links").unwrap().lock_acquired, 1);
+    let connections = proxy.accepted();
+    proxy.blackhole();
+    let blackholed = Instant::now();
+
+    // Each round the writer (another process, on a healthy link) puts a value in Redis; the
+    // reader gets it from there once its tier is back on Redis, and loads it itself until then.
+    let mut round = 0;
+    let recovered = until(
+        "the reader to read Redis again after its link was blackholed",
+        Duration::from_secs(15),
+        || {
+            round += 1;
+            let id = 100 + round;
+            async move {
+                assert_eq!(writer(id).await, format!("{id} loaded by the writer"));
+                let started = Instant::now();
+                let value = reader(id).await;
+                let took = started.elapsed();
+                assert!(
+                    took < Duration::from_secs(2),
+                    "a call during the blackhole took {took:?}"
+                );
+                if value == format!("{id} loaded by the writer") {
+                    return Some(blackholed.elapsed());
+                }
+                assert_eq!(value, format!("{id} loaded by the reader"));
+                None
+            }
+        },
+    )
+    .await;
+    assert!(
+        proxy.accepted() > connections,
+        "the reader reached Redis through a new connection"
+    );
+    let stats = stampede::stats("faults::links").unwrap();
+    assert!(stats.remote_hits >= 1 && stats.degraded >= 1, "{stats:?}");
+    println!("back on Redis {recovered:?} after the blackhole, in {round} rounds; {stats:?}");
+}
+
+#[tokio::test]
+async fn a_link_answered_readonly_is_replaced_and_reaches_the_new_primary() {
+    let _serial = serial().await;
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "failover",
+        name = "faults::failover"
+    )]
+    async fn quote(id: u64) -> Result<String, AppError> {
+        Ok(format!("quote {id}"))
+    }
+
+    let old_primary = RedisServer::start();
+    let new_primary = RedisServer::start();
+    let dns = FaultProxy::start(old_primary.port());
+    RedisConfig::new(&dns.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("failover");
+    assert_eq!(within(quote(1)).await.unwrap(), "quote 1");
+    assert!(old_primary.key("test:{faults::failover~*|1}:v").is_some());
+
+    // The failover: the old primary is demoted (its writes answer READONLY) and the name now
+    // resolves to the new one; established connections stay on the old.
+    let port = new_primary.port().to_string();
+    let _: () = old_primary.command(&["REPLICAOF", "127.0.0.1", &port]);
+    dns.retarget(new_primary.port());
+
+    let mut id = 1;
+    until(
+        "a value written to the new primary",
+        Duration::from_secs(15),
+        || {
+            id += 1;
+            let id = id;
+            let new_primary = &new_primary;
+            async move {
+                assert_eq!(quote(id).await.unwrap(), format!("quote {id}"));
+                let key = format!("test:{{faults::failover~*|{id}}}:v");
+                new_primary.key(&key).map(|_| ())
+            }
+        },
+    )
+    .await;
+    println!("the new primary holds key {id}");
+}
+
+#[tokio::test]
+async fn an_error_about_one_key_loads_it_locally_and_leaves_the_connection_up() {
+    let _serial = serial().await;
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "key_errors",
+        name = "faults::key_errors"
+    )]
+    async fn price(sku: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        Ok(format!("{} EUR", sku * 10))
+    }
+
+    let server = RedisServer::start();
+    // One failure would skip Redis for a minute: any error counted against the connection shows.
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .cooldown(Duration::from_secs(60), 1)
+        .install_as("key_errors");
+    let name = "faults::key_errors";
+    // A first key, to learn the cache's identity in Redis (its name and a digest of its types).
+    assert_eq!(within(price(100)).await.unwrap(), "1000 EUR");
+    let first = server.key("test:{faults::key_errors~*|100}:v").unwrap();
+    let hash = first.replace("|100}", "|1}");
+    let _: i64 = server.command(&["HSET", &hash, "field", "x"]);
+
+    assert_eq!(
+        within(price(1)).await.unwrap(),
+        "10 EUR",
+        "WRONGTYPE: loaded here"
+    );
+    assert_eq!(stampede::stats(name).unwrap().degraded, 1);
+    assert_eq!(within(price(2)).await.unwrap(), "20 EUR");
+    let stats = stampede::stats(name).unwrap();
+    assert_eq!(
+        (stats.degraded, stats.lock_acquired),
+        (1, 2),
+        "another key still goes through Redis: {stats:?}"
+    );
+    assert!(server.key("test:{faults::key_errors~*|2}:v").is_some());
+
+    // Out of memory: the write is refused, the call loads here, the connection stays up.
+    let _: () = server.command(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert_eq!(within(price(3)).await.unwrap(), "30 EUR");
+    let _: () = server.command(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(within(price(4)).await.unwrap(), "40 EUR");
+    let stats = stampede::stats(name).unwrap();
+    assert_eq!(
+        (stats.degraded, stats.lock_acquired),
+        (2, 3),
+        "after OOM, the next key went through Redis: {stats:?}"
+    );
+    assert_eq!(LOADS.load(SeqCst), 5);
+}
+
+#[tokio::test]
+async fn a_killed_invalidation_feed_drops_memory_and_resubscribes_by_itself() {
+    let _serial = serial().await;
+    static VERSION: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "feed_kill",
+        name = "faults::feed_kill"
+    )]
+    async fn item(id: u64) -> String {
+        format!("item {id} v{}", VERSION.fetch_add(1, SeqCst) + 1)
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .heartbeat(HEARTBEAT)
+        .install_as("feed_kill");
+    let name = "faults::feed_kill";
+    let old = within(item(1)).await;
+    let before = misses(name);
+    assert_eq!(within(item(1)).await, old);
+    assert_eq!(misses(name), before, "served from memory");
+
+    let killed: i64 = server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1, "the subscriber was killed");
+    invalidate_elsewhere(&server, name, 1);
+    let invalidated = Instant::now();
+    let new = until(
+        "the process to stop serving the invalidated value",
+        STALENESS_BOUND + SLACK,
+        || async { Some(item(1).await).filter(|value| *value != old) },
+    )
+    .await;
+    println!(
+        "served {new:?} instead of {old:?} {:?} after the invalidation",
+        invalidated.elapsed()
+    );
+
+    invalidations_arrive_again(&server, name, item).await;
+}
+
+#[tokio::test]
+async fn a_blackholed_invalidation_feed_is_noticed_within_the_documented_bound() {
+    let _serial = serial().await;
+    static VERSION: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "feed_hole",
+        name = "faults::feed_hole"
+    )]
+    async fn item(id: u64) -> String {
+        format!("item {id} v{}", VERSION.fetch_add(1, SeqCst) + 1)
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .heartbeat(HEARTBEAT)
+        .install_as("feed_hole");
+    let name = "faults::feed_hole";
+    let old = within(item(1)).await;
+    let before = misses(name);
+    assert_eq!(within(item(1)).await, old);
+    assert_eq!(misses(name), before, "served from memory");
+
+    // The process's connections go half-open: they stay open and nothing arrives, so nothing
+    // tells it that the key is invalidated.
+    proxy.blackhole();
+    invalidate_elsewhere(&server, name, 1);
+    let invalidated = Instant::now();
+    let new = until(
+        "the process to stop serving the invalidated value",
+        STALENESS_BOUND + SLACK,
+        || async { Some(item(1).await).filter(|value| *value != old) },
+    )
+    .await;
+    let stale_for = invalidated.elapsed();
+    println!(
+        "served {new:?} instead of {old:?} {stale_for:?} after the invalidation \
+         (documented bound {STALENESS_BOUND:?}, plus the observing call)"
+    );
+
+    invalidations_arrive_again(&server, name, item).await;
+}
+
+/// What another process's invalidation of `id` does, seen from this one: the value is gone from
+/// Redis, and the key is announced on the invalidation channel.
+///
+/// A second cache of the same name in this process cannot play that process here: this
+/// process's own invalidation feed would then drop the key from both caches' memory.
+fn invalidate_elsewhere(server: &RedisServer, name: &str, id: u64) {
+    let _: () = server.command(&["FLUSHDB"]);
+    let message = format!("{name}\n{id}");
+    let _: i64 = server.command(&["PUBLISH", "test:invalidations", &message]);
+}
+
+/// With no call needed to revive the feed, an invalidation made elsewhere drops that key from
+/// memory, and only that key: the message arrived, the process did not drop everything. Tried
+/// with fresh keys until a round passes, since the process may still be between a lost and a
+/// restored session (each drops its memory) when the first rounds run.
+async fn invalidations_arrive_again<F, Fut>(server: &RedisServer, name: &str, item: F)
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = String>,
+{
+    let mut round = 0;
+    until(
+        "an invalidation to arrive through the resubscribed feed",
+        Duration::from_secs(15),
+        || {
+            round += 1;
+            let (key, witness) = (1_000 + 2 * round, 1_001 + 2 * round);
+            let item = &item;
+            async move {
+                let old = item(key).await;
+                let kept = item(witness).await;
+                invalidate_elsewhere(server, name, key);
+                let started = Instant::now();
+                while item(key).await == old {
+                    assert!(
+                        started.elapsed() < STALENESS_BOUND + SLACK,
+                        "key {key} was served after its invalidation"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let before = misses(name);
+                let from_memory = item(witness).await == kept && misses(name) == before;
+                from_memory.then_some(())
+            }
+        },
+    )
+    .await;
+    println!("an invalidation arrived through the feed in round {round}");
+}
+
+#[tokio::test]
+async fn every_duration_up_to_max_still_serves_values() {
+    let _serial = serial().await;
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "max_lease",
+        name = "faults::max_lease"
+    )]
+    async fn lease(id: u64) -> u64 {
+        id + 1
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "max_wait",
+        name = "faults::max_wait"
+    )]
+    async fn lock_wait(id: u64) -> u64 {
+        id + 2
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "max_op", name = "faults::max_op")]
+    async fn op_timeout(id: u64) -> u64 {
+        id + 3
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "max_beat",
+        name = "faults::max_beat"
+    )]
+    async fn timing(id: u64) -> u64 {
+        id + 4
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "max_cooldown",
+        name = "faults::max_cooldown"
+    )]
+    async fn cooldown(id: u64) -> u64 {
+        id + 5
+    }
+
+    let server = RedisServer::start();
+    let config = || RedisConfig::new(&server.url()).unwrap().prefix("test");
+    config().lease(Duration::MAX).install_as("max_lease");
+    config().lock_wait(Duration::MAX).install_as("max_wait");
+    config().op_timeout(Duration::MAX).install_as("max_op");
+    config()
+        .connect_timeout(Duration::MAX)
+        .heartbeat(Duration::MAX)
+        .install_as("max_beat");
+    // Nothing listens there: the first call fails and starts a cool-down of Duration::MAX.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    RedisConfig::new(&format!("redis://127.0.0.1:{closed}/"))
+        .unwrap()
+        .cooldown(Duration::MAX, 1)
+        .install_as("max_cooldown");
+
+    assert_eq!(within(lease(1)).await, 2);
+    assert_eq!(within(lock_wait(1)).await, 3);
+    assert_eq!(within(op_timeout(1)).await, 4);
+    assert_eq!(within(timing(1)).await, 5);
+    for (name, key) in [
+        ("faults::max_lease", "test:{faults::max_lease~*|1}:v"),
+        ("faults::max_wait", "test:{faults::max_wait~*|1}:v"),
+        ("faults::max_op", "test:{faults::max_op~*|1}:v"),
+        ("faults::max_beat", "test:{faults::max_beat~*|1}:v"),
+    ] {
+        let stats = stampede::stats(name).unwrap();
+        assert_eq!(
+            (stats.degraded, stats.lock_acquired),
+            (0, 1),
+            "{name} went through Redis: {stats:?}"
+        );
+        assert!(server.key(key).is_some(), "{key}");
+    }
+    assert_eq!(
+        server.key("test:{faults::max_lease~*|1}:l"),
+        None,
+        "the lock was released"
+    );
+
+    assert_eq!(within(cooldown(1)).await, 6, "loaded here: nothing listens");
+    assert_eq!(within(cooldown(2)).await, 7, "skipped during the cool-down");
+    assert_eq!(stampede::stats("faults::max_cooldown").unwrap().degraded, 2);
+}

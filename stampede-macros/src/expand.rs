@@ -127,16 +127,39 @@ impl<'a> Expansion<'a> {
         let tier = tier(self.settings, private);
         let key = self.key();
         let prepare = self.prepare();
+        // A method's cache is per instantiation of its impl: the slot tells them apart by `Self`.
+        let site = match self.function.receiver {
+            Some(_) => quote!(::core::any::type_name::<Self>()),
+            None => quote!(""),
+        };
+        let clone_error = match self.function.returns {
+            Returns::Value(_) => None,
+            Returns::Result { .. } => Some(self.clone_error()),
+        };
+        let clone_error = clone_error.map(|clone| quote!(, #clone));
         quote! {
             #witness.#entry(
                 #slot,
+                #site,
                 || #config,
                 #tier,
                 #key,
-                #prepare,
+                #prepare
+                #clone_error
             )
             .await
         }
+    }
+
+    /// `Some(E::clone)` when the function's error type is `Clone`, else `None`, chosen by method
+    /// resolution on the returned type as written (so an alias such as `io::Result<T>` works).
+    fn clone_error(&self) -> TokenStream {
+        let private = &self.private;
+        let output = &self.function.output;
+        quote! {{
+            use #private::{CloneError as _, NoCloneError as _};
+            (&&#private::ErrorClone::<#output>::new()).__stampede_error_clone()
+        }}
     }
 
     /// The witness of the returned type, its value (and error) type checked at the span the
@@ -309,9 +332,18 @@ fn config(
     let fn_name = fn_name.to_string();
     let name = match &settings.name {
         Some(name) => quote!(#name),
-        // A method's cache is named after its type, which only the body can name.
+        // A method's cache is named after its type and, in a trait impl, its trait, which only
+        // the body can name: the trait through the path of a type declared here.
         None if is_method => {
-            quote!(::std::format!("{}::{}", ::core::any::type_name::<Self>(), #fn_name))
+            let site = Ident::new("__StampedeSite", Span::mixed_site());
+            quote!(#private::method_name(
+                ::core::any::type_name::<Self>(),
+                {
+                    struct #site;
+                    ::core::any::type_name::<#site>()
+                },
+                #fn_name,
+            ))
         }
         None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
     };

@@ -85,6 +85,7 @@ impl<V: Value> Witness<V> {
     pub fn get_value<K, C, S, T, P, L, Fut>(
         self,
         slot: &'static Slot,
+        site: &'static str,
         config: C,
         tier: S,
         key: K,
@@ -99,20 +100,23 @@ impl<V: Value> Witness<V> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
-        slot.get_value(config, tier, key, prepare)
+        slot.get_value(site, config, tier, key, prepare)
     }
 }
 
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Slot::get_result`] once the checks of `V` and `E` have passed.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub fn get_result<K, C, S, T, P, L, Fut>(
         self,
         slot: &'static Slot,
+        site: &'static str,
         config: C,
         tier: S,
         key: K,
         prepare: P,
+        clone_error: Option<fn(&E) -> E>,
     ) -> impl Future<Output = Result<V, E>>
     where
         K: Key,
@@ -123,7 +127,45 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        slot.get_result(config, tier, key, prepare)
+        slot.get_result(site, config, tier, key, prepare, clone_error)
+    }
+}
+
+/// Whether a function's error type can be cloned, asked by the generated code with the
+/// returned type named (`(&&ErrorClone::<Result<T, E>>::new()).__stampede_error_clone()`):
+/// method resolution picks [`CloneError`] when `E: Clone`, else [`NoCloneError`] one
+/// auto-deref later.
+pub struct ErrorClone<R>(PhantomData<R>);
+
+impl<R> ErrorClone<R> {
+    /// The question, for the returned type `R`.
+    #[allow(clippy::new_without_default)]
+    pub const fn new() -> Self {
+        ErrorClone(PhantomData)
+    }
+}
+
+/// `E::clone`, for an error type that is `Clone`.
+pub trait CloneError<E> {
+    /// `Some(E::clone)`.
+    fn __stampede_error_clone(&self) -> Option<fn(&E) -> E>;
+}
+
+impl<T, E: Clone> CloneError<E> for &ErrorClone<Result<T, E>> {
+    fn __stampede_error_clone(&self) -> Option<fn(&E) -> E> {
+        Some(E::clone)
+    }
+}
+
+/// No clone, for an error type that is not `Clone`.
+pub trait NoCloneError<E> {
+    /// `None`.
+    fn __stampede_error_clone(&self) -> Option<fn(&E) -> E>;
+}
+
+impl<T, E> NoCloneError<E> for ErrorClone<Result<T, E>> {
+    fn __stampede_error_clone(&self) -> Option<fn(&E) -> E> {
+        None
     }
 }
 

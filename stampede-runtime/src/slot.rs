@@ -11,15 +11,19 @@ use crate::registry;
 use crate::tier::Tier;
 
 type Erased = &'static (dyn Any + Send + Sync);
+/// A cache and the `Self` type of the method it was built for (`""` for a free function).
+type Built = (&'static str, Erased);
 
 /// Holds the cache of one function. It is type-erased because a `static` inside a method may not
 /// name `Self` or the impl's generic parameters; the key and value types are named at the call.
 ///
-/// A function in a generic impl shares one `static` between instantiations, so a slot keeps a
-/// cache per (key, value) type pair: the first in a lock-free cell, any others in a list.
+/// A method of a generic impl shares one `static` between instantiations, so a slot keeps a
+/// cache per instantiation (the `Self` type, as `type_name` writes it) and (key, value) types:
+/// the first in a lock-free cell, any others in a list. `Store<u8>::label` and
+/// `Store<u16>::label` never share a cache, even when their keys and values have one type.
 pub struct Slot {
-    first: OnceLock<Erased>,
-    others: RwLock<Vec<Erased>>,
+    first: OnceLock<Built>,
+    others: RwLock<Vec<Built>>,
 }
 
 impl Slot {
@@ -40,12 +44,19 @@ impl Slot {
     ///
     /// `config` and `tier` build the cache at the first call: its options, and what it shares
     /// beyond this process.
+    ///
+    /// `site` is `type_name::<Self>()` for a method (`""` for a free function); `clone_error`
+    /// is `E::clone` when `E` is `Clone`, so that every caller of a shared load gets the
+    /// original error.
+    #[allow(clippy::too_many_arguments)]
     pub async fn get_result<K, V, E, C, S, T, P, L, Fut>(
         &'static self,
+        site: &'static str,
         config: C,
         tier: S,
         key: K,
         prepare: P,
+        clone_error: Option<fn(&E) -> E>,
     ) -> Result<V, E>
     where
         K: Key,
@@ -58,12 +69,17 @@ impl Slot {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        match self.cache(config, tier).get(key, prepare).await {
+        match self.cache(site, config, tier).get(key, prepare).await {
             Ok(value) => Ok(value),
-            // The function's own error, as itself when this caller was its load's only one.
-            Err(Error::Upstream(upstream)) => Err(upstream
-                .into_original::<E>()
-                .unwrap_or_else(|upstream| E::from(Error::Upstream(upstream)))),
+            // The function's own error: itself when this caller was its load's only one, a
+            // clone of it when it can be cloned, else wrapped with the original reachable.
+            Err(Error::Upstream(upstream)) => Err(match upstream.into_original::<E>() {
+                Ok(original) => original,
+                Err(upstream) => match (clone_error, upstream.downcast_ref::<E>()) {
+                    (Some(clone), Some(original)) => clone(original),
+                    _ => E::from(Error::Upstream(upstream)),
+                },
+            }),
             Err(error) => Err(E::from(error)),
         }
     }
@@ -72,6 +88,7 @@ impl Slot {
     /// no error channel: a load that panics or times out makes every waiting caller panic.
     pub async fn get_value<K, V, C, S, T, P, L, Fut>(
         &'static self,
+        site: &'static str,
         config: C,
         tier: S,
         key: K,
@@ -91,13 +108,18 @@ impl Slot {
             let load = prepare();
             move |key: &K| infallible(load(key))
         };
-        match self.cache(config, tier).get(key, prepare).await {
+        match self.cache(site, config, tier).get(key, prepare).await {
             Ok(value) => value,
             Err(error) => panic!("{error}"),
         }
     }
 
-    fn cache<K, V, C, S, T>(&'static self, config: C, tier: S) -> &'static Cache<K, V, T>
+    fn cache<K, V, C, S, T>(
+        &'static self,
+        site: &'static str,
+        config: C,
+        tier: S,
+    ) -> &'static Cache<K, V, T>
     where
         K: Key,
         V: Value,
@@ -106,20 +128,27 @@ impl Slot {
         T: Tier<K, V>,
     {
         let mut build = Some((config, tier));
-        let first = *self.first.get_or_init(|| {
+        let (first_site, first) = *self.first.get_or_init(|| {
             let (config, tier) = build.take().expect("built once");
-            leak(config(), tier)
+            (site, leak(config(), tier))
         });
-        match (first.downcast_ref(), build) {
-            (Some(cache), _) => cache,
-            (None, Some((config, tier))) => self.other(config, tier),
-            (None, None) => unreachable!("the cache just built has the caller's types"),
+        if same_site(first_site, site)
+            && let Some(cache) = first.downcast_ref()
+        {
+            return cache;
         }
+        let (config, tier) = build.expect("the cache just built has the caller's site and types");
+        self.other(site, config, tier)
     }
 
-    /// The cache of a further (key, value) type pair, in a generic impl.
+    /// The cache of a further instantiation or (key, value) type pair, in a generic impl.
     #[cold]
-    fn other<K, V, C, S, T>(&'static self, config: C, tier: S) -> &'static Cache<K, V, T>
+    fn other<K, V, C, S, T>(
+        &'static self,
+        site: &'static str,
+        config: C,
+        tier: S,
+    ) -> &'static Cache<K, V, T>
     where
         K: Key,
         V: Value,
@@ -127,7 +156,12 @@ impl Slot {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        let find = |others: &[Erased]| others.iter().find_map(|cache| cache.downcast_ref());
+        let find = |others: &[Built]| {
+            others
+                .iter()
+                .filter(|(other, _)| same_site(other, site))
+                .find_map(|(_, cache)| cache.downcast_ref())
+        };
         if let Some(cache) = find(&self.others.read().unwrap_or_else(PoisonError::into_inner)) {
             return cache;
         }
@@ -136,15 +170,22 @@ impl Slot {
             return cache;
         }
         let mut config = config();
-        config.name = format!(
-            "{}<{}, {}>",
-            config.name,
-            type_name::<K>(),
-            type_name::<V>()
-        )
-        .into();
+        if others
+            .iter()
+            .chain(self.first.get())
+            .any(|(other, _)| same_site(other, site))
+        {
+            // Same instantiation, other types: keep the names apart.
+            config.name = format!(
+                "{}<{}, {}>",
+                config.name,
+                type_name::<K>(),
+                type_name::<V>()
+            )
+            .into();
+        }
         let cache = leak(config, tier);
-        others.push(cache);
+        others.push((site, cache));
         cache
             .downcast_ref()
             .expect("a cache just built has the types it was built with")
@@ -167,6 +208,41 @@ where
     cache
 }
 
+fn same_site(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
+/// The default name of a method's cache: `path::Type::method` for an inherent method, and
+/// `<path::Type as path::Trait>::method` for a trait's, with the impl's generic arguments as
+/// this instantiation has them. `site` is the `type_name` of a type declared in the method's
+/// generated code, whose path runs through the impl (`<path::Type<_> as path::Trait>::...`):
+/// the only place a method's trait can be read from.
+pub fn method_name(self_type: &str, site: &str, method: &str) -> String {
+    match impl_trait(site) {
+        Some(trait_path) => format!("<{self_type} as {trait_path}>::{method}"),
+        None => format!("{self_type}::{method}"),
+    }
+}
+
+/// `path::Trait` in `<path::Type<_> as path::Trait>::rest`, or `None` for an inherent impl.
+fn impl_trait(site: &str) -> Option<&str> {
+    let inner = site.strip_prefix('<')?;
+    let mut depth = 0usize;
+    let mut trait_start = None;
+    for (at, c) in inner.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if depth == 0 => return trait_start.map(|start| &inner[start..at]),
+            '>' => depth -= 1,
+            ' ' if depth == 0 && trait_start.is_none() && inner[at..].starts_with(" as ") => {
+                trait_start = Some(at + 4);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 async fn infallible<V>(load: impl Future<Output = V>) -> Result<V, std::convert::Infallible> {
     Ok(load.await)
 }
@@ -175,4 +251,23 @@ async fn infallible<V>(load: impl Future<Output = V>) -> Result<V, std::convert:
 /// as they did before the body moved into the load.
 pub fn typed<T, F: Future<Output = T>>(future: F) -> F {
     future
+}
+
+#[cfg(test)]
+mod tests {
+    use super::method_name;
+
+    #[test]
+    fn a_methods_name_says_its_trait_and_instantiation() {
+        let site = "<app::Store<_> as app::Repo<u8>>::get::{{closure}}::__StampedeSite";
+        assert_eq!(
+            method_name("app::Store<u16>", site, "get"),
+            "<app::Store<u16> as app::Repo<u8>>::get"
+        );
+        let inherent = "app::Store<_>::label::{{closure}}::__StampedeSite";
+        assert_eq!(
+            method_name("app::Store<u8>", inherent, "label"),
+            "app::Store<u8>::label"
+        );
+    }
 }

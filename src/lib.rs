@@ -56,8 +56,9 @@
 //!
 //! Every cache has a name: the `name = "..."` option when given, otherwise
 //! `module_path!()::function` for a free function (`my_app::catalog::product`, starting with the
-//! name of the crate that defines it) and `path::Type::method` for a method
-//! (`my_app::repo::Users::get_user`). The name is what [`stats`], [`invalidate`], the metrics'
+//! name of the crate that defines it), `path::Type::method` for a method of an inherent impl
+//! (`my_app::repo::Users::get_user`) and `<path::Type as path::Trait>::method` for a method of a
+//! trait impl. The name is what [`stats`], [`invalidate`], the metrics'
 //! `cache` label and the Redis keys use. Give one explicitly when code outside the function looks
 //! the cache up, so that moving the function or renaming the crate does not change it.
 //!
@@ -65,44 +66,60 @@
 //!
 //! Return `Result<T, E>` to receive failures as values: only `Ok` is cached, and `E` must
 //! implement `From<`[`Error`]`>`, through which callers receive what the cache itself can fail
-//! with (a load that timed out or panicked, ...). One load serves every caller that waited for it,
-//! so its error is shared behind an `Arc` and each of them receives
-//! `E::from(Error::Upstream(..))`; [`Error::upstream::<E>()`](Error::upstream) hands back the
-//! original. For "not found", return `Result<Option<T>, E>`: `None` is cached like any value, so
-//! a client asking again and again for a missing id costs one query per `ttl`, and errors stay for
-//! failures, which are never cached.
+//! with (a load that timed out or panicked, ...). The function's own error comes back as itself:
+//! to the only caller of a load, whatever `E` is (moved out); to every caller of a load that
+//! several callers shared, as a clone when `E: Clone`, and otherwise as
+//! `E::from(Error::Upstream(..))`, from which [`Error::upstream::<E>()`](Error::upstream) hands
+//! back the original. For "not found", return `Result<Option<T>, E>`: `None` is cached like any
+//! value, so a client asking again and again for a missing id costs one query per `ttl`, and
+//! errors stay for failures, which are never cached.
+//!
+//! An error type that is not `Clone` (it holds a driver's error) needs nothing more than a
+//! variant for the cache:
 //!
 //! ```
-//! #[derive(Clone, Debug)]
-//! enum AppError {
-//!     Db(String),
+//! #[derive(Debug)]
+//! enum RepoError {
+//!     NotFound(u64),
+//!     Io(std::io::Error), // not `Clone`, like most drivers' errors
 //!     Cache(stampede::Error),
 //! }
 //!
-//! impl std::fmt::Display for AppError {
+//! impl std::fmt::Display for RepoError {
 //!     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
 //!         match self {
-//!             AppError::Db(message) => write!(f, "database: {message}"),
-//!             AppError::Cache(error) => write!(f, "cache: {error}"),
+//!             RepoError::NotFound(id) => write!(f, "no user {id}"),
+//!             RepoError::Io(error) => write!(f, "database: {error}"),
+//!             RepoError::Cache(error) => write!(f, "cache: {error}"),
 //!         }
 //!     }
 //! }
 //!
-//! impl From<stampede::Error> for AppError {
+//! impl From<stampede::Error> for RepoError {
 //!     fn from(error: stampede::Error) -> Self {
-//!         match error.upstream::<AppError>() {
-//!             Some(original) => original.clone(), // the load's own error
-//!             None => AppError::Cache(error),     // a timeout, a panic of the load, ...
-//!         }
+//!         RepoError::Cache(error)
 //!     }
 //! }
 //!
 //! #[stampede::cached(ttl = "60s", timeout = "500ms", name = "user_email")]
-//! async fn user_email(id: u64) -> Result<Option<String>, AppError> {
+//! async fn user_email(id: u64) -> Result<Option<String>, RepoError> {
 //!     match id {
-//!         0 => Err(AppError::Db("connection refused".into())),
+//!         0 => Err(RepoError::Io(std::io::Error::other("connection refused"))),
 //!         1..=100 => Ok(Some(format!("user{id}@example.com"))),
+//!         999 => Err(RepoError::NotFound(id)),
 //!         _ => Ok(None), // not found: cached too
+//!     }
+//! }
+//!
+//! /// What a handler answers: a failure shared by several callers keeps the original inside.
+//! fn status(error: &RepoError) -> u16 {
+//!     match error {
+//!         RepoError::NotFound(_) => 404,
+//!         RepoError::Cache(cache) => match cache.upstream::<RepoError>() {
+//!             Some(RepoError::NotFound(_)) => 404,
+//!             _ => 503,
+//!         },
+//!         RepoError::Io(_) => 500,
 //!     }
 //! }
 //!
@@ -110,7 +127,8 @@
 //! async fn main() {
 //!     assert_eq!(user_email(7).await.unwrap().as_deref(), Some("user7@example.com"));
 //!     assert_eq!(user_email(404).await.unwrap(), None);
-//!     assert!(matches!(user_email(0).await, Err(AppError::Db(_))));
+//!     assert!(matches!(user_email(0).await, Err(RepoError::Io(_))));
+//!     assert_eq!(status(&user_email(999).await.unwrap_err()), 404);
 //! }
 //! ```
 //!
@@ -121,7 +139,8 @@
 //!
 //! [`invalidate`]`(name, key)` drops one key's value. The key is the tuple of the function's key
 //! arguments, owned (a `&str` argument is a `String`) and of the exact types of the signature
-//! (`42u64`, not `42`). A load of that key that was running meanwhile does not store its value.
+//! (`42u64`, not `42`). A load of that key that was running meanwhile is detached: it answers
+//! the callers already waiting for it, stores nothing, and the next call starts a new load.
 //!
 //! ```
 //! #[stampede::cached(ttl = "60s", name = "price")]

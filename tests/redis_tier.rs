@@ -737,3 +737,31 @@ async fn invalidations_leave_no_state_in_redis_for_keys_nobody_fills() {
     let ttl: i64 = server.command(&["PTTL", &fence]);
     assert!(ttl > 0, "the fence expires: {ttl}");
 }
+
+#[tokio::test]
+async fn require_redis_says_why_a_connection_cannot_be_used() {
+    match within(stampede::require_redis(Some("never_installed"))).await {
+        Err(stampede::Error::InvalidConfig { message }) => {
+            assert!(message.contains("not configured"), "{message}")
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+
+    let server = RedisServer::start();
+    install(&server, "required");
+    within(stampede::require_redis(Some("required")))
+        .await
+        .expect("a running redis-server answers");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    RedisConfig::new(&format!("redis://127.0.0.1:{closed}/"))
+        .unwrap()
+        .install_as("required_down");
+    assert!(matches!(
+        within(stampede::require_redis(Some("required_down"))).await,
+        Err(stampede::Error::RedisUnavailable { .. })
+    ));
+}

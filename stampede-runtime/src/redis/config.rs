@@ -90,6 +90,26 @@ impl RedisConfig {
         self
     }
 
+    /// Settings for the Redis named by the `STAMPEDE_REDIS_URL` variable, with the defaults.
+    ///
+    /// Fails with [`Error::InvalidConfig`] when the variable is missing or not a usable URL: for a
+    /// service that must not start without its shared cache (the caches' own fallback, when no
+    /// Redis is configured, is to run on local singleflight and warn once).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), stampede_runtime::Error> {
+    /// stampede_runtime::RedisConfig::from_env()?.prefix("shop").install();
+    /// # Ok(()) }
+    /// ```
+    pub fn from_env() -> Result<Self, Error> {
+        let url = std::env::var(REDIS_URL_VAR).map_err(|_| {
+            Error::invalid_config(format!(
+                "{REDIS_URL_VAR} is not set: set it to the Redis URL, e.g. redis://127.0.0.1:6379/"
+            ))
+        })?;
+        RedisConfig::new(&url)
+    }
+
     /// Bound on each Redis call. Past it the call counts as a failure and the cache serves from
     /// this process instead; two timeouts in a row on one connection replace it (a half-open
     /// connection answers nothing, ever). Clamped to [1 ms, 24 h].

@@ -485,6 +485,36 @@ impl Connection {
         );
     }
 
+    /// Asks Redis for a `PONG`, connecting first if needed, within the connection and operation
+    /// timeouts; for a start-up check.
+    pub(crate) async fn ping(&self) -> Result<(), Failure> {
+        let deadline = after(
+            Instant::now(),
+            self.config
+                .connect_timeout
+                .saturating_add(self.config.op_timeout),
+        );
+        tokio::time::timeout_at(deadline, async {
+            loop {
+                match self
+                    .attempt(|mut connection| async move {
+                        redis::cmd("PING")
+                            .query_async::<String>(&mut connection)
+                            .await
+                    })
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    // A connection being made for another call: wait for it.
+                    Err(Failure::Timeout(_)) => continue,
+                    Err(failure) => return Err(failure),
+                }
+            }
+        })
+        .await
+        .unwrap_or(Err(Failure::Timeout(self.config.connect_timeout)))
+    }
+
     /// Runs one operation on this runtime's command connection, unless Redis is cooling down.
     async fn call<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
     where

@@ -56,6 +56,35 @@ pub enum Busy {
     Error,
 }
 
+/// Checks at start-up that the Redis connection named `connection` (`None`: the default one,
+/// from [`RedisConfig::install`] or the `STAMPEDE_REDIS_URL` variable) is configured and answers.
+///
+/// Caches never need this: without Redis they run on local singleflight, count it and warn
+/// once. Call it where a missing Redis should stop the service instead, before it takes traffic.
+/// Needs a tokio runtime.
+///
+/// ```no_run
+/// # async fn start() -> Result<(), stampede_runtime::Error> {
+/// stampede_runtime::require_redis(None).await?; // fails with the reason: not configured, no answer
+/// # Ok(()) }
+/// ```
+pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
+    let shown = connection.unwrap_or("default");
+    let Some(redis) = config::lookup(connection) else {
+        return Err(Error::invalid_config(format!(
+            "the `{shown}` Redis connection is not configured: install a RedisConfig under that \
+             name, or set {REDIS_URL_VAR} for the default one"
+        )));
+    };
+    redis
+        .ping()
+        .await
+        .map_err(|failure| Error::RedisUnavailable {
+            cache: Arc::from(format!("(connection `{shown}`)")),
+            message: failure.to_string().into(),
+        })
+}
+
 /// The Redis tier of one cache: keys written by serde as readable text, values as MessagePack.
 pub struct RedisTier<K, V> {
     /// What names the cache in its Redis keys (see `keys::identity`).

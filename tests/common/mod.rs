@@ -1,8 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)] // each test file uses its own subset
 
-pub mod fault_proxy;
-pub mod redis_server;
+#[allow(unused_imports)] // each test file uses its own subset
+pub use stampede_test_support::{fault_proxy, redis_server};
 
 use std::future::Future;
 use std::time::Duration;

@@ -1,9 +1,10 @@
 //! Helpers shared by this package's tests: bounded waits, and a `redis-server` of their own.
 #![allow(dead_code)] // each test file uses its own subset
 
-/// A copy of the facade's `tests/common/redis_server.rs`: this package cannot reach the facade's
-/// test helpers, and the helper is no part of an example.
-pub mod redis_server;
+/// The workspace's test `redis-server` (package `stampede-test-support`, shared with the
+/// facade's tests).
+#[allow(unused_imports)] // each test file uses its own subset
+pub use stampede_test_support::redis_server;
 
 use std::future::Future;
 use std::time::Duration;

@@ -151,6 +151,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         // The caller's span (the request): the lookup span is never entered.
         span.follows_from(tracing::Span::current());
         let running = async move {
+            // A refresh of a stale value waits for a turn in the process's budget; a load for
+            // callers with no value never does.
+            let _turn = match reason {
+                Reason::Stale => crate::budget::turn(leader.urgent()).await,
+                Reason::Miss => None,
+            };
             let _running = core.telemetry.in_flight.raise();
             let started = Instant::now();
             let handle = Handle::new(core, leader.key(), &load, reason, Some(&leader));

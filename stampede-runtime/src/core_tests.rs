@@ -302,3 +302,73 @@ async fn stats_read_right_after_one_fill_and_one_hit() {
     assert_eq!(stats.hot_keys.len(), 1);
     assert_eq!(stats.hot_keys[0].hits, 1, "one hit reads as one");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_budget_bounds_background_refreshes_but_never_a_miss() {
+    use std::sync::atomic::AtomicU64;
+
+    // Loads of the 500 stale keys running now, and the most that ever ran at once.
+    static RUNNING: AtomicUsize = AtomicUsize::new(0);
+    static MOST: AtomicUsize = AtomicUsize::new(0);
+    static VERSION: AtomicU64 = AtomicU64::new(1);
+
+    fn get(
+        cache: &'static Cache<u64, String, Local>,
+        key: u64,
+    ) -> impl Future<Output = Result<String, Error>> + Send + 'static {
+        cache.get(key, move || {
+            move |key: &u64| {
+                let key = *key;
+                async move {
+                    let refresh = key < 500 && VERSION.load(SeqCst) == 2;
+                    if refresh {
+                        let now = RUNNING.fetch_add(1, SeqCst) + 1;
+                        MOST.fetch_max(now, SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if refresh {
+                        RUNNING.fetch_sub(1, SeqCst);
+                    }
+                    Ok::<_, std::convert::Infallible>(format!("{key} v{}", VERSION.load(SeqCst)))
+                }
+            }
+        })
+    }
+
+    crate::budget::set_max_refreshes(4);
+    let mut long_stale = config("core::budget");
+    long_stale.stale = Duration::from_secs(1_000);
+    let cache = leak(long_stale, Local);
+    let fills: Vec<_> = (0..500).map(|key| tokio::spawn(get(cache, key))).collect();
+    for fill in fills {
+        within(fill).await.unwrap().unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(11)).await; // every key stale
+    VERSION.store(2, SeqCst);
+
+    let started = Instant::now();
+    for key in 0..500 {
+        assert_eq!(within(get(cache, key)).await.unwrap(), format!("{key} v1"));
+    }
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "every stale call is served at once"
+    );
+    // A miss while 496 refreshes wait their turn: it runs at once.
+    let miss = Instant::now();
+    assert_eq!(within(get(cache, 10_000)).await.unwrap(), "10000 v2");
+    assert_eq!(miss.elapsed(), Duration::from_secs(1));
+
+    tokio::time::sleep(Duration::from_secs(200)).await; // 125 s of refreshes, 4 at a time
+    // Other tests of this binary may hold turns too: at most the budget, never more.
+    let most = MOST.load(SeqCst);
+    assert!(
+        (1..=4).contains(&most),
+        "{most} refreshes ran at once with a budget of 4"
+    );
+    for key in 0..500 {
+        assert_eq!(within(get(cache, key)).await.unwrap(), format!("{key} v2"));
+    }
+    crate::budget::set_max_refreshes(64);
+}

@@ -11,7 +11,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::entry::Entry;
@@ -44,6 +44,8 @@ struct Shared<V> {
     /// The failure of a load that had one caller, moved to it rather than shared: the only
     /// copy, so the caller can have the function's own error back.
     handoff: Mutex<Option<Result<V, Error>>>,
+    /// Notified when a caller with no value joins: a refresh waiting for its turn starts now.
+    urgent: Notify,
 }
 
 /// The loads in flight for one cache, by key.
@@ -79,6 +81,8 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         let mut map = self.lock();
         if let Some(flight) = map.get(key) {
             flight.shared.callers.fetch_add(1, Ordering::Relaxed);
+            // `notify_one` keeps the wake-up for a refresh that has not started waiting yet.
+            flight.shared.urgent.notify_one();
             return Joined::Shared(Waiter {
                 outcome: flight.outcome.clone(),
                 shared: flight.shared.clone(),
@@ -125,6 +129,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         let shared = Arc::new(Shared {
             callers: AtomicUsize::new(0),
             handoff: Mutex::new(None),
+            urgent: Notify::new(),
         });
         map.insert(
             key.clone(),
@@ -181,6 +186,11 @@ pub(crate) struct Leader<'a, K: Hash + Eq + Clone, V: Clone> {
 impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
     pub(crate) fn key(&self) -> &K {
         &self.key
+    }
+
+    /// Notified when a caller with no value joins this flight.
+    pub(crate) fn urgent(&self) -> &Notify {
+        &self.shared.urgent
     }
 
     /// Hands a stale entry to the waiters now while the load goes on. Callers that join later

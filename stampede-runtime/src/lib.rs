@@ -24,6 +24,7 @@
 #![cfg_attr(not(feature = "redis"), allow(dead_code))]
 
 mod bounds;
+mod budget;
 mod cache;
 mod config;
 #[cfg(test)]
@@ -44,6 +45,7 @@ mod stats;
 mod telemetry;
 mod tier;
 
+pub use budget::{MAX_REFRESHES_VAR, set_max_refreshes};
 pub use config::{Backend, Config, Lock};
 pub use error::{Error, LoadError, UpstreamError};
 #[cfg(feature = "redis")]

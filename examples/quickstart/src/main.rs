@@ -1,5 +1,5 @@
 //! The stampede, and what `#[cached]` does about it, on the in-memory default: no services
-//! needed. Run it with `cargo run --example quickstart`.
+//! needed. Run it with `cargo run -p stampede-quickstart`.
 //!
 //! The README's quickstart, grown to show a stale value served while it refreshes. It needs
 //! `stampede` and `tokio` with the `macros`, `rt-multi-thread` and `time` features, nothing else.

@@ -382,6 +382,7 @@ fn config(
             lock: #private::Lock::#lock,
             backend: #private::Backend::#backend,
             capacity: #capacity,
+            refresh_after: ::core::option::Option::None,
             key: #key,
         }
     }

@@ -90,6 +90,17 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     outcome("hit");
                     return Ok(entry.value);
                 }
+                Freshness::Early => {
+                    let hit = core.telemetry.hits.bump();
+                    core.hot.hit(hit, &key, entry.filled_at);
+                    if core.config.lock != Lock::None
+                        && let Some(leader) = core.flights.lead(&key)
+                    {
+                        let _ = self.spawn_load(leader, prepare(), Reason::Early);
+                    }
+                    outcome("early");
+                    return Ok(entry.value);
+                }
                 Freshness::Stale if core.config.lock != Lock::None => {
                     core.telemetry.stale_served.bump();
                     if let Some(leader) = core.flights.lead(&key) {
@@ -154,7 +165,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             // A refresh of a stale value waits for a turn in the process's budget; a load for
             // callers with no value never does.
             let _turn = match reason {
-                Reason::Stale => crate::budget::turn(leader.urgent()).await,
+                Reason::Stale | Reason::Early => crate::budget::turn(leader.urgent()).await,
                 Reason::Miss => None,
             };
             let _running = core.telemetry.in_flight.raise();
@@ -220,7 +231,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Inspect for Cache<K, V, T> {
             loads: t.loads.get(),
             load_errors: t.load_errors.get(),
             timeouts: t.timeouts.get(),
-            refreshes: t.refreshes.get(),
+            refreshes: t.refreshes.load(std::sync::atomic::Ordering::Relaxed),
             shared: t.shared.get(),
             entries: core.memory.entry_count(),
             in_flight: core.flights.len() as u64,

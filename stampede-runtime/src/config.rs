@@ -56,6 +56,13 @@ pub struct Config {
     pub backend: Backend,
     /// Maximum number of entries kept in memory.
     pub capacity: u64,
+    /// Refresh-ahead: past this age (jittered like `ttl`, always below it), a hit also starts
+    /// one background refresh, so a key read steadily never expires. `None`: off.
+    #[serde(
+        rename = "refresh_after_ms",
+        serialize_with = "crate::stats::millis_opt"
+    )]
+    pub refresh_after: Option<Duration>,
     /// The `key` template as written (`"user:{id}"`), if one was; part of the cache's identity
     /// in a shared tier.
     pub key: Option<Arc<str>>,

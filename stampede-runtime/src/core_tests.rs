@@ -35,6 +35,7 @@ fn config(name: &str) -> Config {
         lock: Lock::Local,
         backend: Backend::Memory,
         capacity: 1_000,
+        refresh_after: None,
         key: None,
     }
 }
@@ -371,4 +372,29 @@ async fn a_refresh_budget_bounds_background_refreshes_but_never_a_miss() {
         assert_eq!(within(get(cache, key)).await.unwrap(), format!("{key} v2"));
     }
     crate::budget::set_max_refreshes(64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refresh_ahead_keeps_a_steadily_read_key_from_ever_making_a_caller_wait() {
+    let mut ahead = config("core::refresh_ahead");
+    ahead.ttl = Duration::from_secs(60);
+    ahead.stale = Duration::ZERO;
+    ahead.refresh_after = Some(Duration::from_secs(45));
+    let cache = leak(ahead, Local);
+    let source = Source::new(Duration::from_millis(100));
+    within(source.get(cache, 1)).await.unwrap();
+    // Read every second for ten minutes.
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let started = Instant::now();
+        within(source.get(cache, 1)).await.unwrap();
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "a call waited for a load"
+        );
+    }
+    // The first load, then one refresh each time the value passes 45 s (plus its 100 ms load
+    // and the second the next read comes at): 600 s / 46 s.
+    assert_eq!(source.loads(), 1 + 600 / 46);
 }

@@ -10,6 +10,8 @@ pub(crate) struct Entry<V> {
     pub(crate) value: V,
     /// When the value was loaded, for its age in the stats.
     pub(crate) filled_at: Instant,
+    /// Past this (at most `fresh_until`), a hit also starts one refresh (`refresh_after`).
+    refresh_at: Instant,
     fresh_until: Instant,
     stale_until: Instant,
 }
@@ -19,6 +21,8 @@ pub(crate) struct Entry<V> {
 pub(crate) enum Freshness {
     /// Serve it.
     Fresh,
+    /// Serve it, and make sure one refresh is running: it is older than `refresh_after`.
+    Early,
     /// Serve it, and make sure one refresh is running.
     Stale,
     /// Past the stale window: treat as missing.
@@ -35,6 +39,7 @@ impl<V> Entry<V> {
         Entry {
             value,
             filled_at,
+            refresh_at: fresh_until,
             fresh_until,
             stale_until,
         }
@@ -46,9 +51,16 @@ impl<V> Entry<V> {
         Entry::new(value, now, fresh_until, after(fresh_until, stale))
     }
 
+    /// The entry, refreshed early from `at` on (never later than its fresh deadline).
+    pub(crate) fn refreshing_from(mut self, at: Instant) -> Self {
+        self.refresh_at = at.min(self.fresh_until);
+        self
+    }
+
     /// The entry, servable until `until` at the latest.
     pub(crate) fn capped(mut self, until: Instant) -> Self {
         self.fresh_until = self.fresh_until.min(until);
+        self.refresh_at = self.refresh_at.min(until);
         self.stale_until = self.stale_until.min(until);
         self
     }
@@ -59,8 +71,10 @@ impl<V> Entry<V> {
     }
 
     pub(crate) fn freshness(&self, now: Instant) -> Freshness {
-        if now < self.fresh_until {
+        if now < self.refresh_at {
             Freshness::Fresh
+        } else if now < self.fresh_until {
+            Freshness::Early
         } else if now < self.stale_until {
             Freshness::Stale
         } else {

@@ -26,8 +26,8 @@ pub struct Stats {
     pub load_errors: u64,
     /// Load attempts that ran past the timeout.
     pub timeouts: u64,
-    /// Background refreshes of stale values that ran a load (the metric
-    /// `cache_refresh_total{reason="stale"}`). Loads for misses are `misses - shared` at most, and
+    /// Background refreshes that ran a load: of stale values, and early ones past
+    /// `refresh_after` (the metric `cache_refresh_total{reason="stale"|"early"}`). Loads for misses are `misses - shared` at most, and
     /// every run of the body is in `loads`.
     pub refreshes: u64,
     /// Callers that joined a load another caller had started, and shared its result.
@@ -146,6 +146,17 @@ pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), 
             "no cache named `{name}` has keys of type `{}`; a key is the tuple of the key arguments, owned",
             type_name::<K>()
         )))
+    }
+}
+
+/// Serializes an optional duration as whole milliseconds, or `null`.
+pub(crate) fn millis_opt<S: serde::Serializer>(
+    duration: &Option<std::time::Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => millis(duration, serializer),
+        None => serializer.serialize_none(),
     }
 }
 

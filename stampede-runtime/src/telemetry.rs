@@ -81,6 +81,8 @@ pub(crate) enum Reason {
     Miss,
     /// A stale value was served; this refreshes it in the background.
     Stale,
+    /// A fresh value older than `refresh_after` was served; this refreshes it in the background.
+    Early,
 }
 
 impl Reason {
@@ -88,6 +90,7 @@ impl Reason {
         match self {
             Reason::Miss => "miss",
             Reason::Stale => "stale",
+            Reason::Early => "early",
         }
     }
 }
@@ -100,10 +103,12 @@ pub(crate) struct Telemetry {
     pub(crate) loads: Count,
     pub(crate) load_errors: Count,
     pub(crate) timeouts: Count,
-    pub(crate) refreshes: Count,
+    /// Background refreshes, stale and early; `cache_refresh_total{reason}` counts each reason.
+    pub(crate) refreshes: AtomicU64,
     pub(crate) shared: Count,
-    /// `cache_refresh_total{reason="miss"}`; the stale ones are `refreshes`.
     miss_loads: Counter,
+    stale_loads: Counter,
+    early_loads: Counter,
     pub(crate) waiters: Level,
     pub(crate) in_flight: Level,
     load_duration: Histogram,
@@ -119,12 +124,17 @@ impl Telemetry {
             loads: Count::new("cache_load_total", &labels),
             load_errors: Count::new("cache_refresh_error_total", &labels),
             timeouts: Count::new("cache_refresh_timeout_total", &labels),
-            refreshes: Count {
-                value: AtomicU64::new(0),
-                metric: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Stale)),
-            },
+            refreshes: AtomicU64::new(0),
             shared: Count::new("singleflight_shared_result_total", &labels),
             miss_loads: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Miss)),
+            stale_loads: metrics::counter!(
+                "cache_refresh_total",
+                labels.with_reason(Reason::Stale)
+            ),
+            early_loads: metrics::counter!(
+                "cache_refresh_total",
+                labels.with_reason(Reason::Early)
+            ),
             waiters: Level::new("singleflight_waiters", &labels),
             in_flight: Level::new("inflight_refresh_count", &labels),
             load_duration: metrics::histogram!("cache_refresh_duration_seconds", labels.cache()),
@@ -133,11 +143,14 @@ impl Telemetry {
 
     /// A load started for this reason (its first attempt).
     pub(crate) fn load_started(&self, reason: Reason) {
-        match reason {
-            Reason::Miss => self.miss_loads.increment(1),
-            Reason::Stale => {
-                self.refreshes.bump();
-            }
+        let metric = match reason {
+            Reason::Miss => &self.miss_loads,
+            Reason::Stale => &self.stale_loads,
+            Reason::Early => &self.early_loads,
+        };
+        metric.increment(1);
+        if !matches!(reason, Reason::Miss) {
+            self.refreshes.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -201,7 +214,7 @@ pub(crate) fn describe() {
     );
     describe_counter!(
         "cache_refresh_total",
-        "Loads started, by reason: a miss, or a stale value to refresh"
+        "Loads started, by reason: a miss, a stale value to refresh, or an early refresh"
     );
     describe_counter!(
         "cache_refresh_error_total",

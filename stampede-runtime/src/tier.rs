@@ -92,6 +92,8 @@ pub struct Handle<'a, K: Key, V: Value, L> {
     leader: Option<&'a Leader<'static, K, V>>,
     /// Whether the load has started, so that `cache_refresh_total` counts it once.
     started: AtomicBool,
+    /// For an early refresh, when the value it replaces was loaded.
+    refreshing: Option<Instant>,
 }
 
 impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
@@ -102,7 +104,12 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         reason: Reason,
         leader: Option<&'a Leader<'static, K, V>>,
     ) -> Self {
+        let refreshing = match reason {
+            Reason::Early => core.memory.get(key).map(|entry| entry.filled_at),
+            Reason::Miss | Reason::Stale => None,
+        };
         Handle {
+            refreshing,
             loading: core.memory.begin(key),
             core,
             key,
@@ -144,11 +151,25 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// Keeps `entry` in memory, unless the key was invalidated since the flight began (or values
     /// live only in the shared tier), and returns its value.
     pub(crate) fn keep(&self, entry: Entry<V>) -> V {
+        let config = &self.core.config;
+        let entry = match config.refresh_after {
+            Some(after) => {
+                let at = crate::entry::after(entry.filled_at, jittered_ttl(after, config.jitter));
+                entry.refreshing_from(at)
+            }
+            None => entry,
+        };
         let value = entry.value.clone();
         if self.core.config.in_memory() {
             self.core.memory.keep(&self.loading, entry);
         }
         value
+    }
+
+    /// For an early refresh (`refresh_after`), when the value it replaces was loaded: a shared
+    /// value loaded later is newer, and needs no load.
+    pub(crate) fn refreshing(&self) -> Option<Instant> {
+        self.refreshing
     }
 
     /// Hands a stale value to the flight's waiters now, while the refresh goes on. A waiter

@@ -193,6 +193,16 @@ where
                 Found::Nothing => None,
             };
             match (read.state, current) {
+                // An early refresh finds the value it is refreshing: take the lock (one refresh
+                // across processes). A value loaded after it is newer: keep that instead.
+                (ReadState::Fresh, Some(entry))
+                    if !value_unusable
+                        && self.handle.refreshing().is_some_and(|old| {
+                            entry.filled_at <= old + Duration::from_millis(1)
+                        }) =>
+                {
+                    value_unusable = true;
+                }
                 (ReadState::Fresh, Some(entry)) => {
                     self.record("fresh");
                     self.tier.telemetry.remote_hits.bump();

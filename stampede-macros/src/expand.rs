@@ -383,6 +383,8 @@ fn config(
             backend: #private::Backend::#backend,
             capacity: #capacity,
             refresh_after: ::core::option::Option::None,
+            fail_safe: ::core::option::Option::None,
+            fail_safe_throttle: ::core::time::Duration::from_secs(5),
             key: #key,
         }
     }

@@ -51,9 +51,12 @@ pub(crate) struct Cache<K: Key, V: Value, T> {
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     pub(crate) fn new(config: Config, tier: T) -> Self {
-        // No entry is servable longer than `ttl + stale` after it was stored.
-        let reclaim_after = config.ttl.saturating_add(config.stale);
-        let memory = Memory::new(config.capacity, reclaim_after, tier.key_name().is_some());
+        // No entry is of use longer than `ttl + stale (+ fail_safe)` after it was stored.
+        let memory = Memory::new(
+            config.capacity,
+            config.longest_use(),
+            tier.key_name().is_some(),
+        );
         Cache {
             core: Core {
                 telemetry: Telemetry::new(&config),
@@ -118,9 +121,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if core.config.lock == Lock::None {
             outcome("miss");
             let load = prepare();
+            let handle = Handle::new(core, &key, &load, Reason::Miss, None);
             return self
-                .fill(Handle::new(core, &key, &load, Reason::Miss, None))
-                .await;
+                .fill(&handle)
+                .await
+                .or_else(|error| handle.fail_safe(error));
         }
         let waiter = match core.flights.join(&key) {
             Joined::Shared(waiter) => {
@@ -171,13 +176,15 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             let _running = core.telemetry.in_flight.raise();
             let started = Instant::now();
             let handle = Handle::new(core, leader.key(), &load, reason, Some(&leader));
-            let outcome = AssertUnwindSafe(self.fill(handle))
+            let outcome = AssertUnwindSafe(self.fill(&handle))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|panic| {
                     core.telemetry.load_errors.bump();
                     Err(Error::panicked(&core.config.name, &*panic))
-                });
+                })
+                .or_else(|error| handle.fail_safe(error));
+            drop(handle); // it borrows the leader, which the outcome goes through
             let span = tracing::Span::current();
             span.record("outcome", outcome_name(&outcome));
             span.record("duration_ms", started.elapsed().as_millis() as u64);
@@ -189,7 +196,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
 
     /// Gets the key's value for a miss or a refresh: from a load that finished meanwhile, or
     /// through the tier.
-    async fn fill<L: Load<K, V>>(&self, handle: Handle<'_, K, V, L>) -> Result<V, Error> {
+    async fn fill<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
         // A load that finished between this caller's miss and its taking the lead has stored
         // its value already: serve that instead of loading twice.
         if self.core.config.in_memory()
@@ -233,6 +240,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Inspect for Cache<K, V, T> {
             timeouts: t.timeouts.get(),
             refreshes: t.refreshes.load(std::sync::atomic::Ordering::Relaxed),
             shared: t.shared.get(),
+            fail_safe_served: t.fail_safe_served.get(),
             entries: core.memory.entry_count(),
             in_flight: core.flights.len() as u64,
             waiters: t.waiters.get(),

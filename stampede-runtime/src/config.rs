@@ -63,12 +63,30 @@ pub struct Config {
         serialize_with = "crate::stats::millis_opt"
     )]
     pub refresh_after: Option<Duration>,
+    /// Fail-safe: when a load fails (error, timeout, panic), the last good value is served
+    /// instead for this long past its stale deadline. `None`: off.
+    #[serde(rename = "fail_safe_ms", serialize_with = "crate::stats::millis_opt")]
+    pub fail_safe: Option<Duration>,
+    /// With `fail_safe`, how long a served last good value stands before the source is asked
+    /// again.
+    #[serde(
+        rename = "fail_safe_throttle_ms",
+        serialize_with = "crate::stats::millis"
+    )]
+    pub fail_safe_throttle: Duration,
     /// The `key` template as written (`"user:{id}"`), if one was; part of the cache's identity
     /// in a shared tier.
     pub key: Option<Arc<str>>,
 }
 
 impl Config {
+    /// How long after it was stored an entry may still be served, fail-safe included: what
+    /// the memory tier keeps it for.
+    pub(crate) fn longest_use(&self) -> Duration {
+        let servable = self.ttl.saturating_add(self.stale);
+        servable.saturating_add(self.fail_safe.unwrap_or_default())
+    }
+
     /// Whether values are kept in this process.
     pub(crate) fn in_memory(&self) -> bool {
         self.backend != Backend::Redis

@@ -36,6 +36,8 @@ fn config(name: &str) -> Config {
         backend: Backend::Memory,
         capacity: 1_000,
         refresh_after: None,
+        fail_safe: None,
+        fail_safe_throttle: Duration::from_secs(5),
         key: None,
     }
 }
@@ -397,4 +399,53 @@ async fn refresh_ahead_keeps_a_steadily_read_key_from_ever_making_a_caller_wait(
     // The first load, then one refresh each time the value passes 45 s (plus its 100 ms load
     // and the second the next read comes at): 600 s / 46 s.
     assert_eq!(source.loads(), 1 + 600 / 46);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fail_safe_serves_the_last_good_value_throttled_until_its_window_ends() {
+    use std::sync::atomic::AtomicBool;
+
+    static FAILING: AtomicBool = AtomicBool::new(false);
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    fn get(
+        cache: &'static Cache<u64, String, Local>,
+    ) -> impl Future<Output = Result<String, Error>> + Send + 'static {
+        cache.get(1, || {
+            |_: &u64| async {
+                let n = LOADS.fetch_add(1, SeqCst) + 1;
+                if FAILING.load(SeqCst) {
+                    Err(format!("load {n}: the database is down"))
+                } else {
+                    Ok(format!("v{n}"))
+                }
+            }
+        })
+    }
+
+    let mut safe = config("core::fail_safe");
+    safe.ttl = Duration::from_secs(10);
+    safe.stale = Duration::from_secs(5);
+    safe.fail_safe = Some(Duration::from_secs(3_600));
+    safe.fail_safe_throttle = Duration::from_secs(5);
+    let cache = leak(safe, Local);
+    assert_eq!(within(get(cache)).await.unwrap(), "v1");
+    FAILING.store(true, SeqCst);
+    tokio::time::advance(Duration::from_secs(16)).await; // past ttl + stale
+
+    // A call every second for a minute: the last good value each time, the source asked once
+    // per throttle period.
+    for _ in 0..60 {
+        assert_eq!(within(get(cache)).await.unwrap(), "v1");
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(LOADS.load(SeqCst), 1 + 60 / 5);
+    assert_eq!(
+        crate::registry::Inspect::stats(cache).fail_safe_served,
+        60 / 5
+    );
+
+    // Past the fail-safe window, the error.
+    tokio::time::advance(Duration::from_secs(3_600)).await;
+    assert!(matches!(within(get(cache)).await, Err(Error::Upstream(_))));
 }

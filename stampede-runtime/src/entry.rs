@@ -14,6 +14,8 @@ pub(crate) struct Entry<V> {
     refresh_at: Instant,
     fresh_until: Instant,
     stale_until: Instant,
+    /// Until then, past `stale_until`, the value is served when a load fails (`fail_safe`).
+    fail_safe_until: Instant,
 }
 
 /// How an entry may be served at a given instant.
@@ -42,6 +44,7 @@ impl<V> Entry<V> {
             refresh_at: fresh_until,
             fresh_until,
             stale_until,
+            fail_safe_until: stale_until,
         }
     }
 
@@ -57,11 +60,33 @@ impl<V> Entry<V> {
         self
     }
 
+    /// The entry, kept as the last good value for `fail_safe` past its stale deadline.
+    pub(crate) fn failing_safe_for(mut self, fail_safe: Duration) -> Self {
+        self.fail_safe_until = after(self.stale_until, fail_safe);
+        self
+    }
+
+    /// Whether the value may stand in for a failed load at `now`.
+    pub(crate) fn fail_safe(&self, now: Instant) -> bool {
+        now < self.fail_safe_until
+    }
+
+    /// The last good value served for a failed load: fresh again for `throttle`, so the
+    /// failing source is asked again at most once per `throttle`, within its fail-safe window.
+    pub(crate) fn throttled(mut self, now: Instant, throttle: Duration) -> Self {
+        let until = after(now, throttle).min(self.fail_safe_until);
+        self.refresh_at = until;
+        self.fresh_until = until;
+        self.stale_until = until;
+        self
+    }
+
     /// The entry, servable until `until` at the latest.
     pub(crate) fn capped(mut self, until: Instant) -> Self {
         self.fresh_until = self.fresh_until.min(until);
         self.refresh_at = self.refresh_at.min(until);
         self.stale_until = self.stale_until.min(until);
+        self.fail_safe_until = self.fail_safe_until.min(until);
         self
     }
 

@@ -97,7 +97,7 @@ pub(crate) fn tier<K: Key, V: Value>(store: &Arc<Store<K, V>>) -> Fake<K, V> {
 }
 
 impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
-    async fn fill<L: Load<K, V>>(&self, handle: Handle<'_, K, V, L>) -> Result<V, Error> {
+    async fn fill<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
         let store = &self.store;
         let give_up_at = Instant::now() + self.lock_wait;
         let mut stale = None;
@@ -129,7 +129,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 }
             };
             if let Some(generation) = generation {
-                return self.hold(&handle, generation, stale).await;
+                return self.hold(handle, generation, stale).await;
             }
             if Instant::now() >= give_up_at {
                 return handle.load_and_keep().await;

@@ -32,6 +32,8 @@ pub struct Stats {
     pub refreshes: u64,
     /// Callers that joined a load another caller had started, and shared its result.
     pub shared: u64,
+    /// Failed loads answered with the last good value (`fail_safe`).
+    pub fail_safe_served: u64,
     /// Values read from Redis (L2) because this process had none.
     pub remote_hits: u64,
     /// Redis locks this process took to load a key.
@@ -62,6 +64,7 @@ impl Stats {
         self.timeouts += other.timeouts;
         self.refreshes += other.refreshes;
         self.shared += other.shared;
+        self.fail_safe_served += other.fail_safe_served;
         self.remote_hits += other.remote_hits;
         self.lock_acquired += other.lock_acquired;
         self.lock_busy += other.lock_busy;

@@ -106,6 +106,7 @@ pub(crate) struct Telemetry {
     /// Background refreshes, stale and early; `cache_refresh_total{reason}` counts each reason.
     pub(crate) refreshes: AtomicU64,
     pub(crate) shared: Count,
+    pub(crate) fail_safe_served: Count,
     miss_loads: Counter,
     stale_loads: Counter,
     early_loads: Counter,
@@ -126,6 +127,7 @@ impl Telemetry {
             timeouts: Count::new("cache_refresh_timeout_total", &labels),
             refreshes: AtomicU64::new(0),
             shared: Count::new("singleflight_shared_result_total", &labels),
+            fail_safe_served: Count::new("cache_fail_safe_served_total", &labels),
             miss_loads: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Miss)),
             stale_loads: metrics::counter!(
                 "cache_refresh_total",
@@ -223,6 +225,10 @@ pub(crate) fn describe() {
     describe_counter!(
         "cache_refresh_timeout_total",
         "Load attempts that ran past the timeout"
+    );
+    describe_counter!(
+        "cache_fail_safe_served_total",
+        "Failed loads answered with the last good value (fail_safe)"
     );
     describe_counter!(
         "singleflight_shared_result_total",

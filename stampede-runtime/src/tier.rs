@@ -38,7 +38,7 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
     /// by loading it through `handle` (and sharing the result). Runs inside the key's flight.
     fn fill<L: Load<K, V>>(
         &self,
-        handle: Handle<'_, K, V, L>,
+        handle: &Handle<'_, K, V, L>,
     ) -> impl Future<Output = Result<V, Error>> + Send;
 
     /// Drops `key` from the shared store and from every other process's memory. This process's
@@ -70,7 +70,7 @@ pub fn local() -> fn(&Config) -> Local {
 }
 
 impl<K: Key, V: Value> Tier<K, V> for Local {
-    async fn fill<L: Load<K, V>>(&self, handle: Handle<'_, K, V, L>) -> Result<V, Error> {
+    async fn fill<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
         handle.load_and_keep().await
     }
 
@@ -159,11 +159,38 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             }
             None => entry,
         };
+        let entry = match config.fail_safe {
+            Some(fail_safe) => entry.failing_safe_for(fail_safe),
+            None => entry,
+        };
         let value = entry.value.clone();
         if self.core.config.in_memory() {
             self.core.memory.keep(&self.loading, entry);
         }
         value
+    }
+
+    /// What a failed load gives its callers: with `fail_safe`, the key's last good value (unless
+    /// the key was invalidated since the flight began), served for the throttle; else `error`.
+    pub(crate) fn fail_safe(&self, error: Error) -> Result<V, Error> {
+        let config = &self.core.config;
+        if config.fail_safe.is_none() || !config.in_memory() {
+            return Err(error);
+        }
+        let now = Instant::now();
+        match self.core.memory.get(self.key) {
+            Some(entry) if entry.fail_safe(now) => {
+                let entry = entry.throttled(now, config.fail_safe_throttle);
+                if self.core.memory.keep(&self.loading, entry.clone()) {
+                    self.core.telemetry.fail_safe_served.bump();
+                    tracing::debug!(cache = %config.name, %error, "stampede: a load failed; serving the last good value");
+                    Ok(entry.value)
+                } else {
+                    Err(error) // invalidated meanwhile: the last good value is no good
+                }
+            }
+            _ => Err(error),
+        }
     }
 
     /// For an early refresh (`refresh_after`), when the value it replaces was loaded: a shared

@@ -24,7 +24,7 @@ use crate::tier::Handle;
 /// Gets a key's value through Redis, or locally when Redis cannot be used.
 pub(crate) async fn fill<K, V, L>(
     tier: &RedisTier<K, V>,
-    handle: Handle<'_, K, V, L>,
+    handle: &Handle<'_, K, V, L>,
 ) -> Result<V, Error>
 where
     K: Key + Serialize,
@@ -34,17 +34,17 @@ where
     let config = handle.config();
     let connection = match lookup(tier.connection.as_deref()) {
         Some(connection) if connection.usable() => connection,
-        Some(_) => return degraded(tier, &handle).await,
+        Some(_) => return degraded(tier, handle).await,
         None => {
             warn_unconfigured(tier, config);
-            return degraded(tier, &handle).await;
+            return degraded(tier, handle).await;
         }
     };
     let args = match keys::args_text(handle.key()) {
         Ok(args) => args,
         Err(error) => {
             tracing::warn!(cache = %config.name, %error, "stampede: key cannot be written for Redis; loading locally");
-            return degraded(tier, &handle).await;
+            return degraded(tier, handle).await;
         }
     };
     let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
@@ -59,7 +59,7 @@ where
         keys,
         connection,
         tier,
-        handle: &handle,
+        handle,
         stale: None,
         busy_since: None,
     };

@@ -145,7 +145,7 @@ where
     K: Key + Serialize,
     V: Value + Serialize + DeserializeOwned,
 {
-    async fn fill<L: Load<K, V>>(&self, handle: Handle<'_, K, V, L>) -> Result<V, Error> {
+    async fn fill<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
         flow::fill(self, handle).await
     }
 

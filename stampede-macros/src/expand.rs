@@ -385,6 +385,9 @@ fn config(
             refresh_after: ::core::option::Option::None,
             fail_safe: ::core::option::Option::None,
             fail_safe_throttle: ::core::time::Duration::from_secs(5),
+            soft_timeout: ::core::option::Option::None,
+            breaker: ::core::option::Option::None,
+            breaker_cooldown: ::core::time::Duration::from_secs(30),
             key: #key,
         }
     }

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::breaker::Breaker;
 use crate::config::{Config, Lock};
 use crate::entry::Freshness;
 use crate::error::Error;
@@ -21,7 +22,7 @@ use crate::load::Load;
 use crate::memory::Memory;
 use crate::registry::{BoxFuture, Inspect};
 use crate::stats::Stats;
-use crate::telemetry::{Reason, Telemetry};
+use crate::telemetry::{Labels, Reason, Telemetry};
 use crate::tier::{Handle, Tier};
 
 /// What a cache key must be: hashable, comparable, cloneable, printable (in stats and traces),
@@ -41,6 +42,33 @@ pub(crate) struct Core<K: Key, V: Value> {
     pub(crate) flights: Flights<K, V>,
     pub(crate) telemetry: Telemetry,
     hot: HotKeys<K>,
+    /// The upstream circuit breaker, with `breaker = N`.
+    pub(crate) breaker: Option<Breaker>,
+}
+
+impl<K: Key, V: Value> Core<K, V> {
+    /// A flight that got its value: the breaker, if any, closes.
+    fn settled(&self, value: V) -> V {
+        if let Some(breaker) = &self.breaker {
+            breaker.succeeded();
+        }
+        value
+    }
+
+    /// A flight that failed: a failed load counts against the breaker, if any; then the last
+    /// good value stands in for the error if fail-safe allows.
+    fn settle<L: Load<K, V>>(
+        &self,
+        error: Error,
+        handle: &Handle<'_, K, V, L>,
+    ) -> Result<V, Error> {
+        if let Some(breaker) = &self.breaker
+            && !matches!(error, Error::CircuitOpen { .. })
+        {
+            breaker.failed();
+        }
+        handle.fail_safe(error)
+    }
 }
 
 /// One cached function's cache: the core and the tier behind it.
@@ -59,6 +87,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         );
         Cache {
             core: Core {
+                breaker: config.breaker.map(|threshold| {
+                    let open = metrics::gauge!("cache_breaker_open", Labels::new(&config).cache());
+                    Breaker::new(threshold, config.breaker_cooldown, open)
+                }),
                 telemetry: Telemetry::new(&config),
                 config,
                 memory,
@@ -122,10 +154,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             outcome("miss");
             let load = prepare();
             let handle = Handle::new(core, &key, &load, Reason::Miss, None);
-            return self
-                .fill(&handle)
-                .await
-                .or_else(|error| handle.fail_safe(error));
+            return match self.fill(&handle).await {
+                Ok(value) => Ok(core.settled(value)),
+                Err(error) => core.settle(error, &handle),
+            };
         }
         let waiter = match core.flights.join(&key) {
             Joined::Shared(waiter) => {
@@ -140,6 +172,23 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             }
         };
         let _waiting = core.telemetry.waiters.raise();
+        // A soft timeout: with a fail-safe value at hand, wait for the load only so long; the
+        // load goes on and stores its result.
+        if let Some(soft) = core.config.soft_timeout
+            && let Some(fallback) = core
+                .memory
+                .get(&key)
+                .filter(|entry| entry.fail_safe(Instant::now()))
+        {
+            return match tokio::time::timeout(soft, waiter.wait(&core.config.name)).await {
+                Ok(outcome) => outcome,
+                Err(_soft_timeout) => {
+                    core.telemetry.fail_safe_served.bump();
+                    outcome("soft_timeout");
+                    Ok(fallback.value)
+                }
+            };
+        }
         waiter.wait(&core.config.name).await
     }
 
@@ -183,7 +232,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     core.telemetry.load_errors.bump();
                     Err(Error::panicked(&core.config.name, &*panic))
                 })
-                .or_else(|error| handle.fail_safe(error));
+                .map(|value| core.settled(value))
+                .or_else(|error| core.settle(error, &handle));
             drop(handle); // it borrows the leader, which the outcome goes through
             let span = tracing::Span::current();
             span.record("outcome", outcome_name(&outcome));
@@ -204,6 +254,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             && entry.freshness(Instant::now()) == Freshness::Fresh
         {
             return Ok(entry.value);
+        }
+        if let Some(breaker) = &self.core.breaker {
+            breaker.admit(&self.core.config.name)?;
         }
         self.tier.fill(handle).await
     }
@@ -245,6 +298,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Inspect for Cache<K, V, T> {
             in_flight: core.flights.len() as u64,
             waiters: t.waiters.get(),
             hot_keys: core.hot.snapshot(t.hits.get()),
+            breaker_open: core.breaker.as_ref().is_some_and(Breaker::is_open),
             ..Stats::default()
         };
         self.tier.add_stats(&mut stats);

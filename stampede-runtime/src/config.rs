@@ -74,6 +74,22 @@ pub struct Config {
         serialize_with = "crate::stats::millis"
     )]
     pub fail_safe_throttle: Duration,
+    /// Fail-safe's companion: with a fail-safe value, a caller waiting for a load gets it after
+    /// this, while the load goes on and stores its result. `None`: off.
+    #[serde(
+        rename = "soft_timeout_ms",
+        serialize_with = "crate::stats::millis_opt"
+    )]
+    pub soft_timeout: Option<Duration>,
+    /// The circuit breaker: after this many consecutive failed loads of the cache, loads are
+    /// skipped for `breaker_cooldown`. `None`: off.
+    pub breaker: Option<u32>,
+    /// How long an open breaker skips loads before one probe.
+    #[serde(
+        rename = "breaker_cooldown_ms",
+        serialize_with = "crate::stats::millis"
+    )]
+    pub breaker_cooldown: Duration,
     /// The `key` template as written (`"user:{id}"`), if one was; part of the cache's identity
     /// in a shared tier.
     pub key: Option<Arc<str>>,

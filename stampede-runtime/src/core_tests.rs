@@ -38,6 +38,9 @@ fn config(name: &str) -> Config {
         refresh_after: None,
         fail_safe: None,
         fail_safe_throttle: Duration::from_secs(5),
+        soft_timeout: None,
+        breaker: None,
+        breaker_cooldown: Duration::from_secs(30),
         key: None,
     }
 }
@@ -448,4 +451,121 @@ async fn fail_safe_serves_the_last_good_value_throttled_until_its_window_ends() 
     // Past the fail-safe window, the error.
     tokio::time::advance(Duration::from_secs(3_600)).await;
     assert!(matches!(within(get(cache)).await, Err(Error::Upstream(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_soft_timeout_hands_a_waiting_caller_the_fail_safe_value_and_the_load_still_lands() {
+    let mut soft = config("core::soft_timeout");
+    soft.ttl = Duration::from_secs(10);
+    soft.stale = Duration::ZERO;
+    soft.fail_safe = Some(Duration::from_secs(3_600));
+    soft.soft_timeout = Some(Duration::from_millis(100));
+    let cache = leak(soft, Local);
+    let source = Source::new(Duration::from_secs(1));
+    assert_eq!(within(source.get(cache, 5)).await.unwrap(), "5 v1");
+    tokio::time::advance(Duration::from_secs(11)).await; // expired; fail-safe value at hand
+    let started = Instant::now();
+    assert_eq!(within(source.get(cache, 5)).await.unwrap(), "5 v1");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(100),
+        "waited the soft timeout"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await; // the load ends and is stored
+    let started = Instant::now();
+    assert_eq!(within(source.get(cache, 5)).await.unwrap(), "5 v2");
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(source.loads(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_skips_the_source_until_one_probe_after_the_cooldown() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    fn get(
+        cache: &'static Cache<u64, String, Local>,
+        key: u64,
+    ) -> impl Future<Output = Result<String, Error>> + Send + 'static {
+        cache.get(key, || {
+            |_: &u64| async {
+                LOADS.fetch_add(1, SeqCst);
+                Err::<String, _>("the database is down".to_owned())
+            }
+        })
+    }
+
+    let mut guarded = config("core::breaker");
+    guarded.breaker = Some(3);
+    guarded.breaker_cooldown = Duration::from_secs(30);
+    let cache = leak(guarded, Local);
+    for key in 0..3 {
+        assert!(matches!(
+            within(get(cache, key)).await,
+            Err(Error::Upstream(_))
+        ));
+    }
+    assert_eq!(LOADS.load(SeqCst), 3);
+    // Open: calls fail at once, without calling the source.
+    for key in 10..20 {
+        assert!(matches!(
+            within(get(cache, key)).await,
+            Err(Error::CircuitOpen { .. })
+        ));
+    }
+    assert_eq!(LOADS.load(SeqCst), 3);
+    assert!(crate::registry::Inspect::stats(cache).breaker_open);
+    // After the cool-down, exactly one probe; it fails, and the breaker opens again.
+    tokio::time::advance(Duration::from_secs(31)).await;
+    let probes: Vec<_> = (20..30).map(|key| tokio::spawn(get(cache, key))).collect();
+    for probe in probes {
+        let _ = within(probe).await.unwrap();
+    }
+    assert_eq!(LOADS.load(SeqCst), 4, "one probe load");
+    assert!(matches!(
+        within(get(cache, 40)).await,
+        Err(Error::CircuitOpen { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_if_retries_only_the_errors_it_accepts() {
+    use crate::load::RetryIf;
+
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[allow(clippy::ptr_arg)] // the function's error type is `String`
+    fn transient(error: &String) -> bool {
+        error.starts_with("transient")
+    }
+
+    fn get(
+        cache: &'static Cache<u64, String, Local>,
+        key: u64,
+    ) -> impl Future<Output = Result<String, Error>> + Send + 'static {
+        cache.get(key, || RetryIf {
+            load: |key: &u64| {
+                let key = *key;
+                async move {
+                    LOADS.fetch_add(1, SeqCst);
+                    match key {
+                        1 => Err::<String, _>("permanent: no such row".to_owned()),
+                        _ => Err("transient: connection reset".to_owned()),
+                    }
+                }
+            },
+            retry_if: transient,
+        })
+    }
+
+    let mut retrying = config("core::retry_if");
+    retrying.retries = 2;
+    let cache = leak(retrying, Local);
+    assert!(within(get(cache, 1)).await.is_err());
+    assert_eq!(LOADS.load(SeqCst), 1, "a permanent error is tried once");
+    assert!(within(get(cache, 2)).await.is_err());
+    assert_eq!(
+        LOADS.load(SeqCst),
+        1 + 3,
+        "a transient one up to retries + 1 times"
+    );
 }

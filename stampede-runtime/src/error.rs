@@ -62,6 +62,17 @@ pub enum Error {
         /// What is wrong, and how to fix it.
         message: Arc<str>,
     },
+    /// The cache's circuit breaker is open after repeated failed loads (`breaker = N`): the
+    /// source was not called. It is tried again after the cool-down.
+    #[error(
+        "cache `{cache}`: the upstream is failing; loads are skipped for {retry_in:?} (breaker open)"
+    )]
+    CircuitOpen {
+        /// The cache's name.
+        cache: Arc<str>,
+        /// How long until the next probe load.
+        retry_in: Duration,
+    },
     /// A cached function was called outside a tokio runtime, where its load cannot be spawned.
     #[error("cache `{cache}`: called outside a tokio runtime; the load must be spawned on one")]
     NoRuntime {
@@ -103,7 +114,8 @@ impl Error {
             | Error::LoadAborted { cache }
             | Error::LockBusy { cache }
             | Error::RedisUnavailable { cache, .. }
-            | Error::NoRuntime { cache } => cache,
+            | Error::NoRuntime { cache }
+            | Error::CircuitOpen { cache, .. } => cache,
             Error::Upstream(upstream) => upstream.cache(),
             Error::InvalidConfig { .. } => "",
         }

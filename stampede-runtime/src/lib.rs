@@ -24,6 +24,7 @@
 #![cfg_attr(not(feature = "redis"), allow(dead_code))]
 
 mod bounds;
+mod breaker;
 mod budget;
 mod cache;
 mod config;

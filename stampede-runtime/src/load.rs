@@ -18,6 +18,33 @@ pub trait Load<K, V>: Send + Sync + 'static {
     type Attempt: Future<Output = Result<V, Self::Error>> + Send + 'static;
     /// Starts one attempt.
     fn attempt(&self, key: &K) -> Self::Attempt;
+    /// Whether a failed attempt's error is worth another attempt (`retry_if`); timeouts always
+    /// are.
+    fn retryable(&self, error: &Self::Error) -> bool {
+        let _ = error;
+        true
+    }
+}
+
+/// A load whose errors are retried only when `retry_if` accepts them (`#[cached(retry_if =
+/// "path")]`): a permanent error (not found, invalid input) is tried once.
+#[allow(dead_code)] // until the attribute's `retry_if` option passes it in
+pub(crate) struct RetryIf<L, E> {
+    pub(crate) load: L,
+    pub(crate) retry_if: fn(&E) -> bool,
+}
+
+impl<K, V, L: Load<K, V>> Load<K, V> for RetryIf<L, L::Error> {
+    type Error = L::Error;
+    type Attempt = L::Attempt;
+
+    fn attempt(&self, key: &K) -> L::Attempt {
+        self.load.attempt(key)
+    }
+
+    fn retryable(&self, error: &L::Error) -> bool {
+        (self.retry_if)(error)
+    }
 }
 
 impl<K, V, E, F, Fut> Load<K, V> for F
@@ -46,19 +73,27 @@ pub(crate) async fn attempts<K, V, L: Load<K, V>>(
     let mut retry = 0;
     let outcome = loop {
         telemetry.loads.bump();
-        let error = match tokio::time::timeout(config.timeout, load.attempt(key)).await {
+        let (error, retryable) = match tokio::time::timeout(config.timeout, load.attempt(key)).await
+        {
             Ok(Ok(value)) => break Ok(value),
-            Ok(Err(error)) => Error::Upstream(UpstreamError::new(&config.name, error)),
+            Ok(Err(error)) => {
+                let retryable = load.retryable(&error);
+                (
+                    Error::Upstream(UpstreamError::new(&config.name, error)),
+                    retryable,
+                )
+            }
             Err(_elapsed) => {
                 telemetry.timeouts.bump();
-                Error::Timeout {
+                let timeout = Error::Timeout {
                     cache: config.name.clone(),
                     after: config.timeout,
-                }
+                };
+                (timeout, true)
             }
         };
         telemetry.load_errors.bump();
-        if retry == config.retries {
+        if retry == config.retries || !retryable {
             break Err(error);
         }
         tokio::time::sleep(config.backoff_delay(retry)).await;

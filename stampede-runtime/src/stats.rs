@@ -32,8 +32,11 @@ pub struct Stats {
     pub refreshes: u64,
     /// Callers that joined a load another caller had started, and shared its result.
     pub shared: u64,
-    /// Failed loads answered with the last good value (`fail_safe`).
+    /// Calls answered with the last good value: a failed load (`fail_safe`), or a load slower
+    /// than `soft_timeout`.
     pub fail_safe_served: u64,
+    /// Whether the circuit breaker (`breaker = N`) skips loads now.
+    pub breaker_open: bool,
     /// Values read from Redis (L2) because this process had none.
     pub remote_hits: u64,
     /// Redis locks this process took to load a key.
@@ -65,6 +68,7 @@ impl Stats {
         self.refreshes += other.refreshes;
         self.shared += other.shared;
         self.fail_safe_served += other.fail_safe_served;
+        self.breaker_open |= other.breaker_open;
         self.remote_hits += other.remote_hits;
         self.lock_acquired += other.lock_acquired;
         self.lock_busy += other.lock_busy;

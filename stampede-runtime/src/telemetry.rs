@@ -226,6 +226,10 @@ pub(crate) fn describe() {
         "cache_refresh_timeout_total",
         "Load attempts that ran past the timeout"
     );
+    describe_gauge!(
+        "cache_breaker_open",
+        "1 while the cache's circuit breaker skips loads (breaker = N)"
+    );
     describe_counter!(
         "cache_fail_safe_served_total",
         "Failed loads answered with the last good value (fail_safe)"

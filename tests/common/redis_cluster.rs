@@ -19,7 +19,10 @@ const UP_WITHIN: Duration = Duration::from_secs(60);
 pub struct RedisCluster {
     ports: Vec<u16>,
     dir: PathBuf,
+    /// One per port, in the same order.
     children: Mutex<Vec<Child>>,
+    /// Ports of nodes killed by a test.
+    killed: Mutex<Vec<u16>>,
     /// From the first `redis-server` spawned to `cluster_state:ok` on every node.
     pub ready_in: Duration,
 }
@@ -50,6 +53,8 @@ impl RedisCluster {
                 .args(["--save", "", "--appendonly", "no", "--dir"])
                 .arg(&dir)
                 .args(["--protected-mode", "no", "--loglevel", "warning"])
+                // A dead master is failed over after about 2 s instead of 15.
+                .args(["--cluster-node-timeout", "2000"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -60,6 +65,7 @@ impl RedisCluster {
             ports,
             dir,
             children: Mutex::new(children),
+            killed: Mutex::new(Vec::new()),
             ready_in: Duration::ZERO,
         };
         cluster.watchdog();
@@ -122,19 +128,35 @@ impl RedisCluster {
         format!("redis://127.0.0.1:{}/", self.ports[node])
     }
 
-    pub fn ports(&self) -> &[u16] {
-        &self.ports
+    /// The ports of the nodes not killed.
+    pub fn ports(&self) -> Vec<u16> {
+        let killed = self.killed.lock().unwrap();
+        self.ports
+            .iter()
+            .copied()
+            .filter(|port| !killed.contains(port))
+            .collect()
+    }
+
+    /// Kills the node at `port` with SIGKILL, as a crash would.
+    pub fn kill(&self, port: u16) {
+        let index = self.ports.iter().position(|p| *p == port).expect("a node");
+        let mut children = self.children.lock().unwrap();
+        let _ = children[index].kill();
+        let _ = children[index].wait();
+        self.killed.lock().unwrap().push(port);
     }
 
     /// The ports of the masters that serve slots, from `CLUSTER NODES`.
     pub fn masters(&self) -> Vec<u16> {
-        masters_in(&self.command::<String>(self.ports[0], &["CLUSTER", "NODES"]))
+        masters_in(&self.command::<String>(self.ports()[0], &["CLUSTER", "NODES"]))
     }
 
     /// The port of the master that owns `key`'s slot.
     pub fn owner(&self, key: &str) -> u16 {
-        let slot: i64 = self.command(self.ports[0], &["CLUSTER", "KEYSLOT", key]);
-        let slots: redis::Value = self.command(self.ports[0], &["CLUSTER", "SLOTS"]);
+        let node = self.ports()[0];
+        let slot: i64 = self.command(node, &["CLUSTER", "KEYSLOT", key]);
+        let slots: redis::Value = self.command(node, &["CLUSTER", "SLOTS"]);
         let redis::Value::Array(ranges) = slots else {
             panic!("unexpected CLUSTER SLOTS reply {slots:?}");
         };

@@ -140,11 +140,16 @@ impl CommandConnection {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(Failure::Redis)?;
-            let info: String = redis::cmd("INFO")
+            let info: String = match redis::cmd("INFO")
                 .arg("cluster")
                 .query_async(&mut connection)
                 .await
-                .map_err(Failure::Redis)?;
+            {
+                Ok(info) => info,
+                // A server that refuses INFO (an ACL without it) is taken to be standalone.
+                Err(error) if error.code().is_some() => String::new(),
+                Err(error) => return Err(Failure::Redis(error)),
+            };
             if !cluster_enabled(&info) {
                 return Ok(CommandConnection::Single(connection));
             }
@@ -883,6 +888,13 @@ mod tests {
             "Error running script: attempt to compare nil with number",
         );
         assert_eq!(scope(&script), Scope::Server);
+    }
+
+    #[test]
+    fn cluster_mode_is_read_from_info_cluster() {
+        assert!(cluster_enabled("# Cluster\r\ncluster_enabled:1\r\n"));
+        assert!(!cluster_enabled("# Cluster\r\ncluster_enabled:0\r\n"));
+        assert!(!cluster_enabled(""), "no INFO: standalone");
     }
 
     #[tokio::test]

@@ -34,7 +34,9 @@ pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
 /// you enable by depending on `redis` with it next to `stampede`.
 #[derive(Clone)]
 pub struct RedisConfig {
-    pub(crate) client: redis::Client,
+    /// Every node given, in order (one unless a comma-separated list was given): the whole
+    /// server when standalone, the seeds of the slot map on a cluster.
+    pub(crate) nodes: Vec<redis::Client>,
     url: String,
     pub(crate) prefix: String,
     pub(crate) op_timeout: Duration,
@@ -51,26 +53,33 @@ pub struct RedisConfig {
 pub(crate) const MAX_SETTING: Duration = Duration::from_secs(24 * 60 * 60);
 
 impl RedisConfig {
-    /// Settings for the Redis at `url`, with the defaults: prefix `stampede`, operation timeout
+    /// Settings for the Redis at `url` (one node's URL, or a comma-separated list of a Redis
+    /// Cluster's nodes), with the defaults: prefix `stampede`, operation timeout
     /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row,
     /// connection setup 1 s, heartbeat 1 s.
     ///
-    /// Fails with [`Error::InvalidConfig`] when the URL does not parse; nothing is connected
+    /// Whether the server is a Redis Cluster is asked of it when connecting (`INFO cluster`):
+    /// one node's URL is enough, and the same caches and attributes work on either. A list of
+    /// several URLs is always a cluster; its nodes are the seeds of the slot map, so a cache can
+    /// connect while some of them are down.
+    ///
+    /// Fails with [`Error::InvalidConfig`] when a URL does not parse; nothing is connected
     /// until a cache needs Redis.
     pub fn new(url: &str) -> Result<Self, Error> {
-        let client = redis::Client::open(url).map_err(|e| {
-            let hint = if url.starts_with("rediss://") {
-                " (rediss:// needs a TLS feature of the `redis` crate, e.g. `tokio-rustls-comp`)"
-            } else {
-                ""
-            };
-            Error::invalid_config(format!(
-                "`{}` is not a usable Redis URL: {e}{hint}",
+        let nodes = url
+            .split(',')
+            .map(str::trim)
+            .filter(|node| !node.is_empty())
+            .map(open)
+            .collect::<Result<Vec<_>, _>>()?;
+        if nodes.is_empty() {
+            return Err(Error::invalid_config(format!(
+                "`{}` names no Redis node",
                 redact(url)
-            ))
-        })?;
+            )));
+        }
         Ok(RedisConfig {
-            client,
+            nodes,
             url: url.to_owned(),
             prefix: "stampede".to_owned(),
             op_timeout: Duration::from_millis(250),
@@ -202,7 +211,27 @@ fn clamp(duration: Duration, least: Duration) -> Duration {
 }
 
 /// The URL without its password, for messages.
+/// The client of one node's URL.
+fn open(url: &str) -> Result<redis::Client, Error> {
+    redis::Client::open(url).map_err(|e| {
+        let hint = if url.starts_with("rediss://") {
+            " (rediss:// needs a TLS feature of the `redis` crate, e.g. `tokio-rustls-comp`)"
+        } else {
+            ""
+        };
+        Error::invalid_config(format!(
+            "`{}` is not a usable Redis URL: {e}{hint}",
+            redact(url)
+        ))
+    })
+}
+
+/// The URL (or comma-separated URLs) without passwords.
 fn redact(url: &str) -> String {
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***{}", &url[..scheme], &url[at..])
@@ -263,6 +292,16 @@ mod tests {
         );
         let error = RedisConfig::new("redis://user:hunter2@[::1:6379").unwrap_err();
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn a_comma_separated_list_names_every_node_and_hides_every_password() {
+        let config =
+            RedisConfig::new("redis://127.0.0.1:7000, redis://:pw1@127.0.0.1:7001,").unwrap();
+        assert_eq!(config.nodes.len(), 2);
+        let error = RedisConfig::new("redis://:pw1@a:1,http://:pw2@b:2").unwrap_err();
+        assert!(!error.to_string().contains("pw2"), "{error}");
+        assert!(RedisConfig::new(" , ").is_err());
     }
 
     #[test]

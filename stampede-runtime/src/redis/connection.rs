@@ -13,6 +13,11 @@
 //! - the subscriber replaces its own connection in the background (see `pubsub`);
 //! - a reply about one key (`WRONGTYPE`, `OOM`) fails that call only: the server answered, so
 //!   the connection is neither replaced nor counted as down.
+//!
+//! The command connection is a [`CommandConnection`]: one multiplexed connection to a standalone
+//! server, or the `redis` crate's async cluster connection, which keeps the slot map, sends each
+//! command and script to the master owning its first key's slot and follows `MOVED`/`ASK`. Which
+//! one is decided when connecting: several URLs are a cluster; one is asked `INFO cluster`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,6 +29,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
 use tokio::runtime::{self, Handle};
 use tokio::time::Instant;
 
@@ -78,9 +84,98 @@ struct Ready {
     events: Arc<Subscriber>,
 }
 
+/// A connection that runs commands: to a standalone server, or to a cluster, where each command
+/// goes to the node owning the slot of its first key (every script's keys share one hash tag).
+#[derive(Clone)]
+pub(crate) enum CommandConnection {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for CommandConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            CommandConnection::Single(connection) => connection.req_packed_command(cmd),
+            CommandConnection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            CommandConnection::Single(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            CommandConnection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            CommandConnection::Single(connection) => connection.get_db(),
+            CommandConnection::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl CommandConnection {
+    /// Connects to `nodes`: a cluster if there are several or the first says it is one.
+    async fn open(nodes: &[redis::Client], timeout: Duration) -> Result<Self, Failure> {
+        let first = nodes.first().ok_or(Failure::Unavailable)?;
+        if nodes.len() == 1 {
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeout))
+                // Every call has its own bound, the operation timeout.
+                .set_response_timeout(None);
+            let mut connection = first
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(Failure::Redis)?;
+            let info: String = match redis::cmd("INFO")
+                .arg("cluster")
+                .query_async(&mut connection)
+                .await
+            {
+                Ok(info) => info,
+                // A server that refuses INFO (an ACL without it) is taken to be standalone.
+                Err(error) if error.code().is_some() => String::new(),
+                Err(error) => return Err(Failure::Redis(error)),
+            };
+            if !cluster_enabled(&info) {
+                return Ok(CommandConnection::Single(connection));
+            }
+        }
+        let client = redis::cluster::ClusterClientBuilder::new(
+            nodes.iter().map(|node| node.get_connection_info().clone()),
+        )
+        .connection_timeout(timeout)
+        .build()
+        .map_err(Failure::Redis)?;
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(Failure::Redis)?;
+        Ok(CommandConnection::Cluster(connection))
+    }
+}
+
+/// Whether an `INFO cluster` reply says the server runs in cluster mode.
+fn cluster_enabled(info: &str) -> bool {
+    info.lines().any(|line| line.trim() == "cluster_enabled:1")
+}
+
 /// One command connection, and whether it must be replaced.
 struct Commands {
-    connection: MultiplexedConnection,
+    connection: CommandConnection,
     /// Timeouts in a row.
     timeouts: AtomicU32,
     broken: AtomicBool,
@@ -128,7 +223,7 @@ impl Commands {
         operation: F,
     ) -> Result<T, Failure>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(CommandConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>> + 'a,
     {
         match tokio::time::timeout_at(deadline, operation(self.connection.clone())).await {
@@ -518,7 +613,7 @@ impl Connection {
     /// Runs one operation on this runtime's command connection, unless Redis is cooling down.
     async fn call<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(CommandConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>> + 'a,
     {
         if !self.usable() {
@@ -531,7 +626,7 @@ impl Connection {
     /// timeout (the wait for a connection included), and keeps the tier's health up to date.
     async fn attempt<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(CommandConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>> + 'a,
     {
         let timeout = self.config.op_timeout;
@@ -592,7 +687,7 @@ impl Connection {
         let commands_needed = !state.commands.as_ref().is_some_and(|c| c.usable());
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
         let settings = events_needed.then(|| self.subscriber_settings());
-        let client = self.config.client.clone();
+        let nodes = self.config.nodes.clone();
         let timeout = self.config.connect_timeout;
         let link = link.clone();
         let task = runtime.spawn(async move {
@@ -600,14 +695,7 @@ impl Connection {
                 if !commands_needed {
                     return Ok(None);
                 }
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    // Every call has its own bound, the operation timeout.
-                    .set_response_timeout(None);
-                let connection = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .map_err(Failure::Redis)?;
+                let connection = CommandConnection::open(&nodes, timeout).await?;
                 Ok(Some(Arc::new(Commands {
                     connection,
                     timeouts: AtomicU32::new(0),
@@ -643,7 +731,7 @@ impl Connection {
 
     fn subscriber_settings(&self) -> Settings {
         Settings {
-            client: self.config.client.clone(),
+            nodes: self.config.nodes.clone(),
             invalidations: self.invalidations_channel(),
             heartbeats: format!(
                 "{}:heartbeat:{:016x}",
@@ -800,6 +888,13 @@ mod tests {
             "Error running script: attempt to compare nil with number",
         );
         assert_eq!(scope(&script), Scope::Server);
+    }
+
+    #[test]
+    fn cluster_mode_is_read_from_info_cluster() {
+        assert!(cluster_enabled("# Cluster\r\ncluster_enabled:1\r\n"));
+        assert!(!cluster_enabled("# Cluster\r\ncluster_enabled:0\r\n"));
+        assert!(!cluster_enabled(""), "no INFO: standalone");
     }
 
     #[tokio::test]

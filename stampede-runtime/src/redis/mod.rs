@@ -12,6 +12,27 @@
 //!    the subscription is not missed), then wait for the publication, which carries the value.
 //!    If the holder dies, its lease runs out; the waiters read again then and one takes over.
 //!
+//! # Redis Cluster
+//!
+//! [`RedisConfig::new`] takes one node's URL (whether it is a cluster is asked of the server,
+//! `INFO cluster`, when connecting) or a comma-separated list of nodes (always a cluster). On a
+//! cluster the command connection is the `redis` crate's async cluster client: it sends each
+//! script to the master owning the slot of its first key and follows `MOVED`/`ASK`. Every key
+//! of one cache key (value, lock, fence) and its channel carry one hash tag
+//! (`{prefix}:{{identity|args}}:v|l|f|c`), so each script touches one slot.
+//!
+//! Pub/sub stays plain (`SUBSCRIBE`/`PUBLISH`) on a cluster: the subscriber holds one connection
+//! to one node (the nodes given are tried in turn when it is lost), and a `PUBLISH` run on any
+//! node, a script's included, is carried by the cluster bus to every node, so every process
+//! hears every invalidation, every heartbeat and every wake-up wherever it subscribed. The cost,
+//! measured on 3 masters with a replica each (`tests/redis_cluster.rs`): a fill that wakes
+//! waiters is one `PUBLISH`, which its master sends to the 5 other nodes (5 cluster-bus
+//! messages); an invalidation is one `PUBLISH`, likewise 5. The bus carries a wake-up to every
+//! node whether or not a process waits there; sharded pub/sub (`SPUBLISH` to the shard's nodes
+//! only, waiters `SSUBSCRIBE`d on the slot's owner) would carry it to the shard's replica only,
+//! and is not done yet. Invalidations must reach every process, so they would stay on plain
+//! pub/sub anyway.
+//!
 //! The tier reaches the cache only through the [`Handle`] of each flight; its options (the
 //! connection's name, the busy policy), its counters and its wire protocol stay in here.
 

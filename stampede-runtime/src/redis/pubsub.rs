@@ -54,7 +54,10 @@ type Listeners = HashMap<String, Vec<(u64, mpsc::UnboundedSender<Vec<u8>>)>>;
 
 /// What the supervisor needs to open sessions and check them.
 pub(crate) struct Settings {
-    pub(crate) client: redis::Client,
+    /// The nodes to subscribe on, tried in turn: on a cluster a plain `PUBLISH` reaches the
+    /// subscribers of every node, so any one will do, and a session lost with its node is opened
+    /// again on the next.
+    pub(crate) nodes: Vec<redis::Client>,
     pub(crate) invalidations: String,
     /// This subscriber's own heartbeat channel.
     pub(crate) heartbeats: String,
@@ -271,11 +274,14 @@ async fn supervise(
     mut closed: oneshot::Receiver<()>,
 ) {
     let mut backoff = BACKOFF_LEAST;
+    let mut attempt = 0_usize;
     loop {
+        let node = &settings.nodes[attempt % settings.nodes.len().max(1)];
+        attempt = attempt.wrapping_add(1);
         let opened = tokio::select! {
             biased;
             _ = &mut closed => return,
-            opened = tokio::time::timeout(settings.connect_timeout, open(&subscriber, &settings)) => opened,
+            opened = tokio::time::timeout(settings.connect_timeout, open(node, &subscriber, &settings)) => opened,
         };
         if let Ok(Some(session)) = opened {
             backoff = BACKOFF_LEAST;
@@ -335,8 +341,12 @@ struct Session {
     sent: Instant,
 }
 
-async fn open(subscriber: &Weak<Subscriber>, settings: &Settings) -> Option<Session> {
-    let pubsub = match settings.client.get_async_pubsub().await {
+async fn open(
+    node: &redis::Client,
+    subscriber: &Weak<Subscriber>,
+    settings: &Settings,
+) -> Option<Session> {
+    let pubsub = match node.get_async_pubsub().await {
         Ok(pubsub) => pubsub,
         Err(error) => {
             tracing::debug!(%error, "stampede: cannot open the Redis pub/sub connection");

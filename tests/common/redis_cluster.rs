@@ -1,0 +1,295 @@
+//! A real Redis Cluster on loopback for one test file: 3 masters with a replica each, started
+//! once and shared by the file's tests (each uses its own connection name and cache names).
+//!
+//! The nodes are stopped and their directory deleted when the cluster is dropped, and, since a
+//! `static` is never dropped, also by a watchdog shell that outlives the test binary by at most
+//! half a second.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Masters and replicas.
+const NODES: usize = 6;
+/// The bound on the cluster coming up.
+const UP_WITHIN: Duration = Duration::from_secs(60);
+
+pub struct RedisCluster {
+    ports: Vec<u16>,
+    dir: PathBuf,
+    /// One per port, in the same order.
+    children: Mutex<Vec<Child>>,
+    /// Ports of nodes killed by a test.
+    killed: Mutex<Vec<u16>>,
+    /// From the first `redis-server` spawned to `cluster_state:ok` on every node.
+    pub ready_in: Duration,
+}
+
+/// This test binary's cluster, started by the first test that asks for it.
+pub fn shared() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(RedisCluster::start)
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!(
+            "stampede-cluster-{}-{:x}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::create_dir_all(&dir).expect("cannot create the cluster's directory");
+        let ports = free_ports(NODES);
+        let began = Instant::now();
+        let mut children = Vec::new();
+        for port in &ports {
+            let conf = dir.join(format!("nodes-{port}.conf"));
+            let child = Command::new("redis-server")
+                .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+                .arg(&conf)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(&dir)
+                .args(["--protected-mode", "no", "--loglevel", "warning"])
+                // A dead master is failed over after about 2 s instead of 15.
+                .args(["--cluster-node-timeout", "2000"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("cannot start redis-server (is it installed?)");
+            children.push(child);
+        }
+        let mut cluster = RedisCluster {
+            ports,
+            dir,
+            children: Mutex::new(children),
+            killed: Mutex::new(Vec::new()),
+            ready_in: Duration::ZERO,
+        };
+        cluster.watchdog();
+        for port in &cluster.ports {
+            wait_for(&format!("node {port} to answer"), || {
+                cluster.try_command::<String>(*port, &["PING"]).is_some()
+            });
+        }
+        let nodes: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&nodes)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("cannot run redis-cli");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        for port in &cluster.ports {
+            wait_for(&format!("node {port} to report cluster_state:ok"), || {
+                cluster
+                    .try_command::<String>(*port, &["CLUSTER", "INFO"])
+                    .is_some_and(|info| {
+                        info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:6")
+                    })
+                    && cluster
+                        .try_command::<String>(*port, &["CLUSTER", "NODES"])
+                        .is_some_and(|nodes| {
+                            masters_in(&nodes).len() == 3
+                                && nodes
+                                    .lines()
+                                    .filter(|l| {
+                                        l.split(' ').nth(2).is_some_and(|f| f.contains("slave"))
+                                    })
+                                    .count()
+                                    == 3
+                        })
+            });
+        }
+        cluster.ready_in = began.elapsed();
+        cluster
+    }
+
+    /// Every node's URL, comma-separated, as `RedisConfig::new` takes it.
+    pub fn urls(&self) -> String {
+        self.ports
+            .iter()
+            .map(|port| format!("redis://127.0.0.1:{port}/"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// One node's URL.
+    pub fn url(&self, node: usize) -> String {
+        format!("redis://127.0.0.1:{}/", self.ports[node])
+    }
+
+    /// The ports of the nodes not killed.
+    pub fn ports(&self) -> Vec<u16> {
+        let killed = self.killed.lock().unwrap();
+        self.ports
+            .iter()
+            .copied()
+            .filter(|port| !killed.contains(port))
+            .collect()
+    }
+
+    /// Kills the node at `port` with SIGKILL, as a crash would.
+    pub fn kill(&self, port: u16) {
+        let index = self.ports.iter().position(|p| *p == port).expect("a node");
+        let mut children = self.children.lock().unwrap();
+        let _ = children[index].kill();
+        let _ = children[index].wait();
+        self.killed.lock().unwrap().push(port);
+    }
+
+    /// The ports of the masters that serve slots, from `CLUSTER NODES`.
+    pub fn masters(&self) -> Vec<u16> {
+        masters_in(&self.command::<String>(self.ports()[0], &["CLUSTER", "NODES"]))
+    }
+
+    /// The port of the master that owns `key`'s slot.
+    pub fn owner(&self, key: &str) -> u16 {
+        let node = self.ports()[0];
+        let slot: i64 = self.command(node, &["CLUSTER", "KEYSLOT", key]);
+        let slots: redis::Value = self.command(node, &["CLUSTER", "SLOTS"]);
+        let redis::Value::Array(ranges) = slots else {
+            panic!("unexpected CLUSTER SLOTS reply {slots:?}");
+        };
+        for range in ranges {
+            let redis::Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(redis::Value::Int(start)), Some(redis::Value::Int(end))) =
+                (fields.first(), fields.get(1))
+            else {
+                continue;
+            };
+            if (*start..=*end).contains(&slot)
+                && let Some(redis::Value::Array(master)) = fields.get(2)
+                && let Some(redis::Value::Int(port)) = master.get(1)
+            {
+                return u16::try_from(*port).expect("a port");
+            }
+        }
+        panic!("no master owns slot {slot}");
+    }
+
+    /// The keys matching `pattern` on every master.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.masters()
+            .into_iter()
+            .flat_map(|port| self.command::<Vec<String>>(port, &["KEYS", pattern]))
+            .collect()
+    }
+
+    /// Runs one command on the node at `port`.
+    pub fn command<T: redis::FromRedisValue>(&self, port: u16, args: &[&str]) -> T {
+        self.try_command(port, args)
+            .unwrap_or_else(|| panic!("the test's command {args:?} on node {port} failed"))
+    }
+
+    /// Runs one command on the master that owns `key` (the command's first argument after its
+    /// name is taken to be the key).
+    pub fn keyed<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        self.command(self.owner(args[1]), args)
+    }
+
+    fn try_command<T: redis::FromRedisValue>(&self, port: u16, args: &[&str]) -> Option<T> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+        let mut connection = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .ok()?;
+        let mut command = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            command.arg(*arg);
+        }
+        command.query(&mut connection).ok()
+    }
+
+    /// A shell that kills the nodes and deletes their directory once this process is gone.
+    fn watchdog(&self) {
+        let pids: Vec<String> = self
+            .children
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|child| child.id().to_string())
+            .collect();
+        let script = format!(
+            "while kill -0 {parent} 2>/dev/null; do sleep 0.5; done; kill -9 {pids} 2>/dev/null; \
+             rm -rf '{dir}'",
+            parent = std::process::id(),
+            pids = pids.join(" "),
+            dir = self.dir.display(),
+        );
+        let _ = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        for child in children.iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        children.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The masters serving slots in a `CLUSTER NODES` reply (fields: id, address, flags, master,
+/// ping, pong, epoch, link state, slots...).
+fn masters_in(nodes: &str) -> Vec<u16> {
+    let mut masters: Vec<u16> = nodes
+        .lines()
+        .map(|line| line.split(' ').collect::<Vec<_>>())
+        .filter(|fields| fields.len() > 8 && fields[2].contains("master"))
+        .filter(|fields| !fields[2].contains("fail"))
+        .filter_map(|fields| fields[1].split(['@', ':']).nth(1)?.parse().ok())
+        .collect();
+    masters.sort_unstable();
+    masters
+}
+
+/// `count` free loopback ports whose cluster bus ports (+10000) are free too.
+fn free_ports(count: usize) -> Vec<u16> {
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < count {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("no free loopback port");
+        let port = listener.local_addr().unwrap().port();
+        let bus_free = port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
+        if bus_free {
+            ports.push(port);
+        }
+        held.push(listener);
+    }
+    ports
+}
+
+fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + UP_WITHIN;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {UP_WITHIN:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(Instant::now())
+}

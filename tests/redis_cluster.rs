@@ -1,0 +1,521 @@
+//! The Redis tier on a real Redis Cluster (3 masters with a replica each, on loopback), shared
+//! by every test of this file: each test installs its own connection name and cache names.
+//!
+//! Functions with the same `name` are what several processes of one service are: their own
+//! memory and flights over the same Redis keys. They share this binary's registry, so an
+//! invalidation heard by one subscriber reaches all of them; delivery through the cluster is
+//! proved by publishing on another node than the one subscribed to.
+
+mod common;
+#[path = "common/redis_cluster.rs"]
+mod redis_cluster;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::{eventually, within};
+use redis_cluster::RedisCluster;
+use stampede::{RedisConfig, cached};
+
+/// The shared cluster, with how long it took to come up printed once.
+fn cluster() -> &'static RedisCluster {
+    let cluster = redis_cluster::shared();
+    static PRINTED: std::sync::Once = std::sync::Once::new();
+    PRINTED.call_once(|| {
+        println!(
+            "cluster of 6 nodes up (cluster_state:ok on every node) in {:?}",
+            cluster.ready_in
+        );
+    });
+    cluster
+}
+
+/// Held by each test for its whole run: the tests share the cluster and this binary's registry,
+/// and a feed that one test's load delays past its bound makes the process drop the memory of
+/// every Redis-backed cache (as it must), which another test would see as a lost entry.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Installs connection `name` to the cluster through `url`, with bounds generous enough that a
+/// loaded 2-core machine does not turn a slow answer into a local load.
+fn install(url: &str, name: &str) {
+    RedisConfig::new(url)
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(5))
+        .install_as(name);
+}
+
+#[tokio::test]
+async fn one_node_url_is_enough_and_every_key_of_a_call_shares_one_slot() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "slots", name = "clu::slots")]
+    async fn report(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("report {id}")
+    }
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    // One node's URL: cluster mode is asked of the server.
+    install(&cluster.url(0), "slots");
+    let mut slots_seen = BTreeSet::new();
+    for id in 0..8_u64 {
+        let call = tokio::spawn(report(id));
+        let pattern = format!("test:{{clu::slots~*|{id}}}:l");
+        eventually("the call to take its lock", || {
+            !cluster.keys(&pattern).is_empty()
+        })
+        .await;
+        let lock = cluster.keys(&pattern).pop().unwrap();
+        assert_eq!(within(call).await.unwrap(), format!("report {id}"));
+        let base = lock.strip_suffix(":l").unwrap();
+        let owner = cluster.owner(&lock);
+        let slot = |key: &str| -> i64 { cluster.keyed(&["CLUSTER", "KEYSLOT", key]) };
+        let expected = slot(&lock);
+        for suffix in ["v", "l", "f", "c"] {
+            let key = format!("{base}:{suffix}");
+            assert_eq!(slot(&key), expected, "{key} is on the lock's slot");
+        }
+        for written in ["v", "f"] {
+            let key = format!("{base}:{written}");
+            assert_eq!(
+                cluster.command::<i64>(owner, &["EXISTS", &key]),
+                1,
+                "{key} was written on the master owning its slot"
+            );
+        }
+        slots_seen.insert(owner);
+    }
+    assert_eq!(LOADS.load(SeqCst), 8);
+    println!("8 keys written through one node's URL landed on masters {slots_seen:?}");
+    assert!(
+        slots_seen.len() > 1,
+        "keys spread over several masters: {slots_seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_stampede_on_keys_over_every_master_loads_each_key_once() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    macro_rules! process {
+        ($name:ident) => {
+            #[cached(ttl = "60s", lock = "redis", redis = "storm", name = "clu::storm")]
+            async fn $name(key: u64) -> u64 {
+                LOADS.fetch_add(1, SeqCst);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                key * 10
+            }
+        };
+    }
+    process!(in_a);
+    process!(in_b);
+    process!(in_c);
+    process!(in_d);
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    install(&cluster.urls(), "storm");
+    const KEYS: u64 = 30;
+    const CALLERS: u64 = 25;
+    let mut calls = Vec::new();
+    for key in 0..KEYS {
+        for caller in 0..CALLERS {
+            calls.push(tokio::spawn(async move {
+                let value = match caller % 4 {
+                    0 => in_a(key).await,
+                    1 => in_b(key).await,
+                    2 => in_c(key).await,
+                    _ => in_d(key).await,
+                };
+                assert_eq!(value, key * 10);
+            }));
+        }
+    }
+    for call in calls {
+        within(call).await.unwrap();
+    }
+    let stats = stampede::stats("clu::storm").unwrap();
+    let loads = LOADS.load(SeqCst);
+    let per_master: Vec<(u16, usize)> = cluster
+        .masters()
+        .into_iter()
+        .map(|port| {
+            let keys: Vec<String> = cluster.command(port, &["KEYS", "test:{clu::storm~*}:v"]);
+            (port, keys.len())
+        })
+        .collect();
+    println!(
+        "4 caches x {CALLERS} callers x {KEYS} keys: {loads} loads, degraded {}, values per \
+         master {per_master:?}",
+        stats.degraded
+    );
+    assert_eq!(loads, KEYS as usize, "each key loaded once: {stats:?}");
+    assert_eq!(stats.degraded, 0, "{stats:?}");
+    assert!(
+        per_master.iter().all(|(_, values)| *values > 0),
+        "the keys spread over every master: {per_master:?}"
+    );
+    assert_eq!(
+        per_master.iter().map(|(_, values)| values).sum::<usize>(),
+        KEYS as usize
+    );
+}
+
+#[tokio::test]
+async fn an_invalidation_reaches_every_process_through_the_cluster() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "inval", name = "clu::inval")]
+    async fn in_a(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("profile {id} load {n}")
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "inval", name = "clu::inval")]
+    async fn in_b(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("profile {id} load {n}")
+    }
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    // The subscriber is on the first node given; a key owned by another master proves that
+    // the invalidation, published on that master, crossed the cluster bus.
+    install(&cluster.urls(), "inval");
+    let subscribed = cluster.ports()[0];
+    let mut id = 0_u64;
+    let (first, owner) = loop {
+        let first = within(in_a(id)).await;
+        let value = cluster
+            .keys(&format!("test:{{clu::inval~*|{id}}}:v"))
+            .pop()
+            .expect("the value is in the cluster");
+        let owner = cluster.owner(&value);
+        if owner != subscribed {
+            break (first, owner);
+        }
+        id += 1;
+    };
+    assert_eq!(within(in_b(id)).await, first, "b read a's value");
+    let loads = LOADS.load(SeqCst);
+
+    within(stampede::invalidate("clu::inval", (id,)))
+        .await
+        .unwrap();
+    assert!(
+        cluster
+            .keys(&format!("test:{{clu::inval~*|{id}}}:v"))
+            .is_empty(),
+        "the value is gone from the cluster"
+    );
+    eventually("both memories to drop the key", || {
+        stampede::stats("clu::inval").unwrap().entries == id
+    })
+    .await;
+    println!("invalidated a key of master {owner}; the subscriber is on node {subscribed}");
+    let second = within(in_b(id)).await;
+    assert_ne!(second, first, "b loaded again");
+    assert_eq!(
+        within(in_a(id)).await,
+        second,
+        "a read b's new value from the cluster"
+    );
+
+    // An invalidation announced on any other node (each replica and master but the one
+    // subscribed to) reaches this process.
+    for port in cluster
+        .ports()
+        .into_iter()
+        .filter(|port| *port != subscribed)
+    {
+        assert_eq!(within(in_a(id)).await, second);
+        assert_eq!(within(in_b(id)).await, second);
+        eventually("both memories to hold the key", || {
+            stampede::stats("clu::inval").unwrap().entries == id + 2
+        })
+        .await;
+        let message = format!("clu::inval\n{id}");
+        let _: i64 = cluster.command(port, &["PUBLISH", "test:invalidations", &message]);
+        eventually("the announcement on another node to drop the key", || {
+            stampede::stats("clu::inval").unwrap().entries == id
+        })
+        .await;
+    }
+    // Memory refilled from the cluster's value each time, which nobody deleted.
+    assert_eq!(LOADS.load(SeqCst), loads + 1);
+}
+
+#[tokio::test]
+async fn a_holder_that_lost_its_lease_cannot_write_over_the_newer_value() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "fence", name = "clu::fence")]
+    async fn in_a(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        format!("old from a {id}")
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "fence", name = "clu::fence")]
+    async fn in_b(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        format!("new from b {id}")
+    }
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    install(&cluster.urls(), "fence");
+    let a = tokio::spawn(in_a(1));
+    let pattern = "test:{clu::fence~*|1}:l";
+    eventually("a to take the lock", || !cluster.keys(pattern).is_empty()).await;
+    let lock = cluster.keys(pattern).pop().unwrap();
+    // a's lease is lost (as if it expired while a was paused).
+    let _: i64 = cluster.keyed(&["DEL", &lock]);
+    assert_eq!(within(in_b(1)).await, "new from b 1");
+    let value = format!("{}:v", lock.strip_suffix(":l").unwrap());
+    let written: Vec<u8> = cluster.keyed(&["GET", &value]);
+    assert!(contains(&written, b"new from b 1"));
+
+    assert_eq!(
+        within(a).await.unwrap(),
+        "old from a 1",
+        "a's callers still get a's load"
+    );
+    let after: Vec<u8> = cluster.keyed(&["GET", &value]);
+    assert!(
+        contains(&after, b"new from b 1") && !contains(&after, b"old from a"),
+        "a's late fill was refused by the fence: {}",
+        String::from_utf8_lossy(&after)
+    );
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+/// `cluster_stats_messages_publish_sent` summed over every node: the `PUBLISH` messages the
+/// cluster bus carried from node to node.
+fn bus_publishes(cluster: &RedisCluster) -> u64 {
+    cluster
+        .ports()
+        .iter()
+        .map(|port| {
+            let info: String = cluster.command(*port, &["CLUSTER", "INFO"]);
+            info.lines()
+                .find_map(|line| line.strip_prefix("cluster_stats_messages_publish_sent:"))
+                .map_or(0, |count| count.trim().parse::<u64>().unwrap())
+        })
+        .sum()
+}
+
+/// [`bus_publishes`] once it has stopped changing for 200 ms: every message sent so far, and
+/// those its receivers sent on, counted.
+async fn settled_publishes(cluster: &RedisCluster) -> u64 {
+    within(async {
+        let mut last = bus_publishes(cluster);
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = bus_publishes(cluster);
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_wake_up_and_an_invalidation_each_cost_one_publish_carried_to_every_node() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "bus", name = "clu::bus")]
+    async fn holder(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        id
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "bus", name = "clu::bus")]
+    async fn waiter(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id
+    }
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    // A heartbeat far apart, so that the only publications measured are the protocol's (the
+    // first heartbeat goes out as the subscriber comes up, before the measurement).
+    RedisConfig::new(&cluster.urls())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(5))
+        .heartbeat(Duration::from_secs(600))
+        .install_as("bus");
+    assert_eq!(within(waiter(0)).await, 0, "connected");
+    // Other tests' links may still publish a heartbeat while their runtime shuts down: that only
+    // adds, so the least of three rounds is the protocol's own cost.
+    let (mut wake_up, mut invalidation) = (u64::MAX, u64::MAX);
+    for id in 1..=3_u64 {
+        let before = settled_publishes(cluster).await;
+        let held = tokio::spawn(holder(id));
+        let lock = format!("test:{{clu::bus~*|{id}}}:l");
+        eventually("the holder to take the lock", || {
+            !cluster.keys(&lock).is_empty()
+        })
+        .await;
+        assert_eq!(
+            within(waiter(id)).await,
+            id,
+            "woken with the holder's value"
+        );
+        assert_eq!(within(held).await.unwrap(), id);
+        wake_up = wake_up.min(settled_publishes(cluster).await - before);
+
+        let before = settled_publishes(cluster).await;
+        within(stampede::invalidate("clu::bus", (id,)))
+            .await
+            .unwrap();
+        invalidation = invalidation.min(settled_publishes(cluster).await - before);
+    }
+
+    println!(
+        "plain pub/sub on 3 masters + 3 replicas: a fill that wakes waiters: {wake_up} cluster \
+         bus PUBLISH messages; an invalidation: {} per announcement ({invalidation} for the \
+         two caches of the name)",
+        invalidation / 2
+    );
+    assert_eq!(LOADS.load(SeqCst), 4, "the waiters loaded nothing");
+    let others = cluster.ports().len() as u64 - 1;
+    assert_eq!(
+        wake_up, others,
+        "one PUBLISH, sent by its node to every other"
+    );
+    // `stampede::invalidate` by name runs through every cache of that name in this process: the
+    // two here stand for two processes, each of which would announce once.
+    assert_eq!(
+        invalidation,
+        2 * others,
+        "one PUBLISH per cache, sent to every other node"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_failover() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    macro_rules! process {
+        ($name:ident) => {
+            #[cached(
+                ttl = "60s",
+                lock = "redis",
+                redis = "failover",
+                name = "clu::failover"
+            )]
+            async fn $name(key: u64) -> Result<u64, common::AppError> {
+                LOADS.fetch_add(1, SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(key * 10)
+            }
+        };
+    }
+    process!(in_a);
+    process!(in_b);
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    // Short bounds: while a master is down, calls for its slots load here instead of waiting.
+    RedisConfig::new(&cluster.urls())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_secs(1))
+        .install_as("failover");
+    let subscribed = cluster.ports()[0];
+    let victim = cluster
+        .masters()
+        .into_iter()
+        .find(|port| *port != subscribed)
+        .unwrap();
+
+    // Calls loop over fresh keys (every call goes to Redis) while the master is killed and its
+    // replica takes over.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let looping = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut calls = 0_u64;
+            let mut key = 1_000_000_u64;
+            while !stop.load(SeqCst) {
+                key += 1;
+                let (a, b) = tokio::join!(in_a(key), in_b(key));
+                assert_eq!(a.expect("no call fails"), key * 10);
+                assert_eq!(b.expect("no call fails"), key * 10);
+                calls += 2;
+            }
+            calls
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed_at = std::time::Instant::now();
+    cluster.kill(victim);
+    eventually("a replica to take over the dead master's slots", || {
+        let alive = cluster.ports();
+        alive.iter().all(|port| {
+            let info: String = cluster.command(*port, &["CLUSTER", "INFO"]);
+            info.contains("cluster_state:ok")
+        }) && cluster.masters().len() == 3
+            && !cluster.masters().contains(&victim)
+    })
+    .await;
+    let failed_over_in = killed_at.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, SeqCst);
+    let calls = within(looping).await.unwrap();
+
+    // Back on the cluster: a new cold stampede loads each key once. The client may take a
+    // few rounds to learn the new slot map; each round uses keys never asked before.
+    let mut rounds = 0;
+    let loads = within(async {
+        loop {
+            rounds += 1;
+            let degraded = stampede::stats("clu::failover").unwrap().degraded;
+            let before = LOADS.load(SeqCst);
+            let base = 2_000_000 + rounds * 100;
+            let mut calls = Vec::new();
+            for key in base..base + 30 {
+                for caller in 0..10 {
+                    calls.push(tokio::spawn(async move {
+                        if caller % 2 == 0 {
+                            in_a(key).await
+                        } else {
+                            in_b(key).await
+                        }
+                    }));
+                }
+            }
+            for call in calls {
+                call.await.unwrap().expect("no call fails");
+            }
+            let loads = LOADS.load(SeqCst) - before;
+            if stampede::stats("clu::failover").unwrap().degraded == degraded {
+                return loads;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    println!(
+        "killed master {victim}: failed over in {failed_over_in:?}; {calls} calls meanwhile, none \
+         failed; afterwards a cold stampede (30 keys x 10 callers) loaded {loads} times, after \
+         {rounds} round(s)"
+    );
+    assert_eq!(loads, 30, "each key loaded once, through the cluster");
+}

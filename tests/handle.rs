@@ -106,6 +106,44 @@ async fn the_function_keeps_its_errors_and_key_template() {
     assert_eq!(within(user(5, "t3")).await.unwrap(), "user 5 (t3)");
 }
 
+#[derive(Clone)]
+struct Repo {
+    loads: std::sync::Arc<AtomicUsize>,
+}
+
+impl Repo {
+    /// A method with companions: `Repo::user_invalidate`, `Repo::user_prime`, `Repo::user_peek`,
+    /// `repo.user_refresh`, `repo.user_uncached`.
+    #[cached(ttl = "60s", companion = true)]
+    async fn user(&self, mut id: u64, region: &str) -> Result<String, AppError> {
+        let n = self.loads.fetch_add(1, SeqCst) + 1;
+        id += 0;
+        Ok(format!("{id}@{region}#{n}"))
+    }
+}
+
+#[tokio::test]
+async fn a_method_with_companion_gets_the_operations_as_associated_functions() {
+    let repo = Repo {
+        loads: Default::default(),
+    };
+    assert_eq!(Repo::user_peek(1, "eu"), None);
+    assert_eq!(within(repo.user(1, "eu")).await.unwrap(), "1@eu#1");
+    assert_eq!(Repo::user_peek(1, "eu").as_deref(), Some("1@eu#1"));
+    assert_eq!(within(repo.user_refresh(1, "eu")).await.unwrap(), "1@eu#2");
+    assert_eq!(within(repo.user(1, "eu")).await.unwrap(), "1@eu#2");
+    within(Repo::user_invalidate(1, "eu")).await.unwrap();
+    assert_eq!(within(repo.user(1, "eu")).await.unwrap(), "1@eu#3");
+    within(Repo::user_prime(2, "us", "primed".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(within(repo.user(2, "us")).await.unwrap(), "primed");
+    assert_eq!(within(repo.user_uncached(1, "eu")).await.unwrap(), "1@eu#4");
+    assert_eq!(within(repo.user(1, "eu")).await.unwrap(), "1@eu#3");
+    // The cache keeps the name a method's cache has.
+    assert!(stampede::stats(&format!("{}::user", std::any::type_name::<Repo>())).is_some());
+}
+
 #[cfg(feature = "redis")]
 mod redis {
     use super::*;

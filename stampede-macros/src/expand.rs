@@ -48,7 +48,8 @@ use crate::validate::Settings;
 /// The cached function: its attributes and signature as written, and a body that calls the
 /// runtime (inside `Box::pin(async move { .. })` for the shape `#[async_trait]` gave it).
 pub(crate) fn expand(mut function: Function, settings: &Settings) -> TokenStream {
-    if function.receiver.is_some() {
+    // A method with companions keeps its body, `self` included, in a hidden method.
+    if function.receiver.is_some() && settings.companion != Some(true) {
         rename_self(&mut function.body);
     }
     let expansion = Expansion::new(&function, settings);
@@ -97,7 +98,45 @@ struct Expansion<'a> {
     in_redis: bool,
     /// For a free function, its name, which its companion type also has: the slot, the
     /// options and the body live there, so that the companion reaches the cache without a call.
-    companion: Option<Ident>,
+    companion: Option<Companion>,
+}
+
+/// Where the companion's items go.
+enum Companion {
+    /// A free function's: a type of the function's name.
+    Type(Ident),
+    /// A method's (`companion = true`, inherent impls): associated items named after it.
+    Methods(Ident),
+}
+
+impl Companion {
+    /// The name of a hidden item (`__slot`, `__config`, `__body`).
+    fn hidden(&self, what: &str) -> Ident {
+        match self {
+            Companion::Type(_) => Ident::new(&format!("__{what}"), Span::call_site()),
+            Companion::Methods(method) => {
+                Ident::new(&format!("__{method}_{what}"), Span::call_site())
+            }
+        }
+    }
+
+    /// The path of a hidden item, from the function's scope.
+    fn path(&self, what: &str) -> TokenStream {
+        let hidden = self.hidden(what);
+        match self {
+            Companion::Type(name) => quote!(#name::#hidden),
+            Companion::Methods(_) => quote!(Self::#hidden),
+        }
+    }
+
+    /// The name of an operation, spanned at the function's name, where a call's "defined
+    /// here" note then points.
+    fn op(&self, op: &str) -> Ident {
+        match self {
+            Companion::Type(name) => Ident::new(op, name.span()),
+            Companion::Methods(method) => Ident::new(&format!("{method}_{op}"), method.span()),
+        }
+    }
 }
 
 impl<'a> Expansion<'a> {
@@ -120,13 +159,16 @@ impl<'a> Expansion<'a> {
             key_args,
             other_args,
             in_redis: settings.backend != BackendKind::Memory,
-            companion: match (function.receiver, &function.shape) {
-                // A companion named like this crate would take the crate's name in the
-                // function's module: `stampede::cached` there would name the companion.
-                (None, Shape::Async) if !names_the_crate(&function.sig.ident, krate) => {
-                    Some(function.sig.ident.clone())
+            companion: match (function.receiver, &function.shape, settings.companion) {
+                (_, Shape::AsyncTrait, _) | (_, _, Some(false)) | (Some(_), _, None) => None,
+                (Some(_), Shape::Async, Some(true)) => {
+                    Some(Companion::Methods(function.sig.ident.clone()))
                 }
-                _ => None,
+                // A companion named like this crate would take the crate's name in the
+                // function's module (`stampede::cached` there would name the companion), unless
+                // asked for.
+                (None, Shape::Async, None) if names_the_crate(&function.sig.ident, krate) => None,
+                (None, Shape::Async, _) => Some(Companion::Type(function.sig.ident.clone())),
             },
         }
     }
@@ -174,11 +216,10 @@ impl<'a> Expansion<'a> {
         let private = &self.private;
         let tier = tier(self.settings, private);
         match &self.companion {
-            Some(companion) => (
-                quote!(#companion::__slot()),
-                quote!(#companion::__config),
-                tier,
-            ),
+            Some(companion) => {
+                let slot = companion.path("slot");
+                (quote!(#slot()), companion.path("config"), tier)
+            }
             None => {
                 let config = config(
                     &self.function.sig.ident,
@@ -201,7 +242,7 @@ impl<'a> Expansion<'a> {
     /// the signature and the items the body names resolve there as they do for the function,
     /// even inside a block.
     fn companion(&self) -> Option<TokenStream> {
-        let name = self.companion.as_ref()?;
+        let companion = self.companion.as_ref()?;
         let private = &self.private;
         let krate = &self.settings.krate;
         let function = self.function;
@@ -241,102 +282,133 @@ impl<'a> Expansion<'a> {
             Returns::Value(_) => quote!(value_companion),
             Returns::Result { .. } => quote!(ok_companion),
         };
-        let config = config(&function.sig.ident, false, self.settings, private);
+        let is_method = function.receiver.is_some();
+        let config = config(&function.sig.ident, is_method, self.settings, private);
         let (slot, config_fn, tier) = self.cache();
+        let site = match is_method {
+            true => quote!(::core::any::type_name::<Self>()),
+            false => quote!(""),
+        };
+        // `&self` for the operations that run the body.
+        let this = is_method.then(|| quote!(&self,));
+        let this_arg = is_method.then(|| quote!(self,));
         let witness = self.witness();
         let key = self.key();
         let refresh = self.call(Entry::Refresh);
         let body = &function.body;
         let slot_name = Ident::new("__STAMPEDE_SLOT", Span::mixed_site());
-        // Spanned at the function's name, where a call's "defined here" note then points.
-        let op = |op: &str| Ident::new(op, name.span());
+        let (slot_fn, config_item, body_fn, body_path) = (
+            companion.hidden("slot"),
+            companion.hidden("config"),
+            companion.hidden("body"),
+            companion.path("body"),
+        );
         let (invalidate, refresh_fn, prime, peek, uncached) = (
-            op("invalidate"),
-            op("refresh"),
-            op("prime"),
-            op("peek"),
-            op("uncached"),
+            companion.op("invalidate"),
+            companion.op("refresh"),
+            companion.op("prime"),
+            companion.op("peek"),
+            companion.op("uncached"),
         );
-        let shown = name.to_string();
-        let doc = format!(
-            "The cache of [`{shown}()`](fn@{shown}), reachable without calling it (generated by \
-             `#[stampede::cached]`): `{shown}::invalidate`, `refresh`, `prime`, `peek` and \
-             `uncached`, which take the arguments of the key as the function does."
-        );
+        let fn_name = function.sig.ident.to_string();
+        let shown = match companion {
+            Companion::Type(_) => format!("[`{fn_name}()`](fn@{fn_name})"),
+            Companion::Methods(_) => format!("[`Self::{fn_name}`]"),
+        };
         let doc_invalidate = format!(
-            "Drops the value [`{shown}()`](fn@{shown}) holds for these arguments, in this \
-             process and, for a cache backed by Redis, in Redis and in every other process's \
-             memory. After it returns, no call here returns a value whose load began before it."
+            "Drops the value {shown} holds for these arguments, in this process and, for a \
+             cache backed by Redis, in Redis and in every other process's memory. After it \
+             returns, no call here returns a value whose load began before it."
         );
         let doc_refresh = format!(
-            "Loads the value of [`{shown}()`](fn@{shown}) for these arguments now, whatever value \
-             is held, stores it and returns what the function returns. Joins the load running \
-             for the key, if any, so that concurrent callers still share one load."
+            "Loads the value of {shown} for these arguments now, whatever value is held, stores \
+             it and returns what the function returns. Joins the load running for the key, if \
+             any, so that concurrent callers still share one load."
         );
         let doc_prime = format!(
-            "Stores `value` as the value of [`{shown}()`](fn@{shown}) for these arguments, as if \
-             it had been loaded now: fresh for the jittered `ttl`, and for a cache backed by \
-             Redis also written to Redis (an error when Redis cannot be reached; the value is \
-             then kept in this process only)."
+            "Stores `value` as the value of {shown} for these arguments, as if it had been \
+             loaded now: fresh for the jittered `ttl`, and for a cache backed by Redis also \
+             written to Redis (an error when Redis cannot be reached; the value is then kept in \
+             this process only)."
         );
         let doc_peek = format!(
-            "The value [`{shown}()`](fn@{shown}) holds in this process's memory for these \
-             arguments, if it may be served (fresh or stale); never loads, waits or reads Redis."
+            "The value {shown} holds in this process's memory for these arguments, if it may be \
+             served (fresh or stale); never loads, waits or reads Redis."
         );
-        let doc_uncached = format!(
-            "Runs the body of [`{shown}()`](fn@{shown}) directly: no cache is read or written."
-        );
-        Some(quote! {
-            #(#cfgs)*
-            #[doc = #doc]
-            #[allow(non_camel_case_types)]
-            #vis struct #name {
-                _private: (),
+        let doc_uncached =
+            format!("Runs the body of {shown} directly: no cache is read or written.");
+        let allow = quote!(#(#cfgs)* #[allow(dead_code, clippy::too_many_arguments)]);
+        let items = quote! {
+            #[doc(hidden)]
+            #allow
+            #vis fn #slot_fn() -> &'static #private::Slot {
+                static #slot_name: #private::Slot = #private::Slot::new();
+                &#slot_name
             }
 
-            #(#cfgs)*
-            #[allow(dead_code, clippy::too_many_arguments)]
-            impl #name {
-                #[doc(hidden)]
-                #vis fn __slot() -> &'static #private::Slot {
-                    static #slot_name: #private::Slot = #private::Slot::new();
-                    &#slot_name
-                }
+            #[doc(hidden)]
+            #allow
+            #vis fn #config_item() -> #private::Config {
+                #config
+            }
 
-                #[doc(hidden)]
-                #vis fn __config() -> #private::Config {
-                    #config
-                }
+            #[doc(hidden)]
+            #allow
+            #(#lints)*
+            #vis async fn #body_fn #generics (#this #(#body_inputs),*) -> #output #where_clause {
+                #(#body)*
+            }
 
-                #[doc(hidden)]
-                #(#lints)*
-                #vis async fn __body #generics (#(#body_inputs),*) -> #output #where_clause {
-                    #(#body)*
-                }
+            #[doc = #doc_invalidate]
+            #allow
+            #vis async fn #invalidate #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #witness.#companion_of().invalidate(#slot, #site, #config_fn, #tier, #key).await
+            }
 
-                #[doc = #doc_invalidate]
-                #vis async fn #invalidate #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
-                    #witness.#companion_of().invalidate(#slot, "", #config_fn, #tier, #key).await
-                }
+            #[doc = #doc_refresh]
+            #allow
+            #vis async fn #refresh_fn #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                #refresh
+            }
 
-                #[doc = #doc_refresh]
-                #vis async fn #refresh_fn #generics (#(#all_inputs),*) -> #output #where_clause {
-                    #refresh
-                }
+            #[doc = #doc_prime]
+            #allow
+            #vis async fn #prime #generics (#(#key_inputs,)* value: #value) -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #witness.#companion_of().prime(#slot, #site, #config_fn, #tier, #key, value).await
+            }
 
-                #[doc = #doc_prime]
-                #vis async fn #prime #generics (#(#key_inputs,)* value: #value) -> ::core::result::Result<(), #krate::Error> #where_clause {
-                    #witness.#companion_of().prime(#slot, "", #config_fn, #tier, #key, value).await
-                }
+            #[doc = #doc_peek]
+            #allow
+            #vis fn #peek #generics (#(#key_inputs),*) -> ::core::option::Option<#value> #where_clause {
+                #witness.#companion_of().peek(#slot, #site, #config_fn, #tier, #key)
+            }
 
-                #[doc = #doc_peek]
-                #vis fn #peek #generics (#(#key_inputs),*) -> ::core::option::Option<#value> #where_clause {
-                    #witness.#companion_of().peek(#slot, "", #config_fn, #tier, #key)
-                }
+            #[doc = #doc_uncached]
+            #allow
+            #vis async fn #uncached #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                #body_path(#this_arg #(#args),*).await
+            }
+        };
+        Some(match companion {
+            Companion::Methods(_) => items,
+            Companion::Type(name) => {
+                let doc = format!(
+                    "The cache of {shown}, reachable without calling it (generated by \
+                     `#[stampede::cached]`): `{fn_name}::invalidate`, `refresh`, `prime`, `peek` \
+                     and `uncached`, which take the arguments of the key as the function does."
+                );
+                quote! {
+                    #(#cfgs)*
+                    #[doc = #doc]
+                    #[allow(non_camel_case_types)]
+                    #vis struct #name {
+                        _private: (),
+                    }
 
-                #[doc = #doc_uncached]
-                #vis async fn #uncached #generics (#(#all_inputs),*) -> #output #where_clause {
-                    #name::__body(#(#args),*).await
+                    #(#cfgs)*
+                    impl #name {
+                        #items
+                    }
                 }
             }
         })
@@ -475,6 +547,7 @@ impl<'a> Expansion<'a> {
         let receiver_borrow = self
             .function
             .receiver
+            .filter(|_| in_load)
             .map(|_| quote!(let #self_ident = &#receiver;));
         let reborrows = self.function.args.iter().filter_map(|arg| {
             let ident = &arg.ident;
@@ -490,8 +563,10 @@ impl<'a> Expansion<'a> {
                 quote!(#(#body)*)
             }
             Some(companion) => {
+                let body = companion.path("body");
                 let args = self.function.args.iter().map(|arg| &arg.ident);
-                quote!(#companion::__body(#(#args),*).await)
+                let this = self.function.receiver.map(|_| quote!(&#receiver,));
+                quote!(#body(#this #(#args),*).await)
             }
         };
         quote! {

@@ -106,6 +106,29 @@ async fn the_function_keeps_its_errors_and_key_template() {
     assert_eq!(within(user(5, "t3")).await.unwrap(), "user 5 (t3)");
 }
 
+mod listing {
+    pub fn offset() -> u64 {
+        1
+    }
+}
+
+/// `listing` is a module here already: `companion = false` leaves the function without one.
+#[cached(ttl = "60s", name = "handle::no_companion", companion = false)]
+async fn listing(id: u64) -> u64 {
+    id + listing::offset()
+}
+
+#[tokio::test]
+async fn companion_false_leaves_the_name_to_the_module_beside_it() {
+    assert_eq!(within(listing(1)).await, 2);
+    // Its keys are dropped by name.
+    within(stampede::invalidate("handle::no_companion", (1u64,)))
+        .await
+        .unwrap();
+    assert_eq!(within(listing(1)).await, 2);
+    assert_eq!(stampede::stats("handle::no_companion").unwrap().loads, 2);
+}
+
 #[derive(Clone)]
 struct Repo {
     loads: std::sync::Arc<AtomicUsize>,

@@ -88,6 +88,9 @@ options! {
     "name" => |o, p| put_raw(&mut o.name, p, string(p, "a name such as \"users::by_id\"")?),
         doc: "the cache's name in stats and errors",
         default: "`module::path::fn`, `path::Type::method`";
+    "companion" => |o, p| put(&mut o.companion, p, boolean(p)?),
+        doc: "emit the typed operations on the cache (`invalidate`, `refresh`, `prime`, `peek`, `uncached`): a free function's companion type `product::`, a method's associated functions `Type::method_invalidate` (inherent impls only)",
+        default: "`true` on a free function, `false` on a method";
     "crate" => |o, p| put(&mut o.krate, p, crate_path(p)?),
         doc: "path of the `stampede` crate when renamed in `Cargo.toml`",
         default: "`\"stampede\"`";
@@ -154,6 +157,7 @@ pub(crate) struct Options {
     pub(crate) key: Option<Spanned<KeyTemplate>>,
     pub(crate) name: Option<LitStr>,
     pub(crate) krate: Option<Spanned<syn::Path>>,
+    pub(crate) companion: Option<Spanned<bool>>,
     /// Some option was misspelt or had a bad value: checks of what is missing would mislead.
     pub(crate) incomplete: bool,
 }
@@ -323,6 +327,18 @@ where
     }
 }
 
+/// `true` or `false`, written without quotes.
+fn boolean(pair: &Pair) -> syn::Result<bool> {
+    match &pair.value {
+        Lit::Bool(value) => Ok(value.value),
+        other => Err(error(
+            other.span(),
+            format!("`{}` takes `true` or `false`", pair.name),
+            format!("write it without quotes, e.g. `{} = false`", pair.name),
+        )),
+    }
+}
+
 /// One of the words of `choices`, written as a string.
 fn choice<T: Copy>(pair: &Pair, choices: &[(&str, T)]) -> syn::Result<T> {
     let name = &pair.name;
@@ -399,7 +415,7 @@ mod tests {
     fn every_option_of_the_table_parses() {
         let args = r#"ttl = "1s", jitter = 5, stale = "1s", timeout = "1s", retries = 1,
             backoff = "1ms", lock = "redis", backend = "tiered", redis = "r", busy = "compute",
-            capacity = 5, key = "{id}", name = "n", crate = "s""#;
+            capacity = 5, key = "{id}", name = "n", companion = false, crate = "s""#;
         assert_eq!(errors_of(args), "");
         let mut errors = Errors::default();
         let options = Options::parse(args.parse().unwrap(), &mut errors);

@@ -48,10 +48,13 @@ use crate::validate::Settings;
 /// The cached function: its attributes and signature as written, and a body that calls the
 /// runtime (inside `Box::pin(async move { .. })` for the shape `#[async_trait]` gave it).
 pub(crate) fn expand(mut function: Function, settings: &Settings) -> TokenStream {
-    if function.receiver.is_some() {
+    // A method with companions keeps its body, `self` included, in a hidden method.
+    if function.receiver.is_some() && settings.companion != Some(true) {
         rename_self(&mut function.body);
     }
-    let call = Expansion::new(&function, settings).call();
+    let expansion = Expansion::new(&function, settings);
+    let call = expansion.call(Entry::Get);
+    let companion = expansion.companion();
     let Function {
         attrs,
         vis,
@@ -68,7 +71,17 @@ pub(crate) fn expand(mut function: Function, settings: &Settings) -> TokenStream
         #vis #sig {
             #block
         }
+        #companion
     }
+}
+
+/// Which runtime call a body makes.
+#[derive(Clone, Copy)]
+enum Entry {
+    /// A call of the function: cached.
+    Get,
+    /// A companion's `refresh`: loads now, through the key's flight.
+    Refresh,
 }
 
 /// What the pieces of the expansion are made from.
@@ -83,6 +96,47 @@ struct Expansion<'a> {
     other_args: Vec<&'a Arg>,
     /// Whether the cache keeps its keys and values in Redis, written with serde.
     in_redis: bool,
+    /// For a free function, its name, which its companion type also has: the slot, the
+    /// options and the body live there, so that the companion reaches the cache without a call.
+    companion: Option<Companion>,
+}
+
+/// Where the companion's items go.
+enum Companion {
+    /// A free function's: a type of the function's name.
+    Type(Ident),
+    /// A method's (`companion = true`, inherent impls): associated items named after it.
+    Methods(Ident),
+}
+
+impl Companion {
+    /// The name of a hidden item (`__slot`, `__config`, `__body`).
+    fn hidden(&self, what: &str) -> Ident {
+        match self {
+            Companion::Type(_) => Ident::new(&format!("__{what}"), Span::call_site()),
+            Companion::Methods(method) => {
+                Ident::new(&format!("__{method}_{what}"), Span::call_site())
+            }
+        }
+    }
+
+    /// The path of a hidden item, from the function's scope.
+    fn path(&self, what: &str) -> TokenStream {
+        let hidden = self.hidden(what);
+        match self {
+            Companion::Type(name) => quote!(#name::#hidden),
+            Companion::Methods(_) => quote!(Self::#hidden),
+        }
+    }
+
+    /// The name of an operation, spanned at the function's name, where a call's "defined
+    /// here" note then points.
+    fn op(&self, op: &str) -> Ident {
+        match self {
+            Companion::Type(name) => Ident::new(op, name.span()),
+            Companion::Methods(method) => Ident::new(&format!("{method}_{op}"), method.span()),
+        }
+    }
 }
 
 impl<'a> Expansion<'a> {
@@ -105,26 +159,31 @@ impl<'a> Expansion<'a> {
             key_args,
             other_args,
             in_redis: settings.backend != BackendKind::Memory,
+            companion: match (function.receiver, &function.shape, settings.companion) {
+                (_, Shape::AsyncTrait, _) | (_, _, Some(false)) | (Some(_), _, None) => None,
+                (Some(_), Shape::Async, Some(true)) => {
+                    Some(Companion::Methods(function.sig.ident.clone()))
+                }
+                // A companion named like this crate would take the crate's name in the
+                // function's module (`stampede::cached` there would name the companion), unless
+                // asked for.
+                (None, Shape::Async, None) if names_the_crate(&function.sig.ident, krate) => None,
+                (None, Shape::Async, _) => Some(Companion::Type(function.sig.ident.clone())),
+            },
         }
     }
 
     /// The body of the cached function: one call on the runtime, through the witness of the
     /// returned type.
-    fn call(&self) -> TokenStream {
-        let private = &self.private;
+    fn call(&self, entry: Entry) -> TokenStream {
         let witness = self.witness();
-        let entry = match self.function.returns {
-            Returns::Value(_) => quote!(get_value),
-            Returns::Result { .. } => quote!(get_result),
+        let entry = match (entry, &self.function.returns) {
+            (Entry::Get, Returns::Value(_)) => quote!(get_value),
+            (Entry::Get, Returns::Result { .. }) => quote!(get_result),
+            (Entry::Refresh, Returns::Value(_)) => quote!(refresh_value),
+            (Entry::Refresh, Returns::Result { .. }) => quote!(refresh_result),
         };
-        let slot = slot(private);
-        let config = config(
-            &self.function.sig.ident,
-            self.function.receiver.is_some(),
-            self.settings,
-            private,
-        );
-        let tier = tier(self.settings, private);
+        let (slot, config, tier) = self.cache();
         let key = self.key();
         let prepare = self.prepare();
         // A method's cache is per instantiation of its impl: the slot tells them apart by `Self`.
@@ -141,7 +200,7 @@ impl<'a> Expansion<'a> {
             #witness.#entry(
                 #slot,
                 #site,
-                || #config,
+                #config,
                 #tier,
                 #key,
                 #prepare
@@ -149,6 +208,210 @@ impl<'a> Expansion<'a> {
             )
             .await
         }
+    }
+
+    /// The cache's slot, the closure that builds its options and its tier. A free function's
+    /// slot and options live in its companion, so that the companion reaches the same cache.
+    fn cache(&self) -> (TokenStream, TokenStream, TokenStream) {
+        let private = &self.private;
+        let tier = tier(self.settings, private);
+        match &self.companion {
+            Some(companion) => {
+                let slot = companion.path("slot");
+                (quote!(#slot()), companion.path("config"), tier)
+            }
+            None => {
+                let config = config(
+                    &self.function.sig.ident,
+                    self.function.receiver.is_some(),
+                    self.settings,
+                    private,
+                );
+                (slot(private), quote!(|| #config), tier)
+            }
+        }
+    }
+
+    /// A free function's companion: a type of the function's name (types and functions live in
+    /// different namespaces) whose associated functions act on the function's cache, with the
+    /// key's arguments as the function takes them: `product::invalidate(id, region)`,
+    /// `refresh`, `prime`, `peek`, `uncached`. It holds the cache's slot, its options and the
+    /// body, so that it works in a process that never called the function.
+    ///
+    /// A type rather than a module: its items are in the function's own scope, so the types of
+    /// the signature and the items the body names resolve there as they do for the function,
+    /// even inside a block.
+    fn companion(&self) -> Option<TokenStream> {
+        let companion = self.companion.as_ref()?;
+        let private = &self.private;
+        let krate = &self.settings.krate;
+        let function = self.function;
+        let vis = &function.vis;
+        let output = &function.output;
+        let generics = &function.sig.generics;
+        let where_clause = &generics.where_clause;
+        let cfgs: Vec<_> = function
+            .attrs
+            .iter()
+            .filter(|attr| attr.path().is_ident("cfg"))
+            .collect();
+        let lints = function.attrs.iter().filter(|attr| {
+            ["allow", "warn", "deny", "forbid"]
+                .iter()
+                .any(|lint| attr.path().is_ident(lint))
+        });
+        let typed = |arg: &Arg| {
+            let ident = &arg.ident;
+            let ty = &arg.ty;
+            quote!(#ident: #ty)
+        };
+        let all_inputs: Vec<TokenStream> = function.args.iter().map(typed).collect();
+        let key_inputs: Vec<TokenStream> = self.key_args.iter().map(|arg| typed(arg)).collect();
+        let body_inputs = function.args.iter().map(|arg| {
+            let ident = &arg.ident;
+            let mutability = arg.mutability;
+            let ty = &arg.ty;
+            quote!(#mutability #ident: #ty)
+        });
+        let args: Vec<&Ident> = function.args.iter().map(|arg| &arg.ident).collect();
+        let value = match &function.returns {
+            Returns::Value(value) => value,
+            Returns::Result { ok, .. } => ok,
+        };
+        let companion_of = match function.returns {
+            Returns::Value(_) => quote!(value_companion),
+            Returns::Result { .. } => quote!(ok_companion),
+        };
+        let is_method = function.receiver.is_some();
+        let config = config(&function.sig.ident, is_method, self.settings, private);
+        let (slot, config_fn, tier) = self.cache();
+        let site = match is_method {
+            true => quote!(::core::any::type_name::<Self>()),
+            false => quote!(""),
+        };
+        // `&self` for the operations that run the body.
+        let this = is_method.then(|| quote!(&self,));
+        let this_arg = is_method.then(|| quote!(self,));
+        let witness = self.witness();
+        let key = self.key();
+        let refresh = self.call(Entry::Refresh);
+        let body = &function.body;
+        let slot_name = Ident::new("__STAMPEDE_SLOT", Span::mixed_site());
+        let (slot_fn, config_item, body_fn, body_path) = (
+            companion.hidden("slot"),
+            companion.hidden("config"),
+            companion.hidden("body"),
+            companion.path("body"),
+        );
+        let (invalidate, refresh_fn, prime, peek, uncached) = (
+            companion.op("invalidate"),
+            companion.op("refresh"),
+            companion.op("prime"),
+            companion.op("peek"),
+            companion.op("uncached"),
+        );
+        let fn_name = function.sig.ident.to_string();
+        let shown = match companion {
+            Companion::Type(_) => format!("[`{fn_name}()`](fn@{fn_name})"),
+            Companion::Methods(_) => format!("[`Self::{fn_name}`]"),
+        };
+        let doc_invalidate = format!(
+            "Drops the value {shown} holds for these arguments, in this process and, for a \
+             cache backed by Redis, in Redis and in every other process's memory. After it \
+             returns, no call here returns a value whose load began before it."
+        );
+        let doc_refresh = format!(
+            "Loads the value of {shown} for these arguments now, whatever value is held, stores \
+             it and returns what the function returns. Joins the load running for the key, if \
+             any, so that concurrent callers still share one load."
+        );
+        let doc_prime = format!(
+            "Stores `value` as the value of {shown} for these arguments, as if it had been \
+             loaded now: fresh for the jittered `ttl`, and for a cache backed by Redis also \
+             written to Redis (an error when Redis cannot be reached; the value is then kept in \
+             this process only)."
+        );
+        let doc_peek = format!(
+            "The value {shown} holds in this process's memory for these arguments, if it may be \
+             served (fresh or stale); never loads, waits or reads Redis."
+        );
+        let doc_uncached =
+            format!("Runs the body of {shown} directly: no cache is read or written.");
+        let allow = quote!(#(#cfgs)* #[allow(dead_code, clippy::too_many_arguments)]);
+        let items = quote! {
+            #[doc(hidden)]
+            #allow
+            #vis fn #slot_fn() -> &'static #private::Slot {
+                static #slot_name: #private::Slot = #private::Slot::new();
+                &#slot_name
+            }
+
+            #[doc(hidden)]
+            #allow
+            #vis fn #config_item() -> #private::Config {
+                #config
+            }
+
+            #[doc(hidden)]
+            #allow
+            #(#lints)*
+            #vis async fn #body_fn #generics (#this #(#body_inputs),*) -> #output #where_clause {
+                #(#body)*
+            }
+
+            #[doc = #doc_invalidate]
+            #allow
+            #vis async fn #invalidate #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #witness.#companion_of().invalidate(#slot, #site, #config_fn, #tier, #key).await
+            }
+
+            #[doc = #doc_refresh]
+            #allow
+            #vis async fn #refresh_fn #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                #refresh
+            }
+
+            #[doc = #doc_prime]
+            #allow
+            #vis async fn #prime #generics (#(#key_inputs,)* value: #value) -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #witness.#companion_of().prime(#slot, #site, #config_fn, #tier, #key, value).await
+            }
+
+            #[doc = #doc_peek]
+            #allow
+            #vis fn #peek #generics (#(#key_inputs),*) -> ::core::option::Option<#value> #where_clause {
+                #witness.#companion_of().peek(#slot, #site, #config_fn, #tier, #key)
+            }
+
+            #[doc = #doc_uncached]
+            #allow
+            #vis async fn #uncached #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                #body_path(#this_arg #(#args),*).await
+            }
+        };
+        Some(match companion {
+            Companion::Methods(_) => items,
+            Companion::Type(name) => {
+                let doc = format!(
+                    "The cache of {shown}, reachable without calling it (generated by \
+                     `#[stampede::cached]`): `{fn_name}::invalidate`, `refresh`, `prime`, `peek` \
+                     and `uncached`, which take the arguments of the key as the function does."
+                );
+                quote! {
+                    #(#cfgs)*
+                    #[doc = #doc]
+                    #[allow(non_camel_case_types)]
+                    #vis struct #name {
+                        _private: (),
+                    }
+
+                    #(#cfgs)*
+                    impl #name {
+                        #items
+                    }
+                }
+            }
+        })
     }
 
     /// `Some(E::clone)` when the function's error type is `Clone`, else `None`, chosen by method
@@ -254,9 +517,12 @@ impl<'a> Expansion<'a> {
         let output = &self.function.output;
         let key = Ident::new("__stampede_key", Span::mixed_site());
         let receiver = receiver_ident();
+        // With a companion, the body is its own function, which binds `mut` arguments itself.
+        let in_load = self.companion.is_none();
         let key_bindings = self.key_args.iter().map(|arg| {
             let ident = &arg.ident;
             let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
+            let mutability = mutability.filter(|_| in_load);
             quote!(#mutability #ident)
         });
         let receiver_copy = self
@@ -266,6 +532,7 @@ impl<'a> Expansion<'a> {
         let others_copied = self.other_args.iter().map(|arg| {
             let ident = &arg.ident;
             let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
+            let mutability = mutability.filter(|_| in_load);
             let copy = chain(
                 type_span(arg),
                 private,
@@ -280,16 +547,28 @@ impl<'a> Expansion<'a> {
         let receiver_borrow = self
             .function
             .receiver
+            .filter(|_| in_load)
             .map(|_| quote!(let #self_ident = &#receiver;));
         let reborrows = self.function.args.iter().filter_map(|arg| {
             let ident = &arg.ident;
-            let mutability = arg.mutability;
+            let mutability = arg.mutability.filter(|_| in_load);
             arg.borrowed.as_ref().map(|elem| {
                 let elem = with_elided_lifetimes(elem);
                 quote!(let #mutability #ident: &#elem = ::core::borrow::Borrow::borrow(&#ident);)
             })
         });
-        let body = &self.function.body;
+        let body = match &self.companion {
+            None => {
+                let body = &self.function.body;
+                quote!(#(#body)*)
+            }
+            Some(companion) => {
+                let body = companion.path("body");
+                let args = self.function.args.iter().map(|arg| &arg.ident);
+                let this = self.function.receiver.map(|_| quote!(&#receiver,));
+                quote!(#body(#this #(#args),*).await)
+            }
+        };
         quote! {
             move |#key: &_| {
                 let (#(#key_bindings,)*) = ::core::clone::Clone::clone(#key);
@@ -298,11 +577,19 @@ impl<'a> Expansion<'a> {
                 #private::typed::<#output, _>(async move {
                     #receiver_borrow
                     #(#reborrows)*
-                    #(#body)*
+                    #body
                 })
             }
         }
     }
+}
+
+/// Whether `ident` is the name of the crate's path (`stampede` in `::stampede`).
+fn names_the_crate(ident: &Ident, krate: &syn::Path) -> bool {
+    krate
+        .segments
+        .last()
+        .is_some_and(|segment| segment.ident == *ident)
 }
 
 /// The name of the load's clone of the receiver; hygienic, so the user's body cannot see it.

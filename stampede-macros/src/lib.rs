@@ -32,6 +32,27 @@ use crate::diag::Errors;
 ///
 #[doc = attr::options_doc_table!()]
 ///
+/// # The companion: operations on the cache
+///
+/// Next to a free function `product(id: u64, region: &str)`, the attribute emits a type of the
+/// same name (types and functions live in different namespaces) whose associated functions act
+/// on the function's cache, also in a process that never called the function:
+///
+/// ```text
+/// product::invalidate(id, region).await?;        // Result<(), stampede::Error>: here, in Redis, everywhere
+/// let fresh = product::refresh(id, region).await; // loads now (joining a running load), stores, returns
+/// product::prime(id, region, value).await?;       // stores as if loaded (and writes it to Redis)
+/// let held = product::peek(id, region);           // Option<V>: this process's servable value, no load
+/// let direct = product::uncached(id, region).await; // the body, no cache
+/// ```
+///
+/// `invalidate`, `prime` and `peek` take the key's arguments (those of the `key` template, else
+/// all), `refresh` and `uncached` all the function's arguments, with the function's types. A
+/// method gets them with `companion = true`, as associated functions named after it
+/// (`Repo::user_invalidate(id)`, `repo.user_refresh(id)`), in an inherent impl only: a trait impl
+/// takes no other items, and `stampede::invalidate(name, key)` drops its keys. `companion =
+/// false` leaves out a free function's companion (when its name is taken in its module).
+///
 /// # What it accepts
 ///
 /// - `async fn`, free or a method taking `&self`. The receiver is not part of the key; it is

@@ -29,6 +29,8 @@ pub(crate) struct Settings {
     pub(crate) key_template: Option<String>,
     pub(crate) name: Option<LitStr>,
     pub(crate) krate: Path,
+    /// `companion = ..` as written; the expansion settles the default by the function's shape.
+    pub(crate) companion: Option<bool>,
 }
 
 const DEFAULT_JITTER: u8 = 10;
@@ -44,6 +46,16 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         .map_or(LockKind::Local, |lock| lock.value);
     let (backend, redis, busy) = shared_tier(&options, lock, errors);
     busy_error_needs_result(&options, function, errors);
+    if let Some(companion) = &options.companion
+        && companion.value
+        && matches!(function.shape, crate::func::Shape::AsyncTrait)
+    {
+        errors.push(error(
+            companion.span,
+            "`companion = true` adds associated functions next to the method, and a trait impl (here under `#[async_trait]`) takes no items but the trait's",
+            "remove `companion`, and drop a key with `stampede::invalidate(name, key)`, the cache's name as `stampede::stats` lists it",
+        ));
+    }
 
     let ttl = match options.ttl {
         None if options.incomplete => Duration::ZERO, // misspelt or malformed: reported already
@@ -138,6 +150,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         key_args,
         key_template: options.key.as_ref().map(|key| key.value.canonical()),
         name: options.name,
+        companion: options.companion.map(|companion| companion.value),
         krate: options
             .krate
             .map_or_else(|| syn::parse_quote!(::stampede), |krate| krate.value),

@@ -131,6 +131,134 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     }
 }
 
+impl<V: Value> Witness<V> {
+    /// Calls [`Slot::refresh_value`] once the returned type's checks have passed.
+    #[inline(always)]
+    pub fn refresh_value<K, C, S, T, P, L, Fut>(
+        self,
+        slot: &'static Slot,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+        prepare: P,
+    ) -> impl Future<Output = V>
+    where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = V> + Send + 'static,
+    {
+        slot.refresh_value(site, config, tier, key, prepare)
+    }
+
+    /// The operations of a companion on the cache of a function returning a plain `V`.
+    #[inline(always)]
+    pub fn value_companion(self) -> Companion<V> {
+        Companion(PhantomData)
+    }
+}
+
+impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
+    /// Calls [`Slot::refresh_result`] once the checks of `V` and `E` have passed.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn refresh_result<K, C, S, T, P, L, Fut>(
+        self,
+        slot: &'static Slot,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+        prepare: P,
+        clone_error: Option<fn(&E) -> E>,
+    ) -> impl Future<Output = Result<V, E>>
+    where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        slot.refresh_result(site, config, tier, key, prepare, clone_error)
+    }
+
+    /// The operations of a companion on the cache of a function returning `Result<V, E>`.
+    #[inline(always)]
+    pub fn ok_companion(self) -> Companion<V> {
+        Companion(PhantomData)
+    }
+}
+
+/// The operations of a cached function's companion that need only its value type `V` (the
+/// returned type's checks have passed): invalidate, prime and peek, on its slot.
+pub struct Companion<V>(PhantomData<fn() -> V>);
+
+impl<V: Value> Companion<V> {
+    /// Calls [`Slot::invalidate`].
+    #[inline(always)]
+    pub fn invalidate<K, C, S, T>(
+        self,
+        slot: &'static Slot,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+    ) -> impl Future<Output = Result<(), Error>>
+    where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        slot.invalidate::<K, V, C, S, T>(site, config, tier, key)
+    }
+
+    /// Calls [`Slot::prime`].
+    #[inline(always)]
+    pub fn prime<K, C, S, T>(
+        self,
+        slot: &'static Slot,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+        value: V,
+    ) -> impl Future<Output = Result<(), Error>>
+    where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        slot.prime(site, config, tier, key, value)
+    }
+
+    /// Calls [`Slot::peek`].
+    #[inline(always)]
+    pub fn peek<K, C, S, T>(
+        self,
+        slot: &'static Slot,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+    ) -> Option<V>
+    where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        slot.peek(site, config, tier, &key)
+    }
+}
+
 /// Whether a function's error type can be cloned, asked by the generated code with the
 /// returned type named (`(&&ErrorClone::<Result<T, E>>::new()).__stampede_error_clone()`):
 /// method resolution picks [`CloneError`] when `E: Clone`, else [`NoCloneError`] one

@@ -25,6 +25,8 @@ use crate::stats::Stats;
 use crate::telemetry::{Labels, Reason, Telemetry};
 use crate::tier::{Handle, Tier};
 
+mod companion;
+
 /// What a cache key must be: hashable, comparable, cloneable, printable (in stats and traces),
 /// and shareable across tasks.
 pub trait Key: Hash + Eq + Clone + Debug + Send + Sync + 'static {}

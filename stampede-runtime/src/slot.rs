@@ -69,19 +69,8 @@ impl Slot {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        match self.cache(site, config, tier).get(key, prepare).await {
-            Ok(value) => Ok(value),
-            // The function's own error: itself when this caller was its load's only one, a
-            // clone of it when it can be cloned, else wrapped with the original reachable.
-            Err(Error::Upstream(upstream)) => Err(match upstream.into_original::<E>() {
-                Ok(original) => original,
-                Err(upstream) => match (clone_error, upstream.downcast_ref::<E>()) {
-                    (Some(clone), Some(original)) => clone(original),
-                    _ => E::from(Error::Upstream(upstream)),
-                },
-            }),
-            Err(error) => Err(E::from(error)),
-        }
+        let outcome = self.cache(site, config, tier).get(key, prepare).await;
+        outcome.map_err(|error| own_error(error, clone_error))
     }
 
     /// A call of a function returning a plain value (an `Option` included). Such a function has
@@ -112,6 +101,122 @@ impl Slot {
             Ok(value) => value,
             Err(error) => panic!("{error}"),
         }
+    }
+
+    /// A companion's `refresh` of a function returning `Result<V, E>`: loads the key now through
+    /// its flight (joining the load running for it, if any) and stores the value; errors as
+    /// [`get_result`](Self::get_result) returns them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn refresh_result<K, V, E, C, S, T, P, L, Fut>(
+        &'static self,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+        prepare: P,
+        clone_error: Option<fn(&E) -> E>,
+    ) -> Result<V, E>
+    where
+        K: Key,
+        V: Value,
+        E: LoadError + From<Error>,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        let outcome = self.cache(site, config, tier).refresh(key, prepare).await;
+        outcome.map_err(|error| own_error(error, clone_error))
+    }
+
+    /// A companion's `refresh` of a function returning a plain value; panics as
+    /// [`get_value`](Self::get_value) does.
+    pub async fn refresh_value<K, V, C, S, T, P, L, Fut>(
+        &'static self,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+        prepare: P,
+    ) -> V
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = V> + Send + 'static,
+    {
+        let prepare = move || {
+            let load = prepare();
+            move |key: &K| infallible(load(key))
+        };
+        match self.cache(site, config, tier).refresh(key, prepare).await {
+            Ok(value) => value,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// A companion's `invalidate`: drops `key` here, in the tier and in every other process's
+    /// memory (see [`crate::invalidate`]). Builds the cache if this process never called it.
+    pub async fn invalidate<K, V, C, S, T>(
+        &'static self,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+    ) -> Result<(), Error>
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        self.cache::<K, V, C, S, T>(site, config, tier)
+            .invalidate(&key)
+            .await
+    }
+
+    /// A companion's `prime`: stores `value` for `key` as if it had been loaded now.
+    pub async fn prime<K, V, C, S, T>(
+        &'static self,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: K,
+        value: V,
+    ) -> Result<(), Error>
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        self.cache(site, config, tier).prime(key, value).await
+    }
+
+    /// A companion's `peek`: the value held in this process's memory for `key`, if servable.
+    pub fn peek<K, V, C, S, T>(
+        &'static self,
+        site: &'static str,
+        config: C,
+        tier: S,
+        key: &K,
+    ) -> Option<V>
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        self.cache(site, config, tier).peek(key)
     }
 
     fn cache<K, V, C, S, T>(
@@ -189,6 +294,22 @@ impl Slot {
         cache
             .downcast_ref()
             .expect("a cache just built has the types it was built with")
+    }
+}
+
+/// The function's own error out of a cache's error: itself when this caller was its load's
+/// only one, a clone of it when it can be cloned, else wrapped with the original reachable;
+/// the cache's own errors through `E::from`.
+fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E) -> E>) -> E {
+    match error {
+        Error::Upstream(upstream) => match upstream.into_original::<E>() {
+            Ok(original) => original,
+            Err(upstream) => match (clone_error, upstream.downcast_ref::<E>()) {
+                (Some(clone), Some(original)) => clone(original),
+                _ => E::from(Error::Upstream(upstream)),
+            },
+        },
+        error => E::from(error),
     }
 }
 

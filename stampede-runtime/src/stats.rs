@@ -137,7 +137,12 @@ pub fn caches() -> Vec<CacheInfo> {
 /// # Ok(()) }
 /// ```
 ///
-/// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type.
+/// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type: a cache
+/// exists in a process from its function's first call (or its companion's first use) on, so in
+/// a process that never called the function this finds nothing. Prefer the function's
+/// companion, which is typed and builds the cache when needed:
+/// `product::invalidate(id, region).await?` (`Type::method_invalidate` for a method with
+/// `companion = true`).
 pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Error> {
     let mut found = false;
     for cache in registry::named(name) {
@@ -150,7 +155,7 @@ pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), 
         Ok(())
     } else {
         Err(Error::invalid_config(format!(
-            "no cache named `{name}` has keys of type `{}`; a key is the tuple of the key arguments, owned",
+            "no cache named `{name}` has keys of type `{}`; a key is the tuple of the key arguments, owned, and a cache exists from its function's first call in this process on (the function's companion, `function::invalidate(..)`, needs no call)",
             type_name::<K>()
         )))
     }

@@ -49,6 +49,26 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         key: &K,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// Loads a key now, whatever value is held for it here or in the shared store, and stores
+    /// the result (a companion's `refresh`). Runs inside the key's flight.
+    fn refresh<L: Load<K, V>>(
+        &self,
+        handle: Handle<'_, K, V, L>,
+    ) -> impl Future<Output = Result<V, Error>> + Send {
+        async move { handle.load_and_keep().await }
+    }
+
+    /// Stores a value for a key as if it had been loaded now (a companion's `prime`): in this
+    /// process's memory and in the shared store.
+    fn prime<L: Load<K, V>>(
+        &self,
+        handle: Handle<'_, K, V, L>,
+        value: V,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        handle.keep_loaded(value);
+        std::future::ready(Ok(()))
+    }
+
     /// How the tier names a key to other processes, so that an invalidation they announce can
     /// be matched against this process's keys. `None`: nothing is announced.
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
@@ -142,10 +162,16 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// without a shared tier, and a tier's fallback when its store cannot be used.
     pub(crate) async fn load_and_keep(&self) -> Result<V, Error> {
         let value = self.load().await?;
+        Ok(self.keep_loaded(value))
+    }
+
+    /// Keeps a value loaded now in memory for a jittered `ttl`, then `stale` (unless the key was
+    /// invalidated since the flight began), and returns it.
+    pub(crate) fn keep_loaded(&self, value: V) -> V {
         let config = &self.core.config;
         let fresh = jittered_ttl(config.ttl, config.jitter);
         let entry = Entry::loaded(value, Instant::now(), fresh, config.stale);
-        Ok(self.keep(entry))
+        self.keep(entry)
     }
 
     /// Keeps `entry` in memory, unless the key was invalidated since the flight began (or values

@@ -399,3 +399,109 @@ where
 fn since(deadline: u64, reference: u64) -> Duration {
     Duration::from_millis(deadline.saturating_sub(reference))
 }
+
+/// Loads a key now (a companion's `refresh`), whatever value Redis holds, and writes it to
+/// Redis as a fill without the lock: the fence read first makes sure that an invalidation
+/// during the load, or a newer fill, is not overwritten. Locally when Redis cannot be used.
+pub(crate) async fn refresh<K, V, L>(
+    tier: &RedisTier<K, V>,
+    handle: Handle<'_, K, V, L>,
+) -> Result<V, Error>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+    L: Load<K, V>,
+{
+    let connection = match lookup(tier.connection.as_deref()) {
+        Some(connection) if connection.usable() => connection,
+        _ => return degraded(tier, &handle).await,
+    };
+    let Ok(args) = keys::args_text(handle.key()) else {
+        return degraded(tier, &handle).await;
+    };
+    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
+    let Ok(read) = connection.read_or_lock(&keys, None, true).await else {
+        return degraded(tier, &handle).await;
+    };
+    let flow = Flow {
+        keys,
+        connection,
+        tier,
+        handle: &handle,
+        stale: None,
+        busy_since: None,
+    };
+    flow.hold(None, read.fence).await
+}
+
+/// Writes a value to Redis as if it had been loaded now (a companion's `prime`), and keeps it
+/// in memory. The write takes a new fence, so that a load that read the key before cannot write
+/// its value over it. When Redis cannot be reached the value is kept here only, and the error
+/// returned.
+pub(crate) async fn prime<K, V, L>(
+    tier: &RedisTier<K, V>,
+    handle: Handle<'_, K, V, L>,
+    value: V,
+) -> Result<(), Error>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+    L: Load<K, V>,
+{
+    let config = handle.config();
+    let Some(connection) = lookup(tier.connection.as_deref()) else {
+        handle.keep_loaded(value); // nothing shared
+        return Ok(());
+    };
+    let unavailable = |message: String| Error::RedisUnavailable {
+        cache: config.name.clone(),
+        message: message.into(),
+    };
+    let args =
+        keys::args_text(handle.key()).map_err(|error| Error::invalid_config(error.to_string()))?;
+    let payload =
+        envelope::encode(&value).map_err(|error| Error::invalid_config(error.to_string()))?;
+    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
+    let read = match connection.read_or_lock(&keys, None, true).await {
+        Ok(read) => read,
+        Err(failure) => {
+            handle.keep_loaded(value);
+            return Err(unavailable(failure.to_string()));
+        }
+    };
+    let fill = Fill {
+        token: "",
+        fresh: jittered_ttl(config.ttl, config.jitter),
+        stale: config.stale,
+        load: Duration::ZERO,
+        fence: read.fence,
+        payload: &payload,
+    };
+    let filled = connection.fill(&keys, fill).await;
+    let flow = Flow {
+        keys,
+        connection,
+        tier,
+        handle: &handle,
+        stale: None,
+        busy_since: None,
+    };
+    match filled {
+        Ok(filled) if filled.written => {
+            let now = Instant::now();
+            flow.keep(Entry::new(
+                value,
+                now,
+                after(now, since(filled.fresh_until, filled.now_ms)),
+                after(now, since(filled.stale_until, filled.now_ms)),
+            ));
+            Ok(())
+        }
+        // Invalidated, or filled by a newer load, between the read and the write: that stands.
+        Ok(_) => Ok(()),
+        Err(failure) => {
+            handle.keep_loaded(value);
+            Err(unavailable(failure.to_string()))
+        }
+    }
+}

@@ -174,6 +174,18 @@ where
         flow::invalidate(self, config, key).await
     }
 
+    async fn refresh<L: Load<K, V>>(&self, handle: Handle<'_, K, V, L>) -> Result<V, Error> {
+        flow::refresh(self, handle).await
+    }
+
+    async fn prime<L: Load<K, V>>(
+        &self,
+        handle: Handle<'_, K, V, L>,
+        value: V,
+    ) -> Result<(), Error> {
+        flow::prime(self, handle, value).await
+    }
+
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
         Some(|key| keys::args_text(key).ok())
     }

@@ -1,0 +1,313 @@
+//! A cached free function's companion: `product::invalidate`, `refresh`, `prime`, `peek` and
+//! `uncached`, on a memory cache and across two caches of one name over Redis (two processes).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use common::{AppError, within};
+use stampede::cached;
+
+#[tokio::test]
+async fn each_operation_on_a_memory_cache() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", name = "handle::memory")]
+    async fn product(id: u64, region: &str) -> Result<String, AppError> {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        Ok(format!("{id}@{region}#{n}"))
+    }
+
+    // Nothing held yet: `peek` does not load.
+    assert_eq!(product::peek(1, "eu"), None);
+    assert_eq!(LOADS.load(SeqCst), 0);
+
+    assert_eq!(within(product(1, "eu")).await.unwrap(), "1@eu#1");
+    assert_eq!(product::peek(1, "eu").as_deref(), Some("1@eu#1"));
+    assert_eq!(product::peek(1, "us"), None, "another key");
+
+    // `refresh` loads although the value is fresh, stores it and returns it.
+    assert_eq!(within(product::refresh(1, "eu")).await.unwrap(), "1@eu#2");
+    assert_eq!(within(product(1, "eu")).await.unwrap(), "1@eu#2");
+    assert_eq!(LOADS.load(SeqCst), 2);
+
+    // `invalidate` drops it: the next call loads.
+    within(product::invalidate(1, "eu")).await.unwrap();
+    assert_eq!(product::peek(1, "eu"), None);
+    assert_eq!(within(product(1, "eu")).await.unwrap(), "1@eu#3");
+
+    // `prime` stores a value as if loaded: calls get it without a load.
+    within(product::prime(2, "eu", "primed".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(product::peek(2, "eu").as_deref(), Some("primed"));
+    assert_eq!(within(product(2, "eu")).await.unwrap(), "primed");
+    assert_eq!(LOADS.load(SeqCst), 3);
+
+    // `uncached` runs the body and touches no cache.
+    assert_eq!(within(product::uncached(1, "eu")).await.unwrap(), "1@eu#4");
+    assert_eq!(within(product(1, "eu")).await.unwrap(), "1@eu#3");
+    let stats = stampede::stats("handle::memory").unwrap();
+    assert_eq!(stats.loads, 3, "uncached is not a load of the cache");
+}
+
+#[tokio::test]
+async fn refresh_joins_the_load_running_for_the_key() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+    static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    #[cached(ttl = "60s", name = "handle::join")]
+    async fn slow(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        GATE.notified().await;
+        id * 10
+    }
+
+    let call = tokio::spawn(slow(7));
+    common::eventually("the call's load started", || LOADS.load(SeqCst) == 1).await;
+    let refresh = tokio::spawn(slow::refresh(7));
+    common::eventually("the refresh joined the load", || {
+        stampede::stats("handle::join").is_some_and(|s| s.shared == 1)
+    })
+    .await;
+    GATE.notify_waiters();
+    assert_eq!(within(call).await.unwrap(), 70);
+    assert_eq!(within(refresh).await.unwrap(), 70);
+    assert_eq!(LOADS.load(SeqCst), 1, "one load, shared");
+
+    // With no load running, a refresh starts one and a call arriving meanwhile joins it.
+    let refresh = tokio::spawn(slow::refresh(7));
+    common::eventually("the refresh's load started", || LOADS.load(SeqCst) == 2).await;
+    let call = tokio::spawn(slow(8));
+    common::eventually("the other key's load started", || LOADS.load(SeqCst) == 3).await;
+    GATE.notify_waiters();
+    assert_eq!(within(refresh).await.unwrap(), 70);
+    assert_eq!(within(call).await.unwrap(), 80);
+}
+
+#[tokio::test]
+async fn the_function_keeps_its_errors_and_key_template() {
+    #[cached(ttl = "60s", key = "{id}", name = "handle::template")]
+    async fn user(id: u64, trace: &str) -> Result<String, AppError> {
+        if id == 0 {
+            return Err(AppError::Db(format!("no user {id}")));
+        }
+        Ok(format!("user {id} ({trace})"))
+    }
+
+    assert!(matches!(
+        within(user::refresh(0, "t1")).await,
+        Err(AppError::Db(message)) if message == "no user 0"
+    ));
+    within(user::prime(5, "five".to_owned())).await.unwrap();
+    assert_eq!(within(user(5, "t2")).await.unwrap(), "five");
+    assert_eq!(user::peek(5).as_deref(), Some("five"));
+    within(user::invalidate(5)).await.unwrap();
+    assert_eq!(within(user(5, "t3")).await.unwrap(), "user 5 (t3)");
+}
+
+mod listing {
+    pub fn offset() -> u64 {
+        1
+    }
+}
+
+/// `listing` is a module here already: `companion = false` leaves the function without one.
+#[cached(ttl = "60s", name = "handle::no_companion", companion = false)]
+async fn listing(id: u64) -> u64 {
+    id + listing::offset()
+}
+
+#[tokio::test]
+async fn companion_false_leaves_the_name_to_the_module_beside_it() {
+    assert_eq!(within(listing(1)).await, 2);
+    // Its keys are dropped by name.
+    within(stampede::invalidate("handle::no_companion", (1u64,)))
+        .await
+        .unwrap();
+    assert_eq!(within(listing(1)).await, 2);
+    assert_eq!(stampede::stats("handle::no_companion").unwrap().loads, 2);
+}
+
+#[derive(Clone)]
+struct Repo {
+    loads: std::sync::Arc<AtomicUsize>,
+}
+
+impl Repo {
+    /// A method with companions: `Repo::user_invalidate`, `Repo::user_prime`, `Repo::user_peek`,
+    /// `repo.user_refresh`, `repo.user_uncached`.
+    #[cached(ttl = "60s", companion = true)]
+    async fn user(&self, mut id: u64, region: &str) -> Result<String, AppError> {
+        let n = self.loads.fetch_add(1, SeqCst) + 1;
+        id += 0;
+        Ok(format!("{id}@{region}#{n}"))
+    }
+}
+
+#[tokio::test]
+async fn a_method_with_companion_gets_the_operations_as_associated_functions() {
+    let repo = Repo {
+        loads: Default::default(),
+    };
+    assert_eq!(Repo::user_peek(1, "eu"), None);
+    assert_eq!(within(repo.user(1, "eu")).await.unwrap(), "1@eu#1");
+    assert_eq!(Repo::user_peek(1, "eu").as_deref(), Some("1@eu#1"));
+    assert_eq!(within(repo.user_refresh(1, "eu")).await.unwrap(), "1@eu#2");
+    assert_eq!(within(repo.user(1, "eu")).await.unwrap(), "1@eu#2");
+    within(Repo::user_invalidate(1, "eu")).await.unwrap();
+    assert_eq!(within(repo.user(1, "eu")).await.unwrap(), "1@eu#3");
+    within(Repo::user_prime(2, "us", "primed".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(within(repo.user(2, "us")).await.unwrap(), "primed");
+    assert_eq!(within(repo.user_uncached(1, "eu")).await.unwrap(), "1@eu#4");
+    assert_eq!(within(repo.user(1, "eu")).await.unwrap(), "1@eu#3");
+    // The cache keeps the name a method's cache has.
+    assert!(stampede::stats(&format!("{}::user", std::any::type_name::<Repo>())).is_some());
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    use common::redis_server::RedisServer;
+    use stampede::RedisConfig;
+
+    fn install(server: &RedisServer, name: &str) {
+        RedisConfig::new(&server.url())
+            .unwrap()
+            .prefix("test")
+            .install_as(name);
+    }
+
+    #[tokio::test]
+    async fn a_value_primed_in_one_process_is_read_from_redis_by_another() {
+        static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+        #[cached(
+            ttl = "60s",
+            lock = "redis",
+            redis = "handle_prime",
+            name = "handle::prime"
+        )]
+        async fn in_a(id: u64) -> String {
+            LOADS.fetch_add(1, SeqCst);
+            format!("loaded {id}")
+        }
+        #[cached(
+            ttl = "60s",
+            lock = "redis",
+            redis = "handle_prime",
+            name = "handle::prime"
+        )]
+        async fn in_b(id: u64) -> String {
+            LOADS.fetch_add(1, SeqCst);
+            format!("loaded {id} by b")
+        }
+        #[cached(
+            ttl = "60s",
+            lock = "redis",
+            redis = "handle_prime",
+            name = "handle::prime"
+        )]
+        async fn in_c(id: u64) -> String {
+            LOADS.fetch_add(1, SeqCst);
+            format!("loaded {id} by c")
+        }
+
+        let server = RedisServer::start();
+        install(&server, "handle_prime");
+        within(in_a::prime(1, "primed".to_owned())).await.unwrap();
+        assert!(server.key("test:{handle::prime~*|1}:v").is_some());
+        assert_eq!(in_b::peek(1), None, "b holds nothing in memory yet");
+        assert_eq!(within(in_b(1)).await, "primed", "b read it from Redis");
+        assert_eq!(in_b::peek(1).as_deref(), Some("primed"));
+        assert_eq!(LOADS.load(SeqCst), 0);
+
+        // A refresh in b loads although Redis holds a fresh value, and writes it to Redis, as a
+        // load does: a process without a copy reads it; one with a copy keeps it until it
+        // expires (invalidate to drop every copy).
+        assert_eq!(within(in_b::refresh(1)).await, "loaded 1 by b");
+        assert_eq!(LOADS.load(SeqCst), 1);
+        assert_eq!(within(in_c(1)).await, "loaded 1 by b");
+        assert_eq!(in_a::peek(1).as_deref(), Some("primed"));
+        assert_eq!(LOADS.load(SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_invalidation_in_one_process_makes_the_other_reload() {
+        static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+        #[cached(
+            ttl = "60s",
+            lock = "redis",
+            redis = "handle_inval",
+            name = "handle::inval"
+        )]
+        async fn in_a(id: u64, region: &str) -> Result<String, AppError> {
+            let n = LOADS.fetch_add(1, SeqCst) + 1;
+            Ok(format!("{id}@{region}#{n}"))
+        }
+        #[cached(
+            ttl = "60s",
+            lock = "redis",
+            redis = "handle_inval",
+            name = "handle::inval"
+        )]
+        async fn in_b(id: u64, region: &str) -> Result<String, AppError> {
+            let n = LOADS.fetch_add(1, SeqCst) + 1;
+            Ok(format!("{id}@{region}#{n}"))
+        }
+
+        let server = RedisServer::start();
+        install(&server, "handle_inval");
+        assert_eq!(within(in_a(3, "eu")).await.unwrap(), "3@eu#1");
+        assert_eq!(within(in_b(3, "eu")).await.unwrap(), "3@eu#1");
+        assert_eq!(in_a::peek(3, "eu").as_deref(), Some("3@eu#1"));
+
+        within(in_b::invalidate(3, "eu")).await.unwrap();
+        assert!(server.key("test:{handle::inval~*|*}:v").is_none());
+        // The announcement reaches a's memory.
+        common::eventually("a dropped its copy", || in_a::peek(3, "eu").is_none()).await;
+        assert_eq!(within(in_a(3, "eu")).await.unwrap(), "3@eu#2");
+    }
+
+    #[tokio::test]
+    async fn a_process_that_never_called_the_function_invalidates_it() {
+        #[cached(
+            ttl = "60s",
+            lock = "redis",
+            redis = "handle_never",
+            name = "handle::never"
+        )]
+        async fn writer(id: u64) -> u64 {
+            id + 1
+        }
+        #[cached(
+            ttl = "60s",
+            lock = "redis",
+            redis = "handle_never",
+            name = "handle::never"
+        )]
+        async fn never_called(id: u64) -> u64 {
+            id + 2
+        }
+
+        let server = RedisServer::start();
+        install(&server, "handle_never");
+        assert_eq!(within(writer(9)).await, 10);
+        assert!(server.key("test:{handle::never~*|9}:v").is_some());
+        assert!(
+            stampede::stats("handle::never").is_some_and(|s| s.loads == 1),
+            "only the writer's cache exists so far"
+        );
+
+        // `never_called` was never called: its companion builds its cache to invalidate.
+        within(never_called::invalidate(9)).await.unwrap();
+        assert!(
+            server.key("test:{handle::never~*|9}:v").is_none(),
+            "the value the other cache wrote is gone from Redis"
+        );
+        common::eventually("the writer dropped its copy", || writer::peek(9).is_none()).await;
+    }
+}

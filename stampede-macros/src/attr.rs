@@ -79,6 +79,27 @@ options! {
     "busy" => |o, p| put(&mut o.busy, p, choice(p, BUSY)?),
         doc: "with `lock = \"redis\"`, what a call does while another process holds the key's lock: `\"wait\"` for its value, `\"compute\"` the value here, or `\"error\"`: fail with `stampede::Error::LockBusy` (a function that returns `Result`)",
         default: "`\"wait\"`";
+    "refresh_after" => |o, p| put(&mut o.refresh_after, p, duration(p)?),
+        doc: "refresh-ahead: past this age (below `ttl`, jittered like it) a hit also starts one background refresh, so a key read steadily never expires",
+        default: "off";
+    "fail_safe" => |o, p| put(&mut o.fail_safe, p, duration(p)?),
+        doc: "when a load fails (error, timeout, panic), serve the last good value for this long past its stale deadline",
+        default: "off";
+    "fail_safe_throttle" => |o, p| put(&mut o.fail_safe_throttle, p, duration(p)?),
+        doc: "with `fail_safe`, how long a served last good value stands before the source is asked again",
+        default: "`\"5s\"`";
+    "soft_timeout" => |o, p| put(&mut o.soft_timeout, p, duration(p)?),
+        doc: "with `fail_safe`, a caller waiting for a load gets the last good value after this; the load goes on and stores its result",
+        default: "off";
+    "retry_if" => |o, p| put(&mut o.retry_if, p, fn_path(p)?),
+        doc: "path of a `fn(&E) -> bool`: only errors it accepts are retried (timeouts always are)",
+        default: "every error";
+    "breaker" => |o, p| put(&mut o.breaker, p, int(p, "5")?),
+        doc: "after this many consecutive failed loads of the cache, skip the source for `breaker_cooldown` (the fail-safe value, else `stampede::Error::CircuitOpen` at once), then one probe",
+        default: "off";
+    "breaker_cooldown" => |o, p| put(&mut o.breaker_cooldown, p, duration(p)?),
+        doc: "how long an open breaker skips the source before one probe load",
+        default: "`\"30s\"`";
     "capacity" => |o, p| put(&mut o.capacity, p, int(p, "10_000")?),
         doc: "maximum entries kept in memory",
         default: "`10_000`";
@@ -113,7 +134,7 @@ const BUSY: &[(&str, BusyKind)] = &[
 ];
 
 /// A value as written, with the span of its literal for errors about it.
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 pub(crate) struct Spanned<T> {
     pub(crate) value: T,
     pub(crate) span: Span,
@@ -154,6 +175,13 @@ pub(crate) struct Options {
     pub(crate) redis: Option<LitStr>,
     pub(crate) busy: Option<Spanned<BusyKind>>,
     pub(crate) capacity: Option<Spanned<u64>>,
+    pub(crate) refresh_after: Option<Spanned<Duration>>,
+    pub(crate) fail_safe: Option<Spanned<Duration>>,
+    pub(crate) fail_safe_throttle: Option<Spanned<Duration>>,
+    pub(crate) soft_timeout: Option<Spanned<Duration>>,
+    pub(crate) retry_if: Option<Spanned<syn::Path>>,
+    pub(crate) breaker: Option<Spanned<u32>>,
+    pub(crate) breaker_cooldown: Option<Spanned<Duration>>,
     pub(crate) key: Option<Spanned<KeyTemplate>>,
     pub(crate) name: Option<LitStr>,
     pub(crate) krate: Option<Spanned<syn::Path>>,
@@ -371,6 +399,27 @@ fn crate_path(pair: &Pair) -> syn::Result<syn::Path> {
             "name the dependency as it is renamed in Cargo.toml, e.g. `crate = \"my_stampede\"`",
         )
     })
+}
+
+/// The path of a function in scope of the cached one, `"is_transient"` or `"errors::retryable"`.
+fn fn_path(pair: &Pair) -> syn::Result<syn::Path> {
+    let path = string(
+        pair,
+        "the path of a `fn(&E) -> bool`, e.g. \"is_transient\"",
+    )?;
+    let mut parsed: syn::Path = path.parse().map_err(|_| {
+        error(
+            path.span(),
+            format!("`{}` is not a path", path.value()),
+            "name a function in scope, e.g. `retry_if = \"is_transient\"` for `fn is_transient(e: &MyError) -> bool`",
+        )
+    })?;
+    // Errors about the function (it does not resolve, its signature does not fit) point at the
+    // option's value.
+    for segment in &mut parsed.segments {
+        segment.ident.set_span(path.span());
+    }
+    Ok(parsed)
 }
 
 #[cfg(test)]

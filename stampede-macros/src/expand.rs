@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use proc_macro2::TokenStream;
 use proc_macro2::{Ident, Span};
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Lifetime, Type};
@@ -414,15 +414,32 @@ impl<'a> Expansion<'a> {
         })
     }
 
-    /// `Some(E::clone)` when the function's error type is `Clone`, else `None`, chosen by method
-    /// resolution on the returned type as written (so an alias such as `io::Result<T>` works).
+    /// What the runtime knows of the error type: `clone` is `Some(E::clone)` when it is
+    /// `Clone`, else `None`, chosen by method resolution on the returned type as written (so an
+    /// alias such as `io::Result<T>` works); `retry_if` the option's function, checked to be a
+    /// `fn(&E) -> bool` at the option's span.
     fn clone_error(&self) -> TokenStream {
         let private = &self.private;
         let output = &self.function.output;
-        quote! {{
-            use #private::{CloneError as _, NoCloneError as _};
-            (&&#private::ErrorClone::<#output>::new()).__stampede_error_clone()
-        }}
+        let retry_if = match &self.settings.retry_if {
+            Some(path) => {
+                let span = path
+                    .segments
+                    .last()
+                    .map_or(Span::call_site(), |s| s.ident.span());
+                quote_spanned!(span=> ::core::option::Option::Some(#path))
+            }
+            None => quote!(::core::option::Option::None),
+        };
+        quote! {
+            #private::ErrorRules {
+                clone: {
+                    use #private::{CloneError as _, NoCloneError as _};
+                    (&&#private::ErrorClone::<#output>::new()).__stampede_error_clone()
+                },
+                retry_if: #retry_if,
+            }
+        }
     }
 
     /// The witness of the returned type, its value (and error) type checked at the span the
@@ -651,6 +668,22 @@ fn config(
         BackendKind::Tiered => quote!(Tiered),
     };
     let capacity = settings.capacity;
+    let some_duration = |d: Option<Duration>| match d {
+        Some(d) => {
+            let d = duration(d);
+            quote!(::core::option::Option::Some(#d))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let refresh_after = some_duration(settings.refresh_after);
+    let fail_safe = some_duration(settings.fail_safe);
+    let soft_timeout = some_duration(settings.soft_timeout);
+    let fail_safe_throttle = duration(settings.fail_safe_throttle);
+    let breaker_cooldown = duration(settings.breaker_cooldown);
+    let breaker = match settings.breaker {
+        Some(n) => quote!(::core::option::Option::Some(#n)),
+        None => quote!(::core::option::Option::None),
+    };
     let key = match &settings.key_template {
         Some(template) => {
             quote!(::core::option::Option::Some(::std::sync::Arc::from(#template)))
@@ -669,12 +702,12 @@ fn config(
             lock: #private::Lock::#lock,
             backend: #private::Backend::#backend,
             capacity: #capacity,
-            refresh_after: ::core::option::Option::None,
-            fail_safe: ::core::option::Option::None,
-            fail_safe_throttle: ::core::time::Duration::from_secs(5),
-            soft_timeout: ::core::option::Option::None,
-            breaker: ::core::option::Option::None,
-            breaker_cooldown: ::core::time::Duration::from_secs(30),
+            refresh_after: #refresh_after,
+            fail_safe: #fail_safe,
+            fail_safe_throttle: #fail_safe_throttle,
+            soft_timeout: #soft_timeout,
+            breaker: #breaker,
+            breaker_cooldown: #breaker_cooldown,
             key: #key,
         }
     }

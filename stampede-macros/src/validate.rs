@@ -23,6 +23,13 @@ pub(crate) struct Settings {
     pub(crate) redis: Option<LitStr>,
     pub(crate) busy: BusyKind,
     pub(crate) capacity: u64,
+    pub(crate) refresh_after: Option<Duration>,
+    pub(crate) fail_safe: Option<Duration>,
+    pub(crate) fail_safe_throttle: Duration,
+    pub(crate) soft_timeout: Option<Duration>,
+    pub(crate) retry_if: Option<Path>,
+    pub(crate) breaker: Option<u32>,
+    pub(crate) breaker_cooldown: Duration,
     /// The arguments that form the key, in the order the key holds them.
     pub(crate) key_args: Vec<Ident>,
     /// The key template in canonical form, if one was given.
@@ -91,6 +98,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         .lock
         .as_ref()
         .map_or(LockKind::Local, |lock| lock.value);
+    let policies = policies(&options, function, lock, ttl, errors);
     let stale = options.stale.map_or(Duration::ZERO, |stale| {
         if lock == LockKind::None && !stale.value.is_zero() {
             errors.push(error(
@@ -147,6 +155,13 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         redis,
         busy,
         capacity,
+        refresh_after: policies.refresh_after,
+        fail_safe: policies.fail_safe,
+        fail_safe_throttle: policies.fail_safe_throttle,
+        soft_timeout: policies.soft_timeout,
+        retry_if: policies.retry_if,
+        breaker: policies.breaker,
+        breaker_cooldown: policies.breaker_cooldown,
         key_args,
         key_template: options.key.as_ref().map(|key| key.value.canonical()),
         name: options.name,
@@ -154,6 +169,115 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         krate: options
             .krate
             .map_or_else(|| syn::parse_quote!(::stampede), |krate| krate.value),
+    }
+}
+
+/// The freshness and failure policies, as they fit the rest of the options.
+struct Policies {
+    refresh_after: Option<Duration>,
+    fail_safe: Option<Duration>,
+    fail_safe_throttle: Duration,
+    soft_timeout: Option<Duration>,
+    retry_if: Option<Path>,
+    breaker: Option<u32>,
+    breaker_cooldown: Duration,
+}
+
+const DEFAULT_FAIL_SAFE_THROTTLE: Duration = Duration::from_secs(5);
+const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+
+fn policies(
+    options: &Options,
+    function: &Function,
+    lock: LockKind,
+    ttl: Duration,
+    errors: &mut Errors,
+) -> Policies {
+    let refresh_after = options.refresh_after.as_ref().map(|after| {
+        if after.value.is_zero() || after.value >= ttl {
+            errors.push(error(
+                after.span,
+                "`refresh_after` must be above zero and below `ttl`",
+                "a value is refreshed ahead of its expiry: e.g. `ttl = \"60s\", refresh_after = \"45s\"`",
+            ));
+        }
+        if lock == LockKind::None {
+            errors.push(error(
+                after.span,
+                "`refresh_after` needs a lock, and this cache has `lock = \"none\"`",
+                "refresh-ahead runs one background refresh per key, which takes a lock; remove `refresh_after` or use `lock = \"local\"`",
+            ));
+        }
+        after.value
+    });
+    let fail_safe = options.fail_safe.as_ref().map(|fail_safe| fail_safe.value);
+    let needs_fail_safe = |option: &Option<Spanned<Duration>>, name: &str, what: &str| {
+        option.as_ref().and_then(|given| {
+            fail_safe.is_none().then(|| {
+                error(
+                    given.span,
+                    format!("`{name}` needs `fail_safe`"),
+                    format!("{what}; add `fail_safe = \"1h\"` (how long past its stale deadline a last good value may be served)"),
+                )
+            })
+        })
+    };
+    if let Some(e) = needs_fail_safe(
+        &options.fail_safe_throttle,
+        "fail_safe_throttle",
+        "it paces the source while the last good value is served",
+    ) {
+        errors.push(e);
+    }
+    if let Some(e) = needs_fail_safe(
+        &options.soft_timeout,
+        "soft_timeout",
+        "after it a waiting caller gets the last good value, which only `fail_safe` keeps",
+    ) {
+        errors.push(e);
+    }
+    let breaker = options.breaker.as_ref().map(|breaker| {
+        if breaker.value == 0 {
+            errors.push(error(
+                breaker.span,
+                "`breaker = 0` would never let a load run",
+                "give the number of consecutive failed loads that open it, e.g. `breaker = 5`",
+            ));
+        }
+        breaker.value
+    });
+    if let Some(cooldown) = &options.breaker_cooldown
+        && breaker.is_none()
+    {
+        errors.push(error(
+            cooldown.span,
+            "`breaker_cooldown` needs `breaker`",
+            "add `breaker = 5` (the consecutive failed loads that open the breaker)",
+        ));
+    }
+    if let Some(retry_if) = &options.retry_if
+        && matches!(function.returns, crate::func::Returns::Value(_))
+    {
+        errors.push(error(
+            retry_if.span,
+            "`retry_if` classifies a function's errors, and this function returns no `Result`",
+            "return `Result<T, E>` to have errors to retry, or remove `retry_if`",
+        ));
+    }
+    Policies {
+        refresh_after,
+        fail_safe,
+        fail_safe_throttle: options
+            .fail_safe_throttle
+            .as_ref()
+            .map_or(DEFAULT_FAIL_SAFE_THROTTLE, |throttle| throttle.value),
+        soft_timeout: options.soft_timeout.as_ref().map(|soft| soft.value),
+        retry_if: options.retry_if.as_ref().map(|path| path.value.clone()),
+        breaker,
+        breaker_cooldown: options
+            .breaker_cooldown
+            .as_ref()
+            .map_or(DEFAULT_BREAKER_COOLDOWN, |cooldown| cooldown.value),
     }
 }
 
@@ -337,6 +461,14 @@ mod tests {
         assert_eq!(documented("retries"), format!("`{}`", settings.retries));
         assert_eq!(documented("backoff"), duration(settings.backoff));
         assert_eq!(documented("capacity"), format!("`{}`", settings.capacity));
+        assert_eq!(
+            documented("fail_safe_throttle"),
+            duration(settings.fail_safe_throttle)
+        );
+        assert_eq!(
+            documented("breaker_cooldown"),
+            duration(settings.breaker_cooldown)
+        );
         assert!(settings.lock == LockKind::Local && documented("lock") == "`\"local\"`");
         assert!(
             settings.backend == BackendKind::Memory

@@ -29,7 +29,7 @@ use std::marker::PhantomData;
 use crate::cache::{Key, Value};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
-use crate::slot::Slot;
+use crate::slot::{ErrorRules, Slot};
 use crate::tier::Tier;
 
 /// A type under check, without a value of it: the returned type, or the type of `self` or of
@@ -116,7 +116,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         tier: S,
         key: K,
         prepare: P,
-        clone_error: Option<fn(&E) -> E>,
+        rules: ErrorRules<E>,
     ) -> impl Future<Output = Result<V, E>>
     where
         K: Key,
@@ -127,7 +127,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        slot.get_result(site, config, tier, key, prepare, clone_error)
+        slot.get_result(site, config, tier, key, prepare, rules)
     }
 }
 
@@ -174,7 +174,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         tier: S,
         key: K,
         prepare: P,
-        clone_error: Option<fn(&E) -> E>,
+        rules: ErrorRules<E>,
     ) -> impl Future<Output = Result<V, E>>
     where
         K: Key,
@@ -185,7 +185,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        slot.refresh_result(site, config, tier, key, prepare, clone_error)
+        slot.refresh_result(site, config, tier, key, prepare, rules)
     }
 
     /// The operations of a companion on the cache of a function returning `Result<V, E>`.

@@ -28,7 +28,6 @@ pub trait Load<K, V>: Send + Sync + 'static {
 
 /// A load whose errors are retried only when `retry_if` accepts them (`#[cached(retry_if =
 /// "path")]`): a permanent error (not found, invalid input) is tried once.
-#[allow(dead_code)] // until the attribute's `retry_if` option passes it in
 pub(crate) struct RetryIf<L, E> {
     pub(crate) load: L,
     pub(crate) retry_if: fn(&E) -> bool,

@@ -7,6 +7,7 @@ use std::sync::{OnceLock, PoisonError, RwLock};
 use crate::cache::{Cache, Key, Value};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
+use crate::load::RetryIf;
 use crate::registry;
 use crate::tier::Tier;
 
@@ -45,7 +46,7 @@ impl Slot {
     /// `config` and `tier` build the cache at the first call: its options, and what it shares
     /// beyond this process.
     ///
-    /// `site` is `type_name::<Self>()` for a method (`""` for a free function); `clone_error`
+    /// `site` is `type_name::<Self>()` for a method (`""` for a free function); `rules.clone`
     /// is `E::clone` when `E` is `Clone`, so that every caller of a shared load gets the
     /// original error.
     #[allow(clippy::too_many_arguments)]
@@ -56,7 +57,7 @@ impl Slot {
         tier: S,
         key: K,
         prepare: P,
-        clone_error: Option<fn(&E) -> E>,
+        rules: ErrorRules<E>,
     ) -> Result<V, E>
     where
         K: Key,
@@ -69,8 +70,13 @@ impl Slot {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
+        let retry_if = rules.retry_if.unwrap_or(retry_every_error);
+        let prepare = move || RetryIf {
+            load: prepare(),
+            retry_if,
+        };
         let outcome = self.cache(site, config, tier).get(key, prepare).await;
-        outcome.map_err(|error| own_error(error, clone_error))
+        outcome.map_err(|error| own_error(error, rules.clone))
     }
 
     /// A call of a function returning a plain value (an `Option` included). Such a function has
@@ -114,7 +120,7 @@ impl Slot {
         tier: S,
         key: K,
         prepare: P,
-        clone_error: Option<fn(&E) -> E>,
+        rules: ErrorRules<E>,
     ) -> Result<V, E>
     where
         K: Key,
@@ -127,8 +133,13 @@ impl Slot {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
+        let retry_if = rules.retry_if.unwrap_or(retry_every_error);
+        let prepare = move || RetryIf {
+            load: prepare(),
+            retry_if,
+        };
         let outcome = self.cache(site, config, tier).refresh(key, prepare).await;
-        outcome.map_err(|error| own_error(error, clone_error))
+        outcome.map_err(|error| own_error(error, rules.clone))
     }
 
     /// A companion's `refresh` of a function returning a plain value; panics as
@@ -300,6 +311,18 @@ impl Slot {
 /// The function's own error out of a cache's error: itself when this caller was its load's
 /// only one, a clone of it when it can be cloned, else wrapped with the original reachable;
 /// the cache's own errors through `E::from`.
+/// What the generated code knows of a function's error type `E`.
+pub struct ErrorRules<E> {
+    /// `E::clone`, when `E` is `Clone`: every caller of a shared load then gets the original.
+    pub clone: Option<fn(&E) -> E>,
+    /// `#[cached(retry_if = "path")]`: only errors it accepts are retried (timeouts always are).
+    pub retry_if: Option<fn(&E) -> bool>,
+}
+
+fn retry_every_error<E>(_: &E) -> bool {
+    true
+}
+
 fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E) -> E>) -> E {
     match error {
         Error::Upstream(upstream) => match upstream.into_original::<E>() {

@@ -48,15 +48,15 @@ pub struct RedisConfig {
     pub(crate) heartbeat: Duration,
 }
 
-/// The longest any duration of a [`RedisConfig`] is taken to be (24 h): longer ones are clamped
+/// The longest any duration of a [`RedisConfig`] is taken to be (24h): longer ones are clamped
 /// to it, so that `Duration::MAX` is accepted and never overflows a deadline.
 pub(crate) const MAX_SETTING: Duration = Duration::from_secs(24 * 60 * 60);
 
 impl RedisConfig {
     /// Settings for the Redis at `url` (one node's URL, or a comma-separated list of a Redis
     /// Cluster's nodes), with the defaults: prefix `stampede`, operation timeout
-    /// 250 ms, lock lease 5 s, lock wait 10 s, cool-down 1 s after 3 failures in a row,
-    /// connection setup 1 s, heartbeat 1 s.
+    /// 250ms, lock lease 5s, lock wait 10s, cool-down 1s after 3 failures in a row,
+    /// connection setup 1s, heartbeat 1s.
     ///
     /// Whether the server is a Redis Cluster is asked of it when connecting (`INFO cluster`):
     /// one node's URL is enough, and the same caches and attributes work on either. A list of
@@ -121,7 +121,7 @@ impl RedisConfig {
 
     /// Bound on each Redis call. Past it the call counts as a failure and the cache serves from
     /// this process instead; two timeouts in a row on one connection replace it (a half-open
-    /// connection answers nothing, ever). Clamped to [1 ms, 24 h].
+    /// connection answers nothing, ever). Clamped to [1ms, 24h].
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
         self.op_timeout = clamp(timeout, Duration::from_millis(1));
         self
@@ -129,21 +129,21 @@ impl RedisConfig {
 
     /// How long a lock is held without renewal. A watchdog renews it every third of the lease
     /// while the holder's load runs, so a lease only runs out when its holder died. Clamped to
-    /// [30 ms, 24 h].
+    /// [30ms, 24h].
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = clamp(lease, Duration::from_millis(30));
         self
     }
 
     /// How long a process waits for another's load before it loads the key itself. Clamped to
-    /// at most 24 h.
+    /// at most 24h.
     pub fn lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = clamp(wait, Duration::ZERO);
         self
     }
 
     /// How long Redis is skipped after `failures` failed calls in a row (at least 1). The
-    /// cool-down is clamped to at most 24 h.
+    /// cool-down is clamped to at most 24h.
     pub fn cooldown(mut self, cooldown: Duration, failures: u32) -> Self {
         self.cooldown = clamp(cooldown, Duration::ZERO);
         self.failures_before_cooldown = failures.max(1);
@@ -153,7 +153,7 @@ impl RedisConfig {
     /// Bound on making this process's connections to Redis (the command connection, and the
     /// pub/sub connection with its first subscriptions). A call waits for a connection being
     /// made at most its operation timeout; the connection goes on being made in the background,
-    /// and concurrent calls share that one attempt. Clamped to [1 ms, 24 h].
+    /// and concurrent calls share that one attempt. Clamped to [1ms, 24h].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = clamp(timeout, Duration::from_millis(1));
         self
@@ -163,10 +163,10 @@ impl RedisConfig {
     /// live, by publishing a token on a channel of its own and hearing it back.
     ///
     /// A process serves a value from memory at most `2 × heartbeat + op_timeout` after an
-    /// invalidation it missed (2.25 s with the defaults): a feed that was cut or went half-open
+    /// invalidation it missed (2.25s with the defaults): a feed that was cut or went half-open
     /// is noticed by then, and the memory of every Redis-backed cache of the process is dropped.
     /// Until the feed is back (it is resubscribed in the background), values read from Redis are
-    /// kept in memory no longer than that bound. Clamped to [10 ms, 24 h].
+    /// kept in memory no longer than that bound. Clamped to [10ms, 24h].
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.heartbeat = clamp(every, Duration::from_millis(10));
         self

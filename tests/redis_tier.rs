@@ -765,3 +765,123 @@ async fn require_redis_says_why_a_connection_cannot_be_used() {
         Err(stampede::Error::RedisUnavailable { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_last_good_value_outlives_its_stale_deadline_in_redis_for_fail_safe() {
+    static DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    async fn load(id: u64) -> Result<String, AppError> {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        if DOWN.load(SeqCst) {
+            return Err(AppError::Db(format!("load {n}: down")));
+        }
+        Ok(format!("quote {id} v{n}"))
+    }
+    #[cached(
+        ttl = "200ms",
+        jitter = 0,
+        fail_safe = "1h",
+        lock = "redis",
+        redis = "fail_safe",
+        name = "red::fail_safe"
+    )]
+    async fn in_a(id: u64) -> Result<String, AppError> {
+        load(id).await
+    }
+    #[cached(
+        ttl = "200ms",
+        jitter = 0,
+        fail_safe = "1h",
+        lock = "redis",
+        redis = "fail_safe",
+        name = "red::fail_safe"
+    )]
+    async fn in_b(id: u64) -> Result<String, AppError> {
+        load(id).await
+    }
+
+    let server = RedisServer::start();
+    install(&server, "fail_safe");
+    assert_eq!(within(in_a(1)).await.unwrap(), "quote 1 v1");
+    let key = server.key("test:{red::fail_safe~*|1}:v").unwrap();
+    let pttl: i64 = server.command(&["PTTL", &key]);
+    assert!(
+        pttl > 60_000,
+        "Redis keeps the value for fail_safe: {pttl} ms"
+    );
+    DOWN.store(true, SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await; // past ttl (stale 0s)
+    // The other process has no copy: it reads the expired value from Redis, its load fails,
+    // and it answers with that last good value.
+    assert_eq!(within(in_b(1)).await.unwrap(), "quote 1 v1");
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_early_refresh_runs_once_across_processes() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    async fn load(id: u64) -> Result<String, AppError> {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(format!("rate {id} v{n}"))
+    }
+    #[cached(
+        ttl = "3s",
+        jitter = 0,
+        refresh_after = "1s",
+        lock = "redis",
+        redis = "ahead",
+        name = "red::ahead"
+    )]
+    async fn in_a(id: u64) -> Result<String, AppError> {
+        load(id).await
+    }
+    #[cached(
+        ttl = "3s",
+        jitter = 0,
+        refresh_after = "1s",
+        lock = "redis",
+        redis = "ahead",
+        name = "red::ahead"
+    )]
+    async fn in_b(id: u64) -> Result<String, AppError> {
+        load(id).await
+    }
+
+    let server = RedisServer::start();
+    install(&server, "ahead");
+    assert_eq!(within(in_a(1)).await.unwrap(), "rate 1 v1");
+    assert_eq!(within(in_b(1)).await.unwrap(), "rate 1 v1"); // from Redis
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // both copies past refresh_after
+    // Both processes serve the value at once and start an early refresh: one loads.
+    let (a, b) = tokio::join!(in_a(1), in_b(1));
+    assert_eq!(
+        (a.unwrap(), b.unwrap()),
+        ("rate 1 v1".into(), "rate 1 v1".into())
+    );
+    eventually("the refreshed value in both processes", || {
+        futures_ready(in_a(1)) == Some("rate 1 v2".into())
+            && futures_ready(in_b(1)) == Some("rate 1 v2".into())
+    })
+    .await;
+    assert_eq!(
+        LOADS.load(SeqCst),
+        2,
+        "the fill and one refresh, across both processes"
+    );
+}
+
+/// The value of a call that answers from memory at once; `None` if it would wait.
+fn futures_ready<F: std::future::Future<Output = Result<String, AppError>>>(
+    call: F,
+) -> Option<String> {
+    let waker = std::task::Waker::noop();
+    let mut context = std::task::Context::from_waker(waker);
+    let mut call = std::pin::pin!(call);
+    match call.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(Ok(value)) => Some(value),
+        _ => None,
+    }
+}

@@ -123,13 +123,15 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             match entry.freshness(Instant::now()) {
                 Freshness::Fresh => {
                     let hit = core.telemetry.hits.bump();
-                    core.hot.hit(hit, &key, entry.filled_at);
+                    core.hot
+                        .hit(hit, &key, entry.filled_at, &core.telemetry.key_age);
                     outcome("hit");
                     return Ok(entry.value);
                 }
                 Freshness::Early => {
                     let hit = core.telemetry.hits.bump();
-                    core.hot.hit(hit, &key, entry.filled_at);
+                    core.hot
+                        .hit(hit, &key, entry.filled_at, &core.telemetry.key_age);
                     if core.config.lock != Lock::None
                         && let Some(leader) = core.flights.lead(&key)
                     {
@@ -234,11 +236,16 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     core.telemetry.load_errors.bump();
                     Err(Error::panicked(&core.config.name, &*panic))
                 })
-                .map(|value| core.settled(value))
-                .or_else(|error| core.settle(error, &handle));
+                .map(|value| core.settled(value));
+            let failed = outcome.is_err();
+            let outcome = outcome.or_else(|error| core.settle(error, &handle));
             drop(handle); // it borrows the leader, which the outcome goes through
             let span = tracing::Span::current();
-            span.record("outcome", outcome_name(&outcome));
+            let answered = match &outcome {
+                Ok(_) if failed => "fail_safe", // the load failed; the last good value answered
+                outcome => outcome_name(outcome),
+            };
+            span.record("outcome", answered);
             span.record("duration_ms", started.elapsed().as_millis() as u64);
             leader.finish(outcome);
         };

@@ -55,16 +55,18 @@ impl<K: Key> HotKeys<K> {
         }
     }
 
-    /// Counts hit number `hit` of `key`, whose value was filled at `filled_at`, if it is sampled.
+    /// Counts hit number `hit` of `key`, whose value was filled at `filled_at`, if it is sampled;
+    /// a sampled hit also records the value's age in `ages` (`cache_key_age_seconds`).
     #[inline]
-    pub(crate) fn hit(&self, hit: u64, key: &K, filled_at: Instant) {
+    pub(crate) fn hit(&self, hit: u64, key: &K, filled_at: Instant, ages: &metrics::Histogram) {
         if hit.is_multiple_of(SAMPLE_EVERY) {
-            self.sample(key, filled_at);
+            self.sample(key, filled_at, ages);
         }
     }
 
     #[cold]
-    fn sample(&self, key: &K, filled_at: Instant) {
+    fn sample(&self, key: &K, filled_at: Instant, ages: &metrics::Histogram) {
+        ages.record(Instant::now().saturating_duration_since(filled_at));
         let Ok(mut keys) = self.keys.try_lock() else {
             return;
         };
@@ -121,7 +123,7 @@ mod tests {
         for round in 0..2_000u64 {
             for key in [1, 100 + round] {
                 hit += SAMPLE_EVERY;
-                hot.hit(hit, &key, now);
+                hot.hit(hit, &key, now, &metrics::Histogram::noop());
             }
         }
         let sample = hot.snapshot(hit);

@@ -113,6 +113,8 @@ pub(crate) struct Telemetry {
     pub(crate) waiters: Level,
     pub(crate) in_flight: Level,
     load_duration: Histogram,
+    /// `cache_key_age_seconds`: the age of values served from memory, one hit in 64.
+    pub(crate) key_age: Histogram,
 }
 
 impl Telemetry {
@@ -140,6 +142,7 @@ impl Telemetry {
             waiters: Level::new("singleflight_waiters", &labels),
             in_flight: Level::new("inflight_refresh_count", &labels),
             load_duration: metrics::histogram!("cache_refresh_duration_seconds", labels.cache()),
+            key_age: metrics::histogram!("cache_key_age_seconds", labels.cache()),
         }
     }
 
@@ -240,6 +243,11 @@ pub(crate) fn describe() {
     );
     describe_gauge!("singleflight_waiters", "Callers waiting for a load now");
     describe_gauge!("inflight_refresh_count", "Loads running now");
+    describe_histogram!(
+        "cache_key_age_seconds",
+        Unit::Seconds,
+        "Age of the values served from memory (one hit in 64): alert when data gets old"
+    );
     describe_histogram!(
         "cache_refresh_duration_seconds",
         Unit::Seconds,

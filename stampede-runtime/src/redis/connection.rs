@@ -359,6 +359,8 @@ pub(crate) struct Fill<'a> {
     pub(crate) token: &'a str,
     pub(crate) fresh: Duration,
     pub(crate) stale: Duration,
+    /// How long Redis keeps the value past its stale deadline: the cache's `fail_safe`.
+    pub(crate) keep_for: Duration,
     pub(crate) load: Duration,
     /// The fence the read returned: the fill is refused unless it is still the key's fence.
     pub(crate) fence: u64,
@@ -445,6 +447,7 @@ impl Connection {
                     .arg(fill.fence)
                     .arg(fill.payload)
                     .arg(&keys.channel)
+                    .arg(millis(fill.keep_for))
                     .invoke_async(&mut connection)
                     .await
             })

@@ -301,6 +301,7 @@ where
                     token: token.unwrap_or(""),
                     fresh,
                     stale: config.stale,
+                    keep_for: config.fail_safe.unwrap_or_default(),
                     load: started.elapsed(),
                     fence,
                     payload: &payload,
@@ -390,6 +391,11 @@ where
         if entry.servable(now) {
             Found::Usable(entry)
         } else {
+            // Past its stale deadline but kept by Redis for `fail_safe`: not to be served, but
+            // the last good value if this flow's load fails.
+            if self.handle.config().fail_safe.is_some() {
+                self.keep(entry);
+            }
             Found::Nothing
         }
     }
@@ -473,6 +479,7 @@ where
         token: "",
         fresh: jittered_ttl(config.ttl, config.jitter),
         stale: config.stale,
+        keep_for: config.fail_safe.unwrap_or_default(),
         load: Duration::ZERO,
         fence: read.fence,
         payload: &payload,

@@ -62,7 +62,8 @@ return {value or false, 'busy', now, fence, redis.call('PTTL', KEYS[2])}
 /// once), and releases the lock if the caller still holds it (compare-and-delete).
 ///
 /// KEYS: value, lock, fence. ARGV: token (may be empty), fresh ms, stale ms, load ms, the
-/// fence read, the payload, the channel.
+/// fence read, the payload, the channel, how long to keep the value past its stale deadline
+/// (the cache's `fail_safe`, ms).
 ///
 /// Returns `{written (0 or 1), now_ms, fresh_until, stale_until}`.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
@@ -83,7 +84,7 @@ end
 local fresh = now + tonumber(ARGV[2])
 local stale = fresh + tonumber(ARGV[3])
 local envelope = string.format('S1 %.0f %.0f %.0f %s %s\n', fresh, stale, now, ARGV[5], ARGV[4]) .. ARGV[6]
-local ttl = math.max(1, stale - now)
+local ttl = math.max(1, stale - now + tonumber(ARGV[8]))
 redis.call('SET', KEYS[1], envelope, 'PX', ttl)
 if redis.call('PTTL', KEYS[3]) < ttl then
   redis.call('PEXPIRE', KEYS[3], ttl)

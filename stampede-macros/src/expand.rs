@@ -5,7 +5,7 @@
 //! async fn product(id: u64, name: &str) -> Result<Product, AppError> {
 //!     (PhantomData::<Result<Product, AppError>>,) /* checks of `Product` and `AppError` */
 //!         .__stampede_witness()
-//!         .get_result(
+//!         .result(
 //!             { static SLOT: Slot = Slot::new(); &SLOT },
 //!             || Config { .. },
 //!             local,
@@ -177,11 +177,14 @@ impl<'a> Expansion<'a> {
     /// returned type.
     fn call(&self, entry: Entry) -> TokenStream {
         let witness = self.witness();
-        let entry = match (entry, &self.function.returns) {
-            (Entry::Get, Returns::Value(_)) => quote!(get_value),
-            (Entry::Get, Returns::Result { .. }) => quote!(get_result),
-            (Entry::Refresh, Returns::Value(_)) => quote!(refresh_value),
-            (Entry::Refresh, Returns::Result { .. }) => quote!(refresh_result),
+        let private = &self.private;
+        let method = match &self.function.returns {
+            Returns::Value(_) => quote!(value),
+            Returns::Result { .. } => quote!(result),
+        };
+        let call = match entry {
+            Entry::Get => quote!(#private::Call::Get),
+            Entry::Refresh => quote!(#private::Call::Refresh),
         };
         let (slot, config, tier) = self.cache();
         let key = self.key();
@@ -197,8 +200,9 @@ impl<'a> Expansion<'a> {
         };
         let clone_error = clone_error.map(|clone| quote!(, #clone));
         quote! {
-            #witness.#entry(
+            #witness.#method(
                 #slot,
+                #call,
                 #site,
                 #config,
                 #tier,

@@ -29,7 +29,7 @@ use std::marker::PhantomData;
 use crate::cache::{Key, Value};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
-use crate::slot::{ErrorRules, Slot};
+use crate::slot::{Call, ErrorRules, Slot};
 use crate::tier::Tier;
 
 /// A type under check, without a value of it: the returned type, or the type of `self` or of
@@ -80,63 +80,13 @@ pub struct Checked<T>(pub T);
 pub type Witness<T> = Checked<PhantomData<T>>;
 
 impl<V: Value> Witness<V> {
-    /// Calls [`Slot::get_value`] once the returned type's checks have passed.
-    #[inline(always)]
-    pub fn get_value<K, C, S, T, P, L, Fut>(
-        self,
-        slot: &'static Slot,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        prepare: P,
-    ) -> impl Future<Output = V>
-    where
-        K: Key,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        P: FnOnce() -> L,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = V> + Send + 'static,
-    {
-        slot.get_value(site, config, tier, key, prepare)
-    }
-}
-
-impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
-    /// Calls [`Slot::get_result`] once the checks of `V` and `E` have passed.
+    /// Calls [`Slot::value`] once the returned type's checks have passed.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub fn get_result<K, C, S, T, P, L, Fut>(
+    pub fn value<K, C, S, T, P, L, Fut>(
         self,
         slot: &'static Slot,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        prepare: P,
-        rules: ErrorRules<E>,
-    ) -> impl Future<Output = Result<V, E>>
-    where
-        K: Key,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        P: FnOnce() -> L,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
-    {
-        slot.get_result(site, config, tier, key, prepare, rules)
-    }
-}
-
-impl<V: Value> Witness<V> {
-    /// Calls [`Slot::refresh_value`] once the returned type's checks have passed.
-    #[inline(always)]
-    pub fn refresh_value<K, C, S, T, P, L, Fut>(
-        self,
-        slot: &'static Slot,
+        call: Call,
         site: &'static str,
         config: C,
         tier: S,
@@ -152,7 +102,7 @@ impl<V: Value> Witness<V> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
-        slot.refresh_value(site, config, tier, key, prepare)
+        slot.value(call, site, config, tier, key, prepare)
     }
 
     /// The operations of a companion on the cache of a function returning a plain `V`.
@@ -163,12 +113,13 @@ impl<V: Value> Witness<V> {
 }
 
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
-    /// Calls [`Slot::refresh_result`] once the checks of `V` and `E` have passed.
+    /// Calls [`Slot::result`] once the checks of `V` and `E` have passed.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub fn refresh_result<K, C, S, T, P, L, Fut>(
+    pub fn result<K, C, S, T, P, L, Fut>(
         self,
         slot: &'static Slot,
+        call: Call,
         site: &'static str,
         config: C,
         tier: S,
@@ -185,7 +136,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        slot.refresh_result(site, config, tier, key, prepare, rules)
+        slot.result(call, site, config, tier, key, prepare, rules)
     }
 
     /// The operations of a companion on the cache of a function returning `Result<V, E>`.

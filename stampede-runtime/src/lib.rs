@@ -70,6 +70,6 @@ pub mod __private {
     pub use crate::config::{Backend, Config, Lock};
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};
-    pub use crate::slot::{ErrorRules, Slot, method_name, typed};
+    pub use crate::slot::{Call, ErrorRules, Slot, method_name, typed};
     pub use crate::tier::local;
 }

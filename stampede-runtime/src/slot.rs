@@ -49,9 +49,13 @@ impl Slot {
     /// `site` is `type_name::<Self>()` for a method (`""` for a free function); `rules.clone`
     /// is `E::clone` when `E` is `Clone`, so that every caller of a shared load gets the
     /// original error.
+    ///
+    /// `call` says which: a call of the function, or its companion's `refresh` (loads the key
+    /// now through its flight, joining the load running for it, if any, and stores the value).
     #[allow(clippy::too_many_arguments)]
-    pub async fn get_result<K, V, E, C, S, T, P, L, Fut>(
+    pub async fn result<K, V, E, C, S, T, P, L, Fut>(
         &'static self,
+        call: Call,
         site: &'static str,
         config: C,
         tier: S,
@@ -75,77 +79,21 @@ impl Slot {
             load: prepare(),
             retry_if,
         };
-        let outcome = self.cache(site, config, tier).get(key, prepare).await;
+        let cache = self.cache(site, config, tier);
+        let outcome = match call {
+            Call::Get => cache.get(key, prepare).await,
+            Call::Refresh => cache.refresh(key, prepare).await,
+        };
         outcome.map_err(|error| own_error(error, rules.clone))
     }
 
-    /// A call of a function returning a plain value (an `Option` included). Such a function has
-    /// no error channel: a load that panics or times out makes every waiting caller panic.
-    pub async fn get_value<K, V, C, S, T, P, L, Fut>(
-        &'static self,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        prepare: P,
-    ) -> V
-    where
-        K: Key,
-        V: Value,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        P: FnOnce() -> L,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = V> + Send + 'static,
-    {
-        let prepare = move || {
-            let load = prepare();
-            move |key: &K| infallible(load(key))
-        };
-        match self.cache(site, config, tier).get(key, prepare).await {
-            Ok(value) => value,
-            Err(error) => panic!("{error}"),
-        }
-    }
-
-    /// A companion's `refresh` of a function returning `Result<V, E>`: loads the key now through
-    /// its flight (joining the load running for it, if any) and stores the value; errors as
-    /// [`get_result`](Self::get_result) returns them.
+    /// A call of a function returning a plain value (an `Option` included), or its companion's
+    /// `refresh`. Such a function has no error channel: a load that panics or times out makes
+    /// every waiting caller panic.
     #[allow(clippy::too_many_arguments)]
-    pub async fn refresh_result<K, V, E, C, S, T, P, L, Fut>(
+    pub async fn value<K, V, C, S, T, P, L, Fut>(
         &'static self,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        prepare: P,
-        rules: ErrorRules<E>,
-    ) -> Result<V, E>
-    where
-        K: Key,
-        V: Value,
-        E: LoadError + From<Error>,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        P: FnOnce() -> L,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
-    {
-        let retry_if = rules.retry_if.unwrap_or(retry_every_error);
-        let prepare = move || RetryIf {
-            load: prepare(),
-            retry_if,
-        };
-        let outcome = self.cache(site, config, tier).refresh(key, prepare).await;
-        outcome.map_err(|error| own_error(error, rules.clone))
-    }
-
-    /// A companion's `refresh` of a function returning a plain value; panics as
-    /// [`get_value`](Self::get_value) does.
-    pub async fn refresh_value<K, V, C, S, T, P, L, Fut>(
-        &'static self,
+        call: Call,
         site: &'static str,
         config: C,
         tier: S,
@@ -166,7 +114,12 @@ impl Slot {
             let load = prepare();
             move |key: &K| infallible(load(key))
         };
-        match self.cache(site, config, tier).refresh(key, prepare).await {
+        let cache = self.cache(site, config, tier);
+        let outcome = match call {
+            Call::Get => cache.get(key, prepare).await,
+            Call::Refresh => cache.refresh(key, prepare).await,
+        };
+        match outcome {
             Ok(value) => value,
             Err(error) => panic!("{error}"),
         }
@@ -311,6 +264,15 @@ impl Slot {
 /// The function's own error out of a cache's error: itself when this caller was its load's
 /// only one, a clone of it when it can be cloned, else wrapped with the original reachable;
 /// the cache's own errors through `E::from`.
+/// Which call on a cache the generated code makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// A call of the function: the cached value, or one load for every caller of the key.
+    Get,
+    /// The companion's `refresh`: a load now, shared with a load already running for the key.
+    Refresh,
+}
+
 /// What the generated code knows of a function's error type `E`.
 pub struct ErrorRules<E> {
     /// `E::clone`, when `E` is `Clone`: every caller of a shared load then gets the original.

@@ -121,17 +121,15 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             && let Some(entry) = core.memory.get(&key)
         {
             match entry.freshness(Instant::now()) {
-                Freshness::Fresh => {
+                freshness @ (Freshness::Fresh | Freshness::Early) => {
                     let hit = core.telemetry.hits.bump();
                     core.hot
                         .hit(hit, &key, entry.filled_at, &core.telemetry.key_age);
-                    outcome("hit");
-                    return Ok(entry.value);
-                }
-                Freshness::Early => {
-                    let hit = core.telemetry.hits.bump();
-                    core.hot
-                        .hit(hit, &key, entry.filled_at, &core.telemetry.key_age);
+                    if freshness == Freshness::Fresh {
+                        outcome("hit");
+                        return Ok(entry.value);
+                    }
+                    // Past `refresh_after`: also one background refresh.
                     if core.config.lock != Lock::None
                         && let Some(leader) = core.flights.lead(&key)
                     {

@@ -367,6 +367,14 @@ pub(crate) struct Fill<'a> {
     pub(crate) payload: &'a [u8],
 }
 
+impl Fill<'_> {
+    /// The fill, with how long its load took (the envelope records it).
+    pub(crate) fn loaded_in(mut self, load: Duration) -> Self {
+        self.load = load;
+        self
+    }
+}
+
 impl Connection {
     pub(crate) fn new(name: &str, config: RedisConfig) -> Arc<Self> {
         let label = [("redis", display_name(name).to_owned())];

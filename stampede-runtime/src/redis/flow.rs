@@ -15,7 +15,7 @@ use crate::entry::{Entry, after, jittered_ttl};
 use crate::error::Error;
 use crate::load::Load;
 use crate::redis::config::lookup;
-use crate::redis::connection::{Connection, Fill, ReadState};
+use crate::redis::connection::{Connection, Fill, Filled, ReadState};
 use crate::redis::envelope::{self, Envelope};
 use crate::redis::keys::{self, RedisKeys};
 use crate::redis::{Busy, RedisTier, invalidate, lock};
@@ -297,15 +297,8 @@ where
         let fresh = jittered_ttl(config.ttl, config.jitter);
         let filled = match envelope::encode(&value) {
             Ok(payload) => {
-                let fill = Fill {
-                    token: token.unwrap_or(""),
-                    fresh,
-                    stale: config.stale,
-                    keep_for: config.fail_safe.unwrap_or_default(),
-                    load: started.elapsed(),
-                    fence,
-                    payload: &payload,
-                };
+                let fill = fill_of(config, token.unwrap_or(""), fence, fresh, &payload)
+                    .loaded_in(started.elapsed());
                 let filled = self.connection.fill(&self.keys, fill).await.ok();
                 // FILL released the lock if it ran; if it did not, the release is tried once.
                 if let Some(held) = held {
@@ -326,12 +319,7 @@ where
         };
         let now = Instant::now();
         let entry = match filled {
-            Some(filled) if filled.written => Entry::new(
-                value.clone(),
-                now,
-                after(now, since(filled.fresh_until, filled.now_ms)),
-                after(now, since(filled.stale_until, filled.now_ms)),
-            ),
+            Some(filled) if filled.written => written(value.clone(), &filled),
             // Invalidated while it loaded, or fenced off by a newer holder: the callers get it,
             // nobody keeps it.
             Some(_) => return Ok(value),
@@ -399,6 +387,37 @@ where
             Found::Nothing
         }
     }
+}
+
+/// What `FILL` writes for a value loaded with the cache's options: fresh for `fresh` (already
+/// jittered), then stale, then kept in Redis for `fail_safe`.
+fn fill_of<'a>(
+    config: &Config,
+    token: &'a str,
+    fence: u64,
+    fresh: Duration,
+    payload: &'a [u8],
+) -> Fill<'a> {
+    Fill {
+        token,
+        fresh,
+        stale: config.stale,
+        keep_for: config.fail_safe.unwrap_or_default(),
+        load: Duration::ZERO,
+        fence,
+        payload,
+    }
+}
+
+/// The entry of a value `FILL` wrote, with its deadlines on this process's clock.
+fn written<V>(value: V, filled: &Filled) -> Entry<V> {
+    let now = Instant::now();
+    Entry::new(
+        value,
+        now,
+        after(now, since(filled.fresh_until, filled.now_ms)),
+        after(now, since(filled.stale_until, filled.now_ms)),
+    )
 }
 
 /// How long after `reference` (ms of the server's clock) `deadline` falls.
@@ -475,16 +494,10 @@ where
             return Err(unavailable(failure.to_string()));
         }
     };
-    let fill = Fill {
-        token: "",
-        fresh: jittered_ttl(config.ttl, config.jitter),
-        stale: config.stale,
-        keep_for: config.fail_safe.unwrap_or_default(),
-        load: Duration::ZERO,
-        fence: read.fence,
-        payload: &payload,
-    };
-    let filled = connection.fill(&keys, fill).await;
+    let fresh = jittered_ttl(config.ttl, config.jitter);
+    let filled = connection
+        .fill(&keys, fill_of(config, "", read.fence, fresh, &payload))
+        .await;
     let flow = Flow {
         keys,
         connection,
@@ -495,13 +508,7 @@ where
     };
     match filled {
         Ok(filled) if filled.written => {
-            let now = Instant::now();
-            flow.keep(Entry::new(
-                value,
-                now,
-                after(now, since(filled.fresh_until, filled.now_ms)),
-                after(now, since(filled.stale_until, filled.now_ms)),
-            ));
+            flow.keep(written(value, &filled));
             Ok(())
         }
         // Invalidated, or filled by a newer load, between the read and the write: that stands.

@@ -218,7 +218,7 @@ feature.
 pub use stampede_macros::cached;
 pub use stampede_runtime::{
     Backend, CacheInfo, Config, Error, HotKey, LoadError, Lock, MAX_REFRESHES_VAR, Stats,
-    UpstreamError, caches, invalidate, set_max_refreshes, stats,
+    UpstreamError, caches, invalidate, invalidate_tag, set_max_refreshes, stats,
 };
 #[cfg(feature = "redis")]
 pub use stampede_runtime::{Busy, REDIS_URL_VAR, RedisConfig, require_redis};

@@ -103,9 +103,12 @@ options! {
     "capacity" => |o, p| put(&mut o.capacity, p, int(p, "10_000")?),
         doc: "maximum entries kept in memory",
         default: "`10_000`";
-    "key" => |o, p| put(&mut o.key, p, KeyTemplate::parse(&string(p, "a key template such as \"user:{id}\"")?)?),
+    "key" => |o, p| put(&mut o.key, p, KeyTemplate::parse(&string(p, "a key template such as \"user:{id}\"")?, "key")?),
         doc: "template naming the arguments that form the key, e.g. `\"user:{id}\"`",
         default: "all arguments";
+    "tags" => |o, p| put(&mut o.tags, p, tags(p)?),
+        doc: "templates rendered from the key's arguments, e.g. `[\"user:{user_id}\", \"catalog\"]`: `stampede::invalidate_tag(\"user:42\")` drops every entry of every function tagged so",
+        default: "none";
     "name" => |o, p| put_raw(&mut o.name, p, string(p, "a name such as \"users::by_id\"")?),
         doc: "the cache's name in stats and errors",
         default: "`module::path::fn`, `path::Type::method`";
@@ -183,6 +186,8 @@ pub(crate) struct Options {
     pub(crate) breaker: Option<Spanned<u32>>,
     pub(crate) breaker_cooldown: Option<Spanned<Duration>>,
     pub(crate) key: Option<Spanned<KeyTemplate>>,
+    /// The tag templates, each with the span of its literal.
+    pub(crate) tags: Option<Spanned<Vec<Spanned<KeyTemplate>>>>,
     pub(crate) name: Option<LitStr>,
     pub(crate) krate: Option<Spanned<syn::Path>>,
     pub(crate) companion: Option<Spanned<bool>>,
@@ -193,7 +198,36 @@ pub(crate) struct Options {
 /// One `name = value` pair.
 struct Pair {
     name: Ident,
-    value: Lit,
+    value: Value,
+}
+
+/// The value of a pair: one literal, or a bracketed list of them (`tags = ["a", "b"]`).
+enum Value {
+    One(Lit),
+    List { items: Vec<Lit>, span: Span },
+}
+
+impl Value {
+    fn span(&self) -> Span {
+        match self {
+            Value::One(lit) => lit.span(),
+            Value::List { span, .. } => *span,
+        }
+    }
+}
+
+impl Pair {
+    /// The one literal of the pair: a list is an error, except for the options that take one.
+    fn lit(&self) -> syn::Result<&Lit> {
+        match &self.value {
+            Value::One(lit) => Ok(lit),
+            Value::List { span, .. } => Err(error(
+                *span,
+                format!("`{}` takes one value, not a list", self.name),
+                format!("write it as `{} = ...`, e.g. `ttl = \"60s\"`", self.name),
+            )),
+        }
+    }
 }
 
 impl Parse for Pair {
@@ -208,13 +242,27 @@ impl Parse for Pair {
             ));
         }
         input.parse::<Token![=]>()?;
-        let value = input.parse::<Lit>().map_err(|e| {
+        let not_literal = |e: syn::Error| {
             error(
                 e.span(),
                 format!("the value of `{name}` must be a literal"),
                 "write a string such as `\"60s\"` or a number such as `20`",
             )
-        })?;
+        };
+        if input.peek(syn::token::Bracket) {
+            let content;
+            let brackets = syn::bracketed!(content in input);
+            let items = Punctuated::<Lit, Token![,]>::parse_terminated(&content)
+                .map_err(not_literal)?
+                .into_iter()
+                .collect();
+            let span = brackets.span.join();
+            return Ok(Pair {
+                name,
+                value: Value::List { items, span },
+            });
+        }
+        let value = Value::One(input.parse::<Lit>().map_err(not_literal)?);
         Ok(Pair { name, value })
     }
 }
@@ -304,7 +352,7 @@ fn unknown(name: &Ident) -> syn::Error {
 
 /// A string value; `example` completes the help "write ...".
 fn string(pair: &Pair, example: &str) -> syn::Result<LitStr> {
-    match &pair.value {
+    match pair.lit()? {
         Lit::Str(s) => Ok(s.clone()),
         other => Err(error(
             other.span(),
@@ -349,7 +397,7 @@ where
             format!("write it without quotes, e.g. `{name} = {example}`"),
         )
     };
-    match &pair.value {
+    match pair.lit()? {
         Lit::Int(int) => int.base10_parse().map_err(|_| not_a_number(int.span())),
         other => Err(not_a_number(other.span())),
     }
@@ -357,7 +405,7 @@ where
 
 /// `true` or `false`, written without quotes.
 fn boolean(pair: &Pair) -> syn::Result<bool> {
-    match &pair.value {
+    match pair.lit()? {
         Lit::Bool(value) => Ok(value.value),
         other => Err(error(
             other.span(),
@@ -387,6 +435,25 @@ fn choice<T: Copy>(pair: &Pair, choices: &[(&str, T)]) -> syn::Result<T> {
                 format!("choose one of {words}"),
             )
         })
+}
+
+/// A list of tag templates, `["user:{user_id}", "catalog"]`.
+fn tags(pair: &Pair) -> syn::Result<Vec<Spanned<KeyTemplate>>> {
+    let help =
+        "write the tags as a list of templates, e.g. `tags = [\"user:{user_id}\", \"catalog\"]`";
+    let Value::List { items, .. } = &pair.value else {
+        return Err(error(pair.value.span(), "`tags` takes a list", help));
+    };
+    items
+        .iter()
+        .map(|item| match item {
+            Lit::Str(text) => Ok(Spanned {
+                value: KeyTemplate::parse(text, "tag")?,
+                span: text.span(),
+            }),
+            other => Err(error(other.span(), "a tag is a string template", help)),
+        })
+        .collect()
 }
 
 /// The path of the `stampede` crate as renamed in `Cargo.toml`.
@@ -464,7 +531,8 @@ mod tests {
     fn every_option_of_the_table_parses() {
         let args = r#"ttl = "1s", jitter = 5, stale = "1s", timeout = "1s", retries = 1,
             backoff = "1ms", lock = "redis", backend = "tiered", redis = "r", busy = "compute",
-            capacity = 5, key = "{id}", name = "n", companion = false, crate = "s""#;
+            capacity = 5, key = "{id}", tags = ["user:{id}", "all"], name = "n",
+            companion = false, crate = "s""#;
         assert_eq!(errors_of(args), "");
         let mut errors = Errors::default();
         let options = Options::parse(args.parse().unwrap(), &mut errors);

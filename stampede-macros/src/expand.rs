@@ -42,6 +42,7 @@ use syn::{Lifetime, Type};
 use crate::attr::{BackendKind, BusyKind, LockKind};
 use crate::checks::{Check, Finish, chain};
 use crate::func::{Arg, Function, Returns, Shape};
+use crate::key::Segment;
 use crate::receiver::{SELF, rename_self};
 use crate::validate::Settings;
 
@@ -188,6 +189,7 @@ impl<'a> Expansion<'a> {
         };
         let (slot, config, tier) = self.cache();
         let key = self.key();
+        let tags = self.tags();
         let prepare = self.prepare();
         // A method's cache is per instantiation of its impl: the slot tells them apart by `Self`.
         let site = match self.function.receiver {
@@ -207,6 +209,7 @@ impl<'a> Expansion<'a> {
                 #config,
                 #tier,
                 #key,
+                #tags,
                 #prepare
                 #clone_error
             )
@@ -298,6 +301,7 @@ impl<'a> Expansion<'a> {
         let this_arg = is_method.then(|| quote!(self,));
         let witness = self.witness();
         let key = self.key();
+        let tags = self.tags();
         let refresh = self.call(Entry::Refresh);
         let body = &function.body;
         let slot_name = Ident::new("__STAMPEDE_SLOT", Span::mixed_site());
@@ -366,7 +370,7 @@ impl<'a> Expansion<'a> {
             #[doc = #doc_invalidate]
             #allow
             #vis async fn #invalidate #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
-                #witness.#companion_of().invalidate(#slot, #site, #config_fn, #tier, #key).await
+                #witness.#companion_of().invalidate(#slot, #site, #config_fn, #tier, #key, #tags).await
             }
 
             #[doc = #doc_refresh]
@@ -378,13 +382,13 @@ impl<'a> Expansion<'a> {
             #[doc = #doc_prime]
             #allow
             #vis async fn #prime #generics (#(#key_inputs,)* value: #value) -> ::core::result::Result<(), #krate::Error> #where_clause {
-                #witness.#companion_of().prime(#slot, #site, #config_fn, #tier, #key, value).await
+                #witness.#companion_of().prime(#slot, #site, #config_fn, #tier, #key, #tags, value).await
             }
 
             #[doc = #doc_peek]
             #allow
             #vis fn #peek #generics (#(#key_inputs),*) -> ::core::option::Option<#value> #where_clause {
-                #witness.#companion_of().peek(#slot, #site, #config_fn, #tier, #key)
+                #witness.#companion_of().peek(#slot, #site, #config_fn, #tier, #key, #tags)
             }
 
             #[doc = #doc_uncached]
@@ -495,6 +499,50 @@ impl<'a> Expansion<'a> {
             )
         });
         quote!((#(#parts,)*))
+    }
+
+    /// How a key's tags are rendered: `None`, or a function from the key to its tags, each
+    /// template's holes filled with the key's parts (`Display`, checked at the template).
+    fn tags(&self) -> TokenStream {
+        let private = &self.private;
+        let tags = &self.settings.tags;
+        if tags.is_empty() {
+            return quote!(::core::option::Option::None);
+        }
+        let used = |ident: &Ident| {
+            tags.iter()
+                .any(|tag| tag.value.args().iter().any(|name| ident == name))
+        };
+        let bindings = self.key_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            match used(ident) {
+                true => quote!(#ident),
+                false => quote!(_),
+            }
+        });
+        let rendered = tags.iter().map(|tag| {
+            let mut format = String::new();
+            let mut holes = Vec::new();
+            for segment in &tag.value.segments {
+                match segment {
+                    Segment::Text(text) => {
+                        format.push_str(&text.replace('{', "{{").replace('}', "}}"));
+                    }
+                    Segment::Arg(name) => {
+                        format.push_str("{}");
+                        holes.push(Ident::new(name, tag.span));
+                    }
+                }
+            }
+            quote_spanned!(tag.span=> ::std::format!(#format, #(#holes),*))
+        });
+        let key = Ident::new("__stampede_key", Span::mixed_site());
+        quote! {
+            #private::tagged(|#key: &_| {
+                let (#(#bindings,)*) = #key;
+                ::std::vec![#(#rendered),*]
+            })
+        }
     }
 
     /// The closure the runtime calls only when a load must start: it takes owned copies of

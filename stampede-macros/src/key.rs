@@ -1,4 +1,5 @@
-//! Key templates: `key = "user:{id}"` names the arguments that form a call's key.
+//! Templates: `key = "user:{id}"` names the arguments that form a call's key, and each of
+//! `tags = ["user:{id}", ..]` renders a tag from them.
 
 use syn::LitStr;
 
@@ -18,8 +19,9 @@ pub(crate) enum Segment {
 }
 
 impl KeyTemplate {
-    pub(crate) fn parse(literal: &LitStr) -> syn::Result<KeyTemplate> {
-        let segments = segments(&literal.value())
+    /// Parses the template `literal`; `what` ("key", "tag") names it in errors.
+    pub(crate) fn parse(literal: &LitStr, what: &str) -> syn::Result<KeyTemplate> {
+        let segments = segments(&literal.value(), what)
             .map_err(|(message, help)| error(literal.span(), message, help))?;
         Ok(KeyTemplate { segments })
     }
@@ -56,7 +58,7 @@ impl KeyTemplate {
     }
 }
 
-fn segments(template: &str) -> Result<Vec<Segment>, (String, String)> {
+fn segments(template: &str, what: &str) -> Result<Vec<Segment>, (String, String)> {
     let mut segments = Vec::new();
     let mut text = String::new();
     let mut chars = template.chars().peekable();
@@ -82,13 +84,13 @@ fn segments(template: &str) -> Result<Vec<Segment>, (String, String)> {
                 }
                 if !closed {
                     return Err((
-                        format!("the key template \"{template}\" opens a `{{` it never closes"),
+                        format!("the {what} template \"{template}\" opens a `{{` it never closes"),
                         "close it, as in \"user:{id}\", or write `{{` for a literal brace".into(),
                     ));
                 }
                 if !is_identifier(&name) {
                     return Err((
-                        format!("`{{{name}}}` in the key template does not name an argument"),
+                        format!("`{{{name}}}` in the {what} template does not name an argument"),
                         "write an argument's name between the braces, as in \"user:{id}\"".into(),
                     ));
                 }
@@ -99,7 +101,7 @@ fn segments(template: &str) -> Result<Vec<Segment>, (String, String)> {
             }
             '}' => {
                 return Err((
-                    format!("the key template \"{template}\" has a `}}` with no `{{` before it"),
+                    format!("the {what} template \"{template}\" has a `}}` with no `{{` before it"),
                     "write `}}` for a literal brace".into(),
                 ));
             }
@@ -126,7 +128,7 @@ mod tests {
     #[test]
     fn splits_text_and_arguments() {
         assert_eq!(
-            segments("user:{id}:{name}").unwrap(),
+            segments("user:{id}:{name}", "key").unwrap(),
             vec![
                 Segment::Text("user:".into()),
                 Segment::Arg("id".into()),
@@ -135,16 +137,16 @@ mod tests {
             ]
         );
         assert_eq!(
-            segments("{{x}}{id}").unwrap(),
+            segments("{{x}}{id}", "key").unwrap(),
             vec![Segment::Text("{x}".into()), Segment::Arg("id".into()),]
         );
     }
 
     #[test]
     fn rejects_broken_braces() {
-        assert!(segments("user:{id").is_err());
-        assert!(segments("user:id}").is_err());
-        assert!(segments("user:{}").is_err());
-        assert!(segments("user:{1x}").is_err());
+        assert!(segments("user:{id", "key").is_err());
+        assert!(segments("user:id}", "key").is_err());
+        assert!(segments("user:{}", "key").is_err());
+        assert!(segments("user:{1x}", "key").is_err());
     }
 }

@@ -8,6 +8,7 @@ use syn::{Ident, LitStr, Path};
 use crate::attr::{BackendKind, BusyKind, LockKind, Options, Spanned};
 use crate::diag::{Errors, error};
 use crate::func::{Function, Returns};
+use crate::key::KeyTemplate;
 
 /// The options with their defaults applied: everything the expansion needs.
 pub(crate) struct Settings {
@@ -34,6 +35,8 @@ pub(crate) struct Settings {
     pub(crate) key_args: Vec<Ident>,
     /// The key template in canonical form, if one was given.
     pub(crate) key_template: Option<String>,
+    /// The tag templates, each naming key arguments only, with the span of its literal.
+    pub(crate) tags: Vec<Spanned<KeyTemplate>>,
     pub(crate) name: Option<LitStr>,
     pub(crate) krate: Path,
     /// `companion = ..` as written; the expansion settles the default by the function's shape.
@@ -47,6 +50,7 @@ const DEFAULT_CAPACITY: u64 = 10_000;
 
 pub(crate) fn validate(options: Options, function: &Function, errors: &mut Errors) -> Settings {
     let key_args = key_args(&options, function, errors);
+    let tags = tags(&options, &key_args, function, errors);
     let lock = options
         .lock
         .as_ref()
@@ -164,6 +168,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         breaker_cooldown: policies.breaker_cooldown,
         key_args,
         key_template: options.key.as_ref().map(|key| key.value.canonical()),
+        tags,
         name: options.name,
         companion: options.companion.map(|companion| companion.value),
         krate: options
@@ -385,13 +390,46 @@ fn key_args(options: &Options, function: &Function, errors: &mut Errors) -> Vec<
     for name in template.value.args() {
         match function.args.iter().find(|arg| arg.ident == name) {
             Some(arg) => key_args.push(arg.ident.clone()),
-            None => errors.push(unknown_key_arg(template.span, name, function)),
+            None => errors.push(unknown_arg(template.span, "key", name, function)),
         }
     }
     key_args
 }
 
-fn unknown_key_arg(span: Span, name: &str, function: &Function) -> syn::Error {
+/// The tag templates, each checked to name only arguments of the key: a tag is rendered from
+/// the key, so that every entry of one key has the same tags.
+fn tags(
+    options: &Options,
+    key_args: &[Ident],
+    function: &Function,
+    errors: &mut Errors,
+) -> Vec<Spanned<KeyTemplate>> {
+    let Some(tags) = &options.tags else {
+        return Vec::new();
+    };
+    for tag in &tags.value {
+        for name in tag.value.args() {
+            if key_args.iter().any(|arg| arg == name) {
+                continue;
+            }
+            let in_signature = function.args.iter().any(|arg| arg.ident == name);
+            errors.push(if in_signature {
+                error(
+                    tag.span,
+                    format!("the tag template names `{name}`, which is not part of the key"),
+                    format!(
+                        "a tag is rendered from the key; add `{name}` to the `key` template, or leave it out of the tag"
+                    ),
+                )
+            } else {
+                unknown_arg(tag.span, "tag", name, function)
+            });
+        }
+    }
+    tags.value.clone()
+}
+
+fn unknown_arg(span: Span, what: &str, name: &str, function: &Function) -> syn::Error {
     let help = if name == "self" {
         "the receiver is never part of the key; name the arguments that tell calls apart".to_owned()
     } else if function.args.is_empty() {
@@ -414,7 +452,7 @@ fn unknown_key_arg(span: Span, name: &str, function: &Function) -> syn::Error {
     error(
         span,
         format!(
-            "the key template names `{name}`, which is not an argument of `{}`",
+            "the {what} template names `{name}`, which is not an argument of `{}`",
             function.sig.ident
         ),
         help,

@@ -29,7 +29,7 @@ use std::marker::PhantomData;
 use crate::cache::{Key, Value};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
-use crate::slot::{Call, ErrorRules, Slot};
+use crate::slot::{Call, ErrorRules, Slot, Tags};
 use crate::tier::Tier;
 
 /// A type under check, without a value of it: the returned type, or the type of `self` or of
@@ -91,6 +91,7 @@ impl<V: Value> Witness<V> {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
         prepare: P,
     ) -> impl Future<Output = V>
     where
@@ -102,7 +103,7 @@ impl<V: Value> Witness<V> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
-        slot.value(call, site, config, tier, key, prepare)
+        slot.value(call, site, config, tier, key, tags, prepare)
     }
 
     /// The operations of a companion on the cache of a function returning a plain `V`.
@@ -124,6 +125,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
         prepare: P,
         rules: ErrorRules<E>,
     ) -> impl Future<Output = Result<V, E>>
@@ -136,7 +138,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        slot.result(call, site, config, tier, key, prepare, rules)
+        slot.result(call, site, config, tier, key, tags, prepare, rules)
     }
 
     /// The operations of a companion on the cache of a function returning `Result<V, E>`.
@@ -160,6 +162,7 @@ impl<V: Value> Companion<V> {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
     ) -> impl Future<Output = Result<(), Error>>
     where
         K: Key,
@@ -167,7 +170,7 @@ impl<V: Value> Companion<V> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        slot.invalidate::<K, V, C, S, T>(site, config, tier, key)
+        slot.invalidate::<K, V, C, S, T>(site, config, tier, key, tags)
     }
 
     /// Calls [`Slot::prime`].
@@ -179,6 +182,7 @@ impl<V: Value> Companion<V> {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
         value: V,
     ) -> impl Future<Output = Result<(), Error>>
     where
@@ -187,7 +191,7 @@ impl<V: Value> Companion<V> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        slot.prime(site, config, tier, key, value)
+        slot.prime(site, config, tier, key, tags, value)
     }
 
     /// Calls [`Slot::peek`].
@@ -199,6 +203,7 @@ impl<V: Value> Companion<V> {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
     ) -> Option<V>
     where
         K: Key,
@@ -206,7 +211,7 @@ impl<V: Value> Companion<V> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        slot.peek(site, config, tier, &key)
+        slot.peek(site, config, tier, &key, tags)
     }
 }
 

@@ -5,6 +5,7 @@ use std::any::Any;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use tokio::runtime::Handle as Runtime;
@@ -14,14 +15,16 @@ use tracing::field::Empty;
 
 use crate::breaker::Breaker;
 use crate::config::{Config, Lock};
-use crate::entry::Freshness;
+use crate::entry::{Entry, Freshness};
 use crate::error::Error;
 use crate::flight::{Flights, Joined, Leader};
 use crate::hot::HotKeys;
 use crate::load::Load;
 use crate::memory::Memory;
 use crate::registry::{BoxFuture, Inspect};
+use crate::slot::Tags;
 use crate::stats::Stats;
+use crate::tags::Stamp;
 use crate::telemetry::{Labels, Reason, Telemetry};
 use crate::tier::{Handle, Tier};
 
@@ -46,9 +49,21 @@ pub(crate) struct Core<K: Key, V: Value> {
     hot: HotKeys<K>,
     /// The upstream circuit breaker, with `breaker = N`.
     pub(crate) breaker: Option<Breaker>,
+    /// How a key's tags are rendered, for a cache with `tags`.
+    pub(crate) tags: Tags<K>,
 }
 
 impl<K: Key, V: Value> Core<K, V> {
+    /// The key's entry in memory, unless one of its tags was invalidated since its load began.
+    pub(crate) fn entry(&self, key: &K) -> Option<Entry<V>> {
+        self.memory.get(key).filter(Entry::current)
+    }
+
+    /// The key's tags, for a load of it beginning now.
+    pub(crate) fn stamp(&self, key: &K) -> Option<Arc<Stamp>> {
+        self.tags.map(|render| Stamp::new(render(key)))
+    }
+
     /// A flight that got its value: the breaker, if any, closes.
     fn settled(&self, value: V) -> V {
         if let Some(breaker) = &self.breaker {
@@ -80,7 +95,10 @@ pub(crate) struct Cache<K: Key, V: Value, T> {
 }
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
-    pub(crate) fn new(config: Config, tier: T) -> Self {
+    pub(crate) fn new(config: Config, tier: T, tags: Tags<K>) -> Self {
+        if tags.is_some() {
+            crate::tags::keep_marks_for(config.longest_use());
+        }
         // No entry is of use longer than `ttl + stale (+ fail_safe)` after it was stored.
         let memory = Memory::new(
             config.capacity,
@@ -98,6 +116,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 memory,
                 flights: Flights::new(),
                 hot: HotKeys::new(),
+                tags,
             },
             tier,
         }
@@ -118,7 +137,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         };
         let core = &self.core;
         if core.config.in_memory()
-            && let Some(entry) = core.memory.get(&key)
+            && let Some(entry) = core.entry(&key)
         {
             match entry.freshness(Instant::now()) {
                 freshness @ (Freshness::Fresh | Freshness::Early) => {
@@ -178,8 +197,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         // load goes on and stores its result.
         if let Some(soft) = core.config.soft_timeout
             && let Some(fallback) = core
-                .memory
-                .get(&key)
+                .entry(&key)
                 .filter(|entry| entry.fail_safe(Instant::now()))
         {
             return match tokio::time::timeout(soft, waiter.wait(&core.config.name)).await {
@@ -257,7 +275,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         // A load that finished between this caller's miss and its taking the lead has stored
         // its value already: serve that instead of loading twice.
         if self.core.config.in_memory()
-            && let Some(entry) = self.core.memory.get(handle.key())
+            && let Some(entry) = self.core.entry(handle.key())
             && entry.freshness(Instant::now()) == Freshness::Fresh
         {
             return Ok(entry.value);
@@ -332,6 +350,18 @@ impl<K: Key, V: Value, T: Tier<K, V>> Inspect for Cache<K, V, T> {
             }
         }
         self.core.memory.invalidate_where(matches);
+    }
+
+    fn forget_tag(&self, tag: &str) {
+        let Some(render) = self.core.tags else {
+            return;
+        };
+        // Only the running loads: stored entries are checked against the tag's mark on read.
+        for key in self.core.flights.keys() {
+            if render(&key).iter().any(|own| own == tag) {
+                self.forget(&key);
+            }
+        }
     }
 
     fn forget_all_shared(&self) {

@@ -47,7 +47,7 @@ fn config(name: &str) -> Config {
 
 /// A cache that lives as long as the test process, listed in the registry.
 fn leak<T: Tier<u64, String>>(config: Config, tier: T) -> &'static Cache<u64, String, T> {
-    let cache = Box::leak(Box::new(Cache::new(config, tier)));
+    let cache = Box::leak(Box::new(Cache::new(config, tier, None)));
     registry::register(cache);
     cache
 }

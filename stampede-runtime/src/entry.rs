@@ -1,8 +1,11 @@
 //! A cached value with the deadlines that say how it may be served.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::tags::Stamp;
 
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
 #[derive(Clone, Debug)]
@@ -16,6 +19,9 @@ pub(crate) struct Entry<V> {
     stale_until: Instant,
     /// Until then, past `stale_until`, the value is served when a load fails (`fail_safe`).
     fail_safe_until: Instant,
+    /// The entry's tags, for a cache with `tags`: it is served only while none was invalidated
+    /// since its load began.
+    stamp: Option<Arc<Stamp>>,
 }
 
 /// How an entry may be served at a given instant.
@@ -45,7 +51,20 @@ impl<V> Entry<V> {
             fresh_until,
             stale_until,
             fail_safe_until: stale_until,
+            stamp: None,
         }
+    }
+
+    /// The entry, tagged as its load's stamp says.
+    pub(crate) fn stamped(mut self, stamp: Option<&Arc<Stamp>>) -> Self {
+        self.stamp = stamp.cloned();
+        self
+    }
+
+    /// Whether no tag of the entry was invalidated since its load began (an untagged entry
+    /// always is).
+    pub(crate) fn current(&self) -> bool {
+        self.stamp.as_ref().is_none_or(|stamp| stamp.current())
     }
 
     /// A value loaded at `now`: fresh for `fresh`, then stale for `stale`.

@@ -23,6 +23,10 @@ pub trait Inspect: Send + Sync {
     /// Drops, in this process only, the key that the cache's tier names `name` (an
     /// invalidation another process announced); nothing for a tier that names no keys.
     fn forget_named(&self, name: &str);
+    /// Detaches, in this process only, the running loads of keys tagged `tag` (a tag's
+    /// invalidation; stored entries are checked against it on read); nothing for an untagged
+    /// cache.
+    fn forget_tag(&self, tag: &str);
     /// Drops, in this process only, every value of a cache whose tier names its keys to other
     /// processes (its invalidations may have been missed); nothing for a local cache.
     fn forget_all_shared(&self);

@@ -43,8 +43,8 @@ impl Slot {
     /// [`Error::upstream`]) when several callers shared it; timeouts, panics and the like arrive
     /// as `E::from(stampede::Error)`.
     ///
-    /// `config` and `tier` build the cache at the first call: its options, and what it shares
-    /// beyond this process.
+    /// `config`, `tier` and `tags` build the cache at the first call: its options, what it
+    /// shares beyond this process, and how a key's tags are rendered.
     ///
     /// `site` is `type_name::<Self>()` for a method (`""` for a free function); `rules.clone`
     /// is `E::clone` when `E` is `Clone`, so that every caller of a shared load gets the
@@ -60,6 +60,7 @@ impl Slot {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
         prepare: P,
         rules: ErrorRules<E>,
     ) -> Result<V, E>
@@ -79,7 +80,7 @@ impl Slot {
             load: prepare(),
             retry_if,
         };
-        let cache = self.cache(site, config, tier);
+        let cache = self.cache(site, config, tier, tags);
         let outcome = match call {
             Call::Get => cache.get(key, prepare).await,
             Call::Refresh => cache.refresh(key, prepare).await,
@@ -98,6 +99,7 @@ impl Slot {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
         prepare: P,
     ) -> V
     where
@@ -114,7 +116,7 @@ impl Slot {
             let load = prepare();
             move |key: &K| infallible(load(key))
         };
-        let cache = self.cache(site, config, tier);
+        let cache = self.cache(site, config, tier, tags);
         let outcome = match call {
             Call::Get => cache.get(key, prepare).await,
             Call::Refresh => cache.refresh(key, prepare).await,
@@ -133,6 +135,7 @@ impl Slot {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
     ) -> Result<(), Error>
     where
         K: Key,
@@ -141,7 +144,7 @@ impl Slot {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        self.cache::<K, V, C, S, T>(site, config, tier)
+        self.cache::<K, V, C, S, T>(site, config, tier, tags)
             .invalidate(&key)
             .await
     }
@@ -153,6 +156,7 @@ impl Slot {
         config: C,
         tier: S,
         key: K,
+        tags: Tags<K>,
         value: V,
     ) -> Result<(), Error>
     where
@@ -162,7 +166,7 @@ impl Slot {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        self.cache(site, config, tier).prime(key, value).await
+        self.cache(site, config, tier, tags).prime(key, value).await
     }
 
     /// A companion's `peek`: the value held in this process's memory for `key`, if servable.
@@ -172,6 +176,7 @@ impl Slot {
         config: C,
         tier: S,
         key: &K,
+        tags: Tags<K>,
     ) -> Option<V>
     where
         K: Key,
@@ -180,7 +185,7 @@ impl Slot {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        self.cache(site, config, tier).peek(key)
+        self.cache(site, config, tier, tags).peek(key)
     }
 
     fn cache<K, V, C, S, T>(
@@ -188,6 +193,7 @@ impl Slot {
         site: &'static str,
         config: C,
         tier: S,
+        tags: Tags<K>,
     ) -> &'static Cache<K, V, T>
     where
         K: Key,
@@ -199,7 +205,7 @@ impl Slot {
         let mut build = Some((config, tier));
         let (first_site, first) = *self.first.get_or_init(|| {
             let (config, tier) = build.take().expect("built once");
-            (site, leak(config(), tier))
+            (site, leak(config(), tier, tags))
         });
         if same_site(first_site, site)
             && let Some(cache) = first.downcast_ref()
@@ -207,7 +213,7 @@ impl Slot {
             return cache;
         }
         let (config, tier) = build.expect("the cache just built has the caller's site and types");
-        self.other(site, config, tier)
+        self.other(site, config, tier, tags)
     }
 
     /// The cache of a further instantiation or (key, value) type pair, in a generic impl.
@@ -217,6 +223,7 @@ impl Slot {
         site: &'static str,
         config: C,
         tier: S,
+        tags: Tags<K>,
     ) -> &'static Cache<K, V, T>
     where
         K: Key,
@@ -253,7 +260,7 @@ impl Slot {
             )
             .into();
         }
-        let cache = leak(config, tier);
+        let cache = leak(config, tier, tags);
         others.push((site, cache));
         cache
             .downcast_ref()
@@ -264,6 +271,14 @@ impl Slot {
 /// The function's own error out of a cache's error: itself when this caller was its load's
 /// only one, a clone of it when it can be cloned, else wrapped with the original reachable;
 /// the cache's own errors through `E::from`.
+/// The tags of a key, rendered from it (`#[cached(tags = [..])]`); `None` for an untagged cache.
+pub type Tags<K> = Option<fn(&K) -> Vec<String>>;
+
+/// The tags of a cache whose keys render them with `render`.
+pub fn tagged<K>(render: fn(&K) -> Vec<String>) -> Tags<K> {
+    Some(render)
+}
+
 /// Which call on a cache the generated code makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
@@ -299,7 +314,7 @@ fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E
 }
 
 /// Builds a cache that lives as long as the process, and lists it in the registry.
-fn leak<K, V, S, T>(config: Config, tier: S) -> Erased
+fn leak<K, V, S, T>(config: Config, tier: S, tags: Tags<K>) -> Erased
 where
     K: Key,
     V: Value,
@@ -309,7 +324,7 @@ where
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(crate::telemetry::describe);
     let tier = tier(&config);
-    let cache: &'static Cache<K, V, T> = Box::leak(Box::new(Cache::new(config, tier)));
+    let cache: &'static Cache<K, V, T> = Box::leak(Box::new(Cache::new(config, tier, tags)));
     registry::register(cache);
     cache
 }

@@ -17,6 +17,7 @@
 //! that users could implement only by re-deriving those rules; see `docs/tiers.md`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::time::Instant;
@@ -29,6 +30,7 @@ use crate::flight::Leader;
 use crate::load::Load;
 use crate::memory::Loading;
 use crate::stats::Stats;
+use crate::tags::Stamp;
 use crate::telemetry::Reason;
 
 /// What a cache shares beyond this process. Chosen statically by the code `#[cached]`
@@ -114,6 +116,9 @@ pub struct Handle<'a, K: Key, V: Value, L> {
     started: AtomicBool,
     /// For an early refresh, when the value it replaces was loaded.
     refreshing: Option<Instant>,
+    /// For a cache with `tags`, the key's tags and the tag epoch this flight began in: what the
+    /// entries it keeps are stamped with.
+    stamp: Option<Arc<Stamp>>,
 }
 
 impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
@@ -125,11 +130,14 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         leader: Option<&'a Leader<'static, K, V>>,
     ) -> Self {
         let refreshing = match reason {
-            Reason::Early => core.memory.get(key).map(|entry| entry.filled_at),
+            Reason::Early => core.entry(key).map(|entry| entry.filled_at),
             Reason::Miss | Reason::Stale => None,
         };
         Handle {
             refreshing,
+            // Stamped before the load reads its source: an invalidation of a tag after this
+            // outdates what the load finds.
+            stamp: core.stamp(key),
             loading: core.memory.begin(key),
             core,
             key,
@@ -143,6 +151,11 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// The key of this flight.
     pub(crate) fn key(&self) -> &K {
         self.key
+    }
+
+    /// The key's tags, for a cache with `tags`.
+    pub(crate) fn tags(&self) -> &[Box<str>] {
+        self.stamp.as_ref().map_or(&[], |stamp| stamp.tags())
     }
 
     /// The cache's options.
@@ -189,6 +202,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             Some(fail_safe) => entry.failing_safe_for(fail_safe),
             None => entry,
         };
+        let entry = entry.stamped(self.stamp.as_ref());
         let value = entry.value.clone();
         if self.core.config.in_memory() {
             self.core.memory.keep(&self.loading, entry);
@@ -204,7 +218,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             return Err(error);
         }
         let now = Instant::now();
-        match self.core.memory.get(self.key) {
+        match self.core.entry(self.key) {
             Some(entry) if entry.fail_safe(now) => {
                 let entry = entry.throttled(now, config.fail_safe_throttle);
                 if self.core.memory.keep(&self.loading, entry.clone()) {

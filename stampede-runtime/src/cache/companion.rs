@@ -37,7 +37,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if !self.core.config.in_memory() {
             return None;
         }
-        let entry = self.core.memory.get(key)?;
+        let entry = self.core.entry(key)?;
         entry.servable(Instant::now()).then_some(entry.value)
     }
 

@@ -622,7 +622,7 @@ impl Connection {
     }
 
     /// Runs one operation on this runtime's command connection, unless Redis is cooling down.
-    async fn call<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
+    pub(super) async fn call<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
     where
         F: FnOnce(CommandConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>> + 'a,
@@ -762,7 +762,7 @@ impl Connection {
     }
 }
 
-fn millis(duration: Duration) -> u64 {
+pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 

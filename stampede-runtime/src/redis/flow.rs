@@ -18,6 +18,7 @@ use crate::redis::config::lookup;
 use crate::redis::connection::{Connection, Fill, Filled, ReadState};
 use crate::redis::envelope::{self, Envelope};
 use crate::redis::keys::{self, RedisKeys};
+use crate::redis::tags::set_lifetime;
 use crate::redis::{Busy, RedisTier, invalidate, lock};
 use crate::tier::Handle;
 
@@ -280,6 +281,13 @@ where
     async fn hold(&self, token: Option<&str>, fence: u64) -> Result<V, Error> {
         let config = self.handle.config();
         let held = token.map(|token| lock::Held::new(&self.connection, &self.keys, token));
+        if !self.tag().await {
+            // Its value could not be found by its tags' invalidation: keep it out of Redis.
+            if let Some(held) = held {
+                held.release().await;
+            }
+            return degraded(self.tier, self.handle).await;
+        }
         let started = Instant::now();
         let loaded = match &held {
             Some(held) => held.while_held(self.handle.load()).await,
@@ -338,6 +346,20 @@ where
             None => entry,
         };
         self.handle.keep(entry)
+    }
+
+    /// Adds the key to its tags' sets before its load reads the source (see `tags`); `true`
+    /// when done or untagged.
+    async fn tag(&self) -> bool {
+        let tags = self.handle.tags();
+        if tags.is_empty() {
+            return true;
+        }
+        let lifetime = set_lifetime(self.handle.config(), self.connection.config.lease);
+        self.connection
+            .tag(&self.keys, tags, lifetime)
+            .await
+            .is_ok()
     }
 
     fn record(&self, outcome: &'static str) {
@@ -494,10 +516,6 @@ where
             return Err(unavailable(failure.to_string()));
         }
     };
-    let fresh = jittered_ttl(config.ttl, config.jitter);
-    let filled = connection
-        .fill(&keys, fill_of(config, "", read.fence, fresh, &payload))
-        .await;
     let flow = Flow {
         keys,
         connection,
@@ -506,6 +524,15 @@ where
         stale: None,
         busy_since: None,
     };
+    if !flow.tag().await {
+        handle.keep_loaded(value);
+        return Err(unavailable("the value's tags could not be written".into()));
+    }
+    let fresh = jittered_ttl(config.ttl, config.jitter);
+    let filled = flow
+        .connection
+        .fill(&flow.keys, fill_of(config, "", read.fence, fresh, &payload))
+        .await;
     match filled {
         Ok(filled) if filled.written => {
             flow.keep(written(value, &filled));

@@ -1,7 +1,8 @@
 //! Invalidations announced by any process drop the key from every process's memory.
 //!
 //! The message on `{prefix}:invalidations` is `{cache name}\n{argument text}`: each process
-//! drops, from its caches of that name, the entries whose key writes as that text. When the feed
+//! drops, from its caches of that name, the entries whose key writes as that text; for a tag's
+//! invalidation it is `\0tag\n{tag}`, and each process drops its entries with that tag. When the feed
 //! itself may have lost messages, a process drops all it holds instead ([`forget_all`]).
 
 use crate::registry;
@@ -9,6 +10,13 @@ use crate::registry;
 pub(crate) fn message(name: &str, args: &str) -> Vec<u8> {
     format!("{name}\n{args}").into_bytes()
 }
+
+/// The message of a tag's invalidation: `\0tag\n{tag}` (no cache name starts with a NUL).
+pub(crate) fn tag_message(tag: &str) -> Vec<u8> {
+    message(TAG, tag)
+}
+
+const TAG: &str = "\0tag";
 
 /// Handles one message of the invalidation channel.
 pub(crate) fn on_message(payload: &[u8]) {
@@ -18,6 +26,10 @@ pub(crate) fn on_message(payload: &[u8]) {
     else {
         return;
     };
+    if name == TAG {
+        crate::tags::forget_here(args);
+        return;
+    }
     for cache in registry::named(name) {
         cache.forget_named(args);
     }

@@ -7,6 +7,8 @@
 //! {prefix}:{{identity}|{arguments}}:l     the lock, holding its holder's token
 //! {prefix}:{{identity}|{arguments}}:f     the fence, taken with the lock, bumped by invalidation
 //! {prefix}:{{identity}|{arguments}}:c     the channel a fill is published on
+//! {prefix}:{tag|{tag}}:t                   a tag's set: the key bases loaded with the tag
+//! {prefix}:{tag|{tag}}:p                   those an invalidation of the tag took, until dropped
 //! ```
 //!
 //! The identity is the cache's name, escaped (`%`, `|`, `{`, `}`, spaces and control characters
@@ -45,12 +47,42 @@ pub(crate) struct RedisKeys {
 impl RedisKeys {
     /// The keys of `args` in the cache with this `identity` (see [`identity`]).
     pub(crate) fn new(prefix: &str, identity: &str, args: &str) -> Self {
-        let base = format!("{prefix}:{{{identity}|{args}}}");
+        RedisKeys::of_base(&format!("{prefix}:{{{identity}|{args}}}"))
+    }
+
+    /// The keys whose common part is `base` (what [`RedisKeys::base`] returns).
+    pub(crate) fn of_base(base: &str) -> Self {
         RedisKeys {
             value: format!("{base}:v"),
             lock: format!("{base}:l"),
             fence: format!("{base}:f"),
             channel: format!("{base}:c"),
+        }
+    }
+
+    /// The part every key of this cache key shares: what a tag's set holds.
+    pub(crate) fn base(&self) -> &str {
+        self.value.strip_suffix(":v").unwrap_or(&self.value)
+    }
+}
+
+/// The Redis keys of a tag, in a slot of their own.
+pub(crate) struct TagKeys {
+    /// `{prefix}:{tag|{tag}}:t`: the key bases loaded with the tag.
+    pub(crate) set: String,
+    /// `{prefix}:{tag|{tag}}:p`: the key bases an invalidation of the tag took and has not
+    /// dropped yet (it failed midway); the next one drops them.
+    pub(crate) pending: String,
+}
+
+impl TagKeys {
+    pub(crate) fn new(prefix: &str, tag: &str) -> Self {
+        let mut base = format!("{prefix}:{{tag|");
+        escape_into(&mut base, tag);
+        base.push('}');
+        TagKeys {
+            set: format!("{base}:t"),
+            pending: format!("{base}:p"),
         }
     }
 }
@@ -59,16 +91,7 @@ impl RedisKeys {
 /// what must match for two processes to share values (key type, value type, key template).
 pub(crate) fn identity(name: &str, shape: &[&str]) -> String {
     let mut out = String::with_capacity(name.len() + 9);
-    for c in name.chars() {
-        if matches!(c, '%' | '|' | '{' | '}') || c.is_whitespace() || c.is_control() {
-            let mut bytes = [0; 4];
-            for byte in c.encode_utf8(&mut bytes).bytes() {
-                let _ = write!(out, "%{byte:02X}");
-            }
-        } else {
-            out.push(c);
-        }
-    }
+    escape_into(&mut out, name);
     let mut digest = Sha256::new();
     for part in shape {
         digest.update(part.as_bytes());
@@ -79,6 +102,20 @@ pub(crate) fn identity(name: &str, shape: &[&str]) -> String {
         let _ = write!(out, "{byte:02x}");
     }
     out
+}
+
+/// `text` with `%`, `|`, `{`, `}`, spaces and control characters percent-encoded.
+fn escape_into(out: &mut String, text: &str) {
+    for c in text.chars() {
+        if matches!(c, '%' | '|' | '{' | '}') || c.is_whitespace() || c.is_control() {
+            let mut bytes = [0; 4];
+            for byte in c.encode_utf8(&mut bytes).bytes() {
+                let _ = write!(out, "%{byte:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
 }
 
 /// The argument text of a key, bounded in length.

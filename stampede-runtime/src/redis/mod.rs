@@ -46,6 +46,7 @@ mod keys;
 mod lock;
 mod pubsub;
 mod scripts;
+mod tags;
 mod telemetry;
 
 use std::any::type_name;
@@ -55,6 +56,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use config::{REDIS_URL_VAR, RedisConfig};
+pub(crate) use tags::invalidate_tag;
 
 use crate::cache::{Key, Value};
 use crate::config::Config;

@@ -130,7 +130,8 @@ return 0
 
 /// Deletes the value, increments the fence if the key has one (so a load that read it cannot
 /// write back; a key nobody fills gets no state), and announces the invalidation to every
-/// process. KEYS: value, fence. ARGV: the invalidation channel, the message.
+/// process. KEYS: value, fence. ARGV: the invalidation channel (empty: announce nothing, a
+/// tag's invalidation announces itself once), the message.
 pub(crate) static INVALIDATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -138,7 +139,44 @@ redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('INCR', KEYS[2])
 end
+if ARGV[1] == '' then
+  return 0
+end
 return redis.call('PUBLISH', ARGV[1], ARGV[2])
+",
+    )
+});
+
+/// Adds a key base to a tag's set, and keeps the set at least as long as the value it stands
+/// for. Runs before the key's load reads its source. KEYS: the tag's set. ARGV: the key base,
+/// how long to keep the set (ms).
+pub(crate) static TAG: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+redis.call('SADD', KEYS[1], ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+",
+    )
+});
+
+/// Moves every key base of a tag's set into its pending set, atomically (a key tagged after
+/// this is in the next set), and returns the pending bases: this invalidation's and those of
+/// one that failed midway. KEYS: the tag's set, its pending set.
+pub(crate) static TAKE_TAGGED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local ttl = redis.call('PTTL', KEYS[1])
+  redis.call('SUNIONSTORE', KEYS[2], KEYS[2], KEYS[1])
+  redis.call('DEL', KEYS[1])
+  if ttl > 0 and redis.call('PTTL', KEYS[2]) < ttl then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+end
+return redis.call('SMEMBERS', KEYS[2])
 ",
     )
 });

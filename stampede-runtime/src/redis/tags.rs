@@ -1,0 +1,141 @@
+//! Tags in Redis: for each tag, the set of the key bases loaded with it (`keys::tag_set`), so
+//! that a tag's invalidation finds its keys without scanning.
+//!
+//! A load of a tagged key adds its key base to each tag's set *before* it reads its source
+//! ([`Connection::tag`]); a tag's invalidation takes the set's members out atomically, runs a
+//! key's invalidation on each (value deleted, fence bumped) and then announces the tag to every
+//! process. A load whose key was in the set taken is fenced off; a load whose key was added
+//! after began after the invalidation, and reads what the writer wrote before it. A value
+//! written to Redis is thus always in its tags' sets while it lives: each set is kept as long
+//! as the values it stands for (their `ttl + stale + fail_safe`, plus the longest a load may
+//! run). The sets are the only per-tag state, and expire with their values.
+
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::redis::config::every_connection;
+use crate::redis::connection::{Connection, Failure, millis};
+use crate::redis::invalidate;
+use crate::redis::keys::{RedisKeys, TagKeys};
+use crate::redis::scripts;
+
+/// How many key invalidations of one tag are in flight at once.
+const AT_ONCE: usize = 64;
+
+/// Redis refuses expiries that overflow its clock; no set needs more than a century.
+const LONGEST_SET: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// Drops every key loaded with `tag` from every configured Redis, and announces the tag to
+/// every process; a Redis that fails does not keep the others from it, and its failure is the
+/// error returned.
+pub(crate) async fn invalidate_tag(tag: &str) -> Result<(), Error> {
+    let mut failed = None;
+    for connection in every_connection() {
+        if let Err(failure) = connection.invalidate_tag(tag).await {
+            failed.get_or_insert(Error::RedisUnavailable {
+                cache: format!("tag `{tag}`").into(),
+                message: failure.to_string().into(),
+            });
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// How long a tag's set must outlive the tagging of a key with `config`: the longest a load
+/// may run (every attempt timing out, with its backoffs) and the lease, then the value's life.
+pub(crate) fn set_lifetime(config: &Config, lease: Duration) -> Duration {
+    let attempts = config.retries.saturating_add(1);
+    let loading = config
+        .timeout
+        .saturating_mul(attempts)
+        .saturating_add(config.backoff.saturating_mul(2u32.saturating_pow(attempts)));
+    loading
+        .saturating_add(lease)
+        .saturating_add(config.longest_use())
+        .min(LONGEST_SET)
+}
+
+impl Connection {
+    /// Adds the key base of `keys` to the set of each of `tags`, kept for `lifetime`.
+    pub(crate) async fn tag(
+        &self,
+        keys: &RedisKeys,
+        tags: &[Box<str>],
+        lifetime: Duration,
+    ) -> Result<(), Failure> {
+        let lifetime = millis(lifetime);
+        let base = keys.base();
+        try_join_all(tags.iter().map(|tag| {
+            let tag = TagKeys::new(&self.config.prefix, tag);
+            async move {
+                self.call(|mut connection| async move {
+                    scripts::TAG
+                        .key(&tag.set)
+                        .arg(base)
+                        .arg(lifetime)
+                        .invoke_async::<i64>(&mut connection)
+                        .await
+                })
+                .await
+            }
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Takes the keys loaded with `tag`, drops each (value deleted, fence bumped), then
+    /// announces the tag on the invalidation channel. A key is taken off the pending set only
+    /// once dropped, so an invalidation that fails midway leaves the rest to the next one.
+    async fn invalidate_tag(&self, tag: &str) -> Result<(), Failure> {
+        let tag_keys = &TagKeys::new(&self.config.prefix, tag);
+        let bases: Vec<String> = self
+            .call(|mut connection| async move {
+                scripts::TAKE_TAGGED
+                    .key(&tag_keys.set)
+                    .key(&tag_keys.pending)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        for chunk in bases.chunks(AT_ONCE) {
+            try_join_all(chunk.iter().map(|base| async move {
+                let keys = RedisKeys::of_base(base);
+                // No announcement per key: the tag's one announcement follows.
+                self.call(|mut connection| async move {
+                    scripts::INVALIDATE
+                        .key(&keys.value)
+                        .key(&keys.fence)
+                        .arg("")
+                        .arg("")
+                        .invoke_async::<i64>(&mut connection)
+                        .await
+                })
+                .await
+            }))
+            .await?;
+            let pending = &tag_keys.pending;
+            self.call(|mut connection| async move {
+                redis::cmd("SREM")
+                    .arg(pending)
+                    .arg(chunk)
+                    .query_async::<i64>(&mut connection)
+                    .await
+            })
+            .await?;
+        }
+        let channel = self.invalidations_channel();
+        let message = invalidate::tag_message(tag);
+        self.call(|mut connection| async move {
+            redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg(&message)
+                .query_async::<i64>(&mut connection)
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,237 @@
+//! Tags: `#[cached(tags = [..])]` and `stampede::invalidate_tag`, on memory caches and through a
+//! real Redis. (Across real processes: `examples/app/tests/multi_process.rs`.)
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use common::{AppError, within};
+use stampede::cached;
+
+static PRICE_LOADS: AtomicUsize = AtomicUsize::new(0);
+static STOCK_LOADS: AtomicUsize = AtomicUsize::new(0);
+static NAME_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+#[cached(ttl = "60s", tags = ["tags-product:{id}", "tags-catalog"])]
+async fn price(id: u64, region: &str) -> Result<String, AppError> {
+    let n = PRICE_LOADS.fetch_add(1, SeqCst) + 1;
+    Ok(format!("price {id}@{region} #{n}"))
+}
+
+#[cached(ttl = "60s", key = "{sku}", tags = ["tags-product:{sku}"])]
+async fn stock(sku: u64, trace: &str) -> u64 {
+    let _ = (sku, trace);
+    STOCK_LOADS.fetch_add(1, SeqCst) as u64 + 1
+}
+
+#[cached(ttl = "60s")]
+async fn name(id: u64) -> String {
+    let n = NAME_LOADS.fetch_add(1, SeqCst) + 1;
+    format!("name {id} #{n}")
+}
+
+#[tokio::test]
+async fn entries_of_two_functions_sharing_a_tag_are_dropped_together() {
+    assert_eq!(within(price(1, "eu")).await.unwrap(), "price 1@eu #1");
+    assert_eq!(within(price(2, "eu")).await.unwrap(), "price 2@eu #2");
+    assert_eq!(within(stock(1, "t")).await, 1);
+    assert_eq!(within(stock(2, "t")).await, 2);
+    assert_eq!(within(name(1)).await, "name 1 #1");
+
+    within(stampede::invalidate_tag("tags-product:1"))
+        .await
+        .unwrap();
+    assert_eq!(price::peek(1, "eu"), None, "tagged: dropped");
+    assert_eq!(stock::peek(1), None, "tagged in another function: dropped");
+    assert!(price::peek(2, "eu").is_some(), "another product: kept");
+    assert!(stock::peek(2).is_some());
+    assert!(name::peek(1).is_some(), "untagged: kept");
+
+    assert_eq!(within(price(1, "eu")).await.unwrap(), "price 1@eu #3");
+    assert_eq!(within(stock(1, "t")).await, 3);
+    assert_eq!(within(price(2, "eu")).await.unwrap(), "price 2@eu #2");
+    assert_eq!(within(name(1)).await, "name 1 #1");
+
+    // A tag every entry of `price` has.
+    within(stampede::invalidate_tag("tags-catalog"))
+        .await
+        .unwrap();
+    assert_eq!(price::peek(1, "eu"), None);
+    assert_eq!(price::peek(2, "eu"), None);
+    assert_eq!(stock::peek(2), Some(2), "not in the catalog tag");
+    assert_eq!(within(price(2, "eu")).await.unwrap(), "price 2@eu #4");
+}
+
+#[tokio::test]
+async fn a_load_running_when_its_tag_is_invalidated_stores_nothing() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+    static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    #[cached(ttl = "60s", tags = ["tags-slow:{id}"])]
+    async fn slow(id: u64) -> usize {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        if n == 1 {
+            GATE.notified().await;
+        }
+        id as usize * 100 + n
+    }
+
+    let first = tokio::spawn(slow(7));
+    common::eventually("the first load started", || LOADS.load(SeqCst) == 1).await;
+    within(stampede::invalidate_tag("tags-slow:7"))
+        .await
+        .unwrap();
+    // A call after the invalidation does not join the load that began before it.
+    assert_eq!(within(slow(7)).await, 702);
+    GATE.notify_waiters();
+    assert_eq!(
+        within(first).await.unwrap(),
+        701,
+        "its caller still gets its value"
+    );
+    assert_eq!(within(slow(7)).await, 702, "the older value was not stored");
+    assert_eq!(slow::peek(7), Some(702));
+}
+
+#[tokio::test]
+async fn a_value_loaded_after_the_invalidation_is_kept() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", tags = ["tags-after"])]
+    async fn after(id: u64) -> usize {
+        let _ = id;
+        LOADS.fetch_add(1, SeqCst) + 1
+    }
+
+    within(stampede::invalidate_tag("tags-after"))
+        .await
+        .unwrap();
+    assert_eq!(within(after(1)).await, 1);
+    assert_eq!(
+        within(after(1)).await,
+        1,
+        "loaded after the invalidation: a hit"
+    );
+    within(stampede::invalidate_tag("tags-after"))
+        .await
+        .unwrap();
+    assert_eq!(within(after(1)).await, 2);
+    assert_eq!(within(after(1)).await, 2);
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    use common::redis_server::RedisServer;
+    use stampede::RedisConfig;
+
+    /// A tag's invalidation goes to every installed Redis: these tests take turns, each
+    /// installing its server under the one connection name their caches use.
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+    fn install(server: &RedisServer) {
+        RedisConfig::new(&server.url())
+            .unwrap()
+            .prefix("tags")
+            .install_as("tags");
+    }
+
+    #[tokio::test]
+    async fn a_tag_drops_its_values_from_redis_and_leaves_the_others() {
+        static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+        #[cached(ttl = "60s", lock = "redis", redis = "tags", name = "tags::order", tags = ["customer:{customer}"])]
+        async fn order(customer: u64, id: u64) -> String {
+            let n = LOADS.fetch_add(1, SeqCst) + 1;
+            format!("order {customer}/{id} #{n}")
+        }
+        #[cached(ttl = "60s", lock = "redis", redis = "tags", name = "tags::order", tags = ["customer:{customer}"])]
+        async fn order_elsewhere(customer: u64, id: u64) -> String {
+            let n = LOADS.fetch_add(1, SeqCst) + 1;
+            format!("order {customer}/{id} #{n} elsewhere")
+        }
+
+        let _turn = TURN.lock().await;
+        let server = RedisServer::start();
+        install(&server);
+        assert_eq!(within(order(1, 10)).await, "order 1/10 #1");
+        assert_eq!(within(order(1, 11)).await, "order 1/11 #2");
+        assert_eq!(within(order(2, 10)).await, "order 2/10 #3");
+        assert!(server.key("tags:{tags::order~*|1:10}:v").is_some());
+        assert!(
+            server.key("tags:{tag|customer:1}:t").is_some(),
+            "the tag's set"
+        );
+        // Another cache of the name reads Redis: no load.
+        assert_eq!(within(order_elsewhere(1, 10)).await, "order 1/10 #1");
+
+        within(stampede::invalidate_tag("customer:1"))
+            .await
+            .unwrap();
+        assert!(
+            server.key("tags:{tags::order~*|1:10}:v").is_none(),
+            "dropped from Redis"
+        );
+        assert!(server.key("tags:{tags::order~*|1:11}:v").is_none());
+        assert!(
+            server.key("tags:{tags::order~*|2:10}:v").is_some(),
+            "another tag: kept"
+        );
+        assert!(
+            server.key("tags:{tag|customer:1}:*").is_none(),
+            "no state left for the tag"
+        );
+        assert_eq!(order::peek(1, 10), None);
+        assert_eq!(order_elsewhere::peek(1, 10), None);
+        assert_eq!(
+            within(order_elsewhere(1, 10)).await,
+            "order 1/10 #4 elsewhere"
+        );
+        assert_eq!(
+            within(order(1, 10)).await,
+            "order 1/10 #4 elsewhere",
+            "from Redis"
+        );
+        assert_eq!(within(order(2, 10)).await, "order 2/10 #3");
+        assert_eq!(LOADS.load(SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_load_holding_the_lock_when_its_tag_is_invalidated_writes_nothing() {
+        static LOADS: AtomicUsize = AtomicUsize::new(0);
+        static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+        #[cached(ttl = "60s", lock = "redis", redis = "tags", name = "tags::fenced", tags = ["fenced:{id}"])]
+        async fn fenced(id: u64) -> usize {
+            let n = LOADS.fetch_add(1, SeqCst) + 1;
+            if n == 1 {
+                GATE.notified().await;
+            }
+            id as usize * 100 + n
+        }
+        #[cached(ttl = "60s", lock = "redis", redis = "tags", name = "tags::fenced", tags = ["fenced:{id}"])]
+        async fn fenced_elsewhere(id: u64) -> usize {
+            let n = LOADS.fetch_add(1, SeqCst) + 1;
+            id as usize * 100 + n
+        }
+
+        let _turn = TURN.lock().await;
+        let server = RedisServer::start();
+        install(&server);
+        let first = tokio::spawn(fenced(7));
+        common::eventually("the first load started", || LOADS.load(SeqCst) == 1).await;
+        within(stampede::invalidate_tag("fenced:7")).await.unwrap();
+        GATE.notify_waiters();
+        assert_eq!(
+            within(first).await.unwrap(),
+            701,
+            "its caller gets its value"
+        );
+        assert!(
+            server.key("tags:{tags::fenced~*|7}:v").is_none(),
+            "the fence kept the older value out of Redis"
+        );
+        assert_eq!(within(fenced_elsewhere(7)).await, 702);
+        assert_eq!(within(fenced(7)).await, 702);
+    }
+}

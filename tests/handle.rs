@@ -167,6 +167,32 @@ async fn a_method_with_companion_gets_the_operations_as_associated_functions() {
     assert!(stampede::stats(&format!("{}::user", std::any::type_name::<Repo>())).is_some());
 }
 
+#[tokio::test]
+async fn a_load_that_began_before_prime_does_not_overwrite_the_primed_value() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+    static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    #[cached(ttl = "60s", name = "handle::prime_race")]
+    async fn quote(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        GATE.notified().await;
+        format!("loaded {id}")
+    }
+
+    let call = tokio::spawn(quote(1));
+    common::eventually("the load started", || LOADS.load(SeqCst) == 1).await;
+    within(quote::prime(1, "primed".to_owned())).await.unwrap();
+    GATE.notify_waiters();
+    assert_eq!(
+        within(call).await.unwrap(),
+        "loaded 1",
+        "its caller gets its load"
+    );
+    assert_eq!(quote::peek(1).as_deref(), Some("primed"));
+    assert_eq!(within(quote(1)).await, "primed");
+    assert_eq!(LOADS.load(SeqCst), 1);
+}
+
 #[cfg(feature = "redis")]
 mod redis {
     use super::*;

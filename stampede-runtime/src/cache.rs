@@ -295,7 +295,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
 
     /// Drops this process's copy of `key`: after this returns, no call here returns a value
     /// whose load began before it.
-    fn forget(&self, key: &K) {
+    pub(crate) fn forget(&self, key: &K) {
         self.core.flights.forget(key);
         self.core.memory.invalidate(key);
     }

@@ -45,6 +45,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// stale for `stale`; the tier shares it (written to Redis, with a new fence, so that a
     /// load that read the key before cannot write its value over it).
     pub(crate) async fn prime(&self, key: K, value: V) -> Result<(), Error> {
+        // A load of the key running now read its source before this value was given: it must
+        // not store its value over it.
+        self.forget(&key);
         let handle = Handle::new(&self.core, &key, &NoLoad, Reason::Miss, None);
         self.tier.prime(handle, value).await
     }

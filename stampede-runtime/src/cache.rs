@@ -88,6 +88,15 @@ impl<K: Key, V: Value> Core<K, V> {
     }
 }
 
+/// What a flight does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Run {
+    /// Gets the key's value: from memory if a load just stored it, else through the tier.
+    Fill,
+    /// Loads the key whatever value is held, here or in the tier (a companion's `refresh`).
+    Refresh,
+}
+
 /// One cached function's cache: the core and the tier behind it.
 pub(crate) struct Cache<K: Key, V: Value, T> {
     core: Core<K, V>,
@@ -152,7 +161,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     if core.config.lock != Lock::None
                         && let Some(leader) = core.flights.lead(&key)
                     {
-                        let _ = self.spawn_load(leader, prepare(), Reason::Early);
+                        let _ = self.spawn_load(leader, prepare(), Reason::Early, Run::Fill);
                     }
                     outcome("early");
                     return Ok(entry.value);
@@ -162,7 +171,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     if let Some(leader) = core.flights.lead(&key) {
                         // Outside a runtime the refresh cannot start; the stale value is served
                         // regardless.
-                        let _ = self.spawn_load(leader, prepare(), Reason::Stale);
+                        let _ = self.spawn_load(leader, prepare(), Reason::Stale, Run::Fill);
                     }
                     outcome("stale");
                     return Ok(entry.value);
@@ -175,10 +184,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             outcome("miss");
             let load = prepare();
             let handle = Handle::new(core, &key, &load, Reason::Miss, None);
-            return match self.fill(&handle).await {
-                Ok(value) => Ok(core.settled(value)),
-                Err(error) => core.settle(error, &handle),
-            };
+            return self.run(&handle, Run::Fill).await;
         }
         let waiter = match core.flights.join(&key) {
             Joined::Shared(waiter) => {
@@ -188,7 +194,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             }
             Joined::Led(leader, waiter) => {
                 outcome("miss");
-                self.spawn_load(leader, prepare(), Reason::Miss)?;
+                self.spawn_load(leader, prepare(), Reason::Miss, Run::Fill)?;
                 waiter
             }
         };
@@ -215,11 +221,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// Runs the leader's load detached on the caller's runtime, so that cancelling the caller
     /// neither cancels the load nor strands the other waiters. Its span follows from the span of
     /// the call that started it.
-    fn spawn_load<L: Load<K, V>>(
+    pub(crate) fn spawn_load<L: Load<K, V>>(
         &'static self,
         leader: Leader<'static, K, V>,
         load: L,
         reason: Reason,
+        run: Run,
     ) -> Result<(), Error> {
         let core = &self.core;
         let runtime = Runtime::try_current().map_err(|_| Error::NoRuntime {
@@ -245,7 +252,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             let _running = core.telemetry.in_flight.raise();
             let started = Instant::now();
             let handle = Handle::new(core, leader.key(), &load, reason, Some(&leader));
-            let outcome = AssertUnwindSafe(self.fill(&handle))
+            let outcome = AssertUnwindSafe(self.flight(&handle, run))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|panic| {
@@ -269,12 +276,30 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         Ok(())
     }
 
-    /// Gets the key's value for a miss or a refresh: from a load that finished meanwhile, or
-    /// through the tier.
-    async fn fill<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
+    /// A flight run on the caller's task (`lock = "none"`), its outcome settled as a detached
+    /// one's is: the breaker told, the last good value standing in for a failure.
+    pub(crate) async fn run<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        run: Run,
+    ) -> Result<V, Error> {
+        match self.flight(handle, run).await {
+            Ok(value) => Ok(self.core.settled(value)),
+            Err(error) => self.core.settle(error, handle),
+        }
+    }
+
+    /// What one flight does: gets the key's value for a miss or a refresh (from a load that
+    /// finished meanwhile, or through the tier), or loads it whatever is held.
+    async fn flight<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        run: Run,
+    ) -> Result<V, Error> {
         // A load that finished between this caller's miss and its taking the lead has stored
         // its value already: serve that instead of loading twice.
-        if self.core.config.in_memory()
+        if run == Run::Fill
+            && self.core.config.in_memory()
             && let Some(entry) = self.core.entry(handle.key())
             && entry.freshness(Instant::now()) == Freshness::Fresh
         {
@@ -283,7 +308,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if let Some(breaker) = &self.core.breaker {
             breaker.admit(&self.core.config.name)?;
         }
-        self.tier.fill(handle).await
+        match run {
+            Run::Fill => self.tier.fill(handle).await,
+            Run::Refresh => self.tier.refresh(handle).await,
+        }
     }
 
     /// Drops this process's copy of `key` and detaches its running load (which stores

@@ -55,16 +55,16 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
     /// the result (a companion's `refresh`). Runs inside the key's flight.
     fn refresh<L: Load<K, V>>(
         &self,
-        handle: Handle<'_, K, V, L>,
+        handle: &Handle<'_, K, V, L>,
     ) -> impl Future<Output = Result<V, Error>> + Send {
-        async move { handle.load_and_keep().await }
+        handle.load_and_keep()
     }
 
     /// Stores a value for a key as if it had been loaded now (a companion's `prime`): in this
     /// process's memory and in the shared store.
     fn prime<L: Load<K, V>>(
         &self,
-        handle: Handle<'_, K, V, L>,
+        handle: &Handle<'_, K, V, L>,
         value: V,
     ) -> impl Future<Output = Result<(), Error>> + Send {
         handle.keep_loaded(value);

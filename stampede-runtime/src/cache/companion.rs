@@ -3,13 +3,10 @@
 
 use std::convert::Infallible;
 use std::future::Pending;
-use std::panic::AssertUnwindSafe;
 
-use futures_util::FutureExt;
-use tokio::runtime::Handle as Runtime;
 use tokio::time::Instant;
 
-use super::{Cache, Key, Value};
+use super::{Cache, Key, Run, Value};
 use crate::config::Lock;
 use crate::error::Error;
 use crate::flight::Joined;
@@ -49,7 +46,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         // not store its value over it.
         self.forget(&key);
         let handle = Handle::new(&self.core, &key, &NoLoad, Reason::Miss, None);
-        self.tier.prime(handle, value).await
+        self.tier.prime(&handle, value).await
     }
 
     /// Loads `key` now and stores the value, through the key's flight: joins the load running
@@ -63,7 +60,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if core.config.lock == Lock::None {
             let load = prepare();
             let handle = Handle::new(core, &key, &load, Reason::Miss, None);
-            return self.tier.refresh(handle).await;
+            return self.run(&handle, Run::Refresh).await;
         }
         let waiter = match core.flights.join(&key) {
             Joined::Shared(waiter) => {
@@ -71,23 +68,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 waiter
             }
             Joined::Led(leader, waiter) => {
-                let runtime = Runtime::try_current().map_err(|_| Error::NoRuntime {
-                    cache: core.config.name.clone(),
-                })?;
-                let load = prepare();
-                runtime.spawn(async move {
-                    let _running = core.telemetry.in_flight.raise();
-                    let handle =
-                        Handle::new(core, leader.key(), &load, Reason::Miss, Some(&leader));
-                    let outcome = AssertUnwindSafe(self.tier.refresh(handle))
-                        .catch_unwind()
-                        .await
-                        .unwrap_or_else(|panic| {
-                            core.telemetry.load_errors.bump();
-                            Err(Error::panicked(&core.config.name, &*panic))
-                        });
-                    leader.finish(outcome);
-                });
+                self.spawn_load(leader, prepare(), Reason::Miss, Run::Refresh)?;
                 waiter
             }
         };

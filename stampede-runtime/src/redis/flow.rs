@@ -452,7 +452,7 @@ fn since(deadline: u64, reference: u64) -> Duration {
 /// during the load, or a newer fill, is not overwritten. Locally when Redis cannot be used.
 pub(crate) async fn refresh<K, V, L>(
     tier: &RedisTier<K, V>,
-    handle: Handle<'_, K, V, L>,
+    handle: &Handle<'_, K, V, L>,
 ) -> Result<V, Error>
 where
     K: Key + Serialize,
@@ -461,20 +461,20 @@ where
 {
     let connection = match lookup(tier.connection.as_deref()) {
         Some(connection) if connection.usable() => connection,
-        _ => return degraded(tier, &handle).await,
+        _ => return degraded(tier, handle).await,
     };
     let Ok(args) = keys::args_text(handle.key()) else {
-        return degraded(tier, &handle).await;
+        return degraded(tier, handle).await;
     };
     let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
     let Ok(read) = connection.read_or_lock(&keys, None, true).await else {
-        return degraded(tier, &handle).await;
+        return degraded(tier, handle).await;
     };
     let flow = Flow {
         keys,
         connection,
         tier,
-        handle: &handle,
+        handle,
         stale: None,
         busy_since: None,
     };
@@ -487,7 +487,7 @@ where
 /// returned.
 pub(crate) async fn prime<K, V, L>(
     tier: &RedisTier<K, V>,
-    handle: Handle<'_, K, V, L>,
+    handle: &Handle<'_, K, V, L>,
     value: V,
 ) -> Result<(), Error>
 where
@@ -520,7 +520,7 @@ where
         keys,
         connection,
         tier,
-        handle: &handle,
+        handle,
         stale: None,
         busy_since: None,
     };

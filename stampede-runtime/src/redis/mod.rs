@@ -176,13 +176,13 @@ where
         flow::invalidate(self, config, key).await
     }
 
-    async fn refresh<L: Load<K, V>>(&self, handle: Handle<'_, K, V, L>) -> Result<V, Error> {
+    async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
         flow::refresh(self, handle).await
     }
 
     async fn prime<L: Load<K, V>>(
         &self,
-        handle: Handle<'_, K, V, L>,
+        handle: &Handle<'_, K, V, L>,
         value: V,
     ) -> Result<(), Error> {
         flow::prime(self, handle, value).await

@@ -193,6 +193,34 @@ async fn a_load_that_began_before_prime_does_not_overwrite_the_primed_value() {
     assert_eq!(LOADS.load(SeqCst), 1);
 }
 
+/// Never called anywhere: only `invalidate` by name reaches it.
+#[cached(ttl = "60s", name = "handle::linked")]
+async fn linked(id: u64, region: &str) -> u64 {
+    id + region.len() as u64
+}
+
+#[tokio::test]
+async fn invalidation_by_name_reaches_a_function_never_called() {
+    assert!(stampede::stats("handle::linked").is_none(), "no cache yet");
+    within(stampede::invalidate(
+        "handle::linked",
+        (5u64, "eu".to_owned()),
+    ))
+    .await
+    .expect("the linked function's cache is built and the key dropped");
+    assert!(stampede::stats("handle::linked").is_some());
+    let wrong_type = within(stampede::invalidate("handle::linked", (5u64,))).await;
+    assert!(
+        matches!(wrong_type, Err(stampede::Error::InvalidConfig { .. })),
+        "{wrong_type:?}"
+    );
+    let unknown = within(stampede::invalidate("handle::nothing", (5u64,))).await;
+    assert!(matches!(
+        unknown,
+        Err(stampede::Error::InvalidConfig { .. })
+    ));
+}
+
 #[cfg(feature = "redis")]
 mod redis {
     use super::*;

@@ -397,6 +397,7 @@ impl<'a> Expansion<'a> {
                 #body_path(#this_arg #(#args),*).await
             }
         };
+        let linked = self.linked(&config_fn, &tier);
         Some(match companion {
             Companion::Methods(_) => items,
             Companion::Type(name) => {
@@ -417,9 +418,70 @@ impl<'a> Expansion<'a> {
                     impl #name {
                         #items
                     }
+
+                    #linked
                 }
             }
         })
+    }
+
+    /// A non-generic free function's listing in the runtime's registry of linked functions
+    /// (before `main`), with a hidden `__build` in its companion that builds its cache: so that
+    /// `stampede::invalidate(name, key)` reaches it in a process that never called it. Nothing
+    /// for a method or a generic function, whose key types only a call can name.
+    fn linked(&self, config_fn: &TokenStream, tier: &TokenStream) -> TokenStream {
+        let Some(Companion::Type(name)) = &self.companion else {
+            return TokenStream::new();
+        };
+        if !self.function.sig.generics.params.is_empty() {
+            return TokenStream::new();
+        }
+        let private = &self.private;
+        let vis = &self.function.vis;
+        let cfgs = self
+            .function
+            .attrs
+            .iter()
+            .filter(|attr| attr.path().is_ident("cfg"));
+        let cfgs = quote!(#(#cfgs)*);
+        let witness = self.witness();
+        let companion_of = match self.function.returns {
+            Returns::Value(_) => quote!(value_companion),
+            Returns::Result { .. } => quote!(ok_companion),
+        };
+        let slot = Companion::Type(name.clone()).path("slot");
+        let idents = self.key_args.iter().map(|arg| &arg.ident);
+        let types = self
+            .key_args
+            .iter()
+            .map(|arg| with_elided_lifetimes(&arg.ty));
+        let key = self.key();
+        let tags = self.tags();
+        quote! {
+            #cfgs
+            impl #name {
+                #[doc(hidden)]
+                #[allow(dead_code, unreachable_code, unused_variables)]
+                #vis fn __build() {
+                    #witness.#companion_of().build(
+                        #slot(),
+                        #config_fn,
+                        #tier,
+                        // Never called: its type is the key's.
+                        || {
+                            let (#(#idents,)*): (#(#types,)*) = ::core::unreachable!();
+                            #key
+                        },
+                        #tags,
+                    )
+                }
+            }
+
+            #cfgs
+            #private::inventory::submit! {
+                #private::Linked::new(#name::__config, #name::__build)
+            }
+        }
     }
 
     /// What the runtime knows of the error type: `clone` is `Some(E::clone)` when it is

@@ -194,6 +194,27 @@ impl<V: Value> Companion<V> {
         slot.prime(site, config, tier, key, tags, value)
     }
 
+    /// Builds the cache, if not built yet (a linked function looked up by name). `key` is
+    /// never called: its type says the key's.
+    #[inline(always)]
+    pub fn build<K, C, S, T, F>(
+        self,
+        slot: &'static Slot,
+        config: C,
+        tier: S,
+        key: F,
+        tags: Tags<K>,
+    ) where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+        F: FnOnce() -> K,
+    {
+        let _ = key;
+        slot.build::<K, V, C, S, T>(config, tier, tags);
+    }
+
     /// Calls [`Slot::peek`].
     #[inline(always)]
     pub fn peek<K, C, S, T>(

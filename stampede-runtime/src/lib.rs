@@ -95,6 +95,8 @@ pub mod __private {
     pub use crate::config::{Backend, Config, Lock};
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};
+    pub use crate::registry::Linked;
     pub use crate::slot::{Call, ErrorRules, Slot, Tags, method_name, tagged, typed};
     pub use crate::tier::local;
+    pub use inventory;
 }

@@ -61,3 +61,33 @@ pub(crate) fn named(name: &str) -> Vec<&'static dyn Inspect> {
         .copied()
         .collect()
 }
+
+/// A cached function linked into the binary. The code `#[cached]` generates lists one for each
+/// non-generic free function before `main` runs, so that a lookup by name (`invalidate(name,
+/// key)`) builds the cache of a function this process never called.
+pub struct Linked {
+    config: fn() -> Config,
+    build: fn(),
+}
+
+impl Linked {
+    /// The function's options (its name among them), and how to build its cache.
+    pub const fn new(config: fn() -> Config, build: fn()) -> Self {
+        Linked { config, build }
+    }
+}
+
+inventory::collect!(Linked);
+
+/// Builds the cache of every linked function called `name` that has none yet; whether any is
+/// called so.
+pub(crate) fn build_linked(name: &str) -> bool {
+    let mut found = false;
+    for linked in inventory::iter::<Linked> {
+        if &*(linked.config)().name == name {
+            (linked.build)();
+            found = true;
+        }
+    }
+    found
+}

@@ -188,6 +188,18 @@ impl Slot {
         self.cache(site, config, tier, tags).peek(key)
     }
 
+    /// Builds a free function's cache if this process has not yet (see [`crate::registry::Linked`]).
+    pub fn build<K, V, C, S, T>(&'static self, config: C, tier: S, tags: Tags<K>)
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        self.cache::<K, V, C, S, T>("", config, tier, tags);
+    }
+
     fn cache<K, V, C, S, T>(
         &'static self,
         site: &'static str,

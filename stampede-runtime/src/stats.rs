@@ -137,28 +137,39 @@ pub fn caches() -> Vec<CacheInfo> {
 /// # Ok(()) }
 /// ```
 ///
-/// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type: a cache
-/// exists in a process from its function's first call (or its companion's first use) on, so in
-/// a process that never called the function this finds nothing. Prefer the function's
-/// companion, which is typed and builds the cache when needed:
-/// `product::invalidate(id, region).await?` (`Type::method_invalidate` for a method with
-/// `companion = true`).
+/// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type. It works
+/// in a process that never called the function when the function is a non-generic free
+/// function linked into the binary (its cache is built then); a method's cache exists from its
+/// first call on. Prefer the function's companion, which is typed (a wrong key type is a
+/// compile error): `product::invalidate(id, region).await?` (`Type::method_invalidate` for a
+/// method with `companion = true`).
 pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Error> {
+    if invalidate_in(registry::named(name), &key).await? {
+        return Ok(());
+    }
+    // Not called yet in this process: build the caches of the linked functions of that name.
+    if registry::build_linked(name) && invalidate_in(registry::named(name), &key).await? {
+        return Ok(());
+    }
+    Err(Error::invalid_config(format!(
+        "no cache named `{name}` has keys of type `{}`; a key is the tuple of the key arguments, owned, in the order of the `key` template or of the signature",
+        type_name::<K>()
+    )))
+}
+
+/// Invalidates `key` in those of `caches` whose key type it is; whether any was.
+async fn invalidate_in(
+    caches: Vec<&'static dyn registry::Inspect>,
+    key: &(dyn Any + Send + Sync),
+) -> Result<bool, Error> {
     let mut found = false;
-    for cache in registry::named(name) {
-        if let Some(invalidation) = cache.invalidate(&key) {
+    for cache in caches {
+        if let Some(invalidation) = cache.invalidate(key) {
             found = true;
             invalidation.await?;
         }
     }
-    if found {
-        Ok(())
-    } else {
-        Err(Error::invalid_config(format!(
-            "no cache named `{name}` has keys of type `{}`; a key is the tuple of the key arguments, owned, and a cache exists from its function's first call in this process on (the function's companion, `function::invalidate(..)`, needs no call)",
-            type_name::<K>()
-        )))
-    }
+    Ok(found)
 }
 
 /// Serializes an optional duration as whole milliseconds, or `null`.

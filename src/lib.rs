@@ -137,13 +137,20 @@
 //!
 //! # Invalidation
 //!
-//! [`invalidate`]`(name, key)` drops one key's value. The key is the tuple of the function's key
-//! arguments, owned (a `&str` argument is a `String`) and of the exact types of the signature
-//! (`42u64`, not `42`). A load of that key that was running meanwhile is detached: it answers
+//! Next to each cached free function, `#[cached]` puts a type of the same name, its
+//! *companion*, whose functions act on the function's cache with the key's arguments as the
+//! function takes them: `price::invalidate(sku, region)`, `refresh`, `prime`, `peek` and
+//! `uncached`. A wrong key type is a compile error, and they work in a process that never called
+//! the function. A load of a key that was running when it was invalidated is detached: it answers
 //! the callers already waiting for it, stores nothing, and the next call starts a new load.
 //!
+//! `tags = [..]` tags each entry with templates rendered from its key, and [`invalidate_tag`]
+//! drops every entry with a tag, of every function. [`invalidate`]`(name, key)` is the form for
+//! tools that only know names: the key is the tuple of the function's key arguments, owned (a
+//! `&str` argument is a `String`) and of the exact types of the signature (`42u64`, not `42`).
+//!
 //! ```
-//! #[stampede::cached(ttl = "60s", name = "price")]
+//! #[stampede::cached(ttl = "60s", name = "price", tags = ["sku:{sku}"])]
 //! async fn price(sku: &str, region: u16) -> String {
 //!     format!("{sku} in region {region}: 100") // the query
 //! }
@@ -151,13 +158,16 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), stampede::Error> {
 //!     price("A-1", 33).await;
-//!     stampede::invalidate("price", ("A-1".to_owned(), 33u16)).await?;
+//!     price::invalidate("A-1", 33).await?; // typed
+//!     stampede::invalidate_tag("sku:A-1").await?; // every entry tagged so
+//!     stampede::invalidate("price", ("A-1".to_owned(), 33u16)).await?; // by name
+//!     assert_eq!(price::peek("A-1", 33), None);
 //!     Ok(())
 //! }
 //! ```
 //!
-//! It fails with [`Error::InvalidConfig`] when no cache of that name with that key type has been
-//! called in this process yet.
+//! [`invalidate`] fails with [`Error::InvalidConfig`] when no cache of that name has that key
+//! type: neither one this process called, nor a non-generic free function linked into it.
 //!
 // Only with the `redis` feature, which the Redis example needs.
 #![cfg_attr(

@@ -318,7 +318,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// nothing); then drops it from the tier.
     pub(crate) async fn invalidate(&self, key: &K) -> Result<(), Error> {
         self.forget(key);
-        self.tier.invalidate(&self.core.config, key).await
+        let dropped = self.tier.invalidate(&self.core.config, key).await;
+        // A call meanwhile may have read the old value from the tier before it was dropped
+        // there, and kept it: forget again, rather than wait for the announcement's echo.
+        self.forget(key);
+        dropped
     }
 
     /// Drops this process's copy of `key`: after this returns, no call here returns a value

@@ -74,7 +74,13 @@ pub use stats::{CacheInfo, HotKey, Stats, caches, invalidate, stats};
 pub async fn invalidate_tag(tag: &str) -> Result<(), Error> {
     tags::forget_here(tag);
     #[cfg(feature = "redis")]
-    redis::invalidate_tag(tag).await?;
+    {
+        let dropped = redis::invalidate_tag(tag).await;
+        // A call meanwhile may have read an old value from Redis before it was dropped there,
+        // and kept it: mark the tag again, rather than wait for the announcement's echo.
+        tags::forget_here(tag);
+        dropped?;
+    }
     Ok(())
 }
 

@@ -30,7 +30,7 @@ fn main() {
         child(&role);
         return;
     }
-    let scenarios: [(&str, Scenario); 4] = [
+    let scenarios: [(&str, Scenario); 5] = [
         (
             "cold key: 4 processes x 100 callers, one load",
             cold_key_four_processes,
@@ -46,6 +46,10 @@ fn main() {
         (
             "a holder paused past its lease (SIGSTOP) never overwrites the newer value",
             paused_holder_is_fenced,
+        ),
+        (
+            "a process that never called the functions invalidates a tag, a key, and primes",
+            handle_and_tags_across_processes,
         ),
     ];
     let mut failed = 0;
@@ -112,17 +116,48 @@ fn cold_key_four_processes() -> Result<(), String> {
 const LOADS: &str = "mp:loads";
 
 async fn count_load() -> i64 {
+    command(&["INCR", LOADS]).await.expect("INCR failed")
+}
+
+/// One command on the scenario's Redis, outside stampede.
+async fn command<T: redis::FromRedisValue>(args: &[&str]) -> redis::RedisResult<T> {
     let url = std::env::var("MP_REDIS").unwrap_or_default();
     let client = redis::Client::open(url).expect("bad MP_REDIS");
     let mut connection = client
         .get_multiplexed_async_connection()
         .await
         .expect("no Redis");
-    redis::cmd("INCR")
-        .arg(LOADS)
+    redis::cmd(args[0])
+        .arg(&args[1..])
         .query_async(&mut connection)
         .await
-        .expect("INCR failed")
+}
+
+/// Two functions sharing a tag, and one without: the reader calls them, the writer never does.
+#[cached(ttl = "60s", lock = "redis", name = "mp::price", tags = ["mp-product:{id}"])]
+async fn price(id: u64) -> String {
+    format!("price {id} v{}", count_load().await)
+}
+
+#[cached(ttl = "60s", lock = "redis", name = "mp::label", tags = ["mp-product:{id}"])]
+async fn label(id: u64) -> String {
+    format!("label {id} v{}", count_load().await)
+}
+
+#[cached(ttl = "60s", lock = "redis", name = "mp::plain")]
+async fn plain(id: u64) -> String {
+    format!("plain {id} v{}", count_load().await)
+}
+
+/// What the reader holds: the values of its calls.
+async fn reader_values() -> String {
+    format!(
+        "{} | {} | {} | {}",
+        price(1).await,
+        label(1).await,
+        plain(1).await,
+        price(2).await
+    )
 }
 
 /// The first load hangs (its process gets killed); the next one is quick.
@@ -209,6 +244,46 @@ fn child(role: &str) {
                 println!("AFTER {}", balance(1).await);
             }
             "fenced" => println!("VALUE {}", balance(1).await),
+            "reader" => {
+                println!("BEFORE {}", reader_values().await);
+                let waited = tokio::time::timeout(Duration::from_secs(30), async {
+                    while command::<Option<String>>(&["GET", "mp:go"])
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_none()
+                    {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                });
+                waited.await.expect("the writer never said go");
+                // The writer's invalidations arrive on the invalidation channel.
+                let told = Instant::now();
+                let dropped = tokio::time::timeout(Duration::from_secs(10), async {
+                    while price::peek(1).is_some()
+                        || label::peek(1).is_some()
+                        || price::peek(2).is_some()
+                    {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                });
+                dropped
+                    .await
+                    .expect("the reader's memory kept invalidated values");
+                println!("DROPPED {}", told.elapsed().as_micros());
+                println!("AFTER {} | {}", reader_values().await, price(3).await);
+            }
+            "writer" => {
+                // Never calls the functions: the companion, the tag and the dynamic form.
+                stampede::invalidate_tag("mp-product:1")
+                    .await
+                    .expect("invalidate_tag");
+                stampede::invalidate("mp::price", (2u64,))
+                    .await
+                    .expect("invalidate by name");
+                price::prime(3, "primed".to_owned()).await.expect("prime");
+                command::<()>(&["SET", "mp:go", "1"]).await.expect("SET");
+            }
             other => panic!("unknown role {other}"),
         }
     });
@@ -444,6 +519,45 @@ fn paused_holder_is_fenced() -> Result<(), String> {
     check(older.contains(&"AFTER balance of 1 v2".to_owned()), || {
         format!("the resumed process kept its older value: {older:?}")
     })
+}
+
+fn handle_and_tags_across_processes() -> Result<(), String> {
+    let server = RedisServer::start();
+    let (mut reader, reader_lines) = start("reader", 1, &server, &[])?;
+    let before = match reader_lines.recv_timeout(WAIT) {
+        Ok((_, line)) if line.starts_with("BEFORE ") => line["BEFORE ".len()..].to_owned(),
+        other => return Err(format!("the reader did not start: {other:?}")),
+    };
+    let loads_before = loads(&server);
+    let (mut writer, _) = start("writer", 1, &server, &[])?;
+    finish(&mut writer, WAIT)?;
+    finish(&mut reader, WAIT)?;
+    let lines: Vec<String> = reader_lines.try_iter().map(|(_, l)| l).collect();
+    let dropped_after = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("DROPPED "))
+        .and_then(|micros| micros.parse::<u64>().ok())
+        .ok_or_else(|| format!("the reader never dropped its copies: {lines:?}"))?;
+    let after = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("AFTER "))
+        .ok_or_else(|| format!("no AFTER line: {lines:?}"))?;
+    println!(
+        "  reader before: {before}\n  reader after:  {after}\n  the reader's memory dropped the tag's and the key's values {:.2}ms after the writer's go; loads: {loads_before} before, {} after",
+        dropped_after as f64 / 1_000.0,
+        loads(&server)
+    );
+    check(
+        before == "price 1 v1 | label 1 v2 | plain 1 v3 | price 2 v4",
+        || format!("unexpected first values: {before}"),
+    )?;
+    // The tag's two entries and the key invalidated by name reload; the untagged one stays; the
+    // primed value is read from Redis without a load.
+    check(
+        after == "price 1 v5 | label 1 v6 | plain 1 v3 | price 2 v7 | primed",
+        || format!("unexpected values after: {after}"),
+    )?;
+    check(loads(&server) == 7, || format!("{} loads", loads(&server)))
 }
 
 fn unix_ms() -> u64 {

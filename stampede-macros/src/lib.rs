@@ -5,6 +5,8 @@
 //! reads the function, `validate` checks them against each other and settles the defaults, and
 //! `expand` emits the function again with a body that calls the runtime.
 
+#![deny(missing_docs)]
+
 mod attr;
 mod checks;
 mod diag;

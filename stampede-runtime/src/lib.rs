@@ -22,6 +22,7 @@
 // handed to a flight's waiters, keys forgotten by the name a tier gives them) go unused; the
 // default build, which has the tier, still lints dead code.
 #![cfg_attr(not(feature = "redis"), allow(dead_code))]
+#![deny(missing_docs)]
 
 mod bounds;
 mod breaker;

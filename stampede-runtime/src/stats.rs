@@ -113,6 +113,12 @@ pub fn stats(name: &str) -> Option<Stats> {
 
 /// Every cache of the process that has been called at least once: what a health or debug page
 /// prints.
+///
+/// ```
+/// for cache in stampede_runtime::caches() {
+///     println!("{}: {} hits, {} loads", cache.config.name, cache.stats.hits, cache.stats.loads);
+/// }
+/// ```
 pub fn caches() -> Vec<CacheInfo> {
     registry::all()
         .into_iter()

@@ -66,7 +66,22 @@ use crate::stats::Stats;
 use crate::tier::{Handle, Tier};
 use telemetry::RedisTelemetry;
 
-/// What a process does when another holds a key's Redis lock and no stale value can be served.
+/// What a process does when another holds a key's Redis lock and no stale value can be served:
+/// the `busy` option of `#[cached]`, `busy = "wait" | "compute" | "error"`, as a
+/// debug page shows it.
+///
+/// ```
+/// use stampede_runtime::Busy;
+///
+/// fn describe(busy: Busy) -> &'static str {
+///     match busy {
+///         Busy::Wait => "waits for the holder's value",
+///         Busy::Compute => "loads it here",
+///         Busy::Error => "fails with LockBusy",
+///     }
+/// }
+/// assert_eq!(describe(Busy::Compute), "loads it here");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Busy {

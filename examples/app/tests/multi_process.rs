@@ -152,11 +152,12 @@ async fn plain(id: u64) -> String {
 /// What the reader holds: the values of its calls.
 async fn reader_values() -> String {
     format!(
-        "{} | {} | {} | {}",
+        "{} | {} | {} | {} | {}",
         price(1).await,
         label(1).await,
         plain(1).await,
-        price(2).await
+        price(2).await,
+        plain(2).await
     )
 }
 
@@ -278,7 +279,8 @@ fn child(role: &str) {
                 stampede::invalidate_tag("mp-product:1")
                     .await
                     .expect("invalidate_tag");
-                stampede::invalidate("mp::price", (2u64,))
+                price::invalidate(2).await.expect("invalidate");
+                stampede::invalidate("mp::plain", (2u64,))
                     .await
                     .expect("invalidate by name");
                 price::prime(3, "primed".to_owned()).await.expect("prime");
@@ -548,16 +550,16 @@ fn handle_and_tags_across_processes() -> Result<(), String> {
         loads(&server)
     );
     check(
-        before == "price 1 v1 | label 1 v2 | plain 1 v3 | price 2 v4",
+        before == "price 1 v1 | label 1 v2 | plain 1 v3 | price 2 v4 | plain 2 v5",
         || format!("unexpected first values: {before}"),
     )?;
-    // The tag's two entries and the key invalidated by name reload; the untagged one stays; the
-    // primed value is read from Redis without a load.
+    // The tag's two entries and the keys invalidated (through the companion, and by name)
+    // reload; the untagged one stays; the primed value is read from Redis without a load.
     check(
-        after == "price 1 v5 | label 1 v6 | plain 1 v3 | price 2 v7 | primed",
+        after == "price 1 v6 | label 1 v7 | plain 1 v3 | price 2 v8 | plain 2 v9 | primed",
         || format!("unexpected values after: {after}"),
     )?;
-    check(loads(&server) == 7, || format!("{} loads", loads(&server)))
+    check(loads(&server) == 9, || format!("{} loads", loads(&server)))
 }
 
 fn unix_ms() -> u64 {

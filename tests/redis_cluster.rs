@@ -164,6 +164,11 @@ async fn a_cold_stampede_on_keys_over_every_master_loads_each_key_once() {
         per_master.iter().map(|(_, values)| values).sum::<usize>(),
         KEYS as usize
     );
+    eventually(
+        "every key's sharded channel unsubscribed once no one waits",
+        || shard_channels(cluster, "test:{clu::storm~").is_empty(),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -300,29 +305,48 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
         .any(|window| window == needle)
 }
 
-/// `cluster_stats_messages_publish_sent` summed over every node: the `PUBLISH` messages the
-/// cluster bus carried from node to node.
-fn bus_publishes(cluster: &RedisCluster) -> u64 {
-    cluster
-        .ports()
-        .iter()
-        .map(|port| {
-            let info: String = cluster.command(*port, &["CLUSTER", "INFO"]);
-            info.lines()
-                .find_map(|line| line.strip_prefix("cluster_stats_messages_publish_sent:"))
-                .map_or(0, |count| count.trim().parse::<u64>().unwrap())
-        })
-        .sum()
+/// The messages the cluster bus carried from node to node, summed over every node: plain
+/// `PUBLISH`es (`cluster_stats_messages_publish_sent`, to every other node) and sharded ones
+/// (`cluster_stats_messages_publishshard_sent`, to the shard's other nodes only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Bus {
+    publish: u64,
+    publishshard: u64,
 }
 
-/// [`bus_publishes`] once it has stopped changing for 200 ms: every message sent so far, and
+impl std::ops::Sub for Bus {
+    type Output = Bus;
+    fn sub(self, before: Bus) -> Bus {
+        Bus {
+            publish: self.publish - before.publish,
+            publishshard: self.publishshard - before.publishshard,
+        }
+    }
+}
+
+fn bus_messages(cluster: &RedisCluster) -> Bus {
+    let mut bus = Bus::default();
+    for port in cluster.ports() {
+        let info: String = cluster.command(port, &["CLUSTER", "INFO"]);
+        let count = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map_or(0, |count| count.trim().parse::<u64>().unwrap())
+        };
+        bus.publish += count("cluster_stats_messages_publish_sent:");
+        bus.publishshard += count("cluster_stats_messages_publishshard_sent:");
+    }
+    bus
+}
+
+/// [`bus_messages`] once it has stopped changing for 200 ms: every message sent so far, and
 /// those its receivers sent on, counted.
-async fn settled_publishes(cluster: &RedisCluster) -> u64 {
+async fn settled_bus(cluster: &RedisCluster) -> Bus {
     within(async {
-        let mut last = bus_publishes(cluster);
+        let mut last = bus_messages(cluster);
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let now = bus_publishes(cluster);
+            let now = bus_messages(cluster);
             if now == last {
                 return now;
             }
@@ -332,8 +356,20 @@ async fn settled_publishes(cluster: &RedisCluster) -> u64 {
     .await
 }
 
+/// The sharded channels subscribed on every master whose name starts with `prefix`.
+fn shard_channels(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+    cluster
+        .masters()
+        .into_iter()
+        .flat_map(|port| {
+            cluster
+                .command::<Vec<String>>(port, &["PUBSUB", "SHARDCHANNELS", &format!("{prefix}*")])
+        })
+        .collect()
+}
+
 #[tokio::test]
-async fn a_wake_up_and_an_invalidation_each_cost_one_publish_carried_to_every_node() {
+async fn a_wake_up_goes_to_its_shard_only_and_an_invalidation_to_every_node() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
 
     #[cached(ttl = "60s", lock = "redis", redis = "bus", name = "clu::bus")]
@@ -362,47 +398,81 @@ async fn a_wake_up_and_an_invalidation_each_cost_one_publish_carried_to_every_no
     assert_eq!(within(waiter(0)).await, 0, "connected");
     // Other tests' links may still publish a heartbeat while their runtime shuts down: that only
     // adds, so the least of three rounds is the protocol's own cost.
-    let (mut wake_up, mut invalidation) = (u64::MAX, u64::MAX);
+    let least = |a: Bus, b: Bus| Bus {
+        publish: a.publish.min(b.publish),
+        publishshard: a.publishshard.min(b.publishshard),
+    };
+    let most = Bus {
+        publish: u64::MAX,
+        publishshard: u64::MAX,
+    };
+    let (mut wake_up, mut invalidation) = (most, most);
+    let mut channels_while_waiting = 0;
     for id in 1..=3_u64 {
-        let before = settled_publishes(cluster).await;
+        let before = settled_bus(cluster).await;
         let held = tokio::spawn(holder(id));
         let lock = format!("test:{{clu::bus~*|{id}}}:l");
         eventually("the holder to take the lock", || {
             !cluster.keys(&lock).is_empty()
         })
         .await;
+        let waiting = tokio::spawn(waiter(id));
+        // The waiter subscribes to the key's channel on the master that owns the key.
+        eventually("the waiter to subscribe on the key's master", || {
+            let channels = shard_channels(cluster, "test:{clu::bus~");
+            channels_while_waiting = channels.len();
+            channels.iter().any(|c| c.ends_with(&format!("|{id}}}:c")))
+        })
+        .await;
         assert_eq!(
-            within(waiter(id)).await,
+            within(waiting).await.unwrap(),
             id,
             "woken with the holder's value"
         );
         assert_eq!(within(held).await.unwrap(), id);
-        wake_up = wake_up.min(settled_publishes(cluster).await - before);
+        wake_up = least(wake_up, settled_bus(cluster).await - before);
 
-        let before = settled_publishes(cluster).await;
+        let before = settled_bus(cluster).await;
         within(stampede::invalidate("clu::bus", (id,)))
             .await
             .unwrap();
-        invalidation = invalidation.min(settled_publishes(cluster).await - before);
+        invalidation = least(invalidation, settled_bus(cluster).await - before);
     }
+    eventually(
+        "no sharded channel left subscribed once no one waits",
+        || shard_channels(cluster, "test:{clu::bus~").is_empty(),
+    )
+    .await;
 
     println!(
-        "plain pub/sub on 3 masters + 3 replicas: a fill that wakes waiters: {wake_up} cluster \
-         bus PUBLISH messages; an invalidation: {} per announcement ({invalidation} for the \
-         two caches of the name)",
-        invalidation / 2
+        "3 masters + 3 replicas: a fill that wakes waiters: {} cluster-bus PUBLISHSHARD \
+         message(s) (SPUBLISH, to the shard's replica) and {} PUBLISH; an invalidation: {} \
+         PUBLISH messages per announcement ({} for the two caches of the name), {} sharded; \
+         {channels_while_waiting} sharded channel(s) subscribed while a waiter waited, none after",
+        wake_up.publishshard,
+        wake_up.publish,
+        invalidation.publish / 2,
+        invalidation.publish,
+        invalidation.publishshard,
     );
     assert_eq!(LOADS.load(SeqCst), 4, "the waiters loaded nothing");
-    let others = cluster.ports().len() as u64 - 1;
     assert_eq!(
-        wake_up, others,
-        "one PUBLISH, sent by its node to every other"
+        wake_up,
+        Bus {
+            publish: 0,
+            publishshard: 1
+        },
+        "one SPUBLISH, sent by the key's master to its replica only"
     );
+    let others = cluster.ports().len() as u64 - 1;
     // `stampede::invalidate` by name runs through every cache of that name in this process: the
     // two here stand for two processes, each of which would announce once.
     assert_eq!(
         invalidation,
-        2 * others,
+        Bus {
+            publish: 2 * others,
+            publishshard: 0
+        },
         "one PUBLISH per cache, sent to every other node"
     );
 }

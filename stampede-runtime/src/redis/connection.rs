@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use crate::entry::after;
 use crate::redis::config::RedisConfig;
 use crate::redis::keys::RedisKeys;
-use crate::redis::pubsub::{Listener, Settings, Subscriber};
+use crate::redis::pubsub::{Listener, Settings, Shards, Subscriber};
 use crate::redis::scripts;
 
 /// The least time between two warnings that Redis is failing.
@@ -72,6 +72,8 @@ struct LinkState {
     commands: Option<Arc<Commands>>,
     /// Set once its first session was up; from then on it replaces its own connection.
     events: Option<Arc<Subscriber>>,
+    /// On a cluster, the sharded subscriptions of wake-ups.
+    shards: Option<Arc<Shards>>,
     /// The one attempt at making what is missing, shared by every call that needs it.
     connecting: Option<Connecting>,
 }
@@ -82,6 +84,8 @@ type Connecting = Shared<BoxFuture<'static, Result<(), Failure>>>;
 struct Ready {
     commands: Arc<Commands>,
     events: Arc<Subscriber>,
+    /// Present on a cluster: wake-ups are subscribed there.
+    shards: Option<Arc<Shards>>,
 }
 
 /// A connection that runs commands: to a standalone server, or to a cluster, where each command
@@ -128,6 +132,20 @@ impl redis::aio::ConnectionLike for CommandConnection {
 }
 
 impl CommandConnection {
+    /// The command that publishes a fill on a key's channel: `SPUBLISH` on a cluster (the
+    /// channel shares the key's hash tag, so it reaches the shard owning the key only, where
+    /// the waiters `SSUBSCRIBE`d), `PUBLISH` on a standalone server.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        match self {
+            CommandConnection::Single(_) => "PUBLISH",
+            CommandConnection::Cluster(_) => "SPUBLISH",
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self, CommandConnection::Cluster(_))
+    }
+
     /// Connects to `nodes`: a cluster if there are several or the first says it is one.
     async fn open(nodes: &[redis::Client], timeout: Duration) -> Result<Self, Failure> {
         let first = nodes.first().ok_or(Failure::Unavailable)?;
@@ -203,9 +221,20 @@ impl LinkState {
             .as_ref()
             .filter(|commands| commands.usable())?;
         let events = self.events.as_ref().filter(|events| !events.is_dead())?;
+        let shards = if commands.connection.is_cluster() {
+            Some(
+                self.shards
+                    .as_ref()
+                    .filter(|shards| !shards.is_dead())?
+                    .clone(),
+            )
+        } else {
+            None
+        };
         Some(Ready {
             commands: commands.clone(),
             events: events.clone(),
+            shards,
         })
     }
 }
@@ -456,6 +485,7 @@ impl Connection {
                     .arg(fill.payload)
                     .arg(&keys.channel)
                     .arg(millis(fill.keep_for))
+                    .arg(connection.publish_command())
                     .invoke_async(&mut connection)
                     .await
             })
@@ -475,6 +505,7 @@ impl Connection {
                 .key(&keys.lock)
                 .arg(token)
                 .arg(&keys.channel)
+                .arg(connection.publish_command())
                 .invoke_async(&mut connection)
                 .await
         })
@@ -512,7 +543,8 @@ impl Connection {
         Ok(())
     }
 
-    /// Subscribes to a key's channel; the listener hears the next fill published on it.
+    /// Subscribes to a key's channel (sharded on a cluster); the listener hears the next fill
+    /// published on it.
     pub(crate) async fn listen(&self, keys: &RedisKeys) -> Result<Listener, Failure> {
         if !self.usable() {
             return Err(Failure::CoolingDown);
@@ -522,10 +554,11 @@ impl Connection {
         let listened = match tokio::time::timeout_at(deadline, self.link()).await {
             Ok(Ok(link)) => {
                 let wait = deadline.saturating_duration_since(Instant::now());
-                link.events
-                    .listen(&keys.channel, wait)
-                    .await
-                    .ok_or(Failure::Subscription)
+                let listened = match &link.shards {
+                    Some(shards) => shards.listen(&keys.channel, wait).await,
+                    None => link.events.listen(&keys.channel, wait).await,
+                };
+                listened.ok_or(Failure::Subscription)
             }
             Ok(Err(failure)) => Err(failure),
             Err(_) => Err(Failure::Timeout(timeout)),
@@ -693,25 +726,43 @@ impl Connection {
     }
 
     /// Makes, in a task of its own bounded by the connect timeout, what `state` lacks: a command
-    /// connection, and a subscriber whose first session is up.
+    /// connection, a subscriber whose first session is up and, on a cluster, the sharded
+    /// subscriptions.
     fn connect(&self, runtime: &Handle, link: &Arc<Link>, state: &LinkState) -> Connecting {
-        let commands_needed = !state.commands.as_ref().is_some_and(|c| c.usable());
+        let usable = state.commands.as_ref().filter(|c| c.usable());
+        let commands_needed = usable.is_none();
+        let known_cluster = usable.is_some_and(|c| c.connection.is_cluster());
+        let shards_needed = state.shards.as_ref().is_none_or(|shards| shards.is_dead());
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
         let settings = events_needed.then(|| self.subscriber_settings());
         let nodes = self.config.nodes.clone();
         let timeout = self.config.connect_timeout;
+        let (op_timeout, retry_every) = (self.config.op_timeout, self.config.heartbeat);
         let link = link.clone();
         let task = runtime.spawn(async move {
             let commands = async {
-                if !commands_needed {
-                    return Ok(None);
-                }
-                let connection = CommandConnection::open(&nodes, timeout).await?;
-                Ok(Some(Arc::new(Commands {
-                    connection,
-                    timeouts: AtomicU32::new(0),
-                    broken: AtomicBool::new(false),
-                })))
+                let commands = if commands_needed {
+                    let connection = CommandConnection::open(&nodes, timeout).await?;
+                    Some(Arc::new(Commands {
+                        connection,
+                        timeouts: AtomicU32::new(0),
+                        broken: AtomicBool::new(false),
+                    }))
+                } else {
+                    None
+                };
+                let cluster = commands
+                    .as_ref()
+                    .map_or(known_cluster, |c| c.connection.is_cluster());
+                let shards = if cluster && shards_needed {
+                    let shards = Shards::open(&nodes, timeout, op_timeout, retry_every)
+                        .await
+                        .map_err(Failure::Redis)?;
+                    Some(shards)
+                } else {
+                    None
+                };
+                Ok((commands, shards))
             };
             let events = async {
                 let Some(settings) = settings else {
@@ -726,9 +777,12 @@ impl Connection {
                 .unwrap_or(Err(Failure::Timeout(timeout)));
             let mut state = link.lock();
             state.connecting = None;
-            let (commands, events) = made?;
+            let ((commands, shards), events) = made?;
             if let Some(commands) = commands {
                 state.commands = Some(commands);
+            }
+            if let Some(shards) = shards {
+                state.shards = Some(shards);
             }
             if let Some(events) = events {
                 state.events = Some(events);

@@ -31,7 +31,7 @@
 //!
 //! [`RedisConfig::heartbeat`]: crate::RedisConfig::heartbeat
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -71,9 +71,8 @@ pub(crate) struct Settings {
 }
 
 pub(crate) struct Subscriber {
-    listeners: Mutex<Listeners>,
-    next_id: AtomicU64,
-    control: mpsc::UnboundedSender<Control>,
+    /// The wake-ups on a standalone server (on a cluster, [`Shards`] has them).
+    waits: Arc<Waits>,
     feed: Mutex<Feed>,
     /// Whether a session is up, for the first link's setup to wait on.
     up: watch::Sender<bool>,
@@ -97,19 +96,106 @@ struct Feed {
 enum Control {
     Subscribe(String),
     Unsubscribe(String),
-    /// Answered once every command queued before it has run: `true` if a session ran them.
-    Confirm(oneshot::Sender<bool>),
+    /// Answered once every command queued before it has run: `true` if the channel's
+    /// subscription is in effect (for the session: if a session ran them).
+    Confirm(String, oneshot::Sender<bool>),
+}
+
+/// The waits of this process on wake-up channels, and the one ordered queue through which a
+/// channel is subscribed while some wait needs it and unsubscribed when none does: an
+/// `UNSUBSCRIBE` left by a finished wait can never overtake the `SUBSCRIBE` of the next.
+pub(crate) struct Waits {
+    listeners: Mutex<Listeners>,
+    next_id: AtomicU64,
+    control: mpsc::UnboundedSender<Control>,
+}
+
+impl Waits {
+    fn new() -> (Arc<Waits>, mpsc::UnboundedReceiver<Control>) {
+        let (control, commands) = mpsc::unbounded_channel();
+        let waits = Arc::new(Waits {
+            listeners: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            control,
+        });
+        (waits, commands)
+    }
+
+    /// Subscribes to `channel` (if this process is not already) and returns a listener for it,
+    /// once the subscription is in effect, or `None` if it was not within `wait`.
+    async fn listen(self: &Arc<Self>, channel: &str, wait: Duration) -> Option<Listener> {
+        let (sender, messages) = mpsc::unbounded_channel();
+        let (confirm, confirmed) = oneshot::channel();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut listeners = self.lock();
+            let waiting = listeners.entry(channel.to_owned()).or_default();
+            if waiting.is_empty() {
+                let _ = self.control.send(Control::Subscribe(channel.to_owned()));
+            }
+            waiting.push((id, sender));
+            let _ = self
+                .control
+                .send(Control::Confirm(channel.to_owned(), confirm));
+        }
+        // Built before the wait, so that a failed or cancelled wait still unsubscribes.
+        let listener = Listener {
+            waits: self.clone(),
+            channel: channel.to_owned(),
+            id,
+            messages,
+        };
+        match tokio::time::timeout(wait, confirmed).await {
+            Ok(Ok(true)) => Some(listener),
+            _ => None,
+        }
+    }
+
+    fn deliver(&self, channel: &[u8], payload: &[u8]) {
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            return;
+        };
+        if let Some(waiting) = self.lock().get(channel) {
+            for (_, sender) in waiting {
+                let _ = sender.send(payload.to_vec());
+            }
+        }
+    }
+
+    fn is_listened(&self, channel: &str) -> bool {
+        self.lock().contains_key(channel)
+    }
+
+    /// Ends every wait on `channel` (their listeners hear `None` and read again); whether any
+    /// was waiting.
+    fn end(&self, channel: &str) -> bool {
+        // Dropping the senders ends the waits at once.
+        self.lock().remove(channel).is_some()
+    }
+
+    /// Ends every wait; returns the channels they waited on.
+    fn end_all(&self) -> Vec<String> {
+        self.lock().drain().map(|(channel, _)| channel).collect()
+    }
+
+    fn channels(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Listeners> {
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Subscriber {
     /// Starts the supervisor on the current runtime; it opens the first session at once.
     pub(crate) fn start(settings: Settings) -> Arc<Subscriber> {
-        let (control, commands) = mpsc::unbounded_channel();
+        let (waits, commands) = Waits::new();
         let (closed_sender, closed) = oneshot::channel();
         let subscriber = Arc::new(Subscriber {
-            listeners: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
-            control,
+            waits,
             feed: Mutex::new(Feed::default()),
             up: watch::channel(false).0,
             bound: settings.bound,
@@ -132,7 +218,7 @@ impl Subscriber {
 
     /// Whether the supervisor is gone (its runtime shut down): the subscriber is replaced.
     pub(crate) fn is_dead(&self) -> bool {
-        self.control.is_closed()
+        self.waits.control.is_closed()
     }
 
     /// Whether every invalidation announced up to `bound` ago is known to have reached this
@@ -145,44 +231,10 @@ impl Subscriber {
                 .is_some_and(|verified| now < after(verified, self.bound))
     }
 
-    /// Subscribes to `channel` (if this process is not already) and returns a listener for it,
-    /// once the subscription is in effect, or `None` if no session ran it within `wait`.
-    pub(crate) async fn listen(
-        self: &Arc<Self>,
-        channel: &str,
-        wait: Duration,
-    ) -> Option<Listener> {
-        let (sender, messages) = mpsc::unbounded_channel();
-        let (confirm, confirmed) = oneshot::channel();
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut listeners = self.lock();
-            let waiting = listeners.entry(channel.to_owned()).or_default();
-            if waiting.is_empty() {
-                let _ = self.control.send(Control::Subscribe(channel.to_owned()));
-            }
-            waiting.push((id, sender));
-            let _ = self.control.send(Control::Confirm(confirm));
-        }
-        // Built before the wait, so that a failed or cancelled wait still unsubscribes.
-        let listener = Listener {
-            subscriber: self.clone(),
-            channel: channel.to_owned(),
-            id,
-            messages,
-        };
-        match tokio::time::timeout(wait, confirmed).await {
-            Ok(Ok(true)) => Some(listener),
-            _ => None,
-        }
-    }
-
-    fn deliver(&self, channel: &str, payload: &[u8]) {
-        if let Some(waiting) = self.lock().get(channel) {
-            for (_, sender) in waiting {
-                let _ = sender.send(payload.to_vec());
-            }
-        }
+    /// Subscribes to `channel` (plain pub/sub, on the session's node) and returns a listener for
+    /// it once the subscription is in effect, or `None` if no session ran it within `wait`.
+    pub(crate) async fn listen(&self, channel: &str, wait: Duration) -> Option<Listener> {
+        self.waits.listen(channel, wait).await
     }
 
     /// When the feed stops being live unless a newer token is heard.
@@ -251,14 +303,8 @@ impl Subscriber {
     fn went_down(&self) {
         self.feed().up = false;
         self.up.send_replace(false);
-        // Dropping the senders ends every listener's wait at once.
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Listeners> {
-        self.listeners
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        // The session's subscriptions are gone with it.
+        self.waits.end_all();
     }
 
     fn feed(&self) -> MutexGuard<'_, Feed> {
@@ -323,7 +369,7 @@ async fn supervise(
                 () = &mut pause => break,
                 command = commands.recv() => match command {
                     None => return,
-                    Some(Control::Confirm(answer)) => {
+                    Some(Control::Confirm(_, answer)) => {
                         let _ = answer.send(false);
                     }
                     Some(Control::Subscribe(_) | Control::Unsubscribe(_)) => {}
@@ -360,7 +406,7 @@ async fn open(
         settings.heartbeats.as_str(),
     ];
     sink.subscribe(&feed[..]).await.ok()?;
-    let channels: Vec<String> = subscriber.upgrade()?.lock().keys().cloned().collect();
+    let channels = subscriber.upgrade()?.waits.channels();
     if !channels.is_empty() {
         sink.subscribe(&channels).await.ok()?;
     }
@@ -395,7 +441,7 @@ impl Session {
                     } else if channel == settings.heartbeats {
                         subscriber.upgrade()?.heard(payload);
                     } else {
-                        subscriber.upgrade()?.deliver(channel, payload);
+                        subscriber.upgrade()?.waits.deliver(channel.as_bytes(), payload);
                     }
                 }
                 command = commands.recv() => {
@@ -407,7 +453,7 @@ impl Session {
                         Control::Unsubscribe(channel) => {
                             tokio::time::timeout(timeout, self.sink.unsubscribe(channel)).await
                         }
-                        Control::Confirm(answer) => {
+                        Control::Confirm(_, answer) => {
                             let _ = answer.send(true);
                             continue;
                         }
@@ -427,7 +473,7 @@ impl Session {
 
 /// One wait on a channel. Dropping it unsubscribes once no other wait needs the channel.
 pub(crate) struct Listener {
-    subscriber: Arc<Subscriber>,
+    waits: Arc<Waits>,
     channel: String,
     id: u64,
     messages: mpsc::UnboundedReceiver<Vec<u8>>,
@@ -442,16 +488,235 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        let mut listeners = self.subscriber.lock();
+        let mut listeners = self.waits.lock();
         if let Some(waiting) = listeners.get_mut(&self.channel) {
             waiting.retain(|(id, _)| *id != self.id);
             if waiting.is_empty() {
                 listeners.remove(&self.channel);
                 let _ = self
-                    .subscriber
+                    .waits
                     .control
                     .send(Control::Unsubscribe(self.channel.clone()));
             }
+        }
+    }
+}
+
+/// The wake-ups of flights on a Redis Cluster: sharded pub/sub, so that a fill's `SPUBLISH`
+/// goes to the shard owning the key's slot (its master and that master's replicas) instead of
+/// being carried to every node.
+///
+/// It owns a RESP3 cluster connection of its own, whose push messages it reads: `SSUBSCRIBE`
+/// of a key's channel is routed by the channel's slot (the key's hash tag) to the master that
+/// owns it, and is in effect once that master confirmed it. As for plain pub/sub, a channel is
+/// subscribed only while some flight of this process waits on it, through one ordered queue.
+/// The invalidation feed and the heartbeats stay on the [`Subscriber`]'s plain session: an
+/// invalidation must reach every process, wherever it subscribed.
+///
+/// A wake-up can be missed while a node's connection is down or a slot changes hands; every
+/// wait that could have missed one ends then, and its flow reads the key again (and listens
+/// again if the lock is still held), as it does when a plain session is lost:
+///
+/// - the connection to a node is lost (the crate's disconnection push): every wait ends. The
+///   crate reconnects and subscribes the node's channels again; those no wait needs any more
+///   are unsubscribed through the queue;
+/// - a node drops a channel itself (an `sunsubscribe` this process did not ask for: the slot
+///   moved to another master): the waits on that channel end; the flows' next `SSUBSCRIBE`
+///   goes to the new owner.
+///
+/// A subscription that could not be removed (its node down) is tried again every
+/// `retry_every`, so no channel stays subscribed once no one waits on it.
+pub(crate) struct Shards {
+    waits: Arc<Waits>,
+    /// Dropped with the shards, which ends their task and closes the connection.
+    _closed: oneshot::Sender<()>,
+}
+
+/// What the task of [`Shards`] knows of the subscriptions.
+#[derive(Default)]
+struct ShardState {
+    /// Channels whose `SSUBSCRIBE` was confirmed and not undone since.
+    subscribed: HashSet<String>,
+    /// `SUNSUBSCRIBE`s of this process whose confirmation was not heard yet, by channel: an
+    /// `sunsubscribe` push beyond these is the server's own.
+    unsubscribing: HashMap<String, u32>,
+    /// Channels to unsubscribe again (a failed `SUNSUBSCRIBE`, or an `SSUBSCRIBE` that may
+    /// have taken effect after it timed out).
+    retry: HashSet<String>,
+}
+
+impl Shards {
+    /// Connects to the cluster whose nodes are `nodes` (RESP3, with a push sender) and starts
+    /// serving subscriptions on the current runtime.
+    pub(crate) async fn open(
+        nodes: &[redis::Client],
+        connect_timeout: Duration,
+        op_timeout: Duration,
+        retry_every: Duration,
+    ) -> Result<Arc<Shards>, redis::RedisError> {
+        let (pushed, pushes) = mpsc::unbounded_channel();
+        let client = redis::cluster::ClusterClientBuilder::new(
+            nodes.iter().map(|node| node.get_connection_info().clone()),
+        )
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(pushed)
+        .connection_timeout(connect_timeout)
+        .response_timeout(op_timeout)
+        .build()?;
+        let connection = client.get_async_connection().await?;
+        let (waits, commands) = Waits::new();
+        let (closed_sender, closed) = oneshot::channel();
+        tokio::spawn(serve_shards(
+            connection,
+            Arc::downgrade(&waits),
+            commands,
+            pushes,
+            closed,
+            (op_timeout, retry_every),
+        ));
+        Ok(Arc::new(Shards {
+            waits,
+            _closed: closed_sender,
+        }))
+    }
+
+    /// Subscribes to `channel` on the master owning its slot and returns a listener for it once
+    /// the subscription is in effect, or `None` if it was not within `wait`.
+    pub(crate) async fn listen(&self, channel: &str, wait: Duration) -> Option<Listener> {
+        self.waits.listen(channel, wait).await
+    }
+
+    /// Whether its task is gone (its runtime shut down).
+    pub(crate) fn is_dead(&self) -> bool {
+        self.waits.control.is_closed()
+    }
+}
+
+/// Serves the queue of [`Shards`] and the push messages of its connection until it is dropped.
+async fn serve_shards(
+    mut connection: redis::cluster_async::ClusterConnection,
+    waits: Weak<Waits>,
+    mut commands: mpsc::UnboundedReceiver<Control>,
+    mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    mut closed: oneshot::Receiver<()>,
+    (op_timeout, retry_every): (Duration, Duration),
+) {
+    let mut state = ShardState::default();
+    let mut ticks = tokio::time::interval(retry_every);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut closed => return,
+            push = pushes.recv() => {
+                let (Some(push), Some(waits)) = (push, waits.upgrade()) else {
+                    return;
+                };
+                state.heard(push, &waits);
+            }
+            command = commands.recv() => {
+                let (Some(command), Some(waits)) = (command, waits.upgrade()) else {
+                    return;
+                };
+                match command {
+                    Control::Subscribe(channel) => {
+                        let subscribed =
+                            tokio::time::timeout(op_timeout, connection.ssubscribe(&channel)).await;
+                        if matches!(subscribed, Ok(Ok(()))) {
+                            state.retry.remove(&channel);
+                            state.subscribed.insert(channel);
+                        } else {
+                            // Not in effect: the waits end now (their confirmation says no).
+                            waits.end(&channel);
+                            state.retry.insert(channel);
+                        }
+                    }
+                    Control::Unsubscribe(channel) => {
+                        // A wait that came meanwhile keeps it (its `SSUBSCRIBE` follows).
+                        if !waits.is_listened(&channel) {
+                            state.unsubscribe(&mut connection, channel, op_timeout).await;
+                        }
+                    }
+                    Control::Confirm(channel, answer) => {
+                        let _ = answer.send(state.subscribed.contains(&channel));
+                    }
+                }
+            }
+            _ = ticks.tick() => {
+                let Some(waits) = waits.upgrade() else {
+                    return;
+                };
+                for channel in std::mem::take(&mut state.retry) {
+                    if !waits.is_listened(&channel) {
+                        state.unsubscribe(&mut connection, channel, op_timeout).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ShardState {
+    /// Handles a push message of the cluster connection.
+    fn heard(&mut self, push: redis::PushInfo, waits: &Waits) {
+        match push.kind {
+            redis::PushKind::SMessage => {
+                if let [
+                    redis::Value::BulkString(channel),
+                    redis::Value::BulkString(payload),
+                ] = &push.data[..]
+                {
+                    waits.deliver(channel, payload);
+                }
+            }
+            redis::PushKind::Disconnection => {
+                // A node's connection was lost: what it published meanwhile was missed.
+                for channel in waits.end_all() {
+                    self.subscribed.remove(&channel);
+                    let _ = waits.control.send(Control::Unsubscribe(channel));
+                }
+            }
+            redis::PushKind::SUnsubscribe => {
+                let Some(redis::Value::BulkString(channel)) = push.data.first() else {
+                    return;
+                };
+                let Ok(channel) = String::from_utf8(channel.clone()) else {
+                    return;
+                };
+                if let Some(pending) = self.unsubscribing.get_mut(&channel) {
+                    *pending -= 1;
+                    if *pending == 0 {
+                        self.unsubscribing.remove(&channel);
+                    }
+                } else if self.subscribed.remove(&channel) {
+                    // The server dropped it (its slot moved): gone from the crate's
+                    // subscriptions too, so nothing is left to unsubscribe.
+                    waits.end(&channel);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Runs `SUNSUBSCRIBE channel`; on failure it is tried again later.
+    async fn unsubscribe(
+        &mut self,
+        connection: &mut redis::cluster_async::ClusterConnection,
+        channel: String,
+        op_timeout: Duration,
+    ) {
+        self.subscribed.remove(&channel);
+        *self.unsubscribing.entry(channel.clone()).or_default() += 1;
+        let unsubscribed =
+            tokio::time::timeout(op_timeout, connection.sunsubscribe(&channel)).await;
+        if !matches!(unsubscribed, Ok(Ok(()))) {
+            if let Some(pending) = self.unsubscribing.get_mut(&channel) {
+                *pending -= 1;
+                if *pending == 0 {
+                    self.unsubscribing.remove(&channel);
+                }
+            }
+            self.retry.insert(channel);
         }
     }
 }

@@ -589,3 +589,115 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
     );
     assert_eq!(loads, 30, "each key loaded once, through the cluster");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_is_served_while_its_slot_moves_and_from_its_new_master_afterwards() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    macro_rules! process {
+        ($name:ident) => {
+            // Fresh for 100 ms only, so that calls keep going to Redis (read, lock, fill,
+            // wake-ups) while the slot moves.
+            #[cached(
+                ttl = "100ms",
+                jitter = 0,
+                lock = "redis",
+                redis = "reshard",
+                name = "clu::reshard"
+            )]
+            async fn $name(key: u64) -> Result<u64, common::AppError> {
+                LOADS.fetch_add(1, SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(key * 10)
+            }
+        };
+    }
+    process!(in_a);
+    process!(in_b);
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    install(&cluster.urls(), "reshard");
+    assert_eq!(within(in_a(7)).await.unwrap(), 70);
+    let pattern = "test:{clu::reshard~*|7}:v";
+    let value = cluster
+        .keys(pattern)
+        .pop()
+        .expect("the value is in the cluster");
+    let slot: i64 = cluster.keyed(&["CLUSTER", "KEYSLOT", &value]);
+    let from = cluster.owner(&value);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|port| *port != from)
+        .unwrap();
+
+    // Callers in two "processes" call the hot key in a loop while its slot moves.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let looping = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut calls = 0_u64;
+            while !stop.load(SeqCst) {
+                let (a, b) = tokio::join!(in_a(7), in_b(7));
+                assert_eq!(a.expect("no call fails"), 70);
+                assert_eq!(b.expect("no call fails"), 70);
+                calls += 2;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            calls
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = stampede::stats("clu::reshard").unwrap();
+    let began = std::time::Instant::now();
+    // Each step held 300 ms: calls meet the slot migrating (ASK, TRYAGAIN) and migrated.
+    let moved = cluster.move_slot(slot, from, to, Duration::from_millis(300));
+    let moved_in = began.elapsed();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    stop.store(true, SeqCst);
+    let calls = within(looping).await.unwrap();
+    let during = stampede::stats("clu::reshard").unwrap();
+    let degraded_during = during.degraded - before.degraded;
+    let through_redis =
+        (during.remote_hits + during.lock_acquired) - (before.remote_hits + before.lock_acquired);
+    assert_eq!(cluster.owner(&value), to, "the slot moved");
+
+    // Afterwards: the key is read, locked and filled on its new master, not loaded locally.
+    let mut rounds = 0;
+    within(async {
+        loop {
+            rounds += 1;
+            // Past the value's fresh time, so the next calls go to Redis.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let before = stampede::stats("clu::reshard").unwrap();
+            let (a, b) = tokio::join!(in_a(7), in_b(7));
+            assert_eq!(a.unwrap(), 70);
+            assert_eq!(b.unwrap(), 70);
+            let after = stampede::stats("clu::reshard").unwrap();
+            let through_redis =
+                after.remote_hits + after.lock_acquired > before.remote_hits + before.lock_acquired;
+            if after.degraded == before.degraded && through_redis {
+                return;
+            }
+        }
+    })
+    .await;
+    // EXISTS on the old master would answer MOVED: count the slot's keys on each instead.
+    let slot_text = slot.to_string();
+    let keys_on =
+        |port: u16| -> i64 { cluster.command(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot_text]) };
+    let (on_target, on_source) = (keys_on(to), keys_on(from));
+    let value_on_target: i64 = cluster.command(to, &["EXISTS", &value]);
+    println!(
+        "slot {slot} of a hot key moved from master {from} to {to} ({moved} key(s) migrated) \
+         in {moved_in:?} while {calls} calls ran, none failed ({through_redis} read or locked \
+         in Redis, {degraded_during} served without Redis); served from the new master after \
+         {rounds} round(s)"
+    );
+    assert_eq!(value_on_target, 1, "the value lives on the new master");
+    assert!(
+        on_target >= 1 && on_source == 0,
+        "the slot's keys are on the new master only: {on_target} there, {on_source} on the old"
+    );
+}

@@ -179,6 +179,44 @@ impl RedisCluster {
         panic!("no master owns slot {slot}");
     }
 
+    /// Moves `slot` from the master at `from` to the master at `to`, as `redis-cli --cluster
+    /// reshard` does: `SETSLOT IMPORTING` on the target, `MIGRATING` on the source, `MIGRATE`
+    /// of its keys in batches, then `SETSLOT NODE` on the target, the source and the other
+    /// masters. Each of the three stages (migrating, keys moved, reassigned) is held `pause`.
+    /// Returns how many keys were migrated.
+    pub fn move_slot(&self, slot: i64, from: u16, to: u16, pause: Duration) -> usize {
+        let slot = slot.to_string();
+        let from_id: String = self.command(from, &["CLUSTER", "MYID"]);
+        let to_id: String = self.command(to, &["CLUSTER", "MYID"]);
+        let _: String = self.command(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+        let _: String = self.command(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+        std::thread::sleep(pause);
+        let mut moved = 0;
+        loop {
+            let keys: Vec<String> = self.command(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            // NOKEY when every key expired meanwhile: nothing left to move.
+            let _: Option<String> = self.try_command(from, &args);
+            moved += keys.len();
+        }
+        std::thread::sleep(pause);
+        for port in [to, from] {
+            let _: String = self.command(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        }
+        for port in self.masters() {
+            if port != to && port != from {
+                let _: String = self.command(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+            }
+        }
+        std::thread::sleep(pause);
+        moved
+    }
+
     /// The keys matching `pattern` on every master.
     pub fn keys(&self, pattern: &str) -> Vec<String> {
         self.masters()

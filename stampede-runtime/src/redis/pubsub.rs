@@ -1,7 +1,8 @@
 //! The process's pub/sub connection (one per runtime). It carries the invalidation feed (every
-//! invalidation any process announces drops the key from this process's memory) and the
-//! wake-ups of flights: a key's channel is subscribed only while some flight of this process
-//! waits on it, and every message is handed to the listeners of its channel.
+//! invalidation any process announces drops the key from this process's memory) and, on a
+//! standalone server, the wake-ups of flights: a key's channel is subscribed only while some
+//! flight of this process waits on it, and every message is handed to the listeners of its
+//! channel. On a cluster the wake-ups go through sharded pub/sub instead ([`Shards`]).
 //!
 //! A supervisor task owns the connection and replaces it in the background, with backoff, when
 //! it is lost: its stream ends (the server closed it, `CLIENT KILL`), a subscription command

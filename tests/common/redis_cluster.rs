@@ -1,9 +1,12 @@
-//! A real Redis Cluster on loopback for one test file: 3 masters with a replica each, started
-//! once and shared by the file's tests (each uses its own connection name and cache names).
+//! A real Redis Cluster on loopback for one test file: 3 masters with a replica each (every
+//! replica synced before it is handed out), started once and shared by the file's tests (each
+//! uses its own connection name and cache names).
 //!
 //! The nodes are stopped and their directory deleted when the cluster is dropped, and, since a
 //! `static` is never dropped, also by a watchdog shell that outlives the test binary by at most
 //! half a second.
+
+#![allow(dead_code)] // each test file uses its own subset
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -55,6 +58,8 @@ impl RedisCluster {
                 .args(["--protected-mode", "no", "--loglevel", "warning"])
                 // A dead master is failed over after about 2 s instead of 15.
                 .args(["--cluster-node-timeout", "2000"])
+                // A replica's first sync starts at once, not after 5 s of waiting for others.
+                .args(["--repl-diskless-sync-delay", "0"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -109,6 +114,20 @@ impl RedisCluster {
                                     == 3
                         })
             });
+        }
+        // A replica that has not synced with its master yet cannot be promoted: a failover test
+        // needs every replica's link up.
+        for port in &cluster.ports {
+            wait_for(
+                &format!("node {port} to be a master or a synced replica"),
+                || {
+                    cluster
+                        .try_command::<String>(*port, &["INFO", "replication"])
+                        .is_some_and(|info| {
+                            info.contains("role:master") || info.contains("master_link_status:up")
+                        })
+                },
+            );
         }
         cluster.ready_in = began.elapsed();
         cluster

@@ -553,9 +553,11 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
     // Back on the cluster: a new cold stampede loads each key once. The client may take a
     // few rounds to learn the new slot map; each round uses keys never asked before.
     let mut rounds = 0;
+    let mut took = Duration::ZERO;
     let loads = within(async {
         loop {
             rounds += 1;
+            let began = std::time::Instant::now();
             let degraded = stampede::stats("clu::failover").unwrap().degraded;
             let before = LOADS.load(SeqCst);
             let base = 2_000_000 + rounds * 100;
@@ -575,6 +577,7 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
                 call.await.unwrap().expect("no call fails");
             }
             let loads = LOADS.load(SeqCst) - before;
+            took = began.elapsed();
             if stampede::stats("clu::failover").unwrap().degraded == degraded {
                 return loads;
             }
@@ -585,9 +588,15 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
     println!(
         "killed master {victim}: failed over in {failed_over_in:?}; {calls} calls meanwhile, none \
          failed; afterwards a cold stampede (30 keys x 10 callers) loaded {loads} times, after \
-         {rounds} round(s)"
+         {rounds} round(s), in {took:?} (its waiters woken through the same process's sharded \
+         subscriptions; a lost wake-up would wait out the 5 s lease)"
     );
     assert_eq!(loads, 30, "each key loaded once, through the cluster");
+    eventually(
+        "no sharded channel left subscribed after the failover",
+        || shard_channels(cluster, "test:{clu::failover~").is_empty(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

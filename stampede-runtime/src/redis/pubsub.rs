@@ -525,8 +525,10 @@ impl Drop for Listener {
 ///   moved to another master): the waits on that channel end; the flows' next `SSUBSCRIBE`
 ///   goes to the new owner.
 ///
-/// A subscription that could not be removed (its node down) is tried again every
-/// `retry_every`, so no channel stays subscribed once no one waits on it.
+/// No channel stays subscribed once no one waits on it: a subscription that could not be
+/// removed (its node down) is tried again every `retry_every`, and one that the crate restores
+/// after a reconnection or a topology change (its `ssubscribe` push) is removed again unless a
+/// wait needs it.
 pub(crate) struct Shards {
     waits: Arc<Waits>,
     /// Dropped with the shards, which ends their task and closes the connection.
@@ -677,11 +679,17 @@ impl ShardState {
                     let _ = waits.control.send(Control::Unsubscribe(channel));
                 }
             }
+            redis::PushKind::SSubscribe => {
+                // The crate subscribes again, after a reconnection or a topology change, every
+                // channel it tracked then; one that no wait needs any more is undone.
+                if let Some(channel) = channel_of(&push) {
+                    if !waits.is_listened(&channel) {
+                        let _ = waits.control.send(Control::Unsubscribe(channel));
+                    }
+                }
+            }
             redis::PushKind::SUnsubscribe => {
-                let Some(redis::Value::BulkString(channel)) = push.data.first() else {
-                    return;
-                };
-                let Ok(channel) = String::from_utf8(channel.clone()) else {
+                let Some(channel) = channel_of(&push) else {
                     return;
                 };
                 if let Some(pending) = self.unsubscribing.get_mut(&channel) {
@@ -719,5 +727,13 @@ impl ShardState {
             }
             self.retry.insert(channel);
         }
+    }
+}
+
+/// The channel a subscription push is about.
+fn channel_of(push: &redis::PushInfo) -> Option<String> {
+    match push.data.first() {
+        Some(redis::Value::BulkString(channel)) => String::from_utf8(channel.clone()).ok(),
+        _ => None,
     }
 }

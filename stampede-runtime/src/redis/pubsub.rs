@@ -105,7 +105,7 @@ enum Control {
 /// The waits of this process on wake-up channels, and the one ordered queue through which a
 /// channel is subscribed while some wait needs it and unsubscribed when none does: an
 /// `UNSUBSCRIBE` left by a finished wait can never overtake the `SUBSCRIBE` of the next.
-pub(crate) struct Waits {
+struct Waits {
     listeners: Mutex<Listeners>,
     next_id: AtomicU64,
     control: mpsc::UnboundedSender<Control>,
@@ -167,11 +167,10 @@ impl Waits {
         self.lock().contains_key(channel)
     }
 
-    /// Ends every wait on `channel` (their listeners hear `None` and read again); whether any
-    /// was waiting.
-    fn end(&self, channel: &str) -> bool {
+    /// Ends every wait on `channel`: their listeners hear `None` and read again.
+    fn end(&self, channel: &str) {
         // Dropping the senders ends the waits at once.
-        self.lock().remove(channel).is_some()
+        self.lock().remove(channel);
     }
 
     /// Ends every wait; returns the channels they waited on.
@@ -682,10 +681,10 @@ impl ShardState {
             redis::PushKind::SSubscribe => {
                 // The crate subscribes again, after a reconnection or a topology change, every
                 // channel it tracked then; one that no wait needs any more is undone.
-                if let Some(channel) = channel_of(&push) {
-                    if !waits.is_listened(&channel) {
-                        let _ = waits.control.send(Control::Unsubscribe(channel));
-                    }
+                if let Some(channel) = channel_of(&push)
+                    && !waits.is_listened(&channel)
+                {
+                    let _ = waits.control.send(Control::Unsubscribe(channel));
                 }
             }
             redis::PushKind::SUnsubscribe => {

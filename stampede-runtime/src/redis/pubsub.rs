@@ -736,3 +736,115 @@ fn channel_of(push: &redis::PushInfo) -> Option<String> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> redis::Value {
+        redis::Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    fn push(kind: redis::PushKind, data: Vec<redis::Value>) -> redis::PushInfo {
+        redis::PushInfo { kind, data }
+    }
+
+    /// A wait on `channel`, registered as `Waits::listen` does (without its confirmation).
+    fn wait_on(waits: &Waits, channel: &str) -> mpsc::UnboundedReceiver<Vec<u8>> {
+        let (sender, messages) = mpsc::unbounded_channel();
+        let id = waits.next_id.fetch_add(1, Ordering::Relaxed);
+        waits
+            .lock()
+            .entry(channel.to_owned())
+            .or_default()
+            .push((id, sender));
+        messages
+    }
+
+    fn queued(commands: &mut mpsc::UnboundedReceiver<Control>) -> Vec<String> {
+        let mut unsubscribed = Vec::new();
+        while let Ok(command) = commands.try_recv() {
+            match command {
+                Control::Unsubscribe(channel) => unsubscribed.push(channel),
+                Control::Subscribe(_) | Control::Confirm(..) => panic!("only unsubscriptions"),
+            }
+        }
+        unsubscribed
+    }
+
+    #[test]
+    fn a_sharded_message_reaches_the_waits_on_its_channel_only() {
+        let (waits, _commands) = Waits::new();
+        let mut state = ShardState::default();
+        let mut a = wait_on(&waits, "a");
+        let mut b = wait_on(&waits, "b");
+        state.heard(
+            push(redis::PushKind::SMessage, vec![bulk("a"), bulk("filled")]),
+            &waits,
+        );
+        assert_eq!(a.try_recv().unwrap(), b"filled");
+        assert!(b.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_lost_node_connection_ends_every_wait_and_unsubscribes_their_channels() {
+        let (waits, mut commands) = Waits::new();
+        let mut state = ShardState::default();
+        let mut a = wait_on(&waits, "a");
+        state.subscribed.insert("a".to_owned());
+        state.heard(push(redis::PushKind::Disconnection, vec![]), &waits);
+        assert!(
+            matches!(a.try_recv(), Err(mpsc::error::TryRecvError::Disconnected)),
+            "the wait ended: its flow reads again"
+        );
+        assert!(!state.subscribed.contains("a"));
+        assert_eq!(queued(&mut commands), ["a"]);
+    }
+
+    #[test]
+    fn only_an_unsubscription_this_process_did_not_ask_for_ends_the_waits() {
+        let (waits, mut commands) = Waits::new();
+        let mut state = ShardState::default();
+        let mut a = wait_on(&waits, "a");
+        state.subscribed.insert("a".to_owned());
+        // The confirmation of an earlier SUNSUBSCRIBE of this process: the new wait stays.
+        state.unsubscribing.insert("a".to_owned(), 1);
+        let confirmation = || {
+            push(
+                redis::PushKind::SUnsubscribe,
+                vec![bulk("a"), redis::Value::Int(0)],
+            )
+        };
+        state.heard(confirmation(), &waits);
+        assert!(matches!(
+            a.try_recv(),
+            Err(mpsc::error::TryRecvError::Empty)
+        ));
+        assert!(state.unsubscribing.is_empty(), "no count left behind");
+        // The server dropped the channel (its slot moved): the wait ends, nothing to undo.
+        state.heard(confirmation(), &waits);
+        assert!(matches!(
+            a.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
+        assert!(!state.subscribed.contains("a"));
+        assert!(queued(&mut commands).is_empty());
+    }
+
+    #[test]
+    fn a_subscription_restored_by_the_client_is_undone_unless_a_wait_needs_it() {
+        let (waits, mut commands) = Waits::new();
+        let mut state = ShardState::default();
+        let _a = wait_on(&waits, "a");
+        for channel in ["a", "stale"] {
+            state.heard(
+                push(
+                    redis::PushKind::SSubscribe,
+                    vec![bulk(channel), redis::Value::Int(1)],
+                ),
+                &waits,
+            );
+        }
+        assert_eq!(queued(&mut commands), ["stale"]);
+    }
+}

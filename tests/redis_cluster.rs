@@ -710,3 +710,75 @@ async fn a_hot_key_is_served_while_its_slot_moves_and_from_its_new_master_afterw
         "the slot's keys are on the new master only: {on_target} there, {on_source} on the old"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_slot_moves_subscribes_again_on_the_new_master_and_is_woken() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "moving", name = "clu::moving")]
+    async fn holder(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        id * 10
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "moving", name = "clu::moving")]
+    async fn waiter(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 10
+    }
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    install(&cluster.urls(), "moving");
+    let began = std::time::Instant::now();
+    let held = tokio::spawn(holder(3));
+    let lock_pattern = "test:{clu::moving~*|3}:l";
+    eventually("the holder to take the lock", || {
+        !cluster.keys(lock_pattern).is_empty()
+    })
+    .await;
+    let lock = cluster.keys(lock_pattern).pop().unwrap();
+    let channel = format!("{}:c", lock.strip_suffix(":l").unwrap());
+    let slot: i64 = cluster.keyed(&["CLUSTER", "KEYSLOT", &lock]);
+    let from = cluster.owner(&lock);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|port| *port != from)
+        .unwrap();
+    let subscribed_on = |port: u16| -> bool {
+        cluster
+            .command::<Vec<String>>(port, &["PUBSUB", "SHARDCHANNELS", &channel])
+            .contains(&channel)
+    };
+    let waiting = tokio::spawn(async move {
+        let value = waiter(3).await;
+        (value, began.elapsed())
+    });
+    eventually("the waiter to subscribe on the key's master", || {
+        subscribed_on(from)
+    })
+    .await;
+
+    // The slot moves while the waiter waits: the old master drops the subscription itself.
+    let moved = cluster.move_slot(slot, from, to, Duration::ZERO);
+    eventually("the waiter to subscribe again on the new master", || {
+        subscribed_on(to)
+    })
+    .await;
+    assert!(!subscribed_on(from), "nothing left on the old master");
+    let (value, returned_after) = within(waiting).await.unwrap();
+    assert_eq!(value, 30, "woken with the holder's value");
+    assert_eq!(within(held).await.unwrap(), 30);
+    println!(
+        "slot {slot} moved from master {from} to {to} ({moved} key(s)) while a waiter waited: it \
+         subscribed again on {to} and got the holder's value {returned_after:?} after the \
+         holder's call began (its load takes 1.5 s, the lease 5 s); loads {}",
+        LOADS.load(SeqCst)
+    );
+    assert_eq!(LOADS.load(SeqCst), 1, "the waiter loaded nothing");
+    eventually("no sharded channel left subscribed", || {
+        shard_channels(cluster, "test:{clu::moving~").is_empty()
+    })
+    .await;
+}

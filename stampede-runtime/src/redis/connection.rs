@@ -72,7 +72,7 @@ struct LinkState {
     commands: Option<Arc<Commands>>,
     /// Set once its first session was up; from then on it replaces its own connection.
     events: Option<Arc<Subscriber>>,
-    /// On a cluster, the sharded subscriptions of wake-ups.
+    /// On a cluster of Redis 7 or later, the sharded subscriptions of wake-ups.
     shards: Option<Arc<Shards>>,
     /// The one attempt at making what is missing, shared by every call that needs it.
     connecting: Option<Connecting>,
@@ -84,7 +84,7 @@ type Connecting = Shared<BoxFuture<'static, Result<(), Failure>>>;
 struct Ready {
     commands: Arc<Commands>,
     events: Arc<Subscriber>,
-    /// Present on a cluster: wake-ups are subscribed there.
+    /// Present on a cluster of Redis 7 or later: wake-ups are subscribed there.
     shards: Option<Arc<Shards>>,
 }
 
@@ -93,7 +93,11 @@ struct Ready {
 #[derive(Clone)]
 pub(crate) enum CommandConnection {
     Single(MultiplexedConnection),
-    Cluster(ClusterConnection),
+    Cluster {
+        connection: ClusterConnection,
+        /// Whether the cluster has sharded pub/sub (Redis 7 and later): wake-ups use it.
+        sharded: bool,
+    },
 }
 
 impl redis::aio::ConnectionLike for CommandConnection {
@@ -103,7 +107,7 @@ impl redis::aio::ConnectionLike for CommandConnection {
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             CommandConnection::Single(connection) => connection.req_packed_command(cmd),
-            CommandConnection::Cluster(connection) => connection.req_packed_command(cmd),
+            CommandConnection::Cluster { connection, .. } => connection.req_packed_command(cmd),
         }
     }
 
@@ -117,7 +121,7 @@ impl redis::aio::ConnectionLike for CommandConnection {
             CommandConnection::Single(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
-            CommandConnection::Cluster(connection) => {
+            CommandConnection::Cluster { connection, .. } => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
         }
@@ -126,24 +130,27 @@ impl redis::aio::ConnectionLike for CommandConnection {
     fn get_db(&self) -> i64 {
         match self {
             CommandConnection::Single(connection) => connection.get_db(),
-            CommandConnection::Cluster(connection) => connection.get_db(),
+            CommandConnection::Cluster { connection, .. } => connection.get_db(),
         }
     }
 }
 
 impl CommandConnection {
-    /// The command that publishes a fill on a key's channel: `SPUBLISH` on a cluster (the
-    /// channel shares the key's hash tag, so it reaches the shard owning the key only, where
-    /// the waiters `SSUBSCRIBE`d), `PUBLISH` on a standalone server.
+    /// The command that publishes a fill on a key's channel: `SPUBLISH` on a cluster of Redis 7
+    /// or later (the channel shares the key's hash tag, so it reaches the shard owning the key
+    /// only, where the waiters `SSUBSCRIBE`d), `PUBLISH` on a standalone server or an older
+    /// cluster (carried to every node).
     pub(crate) fn publish_command(&self) -> &'static str {
-        match self {
-            CommandConnection::Single(_) => "PUBLISH",
-            CommandConnection::Cluster(_) => "SPUBLISH",
+        if self.sharded() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
         }
     }
 
-    fn is_cluster(&self) -> bool {
-        matches!(self, CommandConnection::Cluster(_))
+    /// Whether wake-ups go through sharded pub/sub.
+    fn sharded(&self) -> bool {
+        matches!(self, CommandConnection::Cluster { sharded: true, .. })
     }
 
     /// Connects to `nodes`: a cluster if there are several or the first says it is one.
@@ -178,12 +185,38 @@ impl CommandConnection {
         .connection_timeout(timeout)
         .build()
         .map_err(Failure::Redis)?;
-        let connection = client
+        let mut connection = client
             .get_async_connection()
             .await
             .map_err(Failure::Redis)?;
-        Ok(CommandConnection::Cluster(connection))
+        let info = connection
+            .route_command(
+                redis::cmd("INFO").arg("server").clone(),
+                redis::cluster_routing::RoutingInfo::SingleNode(
+                    redis::cluster_routing::SingleNodeRoutingInfo::Random,
+                ),
+            )
+            .await;
+        // A node that refuses INFO (an ACL without it) is taken to be recent enough.
+        let sharded = match info {
+            Ok(info) => redis::from_redis_value::<String>(info)
+                .map_or(true, |info| has_sharded_pubsub(&info)),
+            Err(error) if error.code().is_some() => true,
+            Err(error) => return Err(Failure::Redis(error)),
+        };
+        Ok(CommandConnection::Cluster {
+            connection,
+            sharded,
+        })
     }
+}
+
+/// Whether an `INFO server` reply is from Redis 7 or later, which has sharded pub/sub.
+fn has_sharded_pubsub(info: &str) -> bool {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("redis_version:"))
+        .and_then(|version| version.split('.').next()?.parse::<u32>().ok())
+        .is_none_or(|major| major >= 7)
 }
 
 /// Whether an `INFO cluster` reply says the server runs in cluster mode.
@@ -221,7 +254,7 @@ impl LinkState {
             .as_ref()
             .filter(|commands| commands.usable())?;
         let events = self.events.as_ref().filter(|events| !events.is_dead())?;
-        let shards = if commands.connection.is_cluster() {
+        let shards = if commands.connection.sharded() {
             Some(
                 self.shards
                     .as_ref()
@@ -726,12 +759,12 @@ impl Connection {
     }
 
     /// Makes, in a task of its own bounded by the connect timeout, what `state` lacks: a command
-    /// connection, a subscriber whose first session is up and, on a cluster, the sharded
-    /// subscriptions.
+    /// connection, a subscriber whose first session is up and, on a cluster of Redis 7 or
+    /// later, the sharded subscriptions.
     fn connect(&self, runtime: &Handle, link: &Arc<Link>, state: &LinkState) -> Connecting {
         let usable = state.commands.as_ref().filter(|c| c.usable());
         let commands_needed = usable.is_none();
-        let known_cluster = usable.is_some_and(|c| c.connection.is_cluster());
+        let known_sharded = usable.is_some_and(|c| c.connection.sharded());
         let shards_needed = state.shards.as_ref().is_none_or(|shards| shards.is_dead());
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
         let settings = events_needed.then(|| self.subscriber_settings());
@@ -751,10 +784,10 @@ impl Connection {
                 } else {
                     None
                 };
-                let cluster = commands
+                let sharded = commands
                     .as_ref()
-                    .map_or(known_cluster, |c| c.connection.is_cluster());
-                let shards = if cluster && shards_needed {
+                    .map_or(known_sharded, |c| c.connection.sharded());
+                let shards = if sharded && shards_needed {
                     let shards = Shards::open(&nodes, timeout, op_timeout, retry_every)
                         .await
                         .map_err(Failure::Redis)?;
@@ -953,6 +986,17 @@ mod tests {
             "Error running script: attempt to compare nil with number",
         );
         assert_eq!(scope(&script), Scope::Server);
+    }
+
+    #[test]
+    fn sharded_pubsub_is_used_from_redis_7_on() {
+        assert!(has_sharded_pubsub("# Server\r\nredis_version:7.0.15\r\n"));
+        assert!(has_sharded_pubsub("redis_version:8.2.1"));
+        assert!(!has_sharded_pubsub("# Server\r\nredis_version:6.2.14\r\n"));
+        assert!(
+            has_sharded_pubsub(""),
+            "no version said: taken to be recent"
+        );
     }
 
     #[test]

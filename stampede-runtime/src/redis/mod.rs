@@ -27,11 +27,12 @@
 //! (`pubsub::Shards`). A wake-up is then carried to the shard's replicas only: 1 cluster-bus
 //! message on 3 masters with a replica each, instead of the 5 of a plain `PUBLISH`
 //! (`tests/redis_cluster.rs` measures it). On a standalone server they stay plain
-//! (`SUBSCRIBE`/`PUBLISH`). Invalidations and heartbeats must reach every process wherever it
-//! subscribed, so they stay a broadcast: one plain `PUBLISH` on the invalidation channel, which
-//! the subscriber hears on whichever node it holds its one plain session (the nodes given are
-//! tried in turn when it is lost); the cluster bus carries it to every node (5 messages on 6
-//! nodes). Every process of a service must run a version that agrees on this: one that
+//! (`SUBSCRIBE`/`PUBLISH`), and so they do on a cluster of servers older than Redis 7 (asked
+//! with `INFO server` when connecting). Invalidations and heartbeats must reach every process
+//! wherever it subscribed, so they stay a broadcast: one plain `PUBLISH` on the invalidation
+//! channel, which the subscriber hears on whichever node it holds its one plain session (the
+//! nodes given are tried in turn when it is lost); the cluster bus carries it to every node (5
+//! messages on 6 nodes). Every process of a service must run a version that agrees on this: one that
 //! publishes fills with plain `PUBLISH` does not wake waiters that `SSUBSCRIBE`d (they read
 //! again when the lease runs out).
 //!

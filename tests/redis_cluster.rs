@@ -164,6 +164,11 @@ async fn a_cold_stampede_on_keys_over_every_master_loads_each_key_once() {
         per_master.iter().map(|(_, values)| values).sum::<usize>(),
         KEYS as usize
     );
+    eventually(
+        "every key's sharded channel unsubscribed once no one waits",
+        || shard_channels(cluster, "test:{clu::storm~").is_empty(),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -300,29 +305,48 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
         .any(|window| window == needle)
 }
 
-/// `cluster_stats_messages_publish_sent` summed over every node: the `PUBLISH` messages the
-/// cluster bus carried from node to node.
-fn bus_publishes(cluster: &RedisCluster) -> u64 {
-    cluster
-        .ports()
-        .iter()
-        .map(|port| {
-            let info: String = cluster.command(*port, &["CLUSTER", "INFO"]);
-            info.lines()
-                .find_map(|line| line.strip_prefix("cluster_stats_messages_publish_sent:"))
-                .map_or(0, |count| count.trim().parse::<u64>().unwrap())
-        })
-        .sum()
+/// The messages the cluster bus carried from node to node, summed over every node: plain
+/// `PUBLISH`es (`cluster_stats_messages_publish_sent`, to every other node) and sharded ones
+/// (`cluster_stats_messages_publishshard_sent`, to the shard's other nodes only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Bus {
+    publish: u64,
+    publishshard: u64,
 }
 
-/// [`bus_publishes`] once it has stopped changing for 200 ms: every message sent so far, and
+impl std::ops::Sub for Bus {
+    type Output = Bus;
+    fn sub(self, before: Bus) -> Bus {
+        Bus {
+            publish: self.publish - before.publish,
+            publishshard: self.publishshard - before.publishshard,
+        }
+    }
+}
+
+fn bus_messages(cluster: &RedisCluster) -> Bus {
+    let mut bus = Bus::default();
+    for port in cluster.ports() {
+        let info: String = cluster.command(port, &["CLUSTER", "INFO"]);
+        let count = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map_or(0, |count| count.trim().parse::<u64>().unwrap())
+        };
+        bus.publish += count("cluster_stats_messages_publish_sent:");
+        bus.publishshard += count("cluster_stats_messages_publishshard_sent:");
+    }
+    bus
+}
+
+/// [`bus_messages`] once it has stopped changing for 200 ms: every message sent so far, and
 /// those its receivers sent on, counted.
-async fn settled_publishes(cluster: &RedisCluster) -> u64 {
+async fn settled_bus(cluster: &RedisCluster) -> Bus {
     within(async {
-        let mut last = bus_publishes(cluster);
+        let mut last = bus_messages(cluster);
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let now = bus_publishes(cluster);
+            let now = bus_messages(cluster);
             if now == last {
                 return now;
             }
@@ -332,8 +356,20 @@ async fn settled_publishes(cluster: &RedisCluster) -> u64 {
     .await
 }
 
+/// The sharded channels subscribed on every master whose name starts with `prefix`.
+fn shard_channels(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+    cluster
+        .masters()
+        .into_iter()
+        .flat_map(|port| {
+            cluster
+                .command::<Vec<String>>(port, &["PUBSUB", "SHARDCHANNELS", &format!("{prefix}*")])
+        })
+        .collect()
+}
+
 #[tokio::test]
-async fn a_wake_up_and_an_invalidation_each_cost_one_publish_carried_to_every_node() {
+async fn a_wake_up_goes_to_its_shard_only_and_an_invalidation_to_every_node() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
 
     #[cached(ttl = "60s", lock = "redis", redis = "bus", name = "clu::bus")]
@@ -362,47 +398,81 @@ async fn a_wake_up_and_an_invalidation_each_cost_one_publish_carried_to_every_no
     assert_eq!(within(waiter(0)).await, 0, "connected");
     // Other tests' links may still publish a heartbeat while their runtime shuts down: that only
     // adds, so the least of three rounds is the protocol's own cost.
-    let (mut wake_up, mut invalidation) = (u64::MAX, u64::MAX);
+    let least = |a: Bus, b: Bus| Bus {
+        publish: a.publish.min(b.publish),
+        publishshard: a.publishshard.min(b.publishshard),
+    };
+    let most = Bus {
+        publish: u64::MAX,
+        publishshard: u64::MAX,
+    };
+    let (mut wake_up, mut invalidation) = (most, most);
+    let mut channels_while_waiting = 0;
     for id in 1..=3_u64 {
-        let before = settled_publishes(cluster).await;
+        let before = settled_bus(cluster).await;
         let held = tokio::spawn(holder(id));
         let lock = format!("test:{{clu::bus~*|{id}}}:l");
         eventually("the holder to take the lock", || {
             !cluster.keys(&lock).is_empty()
         })
         .await;
+        let waiting = tokio::spawn(waiter(id));
+        // The waiter subscribes to the key's channel on the master that owns the key.
+        eventually("the waiter to subscribe on the key's master", || {
+            let channels = shard_channels(cluster, "test:{clu::bus~");
+            channels_while_waiting = channels.len();
+            channels.iter().any(|c| c.ends_with(&format!("|{id}}}:c")))
+        })
+        .await;
         assert_eq!(
-            within(waiter(id)).await,
+            within(waiting).await.unwrap(),
             id,
             "woken with the holder's value"
         );
         assert_eq!(within(held).await.unwrap(), id);
-        wake_up = wake_up.min(settled_publishes(cluster).await - before);
+        wake_up = least(wake_up, settled_bus(cluster).await - before);
 
-        let before = settled_publishes(cluster).await;
+        let before = settled_bus(cluster).await;
         within(stampede::invalidate("clu::bus", (id,)))
             .await
             .unwrap();
-        invalidation = invalidation.min(settled_publishes(cluster).await - before);
+        invalidation = least(invalidation, settled_bus(cluster).await - before);
     }
+    eventually(
+        "no sharded channel left subscribed once no one waits",
+        || shard_channels(cluster, "test:{clu::bus~").is_empty(),
+    )
+    .await;
 
     println!(
-        "plain pub/sub on 3 masters + 3 replicas: a fill that wakes waiters: {wake_up} cluster \
-         bus PUBLISH messages; an invalidation: {} per announcement ({invalidation} for the \
-         two caches of the name)",
-        invalidation / 2
+        "3 masters + 3 replicas: a fill that wakes waiters: {} cluster-bus PUBLISHSHARD \
+         message(s) (SPUBLISH, to the shard's replica) and {} PUBLISH; an invalidation: {} \
+         PUBLISH messages per announcement ({} for the two caches of the name), {} sharded; \
+         {channels_while_waiting} sharded channel(s) subscribed while a waiter waited, none after",
+        wake_up.publishshard,
+        wake_up.publish,
+        invalidation.publish / 2,
+        invalidation.publish,
+        invalidation.publishshard,
     );
     assert_eq!(LOADS.load(SeqCst), 4, "the waiters loaded nothing");
-    let others = cluster.ports().len() as u64 - 1;
     assert_eq!(
-        wake_up, others,
-        "one PUBLISH, sent by its node to every other"
+        wake_up,
+        Bus {
+            publish: 0,
+            publishshard: 1
+        },
+        "one SPUBLISH, sent by the key's master to its replica only"
     );
+    let others = cluster.ports().len() as u64 - 1;
     // `stampede::invalidate` by name runs through every cache of that name in this process: the
     // two here stand for two processes, each of which would announce once.
     assert_eq!(
         invalidation,
-        2 * others,
+        Bus {
+            publish: 2 * others,
+            publishshard: 0
+        },
         "one PUBLISH per cache, sent to every other node"
     );
 }
@@ -483,9 +553,11 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
     // Back on the cluster: a new cold stampede loads each key once. The client may take a
     // few rounds to learn the new slot map; each round uses keys never asked before.
     let mut rounds = 0;
+    let mut took = Duration::ZERO;
     let loads = within(async {
         loop {
             rounds += 1;
+            let began = std::time::Instant::now();
             let degraded = stampede::stats("clu::failover").unwrap().degraded;
             let before = LOADS.load(SeqCst);
             let base = 2_000_000 + rounds * 100;
@@ -505,6 +577,7 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
                 call.await.unwrap().expect("no call fails");
             }
             let loads = LOADS.load(SeqCst) - before;
+            took = began.elapsed();
             if stampede::stats("clu::failover").unwrap().degraded == degraded {
                 return loads;
             }
@@ -515,7 +588,197 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
     println!(
         "killed master {victim}: failed over in {failed_over_in:?}; {calls} calls meanwhile, none \
          failed; afterwards a cold stampede (30 keys x 10 callers) loaded {loads} times, after \
-         {rounds} round(s)"
+         {rounds} round(s), in {took:?} (its waiters woken through the same process's sharded \
+         subscriptions; a lost wake-up would wait out the 5 s lease)"
     );
     assert_eq!(loads, 30, "each key loaded once, through the cluster");
+    eventually(
+        "no sharded channel left subscribed after the failover",
+        || shard_channels(cluster, "test:{clu::failover~").is_empty(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_is_served_while_its_slot_moves_and_from_its_new_master_afterwards() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    macro_rules! process {
+        ($name:ident) => {
+            // Fresh for 100 ms only, so that calls keep going to Redis (read, lock, fill,
+            // wake-ups) while the slot moves.
+            #[cached(
+                ttl = "100ms",
+                jitter = 0,
+                lock = "redis",
+                redis = "reshard",
+                name = "clu::reshard"
+            )]
+            async fn $name(key: u64) -> Result<u64, common::AppError> {
+                LOADS.fetch_add(1, SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(key * 10)
+            }
+        };
+    }
+    process!(in_a);
+    process!(in_b);
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    install(&cluster.urls(), "reshard");
+    assert_eq!(within(in_a(7)).await.unwrap(), 70);
+    let pattern = "test:{clu::reshard~*|7}:v";
+    let value = cluster
+        .keys(pattern)
+        .pop()
+        .expect("the value is in the cluster");
+    let slot: i64 = cluster.keyed(&["CLUSTER", "KEYSLOT", &value]);
+    let from = cluster.owner(&value);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|port| *port != from)
+        .unwrap();
+
+    // Callers in two "processes" call the hot key in a loop while its slot moves.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let looping = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut calls = 0_u64;
+            while !stop.load(SeqCst) {
+                let (a, b) = tokio::join!(in_a(7), in_b(7));
+                assert_eq!(a.expect("no call fails"), 70);
+                assert_eq!(b.expect("no call fails"), 70);
+                calls += 2;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            calls
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = stampede::stats("clu::reshard").unwrap();
+    let began = std::time::Instant::now();
+    // Each step held 300 ms: calls meet the slot migrating (ASK, TRYAGAIN) and migrated.
+    let moved = cluster.move_slot(slot, from, to, Duration::from_millis(300));
+    let moved_in = began.elapsed();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    stop.store(true, SeqCst);
+    let calls = within(looping).await.unwrap();
+    let during = stampede::stats("clu::reshard").unwrap();
+    let degraded_during = during.degraded - before.degraded;
+    let through_redis =
+        (during.remote_hits + during.lock_acquired) - (before.remote_hits + before.lock_acquired);
+    assert_eq!(cluster.owner(&value), to, "the slot moved");
+
+    // Afterwards: the key is read, locked and filled on its new master, not loaded locally.
+    let mut rounds = 0;
+    within(async {
+        loop {
+            rounds += 1;
+            // Past the value's fresh time, so the next calls go to Redis.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let before = stampede::stats("clu::reshard").unwrap();
+            let (a, b) = tokio::join!(in_a(7), in_b(7));
+            assert_eq!(a.unwrap(), 70);
+            assert_eq!(b.unwrap(), 70);
+            let after = stampede::stats("clu::reshard").unwrap();
+            let through_redis =
+                after.remote_hits + after.lock_acquired > before.remote_hits + before.lock_acquired;
+            if after.degraded == before.degraded && through_redis {
+                return;
+            }
+        }
+    })
+    .await;
+    // EXISTS on the old master would answer MOVED: count the slot's keys on each instead.
+    let slot_text = slot.to_string();
+    let keys_on =
+        |port: u16| -> i64 { cluster.command(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot_text]) };
+    let (on_target, on_source) = (keys_on(to), keys_on(from));
+    let value_on_target: i64 = cluster.command(to, &["EXISTS", &value]);
+    println!(
+        "slot {slot} of a hot key moved from master {from} to {to} ({moved} key(s) migrated) \
+         in {moved_in:?} while {calls} calls ran, none failed ({through_redis} read or locked \
+         in Redis, {degraded_during} served without Redis); served from the new master after \
+         {rounds} round(s)"
+    );
+    assert_eq!(value_on_target, 1, "the value lives on the new master");
+    assert!(
+        on_target >= 1 && on_source == 0,
+        "the slot's keys are on the new master only: {on_target} there, {on_source} on the old"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_slot_moves_subscribes_again_on_the_new_master_and_is_woken() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "moving", name = "clu::moving")]
+    async fn holder(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        id * 10
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "moving", name = "clu::moving")]
+    async fn waiter(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 10
+    }
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    install(&cluster.urls(), "moving");
+    let began = std::time::Instant::now();
+    let held = tokio::spawn(holder(3));
+    let lock_pattern = "test:{clu::moving~*|3}:l";
+    eventually("the holder to take the lock", || {
+        !cluster.keys(lock_pattern).is_empty()
+    })
+    .await;
+    let lock = cluster.keys(lock_pattern).pop().unwrap();
+    let channel = format!("{}:c", lock.strip_suffix(":l").unwrap());
+    let slot: i64 = cluster.keyed(&["CLUSTER", "KEYSLOT", &lock]);
+    let from = cluster.owner(&lock);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|port| *port != from)
+        .unwrap();
+    let subscribed_on = |port: u16| -> bool {
+        cluster
+            .command::<Vec<String>>(port, &["PUBSUB", "SHARDCHANNELS", &channel])
+            .contains(&channel)
+    };
+    let waiting = tokio::spawn(async move {
+        let value = waiter(3).await;
+        (value, began.elapsed())
+    });
+    eventually("the waiter to subscribe on the key's master", || {
+        subscribed_on(from)
+    })
+    .await;
+
+    // The slot moves while the waiter waits: the old master drops the subscription itself.
+    let moved = cluster.move_slot(slot, from, to, Duration::ZERO);
+    eventually("the waiter to subscribe again on the new master", || {
+        subscribed_on(to)
+    })
+    .await;
+    assert!(!subscribed_on(from), "nothing left on the old master");
+    let (value, returned_after) = within(waiting).await.unwrap();
+    assert_eq!(value, 30, "woken with the holder's value");
+    assert_eq!(within(held).await.unwrap(), 30);
+    println!(
+        "slot {slot} moved from master {from} to {to} ({moved} key(s)) while a waiter waited: it \
+         subscribed again on {to} and got the holder's value {returned_after:?} after the \
+         holder's call began (its load takes 1.5 s, the lease 5 s); loads {}",
+        LOADS.load(SeqCst)
+    );
+    assert_eq!(LOADS.load(SeqCst), 1, "the waiter loaded nothing");
+    eventually("no sharded channel left subscribed", || {
+        shard_channels(cluster, "test:{clu::moving~").is_empty()
+    })
+    .await;
 }

@@ -1,9 +1,12 @@
-//! A real Redis Cluster on loopback for one test file: 3 masters with a replica each, started
-//! once and shared by the file's tests (each uses its own connection name and cache names).
+//! A real Redis Cluster on loopback for one test file: 3 masters with a replica each (every
+//! replica synced before it is handed out), started once and shared by the file's tests (each
+//! uses its own connection name and cache names).
 //!
 //! The nodes are stopped and their directory deleted when the cluster is dropped, and, since a
 //! `static` is never dropped, also by a watchdog shell that outlives the test binary by at most
 //! half a second.
+
+#![allow(dead_code)] // each test file uses its own subset
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -55,6 +58,8 @@ impl RedisCluster {
                 .args(["--protected-mode", "no", "--loglevel", "warning"])
                 // A dead master is failed over after about 2 s instead of 15.
                 .args(["--cluster-node-timeout", "2000"])
+                // A replica's first sync starts at once, not after 5 s of waiting for others.
+                .args(["--repl-diskless-sync-delay", "0"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -109,6 +114,20 @@ impl RedisCluster {
                                     == 3
                         })
             });
+        }
+        // A replica that has not synced with its master yet cannot be promoted: a failover test
+        // needs every replica's link up.
+        for port in &cluster.ports {
+            wait_for(
+                &format!("node {port} to be a master or a synced replica"),
+                || {
+                    cluster
+                        .try_command::<String>(*port, &["INFO", "replication"])
+                        .is_some_and(|info| {
+                            info.contains("role:master") || info.contains("master_link_status:up")
+                        })
+                },
+            );
         }
         cluster.ready_in = began.elapsed();
         cluster
@@ -177,6 +196,44 @@ impl RedisCluster {
             }
         }
         panic!("no master owns slot {slot}");
+    }
+
+    /// Moves `slot` from the master at `from` to the master at `to`, as `redis-cli --cluster
+    /// reshard` does: `SETSLOT IMPORTING` on the target, `MIGRATING` on the source, `MIGRATE`
+    /// of its keys in batches, then `SETSLOT NODE` on the target, the source and the other
+    /// masters. Each of the three stages (migrating, keys moved, reassigned) is held `pause`.
+    /// Returns how many keys were migrated.
+    pub fn move_slot(&self, slot: i64, from: u16, to: u16, pause: Duration) -> usize {
+        let slot = slot.to_string();
+        let from_id: String = self.command(from, &["CLUSTER", "MYID"]);
+        let to_id: String = self.command(to, &["CLUSTER", "MYID"]);
+        let _: String = self.command(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+        let _: String = self.command(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+        std::thread::sleep(pause);
+        let mut moved = 0;
+        loop {
+            let keys: Vec<String> = self.command(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            // NOKEY when every key expired meanwhile: nothing left to move.
+            let _: Option<String> = self.try_command(from, &args);
+            moved += keys.len();
+        }
+        std::thread::sleep(pause);
+        for port in [to, from] {
+            let _: String = self.command(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        }
+        for port in self.masters() {
+            if port != to && port != from {
+                let _: String = self.command(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+            }
+        }
+        std::thread::sleep(pause);
+        moved
     }
 
     /// The keys matching `pattern` on every master.

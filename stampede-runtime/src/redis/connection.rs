@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use crate::entry::after;
 use crate::redis::config::RedisConfig;
 use crate::redis::keys::RedisKeys;
-use crate::redis::pubsub::{Listener, Settings, Subscriber};
+use crate::redis::pubsub::{Listener, Settings, Shards, Subscriber};
 use crate::redis::scripts;
 
 /// The least time between two warnings that Redis is failing.
@@ -72,6 +72,8 @@ struct LinkState {
     commands: Option<Arc<Commands>>,
     /// Set once its first session was up; from then on it replaces its own connection.
     events: Option<Arc<Subscriber>>,
+    /// On a cluster of Redis 7 or later, the sharded subscriptions of wake-ups.
+    shards: Option<Arc<Shards>>,
     /// The one attempt at making what is missing, shared by every call that needs it.
     connecting: Option<Connecting>,
 }
@@ -82,6 +84,8 @@ type Connecting = Shared<BoxFuture<'static, Result<(), Failure>>>;
 struct Ready {
     commands: Arc<Commands>,
     events: Arc<Subscriber>,
+    /// Present on a cluster of Redis 7 or later: wake-ups are subscribed there.
+    shards: Option<Arc<Shards>>,
 }
 
 /// A connection that runs commands: to a standalone server, or to a cluster, where each command
@@ -89,7 +93,11 @@ struct Ready {
 #[derive(Clone)]
 pub(crate) enum CommandConnection {
     Single(MultiplexedConnection),
-    Cluster(ClusterConnection),
+    Cluster {
+        connection: ClusterConnection,
+        /// Whether the cluster has sharded pub/sub (Redis 7 and later): wake-ups use it.
+        sharded: bool,
+    },
 }
 
 impl redis::aio::ConnectionLike for CommandConnection {
@@ -99,7 +107,7 @@ impl redis::aio::ConnectionLike for CommandConnection {
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             CommandConnection::Single(connection) => connection.req_packed_command(cmd),
-            CommandConnection::Cluster(connection) => connection.req_packed_command(cmd),
+            CommandConnection::Cluster { connection, .. } => connection.req_packed_command(cmd),
         }
     }
 
@@ -113,7 +121,7 @@ impl redis::aio::ConnectionLike for CommandConnection {
             CommandConnection::Single(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
-            CommandConnection::Cluster(connection) => {
+            CommandConnection::Cluster { connection, .. } => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
         }
@@ -122,12 +130,29 @@ impl redis::aio::ConnectionLike for CommandConnection {
     fn get_db(&self) -> i64 {
         match self {
             CommandConnection::Single(connection) => connection.get_db(),
-            CommandConnection::Cluster(connection) => connection.get_db(),
+            CommandConnection::Cluster { connection, .. } => connection.get_db(),
         }
     }
 }
 
 impl CommandConnection {
+    /// The command that publishes a fill on a key's channel: `SPUBLISH` on a cluster of Redis 7
+    /// or later (the channel shares the key's hash tag, so it reaches the shard owning the key
+    /// only, where the waiters `SSUBSCRIBE`d), `PUBLISH` on a standalone server or an older
+    /// cluster (carried to every node).
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.sharded() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
+    /// Whether wake-ups go through sharded pub/sub.
+    fn sharded(&self) -> bool {
+        matches!(self, CommandConnection::Cluster { sharded: true, .. })
+    }
+
     /// Connects to `nodes`: a cluster if there are several or the first says it is one.
     async fn open(nodes: &[redis::Client], timeout: Duration) -> Result<Self, Failure> {
         let first = nodes.first().ok_or(Failure::Unavailable)?;
@@ -160,12 +185,38 @@ impl CommandConnection {
         .connection_timeout(timeout)
         .build()
         .map_err(Failure::Redis)?;
-        let connection = client
+        let mut connection = client
             .get_async_connection()
             .await
             .map_err(Failure::Redis)?;
-        Ok(CommandConnection::Cluster(connection))
+        let info = connection
+            .route_command(
+                redis::cmd("INFO").arg("server").clone(),
+                redis::cluster_routing::RoutingInfo::SingleNode(
+                    redis::cluster_routing::SingleNodeRoutingInfo::Random,
+                ),
+            )
+            .await;
+        // A node that refuses INFO (an ACL without it) is taken to be recent enough.
+        let sharded = match info {
+            Ok(info) => redis::from_redis_value::<String>(info)
+                .map_or(true, |info| has_sharded_pubsub(&info)),
+            Err(error) if error.code().is_some() => true,
+            Err(error) => return Err(Failure::Redis(error)),
+        };
+        Ok(CommandConnection::Cluster {
+            connection,
+            sharded,
+        })
     }
+}
+
+/// Whether an `INFO server` reply is from Redis 7 or later, which has sharded pub/sub.
+fn has_sharded_pubsub(info: &str) -> bool {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("redis_version:"))
+        .and_then(|version| version.split('.').next()?.parse::<u32>().ok())
+        .is_none_or(|major| major >= 7)
 }
 
 /// Whether an `INFO cluster` reply says the server runs in cluster mode.
@@ -203,9 +254,20 @@ impl LinkState {
             .as_ref()
             .filter(|commands| commands.usable())?;
         let events = self.events.as_ref().filter(|events| !events.is_dead())?;
+        let shards = if commands.connection.sharded() {
+            Some(
+                self.shards
+                    .as_ref()
+                    .filter(|shards| !shards.is_dead())?
+                    .clone(),
+            )
+        } else {
+            None
+        };
         Some(Ready {
             commands: commands.clone(),
             events: events.clone(),
+            shards,
         })
     }
 }
@@ -456,6 +518,7 @@ impl Connection {
                     .arg(fill.payload)
                     .arg(&keys.channel)
                     .arg(millis(fill.keep_for))
+                    .arg(connection.publish_command())
                     .invoke_async(&mut connection)
                     .await
             })
@@ -475,6 +538,7 @@ impl Connection {
                 .key(&keys.lock)
                 .arg(token)
                 .arg(&keys.channel)
+                .arg(connection.publish_command())
                 .invoke_async(&mut connection)
                 .await
         })
@@ -512,7 +576,8 @@ impl Connection {
         Ok(())
     }
 
-    /// Subscribes to a key's channel; the listener hears the next fill published on it.
+    /// Subscribes to a key's channel (sharded on a cluster); the listener hears the next fill
+    /// published on it.
     pub(crate) async fn listen(&self, keys: &RedisKeys) -> Result<Listener, Failure> {
         if !self.usable() {
             return Err(Failure::CoolingDown);
@@ -522,10 +587,11 @@ impl Connection {
         let listened = match tokio::time::timeout_at(deadline, self.link()).await {
             Ok(Ok(link)) => {
                 let wait = deadline.saturating_duration_since(Instant::now());
-                link.events
-                    .listen(&keys.channel, wait)
-                    .await
-                    .ok_or(Failure::Subscription)
+                let listened = match &link.shards {
+                    Some(shards) => shards.listen(&keys.channel, wait).await,
+                    None => link.events.listen(&keys.channel, wait).await,
+                };
+                listened.ok_or(Failure::Subscription)
             }
             Ok(Err(failure)) => Err(failure),
             Err(_) => Err(Failure::Timeout(timeout)),
@@ -693,25 +759,43 @@ impl Connection {
     }
 
     /// Makes, in a task of its own bounded by the connect timeout, what `state` lacks: a command
-    /// connection, and a subscriber whose first session is up.
+    /// connection, a subscriber whose first session is up and, on a cluster of Redis 7 or
+    /// later, the sharded subscriptions.
     fn connect(&self, runtime: &Handle, link: &Arc<Link>, state: &LinkState) -> Connecting {
-        let commands_needed = !state.commands.as_ref().is_some_and(|c| c.usable());
+        let usable = state.commands.as_ref().filter(|c| c.usable());
+        let commands_needed = usable.is_none();
+        let known_sharded = usable.is_some_and(|c| c.connection.sharded());
+        let shards_needed = state.shards.as_ref().is_none_or(|shards| shards.is_dead());
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
         let settings = events_needed.then(|| self.subscriber_settings());
         let nodes = self.config.nodes.clone();
         let timeout = self.config.connect_timeout;
+        let (op_timeout, retry_every) = (self.config.op_timeout, self.config.heartbeat);
         let link = link.clone();
         let task = runtime.spawn(async move {
             let commands = async {
-                if !commands_needed {
-                    return Ok(None);
-                }
-                let connection = CommandConnection::open(&nodes, timeout).await?;
-                Ok(Some(Arc::new(Commands {
-                    connection,
-                    timeouts: AtomicU32::new(0),
-                    broken: AtomicBool::new(false),
-                })))
+                let commands = if commands_needed {
+                    let connection = CommandConnection::open(&nodes, timeout).await?;
+                    Some(Arc::new(Commands {
+                        connection,
+                        timeouts: AtomicU32::new(0),
+                        broken: AtomicBool::new(false),
+                    }))
+                } else {
+                    None
+                };
+                let sharded = commands
+                    .as_ref()
+                    .map_or(known_sharded, |c| c.connection.sharded());
+                let shards = if sharded && shards_needed {
+                    let shards = Shards::open(&nodes, timeout, op_timeout, retry_every)
+                        .await
+                        .map_err(Failure::Redis)?;
+                    Some(shards)
+                } else {
+                    None
+                };
+                Ok((commands, shards))
             };
             let events = async {
                 let Some(settings) = settings else {
@@ -726,9 +810,12 @@ impl Connection {
                 .unwrap_or(Err(Failure::Timeout(timeout)));
             let mut state = link.lock();
             state.connecting = None;
-            let (commands, events) = made?;
+            let ((commands, shards), events) = made?;
             if let Some(commands) = commands {
                 state.commands = Some(commands);
+            }
+            if let Some(shards) = shards {
+                state.shards = Some(shards);
             }
             if let Some(events) = events {
                 state.events = Some(events);
@@ -899,6 +986,17 @@ mod tests {
             "Error running script: attempt to compare nil with number",
         );
         assert_eq!(scope(&script), Scope::Server);
+    }
+
+    #[test]
+    fn sharded_pubsub_is_used_from_redis_7_on() {
+        assert!(has_sharded_pubsub("# Server\r\nredis_version:7.0.15\r\n"));
+        assert!(has_sharded_pubsub("redis_version:8.2.1"));
+        assert!(!has_sharded_pubsub("# Server\r\nredis_version:6.2.14\r\n"));
+        assert!(
+            has_sharded_pubsub(""),
+            "no version said: taken to be recent"
+        );
     }
 
     #[test]

@@ -21,17 +21,20 @@
 //! of one cache key (value, lock, fence) and its channel carry one hash tag
 //! (`{prefix}:{{identity|args}}:v|l|f|c`), so each script touches one slot.
 //!
-//! Pub/sub stays plain (`SUBSCRIBE`/`PUBLISH`) on a cluster: the subscriber holds one connection
-//! to one node (the nodes given are tried in turn when it is lost), and a `PUBLISH` run on any
-//! node, a script's included, is carried by the cluster bus to every node, so every process
-//! hears every invalidation, every heartbeat and every wake-up wherever it subscribed. The cost,
-//! measured on 3 masters with a replica each (`tests/redis_cluster.rs`): a fill that wakes
-//! waiters is one `PUBLISH`, which its master sends to the 5 other nodes (5 cluster-bus
-//! messages); an invalidation is one `PUBLISH`, likewise 5. The bus carries a wake-up to every
-//! node whether or not a process waits there; sharded pub/sub (`SPUBLISH` to the shard's nodes
-//! only, waiters `SSUBSCRIBE`d on the slot's owner) would carry it to the shard's replica only,
-//! and is not done yet. Invalidations must reach every process, so they would stay on plain
-//! pub/sub anyway.
+//! Wake-ups use sharded pub/sub on a cluster (Redis 7): `FILL` and `RELEASE` run `SPUBLISH` on
+//! the key's channel (same hash tag, so same slot as the script's keys), and waiters
+//! `SSUBSCRIBE` on the master owning the slot, through a RESP3 cluster connection of their own
+//! (`pubsub::Shards`). A wake-up is then carried to the shard's replicas only: 1 cluster-bus
+//! message on 3 masters with a replica each, instead of the 5 of a plain `PUBLISH`
+//! (`tests/redis_cluster.rs` measures it). On a standalone server they stay plain
+//! (`SUBSCRIBE`/`PUBLISH`), and so they do on a cluster of servers older than Redis 7 (asked
+//! with `INFO server` when connecting). Invalidations and heartbeats must reach every process
+//! wherever it subscribed, so they stay a broadcast: one plain `PUBLISH` on the invalidation
+//! channel, which the subscriber hears on whichever node it holds its one plain session (the
+//! nodes given are tried in turn when it is lost); the cluster bus carries it to every node (5
+//! messages on 6 nodes). Every process of a service must run a version that agrees on this: one that
+//! publishes fills with plain `PUBLISH` does not wake waiters that `SSUBSCRIBE`d (they read
+//! again when the lease runs out).
 //!
 //! The tier reaches the cache only through the [`Handle`] of each flight; its options (the
 //! connection's name, the busy policy), its counters and its wire protocol stay in here.

@@ -63,7 +63,8 @@ return {value or false, 'busy', now, fence, redis.call('PTTL', KEYS[2])}
 ///
 /// KEYS: value, lock, fence. ARGV: token (may be empty), fresh ms, stale ms, load ms, the
 /// fence read, the payload, the channel, how long to keep the value past its stale deadline
-/// (the cache's `fail_safe`, ms).
+/// (the cache's `fail_safe`, ms), the publishing command (`SPUBLISH` on a cluster, else
+/// `PUBLISH`).
 ///
 /// Returns `{written (0 or 1), now_ms, fresh_until, stale_until}`.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
@@ -75,7 +76,7 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
 if redis.call('GET', KEYS[3]) ~= ARGV[5] then
-  redis.call('PUBLISH', ARGV[7], '')
+  redis.call(ARGV[9], ARGV[7], '')
   return {0, now, 0, 0}
 end
 if ARGV[1] == '' then
@@ -89,7 +90,7 @@ redis.call('SET', KEYS[1], envelope, 'PX', ttl)
 if redis.call('PTTL', KEYS[3]) < ttl then
   redis.call('PEXPIRE', KEYS[3], ttl)
 end
-redis.call('PUBLISH', ARGV[7], envelope)
+redis.call(ARGV[9], ARGV[7], envelope)
 return {1, now, fresh, stale}
 ",
     )
@@ -97,13 +98,13 @@ return {1, now, fresh, stale}
 
 /// Releases the lock if the caller still holds it (compare-and-delete), and publishes an empty
 /// message so that waiters read again at once instead of at the end of the lease. KEYS: lock.
-/// ARGV: token, channel. Returns 1 if released.
+/// ARGV: token, channel, the publishing command (as `FILL`'s). Returns 1 if released.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
+  redis.call(ARGV[3], ARGV[2], '')
   return 1
 end
 return 0

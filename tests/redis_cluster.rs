@@ -782,3 +782,66 @@ async fn a_waiter_whose_slot_moves_subscribes_again_on_the_new_master_and_is_wok
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_tag_drops_its_keys_on_every_master() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "tags",
+        name = "clu::tagged",
+        tags = ["clu-shop:{shop}"]
+    )]
+    async fn item(shop: u64, id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("item {shop}/{id} load {n}")
+    }
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    install(&cluster.urls(), "tags");
+    for id in 0..30_u64 {
+        within(item(1, id)).await;
+        within(item(2, id)).await;
+    }
+    let tagged = cluster.keys("test:{clu::tagged~*|1:*}:v");
+    let owners: BTreeSet<u16> = tagged.iter().map(|key| cluster.owner(key)).collect();
+    assert_eq!(tagged.len(), 30);
+    assert_eq!(owners.len(), 3, "the shop's keys are on every master");
+    let set = cluster.keys("test:{tag|clu-shop:1}:t");
+    assert_eq!(set.len(), 1, "one set for the tag, in a slot of its own");
+
+    within(stampede::invalidate_tag("clu-shop:1"))
+        .await
+        .unwrap();
+    assert!(
+        cluster.keys("test:{clu::tagged~*|1:*}:v").is_empty(),
+        "gone from every master"
+    );
+    assert!(cluster.keys("test:{tag|clu-shop:1}:*").is_empty());
+    assert_eq!(
+        cluster.keys("test:{clu::tagged~*|2:*}:v").len(),
+        30,
+        "another tag: kept"
+    );
+    let loads = LOADS.load(SeqCst);
+    for id in 0..30_u64 {
+        assert!(
+            within(item(1, id))
+                .await
+                .ends_with(&format!("load {}", loads + id as usize + 1))
+        );
+        within(item(2, id)).await;
+    }
+    assert_eq!(
+        LOADS.load(SeqCst),
+        loads + 30,
+        "only the tagged keys loaded again"
+    );
+    println!(
+        "a tag over 30 keys on {} masters: dropped with 1 + 30 + 1 round trips",
+        owners.len()
+    );
+}

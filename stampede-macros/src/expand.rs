@@ -461,7 +461,7 @@ impl<'a> Expansion<'a> {
             #cfgs
             impl #name {
                 #[doc(hidden)]
-                #[allow(dead_code, unreachable_code, unused_variables)]
+                #[allow(dead_code, unreachable_code, unused_variables, clippy::diverging_sub_expression, clippy::unused_unit)]
                 #vis fn __build() {
                     #witness.#companion_of().build(
                         #slot(),

@@ -175,6 +175,7 @@ impl<V: Value> Companion<V> {
 
     /// Calls [`Slot::prime`].
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub fn prime<K, C, S, T>(
         self,
         slot: &'static Slot,

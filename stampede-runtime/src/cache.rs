@@ -81,12 +81,7 @@ pub(crate) struct Cache<K: Key, V: Value, T> {
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     pub(crate) fn new(config: Config, tier: T) -> Self {
-        // No entry is of use longer than `ttl + stale (+ fail_safe)` after it was stored.
-        let memory = Memory::new(
-            config.capacity,
-            config.longest_use(),
-            tier.key_name().is_some(),
-        );
+        let memory = Memory::new(config.capacity);
         Cache {
             core: Core {
                 breaker: config.breaker.map(|threshold| {
@@ -120,7 +115,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if core.config.in_memory()
             && let Some(entry) = core.memory.get(&key)
         {
-            match entry.freshness(Instant::now()) {
+            let now = Instant::now();
+            match entry.freshness(now) {
                 freshness @ (Freshness::Fresh | Freshness::Early) => {
                     let hit = core.telemetry.hits.bump();
                     core.hot
@@ -148,7 +144,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     outcome("stale");
                     return Ok(entry.value);
                 }
-                Freshness::Stale | Freshness::Expired => {}
+                Freshness::Stale => {}
+                // Past every use: freed now rather than at its eviction.
+                Freshness::Expired => core.memory.reclaim(&key, now),
             }
         }
         core.telemetry.misses.bump();

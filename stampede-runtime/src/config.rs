@@ -20,7 +20,7 @@ pub enum Lock {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// In this process only (moka).
+    /// In this process only (a bounded quick_cache store).
     Memory,
     /// In Redis only: every call reads Redis, concurrent calls of one process share the read.
     Redis,
@@ -96,13 +96,6 @@ pub struct Config {
 }
 
 impl Config {
-    /// How long after it was stored an entry may still be served, fail-safe included: what
-    /// the memory tier keeps it for.
-    pub(crate) fn longest_use(&self) -> Duration {
-        let servable = self.ttl.saturating_add(self.stale);
-        servable.saturating_add(self.fail_safe.unwrap_or_default())
-    }
-
     /// Whether values are kept in this process.
     pub(crate) fn in_memory(&self) -> bool {
         self.backend != Backend::Redis

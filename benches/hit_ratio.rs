@@ -166,7 +166,7 @@ fn main() {
         "hit ratio over {COUNTED} requests after {WARM} to warm up; key space {KEYS} (scan: twice that)"
     );
     println!(
-        "{:<9} {:>9} {:>8} {:>12} {:>9} {:>15} {:>15}",
+        "{:<9} {:>13} {:>8} {:>12} {:>9} {:>15} {:>15}",
         "trace", "capacity", "moka", "quick_cache", "stampede", "stampede-moka", "quick-moka"
     );
     for trace in [Trace::Zipf(0.8), Trace::Zipf(1.0), Trace::Scan] {
@@ -183,7 +183,7 @@ fn main() {
                 _ => stampede(rt, &requests, "scan_large", scan_large),
             };
             println!(
-                "{:<9} {:>9} {:>7.2}% {:>11.2}% {:>8.2}% {:>+13.2}pt {:>+13.2}pt",
+                "{:<9} {:>13} {:>7.2}% {:>11.2}% {:>8.2}% {:>+13.2}pt {:>+13.2}pt",
                 trace.name(),
                 format!("{capacity} ({label})"),
                 moka * 100.0,

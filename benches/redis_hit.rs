@@ -16,6 +16,22 @@ use std::time::{Duration, Instant};
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
+/// A script of the shape of stampede's read (`READ_OR_LOCK`'s fresh path: the server's `TIME`,
+/// a `GET`, the envelope's fresh deadline matched and compared), run with `EVALSHA` on the raw
+/// connection: what the server's side of stampede's round trip costs, without the runtime.
+const READ_SHAPE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local value = redis.call('GET', KEYS[1])
+if value then
+  local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+  if fresh and fresh > now then
+    return {value, 'fresh', now, 0, 0}
+  end
+end
+return {false, 'nolock', now, 0, 0}
+";
+
 /// Calls per run and contender.
 const CALLS: u32 = 10_000;
 /// Runs per contender.
@@ -100,7 +116,8 @@ fn main() {
         eprintln!("raw GET of `{}`: {} bytes", longest.0, longest.1);
         (raw, longest.0)
     });
-    let mut times: [Vec<Duration>; 3] = Default::default();
+    let script = redis::Script::new(READ_SHAPE);
+    let mut times: [Vec<Duration>; 4] = Default::default();
     rt.block_on(async {
         for _ in 0..RUNS {
             times[0].push(per_call(|| stampede_redis(black_box(7))).await);
@@ -119,6 +136,20 @@ fn main() {
                 .await,
             );
             times[2].push(per_call(|| cached_redis(black_box(7))).await);
+            times[3].push(
+                per_call(|| {
+                    let mut raw = raw.clone();
+                    let (key, script) = (raw_key.as_str(), &script);
+                    async move {
+                        script
+                            .key(key)
+                            .invoke_async::<redis::Value>(&mut raw)
+                            .await
+                            .expect("EVALSHA")
+                    }
+                })
+                .await,
+            );
         }
     });
     let stats = stampede::stats("bench::redis").expect("called");
@@ -126,6 +157,7 @@ fn main() {
         "stampede backend=redis",
         "raw GET",
         "cached concurrent_cached(redis)",
+        "raw EVALSHA, stampede's read",
     ];
     let medians: Vec<Duration> = times.iter().cloned().map(median).collect();
     println!(

@@ -23,7 +23,7 @@ use crate::memory::Memory;
 use crate::registry::{BoxFuture, Inspect};
 use crate::stats::Stats;
 use crate::telemetry::{Labels, Reason, Telemetry};
-use crate::tier::{Handle, Tier};
+use crate::tier::{Direct, Handle, Tier};
 
 mod companion;
 
@@ -158,6 +158,16 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 Ok(value) => Ok(core.settled(value)),
                 Err(error) => core.settle(error, &handle),
             };
+        }
+        // A value another process shared: read on this task in one round trip, without a lock
+        // (issue 14); the flight, its task and the lock only when there is none, or when a
+        // load of the key runs here already (its callers share it rather than read again).
+        if self.tier.reads() && !core.flights.contains(&key) {
+            let direct = Direct::new(core, &key);
+            if let Some(value) = self.tier.read(&direct).await {
+                outcome("remote");
+                return Ok(value);
+            }
         }
         let waiter = match core.flights.join(&key) {
             Joined::Shared(waiter) => {

@@ -95,6 +95,11 @@ impl<K: Key, V: Value> Memory<K, V> {
         true
     }
 
+    /// Whether the key was not invalidated since `load` began.
+    pub(crate) fn is_current(&self, load: &Loading<'_, K, V>) -> bool {
+        is_current(&self.loading(), load)
+    }
+
     /// Drops the key's value; loads of it running now will not store theirs.
     pub(crate) fn invalidate(&self, key: &K) {
         let mut loading = self.loading();

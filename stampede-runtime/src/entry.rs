@@ -6,16 +6,17 @@ use tokio::time::Instant;
 
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
 ///
-/// The deadlines are kept as [`Offset`]s after `filled_at`, 4 bytes each: an entry of a
-/// 24-byte value is 56 bytes rather than 104, which is most of what the memory tier adds per
-/// entry to the store's own (issue 14).
+/// The deadline a hit checks, `refresh_at`, is an instant: a hit compares it with the clock and
+/// does no arithmetic. The others are kept as [`Offset`]s after `filled_at`, 4 bytes each,
+/// read only past `refresh_at`: an entry of a 24-byte value is 72 bytes rather than 104, most of
+/// what the memory tier adds per entry to the store's own (issue 14).
 #[derive(Clone, Debug)]
 pub(crate) struct Entry<V> {
     pub(crate) value: V,
     /// When the value was loaded, for its age in the stats; the deadlines count from it.
     pub(crate) filled_at: Instant,
     /// Past this (at most `fresh_until`), a hit also starts one refresh (`refresh_after`).
-    refresh_at: Offset,
+    refresh_at: Instant,
     fresh_until: Offset,
     stale_until: Offset,
     /// Until then, past `stale_until`, the value is served when a load fails (`fail_safe`).
@@ -54,6 +55,10 @@ impl Offset {
         }
     }
 
+    fn duration(self) -> Duration {
+        Duration::from_nanos(self.nanos())
+    }
+
     fn min(self, other: Self) -> Self {
         if other.nanos() < self.nanos() {
             other
@@ -88,7 +93,7 @@ impl<V> Entry<V> {
         Entry {
             value,
             filled_at,
-            refresh_at: fresh_until,
+            refresh_at: after(filled_at, fresh_until.duration()),
             fresh_until,
             stale_until,
             fail_safe_until: stale_until,
@@ -103,7 +108,7 @@ impl<V> Entry<V> {
 
     /// The instant `offset` after the fill.
     fn at(&self, offset: Offset) -> Instant {
-        after(self.filled_at, Duration::from_nanos(offset.nanos()))
+        after(self.filled_at, offset.duration())
     }
 
     /// `deadline` as an offset after the fill.
@@ -113,7 +118,7 @@ impl<V> Entry<V> {
 
     /// The entry, refreshed early from `at` on (never later than its fresh deadline).
     pub(crate) fn refreshing_from(mut self, at: Instant) -> Self {
-        self.refresh_at = self.offset(at).min(self.fresh_until);
+        self.refresh_at = at.min(self.at(self.fresh_until));
         self
     }
 
@@ -132,7 +137,7 @@ impl<V> Entry<V> {
     /// failing source is asked again at most once per `throttle`, within its fail-safe window.
     pub(crate) fn throttled(mut self, now: Instant, throttle: Duration) -> Self {
         let until = self.offset(after(now, throttle)).min(self.fail_safe_until);
-        self.refresh_at = until;
+        self.refresh_at = self.at(until);
         self.fresh_until = until;
         self.stale_until = until;
         self
@@ -140,9 +145,9 @@ impl<V> Entry<V> {
 
     /// The entry, servable until `until` at the latest.
     pub(crate) fn capped(mut self, until: Instant) -> Self {
+        self.refresh_at = self.refresh_at.min(until);
         let until = self.offset(until);
         self.fresh_until = self.fresh_until.min(until);
-        self.refresh_at = self.refresh_at.min(until);
         self.stale_until = self.stale_until.min(until);
         self.fail_safe_until = self.fail_safe_until.min(until);
         self
@@ -165,10 +170,12 @@ impl<V> Entry<V> {
 
     #[inline]
     pub(crate) fn freshness(&self, now: Instant) -> Freshness {
+        // A hit: one comparison.
+        if now < self.refresh_at {
+            return Freshness::Fresh;
+        }
         let elapsed = self.elapsed(now);
-        if elapsed < self.refresh_at.nanos() {
-            Freshness::Fresh
-        } else if elapsed < self.fresh_until.nanos() {
+        if elapsed < self.fresh_until.nanos() {
             Freshness::Early
         } else if elapsed < self.stale_until.nanos() {
             Freshness::Stale
@@ -237,7 +244,7 @@ mod tests {
         );
         assert_eq!(long.freshness(day_40), Freshness::Stale);
         assert!(long.servable(now + Duration::from_secs(20 * 365 * 86_400)));
-        assert_eq!(size_of::<Entry<String>>(), 56);
+        assert_eq!(size_of::<Entry<String>>(), 72);
     }
 
     #[test]

@@ -9,9 +9,14 @@
 //!   wall time divided by the calls of one task, so it equals the 1-task figure when the two do
 //!   not slow each other down.
 //!
-//! `quick_cache get` is not a peer but a candidate for a lighter in-memory tier; `quick_cache +
+//! - `zipf/1 task` and `zipf/2 tasks`: the same, each call asking for the next key of a Zipf
+//!   (s = 1.0) sequence over 100,000 keys (drawn once from a fixed seed, every key warm in every
+//!   contender; the second task starts in the middle of the sequence).
+//!
+//! `quick_cache get` is the store stampede's memory tier is built on, raw; `quick_cache +
 //! deadline` adds what the runtime does on a hit besides the lookup (read tokio's clock, compare
-//! with the entry's deadline), to price that candidate as the runtime would use it.
+//! with the entry's deadline). The summary also prints each contender's throughput at 1 and 2
+//! tasks and their ratio (2 tasks on 2 cores over 1 task).
 //!
 //! `stampede tiered L1` is a hit of a `lock = "redis"` function (memory in front of Redis): the
 //! value is in this process's memory, so Redis is not asked. It needs a Redis: the one at

@@ -22,7 +22,8 @@ pub enum Lock {
 pub enum Backend {
     /// In this process only (a bounded quick_cache store).
     Memory,
-    /// In Redis only: every call reads Redis, concurrent calls of one process share the read.
+    /// In Redis only: every call reads Redis, on the caller's task when Redis holds a fresh
+    /// value; otherwise concurrent calls of one process share one flight.
     Redis,
     /// In this process (L1) in front of Redis (L2).
     Tiered,

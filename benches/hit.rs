@@ -9,9 +9,14 @@
 //!   wall time divided by the calls of one task, so it equals the 1-task figure when the two do
 //!   not slow each other down.
 //!
-//! `quick_cache get` is not a peer but a candidate for a lighter in-memory tier; `quick_cache +
+//! - `zipf/1 task` and `zipf/2 tasks`: the same, each call asking for the next key of a Zipf
+//!   (s = 1.0) sequence over 100,000 keys (drawn once from a fixed seed, every key warm in every
+//!   contender; the second task starts in the middle of the sequence).
+//!
+//! `quick_cache get` is the store stampede's memory tier is built on, raw; `quick_cache +
 //! deadline` adds what the runtime does on a hit besides the lookup (read tokio's clock, compare
-//! with the entry's deadline), to price that candidate as the runtime would use it.
+//! with the entry's deadline). The summary also prints each contender's throughput at 1 and 2
+//! tasks and their ratio (2 tasks on 2 cores over 1 task).
 //!
 //! `stampede tiered L1` is a hit of a `lock = "redis"` function (memory in front of Redis): the
 //! value is in this process's memory, so Redis is not asked. It needs a Redis: the one at
@@ -155,6 +160,123 @@ async fn rwlock_floor(id: u64) -> String {
     map.get(&id).expect("warmed before measuring").clone()
 }
 
+// ---- a Zipf spread ------------------------------------------------------------------------------
+
+/// Keys of the Zipf rows: 0 to `ZIPF_KEYS - 1`, every one warm in every contender.
+const ZIPF_KEYS: u64 = 100_000;
+/// How many calls the precomputed key sequence holds (a power of two); calls cycle through it.
+const ZIPF_CALLS: usize = 1 << 20;
+
+/// The Zipf (s = 1.0) key sequence, drawn once from a fixed seed: every contender asks for the
+/// same keys in the same order, and drawing costs nothing during the measurement.
+static ZIPF: LazyLock<Vec<u64>> = LazyLock::new(|| {
+    use rand::SeedableRng;
+    use rand_distr::Distribution;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(14);
+    let zipf = rand_distr::Zipf::new(ZIPF_KEYS as f64, 1.0).expect("valid Zipf parameters");
+    // Ranks run from 1; rank 1 (key 0) is the most asked for.
+    (0..ZIPF_CALLS)
+        .map(|_| zipf.sample(&mut rng) as u64 - 1)
+        .collect()
+});
+
+/// The key of call number `call`.
+#[inline]
+fn zipf_key(call: u64) -> u64 {
+    ZIPF[call as usize & (ZIPF_CALLS - 1)]
+}
+
+#[stampede::cached(ttl = "1h", capacity = 200_000, name = "bench::zipf")]
+async fn stampede_zipf(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+#[cached::cached(ttl_secs = 3600)]
+async fn cached_zipf(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+#[cached::concurrent_cached(ttl_secs = 3600)]
+async fn cached_concurrent_zipf(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+static MOKA_ZIPF: LazyLock<moka::future::Cache<u64, String>> = LazyLock::new(|| {
+    moka::future::Cache::builder()
+        .max_capacity(200_000)
+        .time_to_live(Duration::from_secs(3600))
+        .build()
+});
+
+static QUICK_ZIPF: LazyLock<quick_cache::sync::Cache<u64, String>> =
+    LazyLock::new(|| quick_cache::sync::Cache::new(200_000));
+
+static FLOOR_ZIPF: LazyLock<RwLock<HashMap<u64, String>>> = LazyLock::new(Default::default);
+
+/// Every Zipf key stored in every contender, before any is measured.
+fn warm_zipf(rt: &Runtime) {
+    LazyLock::force(&ZIPF);
+    rt.block_on(async {
+        for key in 0..ZIPF_KEYS {
+            stampede_zipf(key).await;
+            cached_zipf(key).await;
+            cached_concurrent_zipf(key).await;
+            MOKA_ZIPF.insert(key, value()).await;
+        }
+        MOKA_ZIPF.run_pending_tasks().await;
+    });
+    let mut floor = FLOOR_ZIPF
+        .write()
+        .unwrap_or_else(|poison| poison.into_inner());
+    for key in 0..ZIPF_KEYS {
+        QUICK_ZIPF.insert(key, value());
+        floor.insert(key, value());
+    }
+}
+
+/// The contenders of the Zipf groups, each asked for the key of its call number.
+macro_rules! zipf_hits {
+    ($bench:ident, $group:expr, $rt:expr) => {
+        $bench($group, $rt, "stampede", |i| stampede_zipf(zipf_key(i)));
+        $bench($group, $rt, "moka get", |i| async move {
+            MOKA_ZIPF.get(&zipf_key(i)).await.expect("warm")
+        });
+        $bench($group, $rt, "cached", |i| cached_zipf(zipf_key(i)));
+        $bench($group, $rt, "concurrent_cached", |i| {
+            cached_concurrent_zipf(zipf_key(i))
+        });
+        $bench($group, $rt, "quick_cache get", |i| async move {
+            QUICK_ZIPF.get(&zipf_key(i)).expect("warm")
+        });
+        $bench($group, $rt, "RwLock<HashMap> floor", |i| async move {
+            let map = FLOOR_ZIPF
+                .read()
+                .unwrap_or_else(|poison| poison.into_inner());
+            map.get(&zipf_key(i)).expect("warm").clone()
+        });
+    };
+}
+
+fn zipf_hits(c: &mut Criterion) {
+    let rt = current_thread();
+    warm_zipf(&rt);
+    let mut group = c.benchmark_group("zipf/1 task");
+    zipf_hits!(one_task, &mut group, &rt);
+    group.finish();
+
+    let rt = Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a 2-worker runtime");
+    let mut group = c.benchmark_group("zipf/2 tasks");
+    zipf_hits!(two_tasks, &mut group, &rt);
+    group.finish();
+}
+
 // ---- keys of several arguments ----------------------------------------------------------------
 
 #[stampede::cached(ttl = "1h", name = "bench::key1")]
@@ -188,14 +310,15 @@ const NAME: &str = "catalogue";
 
 // ---- measuring ----------------------------------------------------------------------------------
 
-/// `iters` calls in a row, yielding every [`YIELD_EVERY`].
-async fn calls<F, Fut>(iters: u64, call: F)
+/// `iters` calls in a row, yielding every [`YIELD_EVERY`]; each call is given its number,
+/// counted from `from` (the Zipf rows pick their key by it).
+async fn calls<F, Fut>(iters: u64, from: u64, call: F)
 where
-    F: Fn() -> Fut,
+    F: Fn(u64) -> Fut,
     Fut: Future<Output = String>,
 {
     for i in 0..iters {
-        black_box(call().await);
+        black_box(call(from + i).await);
         if i % YIELD_EVERY == YIELD_EVERY - 1 {
             tokio::task::yield_now().await;
         }
@@ -204,14 +327,14 @@ where
 
 fn one_task<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, call: F)
 where
-    F: Fn() -> Fut + Copy,
+    F: Fn(u64) -> Fut + Copy,
     Fut: Future<Output = String>,
 {
-    rt.block_on(call()); // warm
+    rt.block_on(call(0)); // warm
     group.bench_function(name, |b| {
         b.to_async(rt).iter_custom(|iters| async move {
             let start = Instant::now();
-            calls(iters, call).await;
+            calls(iters, 0, call).await;
             start.elapsed()
         })
     });
@@ -219,17 +342,18 @@ where
 
 fn two_tasks<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, call: F)
 where
-    F: Fn() -> Fut + Copy + Send + 'static,
+    F: Fn(u64) -> Fut + Copy + Send + 'static,
     Fut: Future<Output = String> + Send + 'static,
 {
-    rt.block_on(call()); // warm
+    rt.block_on(call(0)); // warm
     group.bench_function(name, |b| {
         b.iter_custom(|iters| {
             rt.block_on(async move {
                 let start = Instant::now();
+                // The second task walks the Zipf sequence from its middle: the two are not in step.
                 let tasks = [
-                    tokio::spawn(calls(iters, call)),
-                    tokio::spawn(calls(iters, call)),
+                    tokio::spawn(calls(iters, 0, call)),
+                    tokio::spawn(calls(iters, ZIPF_CALLS as u64 / 2, call)),
                 ];
                 for task in tasks {
                     task.await.expect("a calling task panicked");
@@ -243,33 +367,33 @@ where
 /// The same list of contenders for both groups.
 macro_rules! hits {
     ($bench:ident, $group:expr, $rt:expr, $tiered:expr) => {
-        $bench($group, $rt, "stampede", || stampede_hit(black_box(KEY)));
+        $bench($group, $rt, "stampede", |_| stampede_hit(black_box(KEY)));
         if $tiered {
-            $bench($group, $rt, "stampede tiered L1", || {
+            $bench($group, $rt, "stampede tiered L1", |_| {
                 stampede_tiered(black_box(KEY))
             });
         }
-        $bench($group, $rt, "moka get", || moka_get(black_box(KEY)));
-        $bench($group, $rt, "moka get_with", || {
+        $bench($group, $rt, "moka get", |_| moka_get(black_box(KEY)));
+        $bench($group, $rt, "moka get_with", |_| {
             moka_get_with(black_box(KEY))
         });
-        $bench($group, $rt, "cached", || cached_default(black_box(KEY)));
-        $bench($group, $rt, "cached sync_writes", || {
+        $bench($group, $rt, "cached", |_| cached_default(black_box(KEY)));
+        $bench($group, $rt, "cached sync_writes", |_| {
             cached_sync_writes(black_box(KEY))
         });
-        $bench($group, $rt, "cached by_key", || {
+        $bench($group, $rt, "cached by_key", |_| {
             cached_by_key(black_box(KEY))
         });
-        $bench($group, $rt, "concurrent_cached", || {
+        $bench($group, $rt, "concurrent_cached", |_| {
             cached_concurrent(black_box(KEY))
         });
-        $bench($group, $rt, "quick_cache get", || {
+        $bench($group, $rt, "quick_cache get", |_| {
             quick_cache_get(black_box(KEY))
         });
-        $bench($group, $rt, "quick_cache + deadline", || {
+        $bench($group, $rt, "quick_cache + deadline", |_| {
             quick_cache_entry(black_box(KEY))
         });
-        $bench($group, $rt, "RwLock<HashMap> floor", || {
+        $bench($group, $rt, "RwLock<HashMap> floor", |_| {
             rwlock_floor(black_box(KEY))
         });
     };
@@ -322,11 +446,11 @@ fn keys(c: &mut Criterion) {
             .await;
     });
     let mut group = c.benchmark_group("key");
-    one_task(&mut group, &rt, "stampede 1 arg", || key1(black_box(NAME)));
-    one_task(&mut group, &rt, "stampede 3 args", || {
+    one_task(&mut group, &rt, "stampede 1 arg", |_| key1(black_box(NAME)));
+    one_task(&mut group, &rt, "stampede 3 args", |_| {
         key3(black_box(KEY), black_box(NAME), black_box(7))
     });
-    one_task(&mut group, &rt, "stampede 5 args", || {
+    one_task(&mut group, &rt, "stampede 5 args", |_| {
         key5(
             black_box(KEY),
             black_box(NAME),
@@ -335,15 +459,15 @@ fn keys(c: &mut Criterion) {
             black_box(true),
         )
     });
-    one_task(&mut group, &rt, "moka get 1 arg", || async {
+    one_task(&mut group, &rt, "moka get 1 arg", |_| async {
         let key = black_box(NAME).to_owned();
         MOKA_KEY1.get(&key).await.expect("warm")
     });
-    one_task(&mut group, &rt, "moka get 3 args", || async {
+    one_task(&mut group, &rt, "moka get 3 args", |_| async {
         let key = (black_box(KEY), black_box(NAME).to_owned(), black_box(7));
         MOKA_KEY3.get(&key).await.expect("warm")
     });
-    one_task(&mut group, &rt, "moka get 5 args", || async {
+    one_task(&mut group, &rt, "moka get 5 args", |_| async {
         let key = (
             black_box(KEY),
             black_box(NAME).to_owned(),
@@ -375,10 +499,10 @@ fn recording(c: &mut Criterion) {
     install_recorder();
     rt.block_on(stampede_recorded(KEY));
     let mut group = c.benchmark_group("metrics/1 task");
-    one_task(&mut group, &rt, "no recorder", || {
+    one_task(&mut group, &rt, "no recorder", |_| {
         stampede_hit(black_box(KEY))
     });
-    one_task(&mut group, &rt, "prometheus recorder", || {
+    one_task(&mut group, &rt, "prometheus recorder", |_| {
         stampede_recorded(black_box(KEY))
     });
     group.finish();
@@ -389,10 +513,10 @@ fn recording(c: &mut Criterion) {
         .build()
         .expect("a 2-worker runtime");
     let mut group = c.benchmark_group("metrics/2 tasks");
-    two_tasks(&mut group, &rt, "no recorder", || {
+    two_tasks(&mut group, &rt, "no recorder", |_| {
         stampede_hit(black_box(KEY))
     });
-    two_tasks(&mut group, &rt, "prometheus recorder", || {
+    two_tasks(&mut group, &rt, "prometheus recorder", |_| {
         stampede_recorded(black_box(KEY))
     });
     group.finish();
@@ -415,10 +539,10 @@ const PROFILED: [&str; 7] = [
 #[inline(never)]
 fn profiled_calls<F, Fut>(rt: &Runtime, calls_made: u64, call: F)
 where
-    F: Fn() -> Fut + Copy,
+    F: Fn(u64) -> Fut + Copy,
     Fut: Future<Output = String>,
 {
-    rt.block_on(calls(calls_made, call));
+    rt.block_on(calls(calls_made, 0, call));
 }
 
 fn profile(spec: &str) -> Result<(), String> {
@@ -429,24 +553,24 @@ fn profile(spec: &str) -> Result<(), String> {
     let rt = current_thread();
     macro_rules! run {
         ($call:expr) => {{
-            rt.block_on($call()); // warm
+            rt.block_on($call(0)); // warm
             profiled_calls(&rt, count, $call);
         }};
     }
     match name {
-        "stampede" => run!(|| stampede_hit(black_box(KEY))),
-        "stampede tiered L1" => run!(|| stampede_tiered(black_box(KEY))),
+        "stampede" => run!(|_| stampede_hit(black_box(KEY))),
+        "stampede tiered L1" => run!(|_| stampede_tiered(black_box(KEY))),
         "stampede recorded" => {
             install_recorder();
-            run!(|| stampede_recorded(black_box(KEY)))
+            run!(|_| stampede_recorded(black_box(KEY)))
         }
         "moka get" => {
             rt.block_on(MOKA.insert(KEY, value()));
-            run!(|| moka_get(black_box(KEY)))
+            run!(|_| moka_get(black_box(KEY)))
         }
         "moka get_with" => {
             rt.block_on(MOKA.insert(KEY, value()));
-            run!(|| moka_get_with(black_box(KEY)))
+            run!(|_| moka_get_with(black_box(KEY)))
         }
         "quick_cache + deadline" => {
             QUICK_ENTRY.insert(
@@ -456,14 +580,14 @@ fn profile(spec: &str) -> Result<(), String> {
                     fresh_until: tokio::time::Instant::now() + Duration::from_secs(3600),
                 },
             );
-            run!(|| quick_cache_entry(black_box(KEY)))
+            run!(|_| quick_cache_entry(black_box(KEY)))
         }
         "floor" => {
             FLOOR
                 .write()
                 .unwrap_or_else(|poison| poison.into_inner())
                 .insert(KEY, value());
-            run!(|| rwlock_floor(black_box(KEY)))
+            run!(|_| rwlock_floor(black_box(KEY)))
         }
         other => return Err(format!("no contender `{other}`; one of {PROFILED:?}")),
     }
@@ -503,7 +627,7 @@ fn summary(home: &std::path::Path) {
         _ => "-".to_owned(),
     };
     let ns = |value: Option<f64>| value.map_or("-".to_owned(), |v| format!("{v:.1}"));
-    for group in ["hit/1 task", "hit/2 tasks"] {
+    for group in ["hit/1 task", "hit/2 tasks", "zipf/1 task", "zipf/2 tasks"] {
         let moka = median_ns(home, group, "moka get");
         let floor = median_ns(home, group, "RwLock<HashMap> floor");
         println!();
@@ -528,11 +652,43 @@ fn summary(home: &std::path::Path) {
             "RwLock<HashMap> floor",
         ] {
             let value = median_ns(home, group, bench);
+            if value.is_none() {
+                continue;
+            }
             println!(
                 "{bench:<24} {:>9} {:>9} {:>9}",
                 ns(value),
                 ratio(value, moka),
                 ratio(value, floor)
+            );
+        }
+    }
+    // Throughput: one task makes 1/t calls per ns; two make 2/t2 (t2 is per call of one task).
+    for keys in ["hit", "zipf"] {
+        println!();
+        println!("{keys}: throughput in millions of calls per second, and 2 tasks over 1 task");
+        println!(
+            "{:<24} {:>9} {:>9} {:>9}",
+            "contender", "1 task", "2 tasks", "scaling"
+        );
+        for bench in [
+            "stampede",
+            "moka get",
+            "cached",
+            "concurrent_cached",
+            "quick_cache get",
+            "RwLock<HashMap> floor",
+        ] {
+            let one = median_ns(home, &format!("{keys}/1 task"), bench);
+            let two = median_ns(home, &format!("{keys}/2 tasks"), bench);
+            let (Some(one), Some(two)) = (one, two) else {
+                continue;
+            };
+            println!(
+                "{bench:<24} {:>9.1} {:>9.1} {:>8.2}x",
+                1e3 / one,
+                2e3 / two,
+                2.0 * one / two
             );
         }
     }
@@ -611,6 +767,7 @@ fn main() {
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
     hits(&mut criterion, redis.is_some());
+    zipf_hits(&mut criterion);
     keys(&mut criterion);
     recording(&mut criterion);
     criterion.final_summary();

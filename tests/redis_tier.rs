@@ -885,3 +885,63 @@ fn futures_ready<F: std::future::Future<Output = Result<String, AppError>>>(
         _ => None,
     }
 }
+
+/// Script calls the server has run so far (`EVALSHA`, and `EVAL` when a script was not loaded).
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = server.command(&["INFO", "commandstats"]);
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_of_a_key_another_process_filled_make_at_most_two_reads() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "herd_read", name = "red::herd")]
+    async fn in_a(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 2
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "herd_read", name = "red::herd")]
+    async fn in_b(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 3
+    }
+
+    let server = RedisServer::start();
+    install(&server, "herd_read");
+    assert_eq!(within(in_a(7)).await, 14);
+    let before = script_calls(&server);
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(100));
+    let calls: Vec<_> = (0..100)
+        .map(|_| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                in_b(7).await
+            })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(
+            within(call).await.unwrap(),
+            14,
+            "a's value, read from Redis"
+        );
+    }
+    let reads = script_calls(&server) - before;
+    println!("100 concurrent callers of a key in Redis: {reads} script calls");
+    // One read on the first caller's task; at most one flight's read for those that came while
+    // it ran; never one per caller.
+    assert!(reads <= 2, "{reads} reads");
+    assert_eq!(LOADS.load(SeqCst), 1);
+}

@@ -26,7 +26,7 @@ use crate::slot::Tags;
 use crate::stats::Stats;
 use crate::tags::Stamp;
 use crate::telemetry::{Labels, Reason, Telemetry};
-use crate::tier::{Handle, Tier};
+use crate::tier::{Direct, Handle, Tier};
 
 mod companion;
 
@@ -108,12 +108,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if tags.is_some() {
             crate::tags::keep_marks_for(config.longest_use());
         }
-        // No entry is of use longer than `ttl + stale (+ fail_safe)` after it was stored.
-        let memory = Memory::new(
-            config.capacity,
-            config.longest_use(),
-            tier.key_name().is_some(),
-        );
+        let memory = Memory::new(config.capacity);
         Cache {
             core: Core {
                 breaker: config.breaker.map(|threshold| {
@@ -148,7 +143,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if core.config.in_memory()
             && let Some(entry) = core.entry(&key)
         {
-            match entry.freshness(Instant::now()) {
+            let now = Instant::now();
+            match entry.freshness(now) {
                 freshness @ (Freshness::Fresh | Freshness::Early) => {
                     let hit = core.telemetry.hits.bump();
                     core.hot
@@ -176,7 +172,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     outcome("stale");
                     return Ok(entry.value);
                 }
-                Freshness::Stale | Freshness::Expired => {}
+                Freshness::Stale => {}
+                // Past every use: freed now rather than at its eviction.
+                Freshness::Expired => core.memory.reclaim(&key, now),
             }
         }
         core.telemetry.misses.bump();
@@ -185,6 +183,18 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             let load = prepare();
             let handle = Handle::new(core, &key, &load, Reason::Miss, None);
             return self.run(&handle, Run::Fill).await;
+        }
+        // A value another process shared: read on this task in one round trip, without a lock;
+        // the flight, its task and the lock only when there is none, or when a load or a read
+        // of the key runs here already (its callers share that rather than read again).
+        if self.tier.reads()
+            && !core.flights.contains(&key)
+            && let Some(direct) = Direct::new(core, &key)
+        {
+            if let Some(value) = self.tier.read(&direct).await {
+                outcome("remote");
+                return Ok(value);
+            }
         }
         let waiter = match core.flights.join(&key) {
             Joined::Shared(waiter) => {

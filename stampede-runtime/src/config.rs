@@ -20,9 +20,10 @@ pub enum Lock {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// In this process only (moka).
+    /// In this process only (a bounded quick_cache store).
     Memory,
-    /// In Redis only: every call reads Redis, concurrent calls of one process share the read.
+    /// In Redis only: every call reads Redis, on the caller's task when Redis holds a fresh
+    /// value; otherwise concurrent calls of one process share one flight.
     Redis,
     /// In this process (L1) in front of Redis (L2).
     Tiered,
@@ -96,8 +97,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// How long after it was stored an entry may still be served, fail-safe included: what
-    /// the memory tier keeps it for.
+    /// How long after it was stored an entry may still be served, fail-safe included.
     pub(crate) fn longest_use(&self) -> Duration {
         let servable = self.ttl.saturating_add(self.stale);
         servable.saturating_add(self.fail_safe.unwrap_or_default())

@@ -8,20 +8,70 @@ use tokio::time::Instant;
 use crate::tags::Stamp;
 
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
+///
+/// The deadline a hit checks, `refresh_at`, is an instant: a hit compares it with the clock and
+/// does no arithmetic. The others are kept as [`Offset`]s after `filled_at`, 4 bytes each,
+/// read only past `refresh_at`: an entry of a 24-byte value is 72 bytes rather than 104, most of
+/// what the memory tier adds per entry to the store's own (issue 14).
 #[derive(Clone, Debug)]
 pub(crate) struct Entry<V> {
     pub(crate) value: V,
-    /// When the value was loaded, for its age in the stats.
+    /// When the value was loaded, for its age in the stats; the deadlines count from it.
     pub(crate) filled_at: Instant,
     /// Past this (at most `fresh_until`), a hit also starts one refresh (`refresh_after`).
     refresh_at: Instant,
-    fresh_until: Instant,
-    stale_until: Instant,
+    fresh_until: Offset,
+    stale_until: Offset,
     /// Until then, past `stale_until`, the value is served when a load fails (`fail_safe`).
-    fail_safe_until: Instant,
+    fail_safe_until: Offset,
     /// The entry's tags, for a cache with `tags`: it is served only while none was invalidated
     /// since its load began.
     stamp: Option<Arc<Stamp>>,
+}
+
+/// A deadline as the time after an entry's `filled_at`, in 32 bits: whole milliseconds up to
+/// about 24 days (top bit clear), whole seconds beyond (top bit set; up to 68 years, past the
+/// farthest deadline, about 30 years). Rounded down: a deadline is never later than the one
+/// asked for, and at most a millisecond (a second, past 24 days) earlier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Offset(u32);
+
+impl Offset {
+    const SECONDS: u32 = 1 << 31;
+
+    /// `deadline` as an offset after `from` (zero for a deadline before it).
+    fn between(from: Instant, deadline: Instant) -> Self {
+        let after = deadline.saturating_duration_since(from);
+        match u32::try_from(after.as_millis()) {
+            Ok(millis) if millis < Self::SECONDS => Offset(millis),
+            _ => {
+                let seconds = after.as_secs().min(u64::from(Self::SECONDS - 1));
+                Offset(Self::SECONDS | seconds as u32)
+            }
+        }
+    }
+
+    /// The offset in nanoseconds (at most 68 years: fits easily).
+    #[inline]
+    fn nanos(self) -> u64 {
+        if self.0 & Self::SECONDS == 0 {
+            u64::from(self.0) * 1_000_000
+        } else {
+            u64::from(self.0 & !Self::SECONDS) * 1_000_000_000
+        }
+    }
+
+    fn duration(self) -> Duration {
+        Duration::from_nanos(self.nanos())
+    }
+
+    fn min(self, other: Self) -> Self {
+        if other.nanos() < self.nanos() {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 /// How an entry may be served at a given instant.
@@ -44,10 +94,12 @@ impl<V> Entry<V> {
         fresh_until: Instant,
         stale_until: Instant,
     ) -> Self {
+        let fresh_until = Offset::between(filled_at, fresh_until);
+        let stale_until = Offset::between(filled_at, stale_until);
         Entry {
             value,
             filled_at,
-            refresh_at: fresh_until,
+            refresh_at: after(filled_at, fresh_until.duration()),
             fresh_until,
             stale_until,
             fail_safe_until: stale_until,
@@ -73,28 +125,38 @@ impl<V> Entry<V> {
         Entry::new(value, now, fresh_until, after(fresh_until, stale))
     }
 
+    /// The instant `offset` after the fill.
+    fn at(&self, offset: Offset) -> Instant {
+        after(self.filled_at, offset.duration())
+    }
+
+    /// `deadline` as an offset after the fill.
+    fn offset(&self, deadline: Instant) -> Offset {
+        Offset::between(self.filled_at, deadline)
+    }
+
     /// The entry, refreshed early from `at` on (never later than its fresh deadline).
     pub(crate) fn refreshing_from(mut self, at: Instant) -> Self {
-        self.refresh_at = at.min(self.fresh_until);
+        self.refresh_at = at.min(self.at(self.fresh_until));
         self
     }
 
     /// The entry, kept as the last good value for `fail_safe` past its stale deadline.
     pub(crate) fn failing_safe_for(mut self, fail_safe: Duration) -> Self {
-        self.fail_safe_until = after(self.stale_until, fail_safe);
+        self.fail_safe_until = self.offset(after(self.at(self.stale_until), fail_safe));
         self
     }
 
     /// Whether the value may stand in for a failed load at `now`.
     pub(crate) fn fail_safe(&self, now: Instant) -> bool {
-        now < self.fail_safe_until
+        self.elapsed(now) < self.fail_safe_until.nanos()
     }
 
     /// The last good value served for a failed load: fresh again for `throttle`, so the
     /// failing source is asked again at most once per `throttle`, within its fail-safe window.
     pub(crate) fn throttled(mut self, now: Instant, throttle: Duration) -> Self {
-        let until = after(now, throttle).min(self.fail_safe_until);
-        self.refresh_at = until;
+        let until = self.offset(after(now, throttle)).min(self.fail_safe_until);
+        self.refresh_at = self.at(until);
         self.fresh_until = until;
         self.stale_until = until;
         self
@@ -102,8 +164,9 @@ impl<V> Entry<V> {
 
     /// The entry, servable until `until` at the latest.
     pub(crate) fn capped(mut self, until: Instant) -> Self {
-        self.fresh_until = self.fresh_until.min(until);
         self.refresh_at = self.refresh_at.min(until);
+        let until = self.offset(until);
+        self.fresh_until = self.fresh_until.min(until);
         self.stale_until = self.stale_until.min(until);
         self.fail_safe_until = self.fail_safe_until.min(until);
         self
@@ -111,15 +174,29 @@ impl<V> Entry<V> {
 
     /// Whether the entry may still be served, fresh or stale.
     pub(crate) fn servable(&self, now: Instant) -> bool {
-        now < self.stale_until
+        self.elapsed(now) < self.stale_until.nanos()
     }
 
+    /// Nanoseconds from the fill to `now` (zero before it), saturated.
+    #[inline]
+    fn elapsed(&self, now: Instant) -> u64 {
+        let elapsed = now.saturating_duration_since(self.filled_at);
+        elapsed
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(elapsed.subsec_nanos()))
+    }
+
+    #[inline]
     pub(crate) fn freshness(&self, now: Instant) -> Freshness {
+        // A hit: one comparison.
         if now < self.refresh_at {
-            Freshness::Fresh
-        } else if now < self.fresh_until {
+            return Freshness::Fresh;
+        }
+        let elapsed = self.elapsed(now);
+        if elapsed < self.fresh_until.nanos() {
             Freshness::Early
-        } else if now < self.stale_until {
+        } else if elapsed < self.stale_until.nanos() {
             Freshness::Stale
         } else {
             Freshness::Expired
@@ -150,6 +227,44 @@ pub(crate) fn jittered_ttl(ttl: Duration, jitter: u8) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlines_keep_their_instant_to_the_millisecond_and_never_move_later() {
+        let now = Instant::now();
+        let entry = Entry::loaded(
+            (),
+            now,
+            Duration::from_millis(1_500),
+            Duration::from_secs(3),
+        );
+        assert_eq!(entry.freshness(now), Freshness::Fresh);
+        let almost = now + Duration::from_millis(1_500) - Duration::from_nanos(1);
+        assert_eq!(entry.freshness(almost), Freshness::Fresh);
+        assert_eq!(
+            entry.freshness(now + Duration::from_millis(1_500)),
+            Freshness::Stale
+        );
+        assert_eq!(
+            entry.freshness(now + Duration::from_millis(4_500)),
+            Freshness::Expired
+        );
+        // Sub-millisecond parts are dropped: the deadline comes earlier, never later.
+        let odd = Entry::loaded((), now, Duration::from_micros(2_999), Duration::ZERO);
+        assert_eq!(
+            odd.freshness(now + Duration::from_millis(2)),
+            Freshness::Expired
+        );
+        // Past 24 days, whole seconds; the farthest deadline still fits.
+        let long = Entry::loaded((), now, Duration::from_secs(40 * 86_400), Duration::MAX);
+        let day_40 = now + Duration::from_secs(40 * 86_400);
+        assert_eq!(
+            long.freshness(day_40 - Duration::from_secs(1)),
+            Freshness::Fresh
+        );
+        assert_eq!(long.freshness(day_40), Freshness::Stale);
+        assert!(long.servable(now + Duration::from_secs(20 * 365 * 86_400)));
+        assert_eq!(size_of::<Entry<String>>(), 72);
+    }
 
     #[test]
     fn jitter_stays_within_its_band() {

@@ -109,6 +109,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         self.lock().remove(key);
     }
 
+    /// Whether the key has a load in flight now.
+    pub(crate) fn contains(&self, key: &K) -> bool {
+        self.lock().contains_key(key)
+    }
+
     /// The keys with a load in flight now.
     pub(crate) fn keys(&self) -> Vec<K> {
         self.lock().keys().cloned().collect()

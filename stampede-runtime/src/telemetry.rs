@@ -5,7 +5,7 @@
 //! Metric handles are taken when a cache is first called: install the metrics recorder (the
 //! exporter) before that, as one does at the start of `main`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Label, SharedString};
@@ -35,6 +35,58 @@ impl Count {
 
     pub(crate) fn get(&self) -> u64 {
         self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// A counted event as frequent as a hit: the count is split over [`STRIPES`] cache-line-sized
+/// cells, each thread adding to its own, so that tasks on different cores never contend on one
+/// cache line; reading the total sums them (exact, as the other counters are).
+pub(crate) struct StripedCount {
+    stripes: Box<[Stripe; STRIPES]>,
+    metric: Counter,
+}
+
+/// How many cells a [`StripedCount`] has (a power of two): threads past that share cells.
+const STRIPES: usize = 16;
+
+/// One cell of a [`StripedCount`], alone on its cache line (two lines: adjacent-line prefetch).
+#[repr(align(128))]
+#[derive(Default)]
+struct Stripe(AtomicU64);
+
+/// The cell of a [`StripedCount`] this thread adds to: threads take cells in turn as they
+/// first count, so the workers of one runtime get distinct cells.
+#[inline]
+fn stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    STRIPE.with(|stripe| *stripe)
+}
+
+impl StripedCount {
+    pub(crate) fn new(name: &'static str, labels: &Labels) -> Self {
+        StripedCount {
+            stripes: Box::default(),
+            metric: metrics::counter!(name, labels.cache()),
+        }
+    }
+
+    /// Records one event and returns how many this thread's cell had before it: a count that
+    /// grows by one per event of the threads sharing the cell, which is what sampling 1 in N
+    /// needs.
+    #[inline]
+    pub(crate) fn bump(&self) -> u64 {
+        self.metric.increment(1);
+        self.stripes[stripe()].0.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|stripe| stripe.0.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
@@ -97,7 +149,8 @@ impl Reason {
 
 /// The counters, levels and timings of one cache.
 pub(crate) struct Telemetry {
-    pub(crate) hits: Count,
+    /// Counted on every memory hit, from every core: striped.
+    pub(crate) hits: StripedCount,
     pub(crate) misses: Count,
     pub(crate) stale_served: Count,
     pub(crate) loads: Count,
@@ -121,7 +174,7 @@ impl Telemetry {
     pub(crate) fn new(config: &Config) -> Self {
         let labels = Labels::new(config);
         Telemetry {
-            hits: Count::new("cache_hit_total", &labels),
+            hits: StripedCount::new("cache_hit_total", &labels),
             misses: Count::new("cache_miss_total", &labels),
             stale_served: Count::new("cache_stale_served_total", &labels),
             loads: Count::new("cache_load_total", &labels),

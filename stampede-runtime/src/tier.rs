@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::cache::{Core, Key, Value};
 use crate::config::Config;
-use crate::entry::{Entry, jittered_ttl};
+use crate::entry::{Entry, Freshness, jittered_ttl};
 use crate::error::Error;
 use crate::flight::Leader;
 use crate::load::Load;
@@ -71,6 +71,20 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         std::future::ready(Ok(()))
     }
 
+    /// Whether [`Tier::read`] may find a key's value: a cache then asks it on the caller's task
+    /// before it starts or joins a flight.
+    fn reads(&self) -> bool {
+        false
+    }
+
+    /// A fresh value of a key this process lacks, read from the shared store on the caller's
+    /// task without a lock and kept through `direct`; `None` when there is none (or the store
+    /// cannot be read): the caller then goes through the key's flight. Never loads.
+    fn read(&self, direct: &Direct<'_, K, V>) -> impl Future<Output = Option<V>> + Send {
+        let _ = direct;
+        std::future::ready(None)
+    }
+
     /// How the tier names a key to other processes, so that an invalidation they announce can
     /// be matched against this process's keys. `None`: nothing is announced.
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
@@ -98,6 +112,69 @@ impl<K: Key, V: Value> Tier<K, V> for Local {
 
     async fn invalidate(&self, _config: &Config, _key: &K) -> Result<(), Error> {
         Ok(())
+    }
+}
+
+/// An entry as the cache's options have it kept: refreshed early past `refresh_after`, and
+/// kept for `fail_safe` past its stale deadline.
+fn with_options<V>(config: &Config, entry: Entry<V>) -> Entry<V> {
+    let entry = match config.refresh_after {
+        Some(after) => {
+            let at = crate::entry::after(entry.filled_at, jittered_ttl(after, config.jitter));
+            entry.refreshing_from(at)
+        }
+        None => entry,
+    };
+    match config.fail_safe {
+        Some(fail_safe) => entry.failing_safe_for(fail_safe),
+        None => entry,
+    }
+}
+
+/// A cache's core, lent to its tier for one read of one key on the caller's task, outside any
+/// flight ([`Tier::read`]). Registered with the memory tier like a load, so that a value read
+/// before an invalidation is neither kept nor returned.
+pub struct Direct<'a, K: Key, V: Value> {
+    core: &'a Core<K, V>,
+    key: &'a K,
+    loading: Loading<'a, K, V>,
+    /// For a cache with `tags`, the key's tags and the tag epoch this read began in.
+    stamp: Option<Arc<Stamp>>,
+}
+
+impl<'a, K: Key, V: Value> Direct<'a, K, V> {
+    /// The read of `key`, unless a load or another read of it runs in this process: a cold
+    /// key's concurrent callers then make one read, and go through the flight after it.
+    pub(crate) fn new(core: &'a Core<K, V>, key: &'a K) -> Option<Self> {
+        Some(Direct {
+            loading: core.memory.begin_alone(key)?,
+            stamp: core.stamp(key),
+            core,
+            key,
+        })
+    }
+
+    /// The key read.
+    pub(crate) fn key(&self) -> &K {
+        self.key
+    }
+
+    /// The value of an entry read from the shared store, kept in memory (unless values live
+    /// only in the shared tier), if it is fresh and the key was not invalidated since the read
+    /// began; `None` otherwise (past `refresh_after` included: a refresh is the flight's).
+    pub(crate) fn keep(&self, entry: Entry<V>) -> Option<V> {
+        let entry = with_options(&self.core.config, entry).stamped(self.stamp.as_ref());
+        // A tag of the key invalidated while it was read: the flight decides.
+        if entry.freshness(Instant::now()) != Freshness::Fresh || !entry.current() {
+            return None;
+        }
+        let value = entry.value.clone();
+        let current = if self.core.config.in_memory() {
+            self.core.memory.keep(&self.loading, entry)
+        } else {
+            self.core.memory.is_current(&self.loading)
+        };
+        current.then_some(value)
     }
 }
 
@@ -190,19 +267,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// Keeps `entry` in memory, unless the key was invalidated since the flight began (or values
     /// live only in the shared tier), and returns its value.
     pub(crate) fn keep(&self, entry: Entry<V>) -> V {
-        let config = &self.core.config;
-        let entry = match config.refresh_after {
-            Some(after) => {
-                let at = crate::entry::after(entry.filled_at, jittered_ttl(after, config.jitter));
-                entry.refreshing_from(at)
-            }
-            None => entry,
-        };
-        let entry = match config.fail_safe {
-            Some(fail_safe) => entry.failing_safe_for(fail_safe),
-            None => entry,
-        };
-        let entry = entry.stamped(self.stamp.as_ref());
+        let entry = with_options(&self.core.config, entry).stamped(self.stamp.as_ref());
         let value = entry.value.clone();
         if self.core.config.in_memory() {
             self.core.memory.keep(&self.loading, entry);

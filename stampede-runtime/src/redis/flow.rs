@@ -20,7 +20,7 @@ use crate::redis::envelope::{self, Envelope};
 use crate::redis::keys::{self, RedisKeys};
 use crate::redis::tags::set_lifetime;
 use crate::redis::{Busy, RedisTier, invalidate, lock};
-use crate::tier::Handle;
+use crate::tier::{Direct, Handle};
 
 /// Gets a key's value through Redis, or locally when Redis cannot be used.
 pub(crate) async fn fill<K, V, L>(
@@ -65,6 +65,34 @@ where
         busy_since: None,
     };
     flow.run().instrument(span).await
+}
+
+/// Reads a key's value on the caller's task, in one round trip and without a lock: the value
+/// if Redis holds a fresh one that decodes, kept through `direct`; `None` for anything else
+/// (nothing there, stale, undecodable, Redis unusable or failing), which the key's flight then
+/// handles with the whole protocol.
+pub(crate) async fn read<K, V>(tier: &RedisTier<K, V>, direct: &Direct<'_, K, V>) -> Option<V>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+{
+    let connection = lookup(tier.connection.as_deref()).filter(|c| c.usable())?;
+    let args = keys::args_text(direct.key()).ok()?;
+    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
+    let read = connection.read_or_lock(&keys, None, false).await.ok()?;
+    if read.state != ReadState::Fresh {
+        return None;
+    }
+    let Decoded::Servable(entry) = decode(read.value.as_deref(), Some(read.now_ms)) else {
+        return None;
+    };
+    let entry = match connection.memory_trusted_for() {
+        Some(bound) => entry.capped(after(Instant::now(), bound)),
+        None => entry,
+    };
+    let value = direct.keep(entry)?;
+    tier.telemetry.remote_hits.bump();
+    Some(value)
 }
 
 /// Drops a key from Redis and announces it, so every process drops its copy.
@@ -377,37 +405,60 @@ where
         }
     }
 
-    /// Reads an envelope. Deadlines are turned into this process's instants relative to
-    /// `server_now` (the server's clock at the read) or, for a publication, to its writing.
+    /// Reads an envelope (see [`decode`]); a value past its stale deadline is kept as the last
+    /// good value when `fail_safe` allows.
     fn found(&self, bytes: Option<&[u8]>, server_now: Option<u64>) -> Found<V> {
-        let Some(bytes) = bytes else {
-            return Found::Nothing;
-        };
-        let Some(envelope) = Envelope::parse(bytes) else {
-            return Found::Undecodable;
-        };
-        let Ok(value) = envelope::decode(envelope.payload) else {
-            return Found::Undecodable;
-        };
-        let reference = server_now.unwrap_or(envelope.written_at);
-        let now = Instant::now();
-        let entry = Entry::new(
-            value,
-            now.checked_sub(since(reference, envelope.written_at))
-                .unwrap_or(now),
-            after(now, since(envelope.fresh_until, reference)),
-            after(now, since(envelope.stale_until, reference)),
-        );
-        if entry.servable(now) {
-            Found::Usable(entry)
-        } else {
-            // Past its stale deadline but kept by Redis for `fail_safe`: not to be served, but
-            // the last good value if this flow's load fails.
-            if self.handle.config().fail_safe.is_some() {
-                self.keep(entry);
+        match decode(bytes, server_now) {
+            Decoded::Servable(entry) => Found::Usable(entry),
+            Decoded::Nothing => Found::Nothing,
+            Decoded::Undecodable => Found::Undecodable,
+            Decoded::Unservable(entry) => {
+                // Past its stale deadline but kept by Redis for `fail_safe`: not to be served,
+                // but the last good value if this flow's load fails.
+                if self.handle.config().fail_safe.is_some() {
+                    self.keep(entry);
+                }
+                Found::Nothing
             }
-            Found::Nothing
         }
+    }
+}
+
+/// What an envelope read from Redis holds, on this process's clock.
+enum Decoded<V> {
+    Nothing,
+    Undecodable,
+    /// Fresh or stale.
+    Servable(Entry<V>),
+    /// Past its stale deadline.
+    Unservable(Entry<V>),
+}
+
+/// Reads an envelope. Deadlines are turned into this process's instants relative to
+/// `server_now` (the server's clock at the read) or, for a publication, to its writing.
+fn decode<V: DeserializeOwned>(bytes: Option<&[u8]>, server_now: Option<u64>) -> Decoded<V> {
+    let Some(bytes) = bytes else {
+        return Decoded::Nothing;
+    };
+    let Some(envelope) = Envelope::parse(bytes) else {
+        return Decoded::Undecodable;
+    };
+    let Ok(value) = envelope::decode(envelope.payload) else {
+        return Decoded::Undecodable;
+    };
+    let reference = server_now.unwrap_or(envelope.written_at);
+    let now = Instant::now();
+    let entry = Entry::new(
+        value,
+        now.checked_sub(since(reference, envelope.written_at))
+            .unwrap_or(now),
+        after(now, since(envelope.fresh_until, reference)),
+        after(now, since(envelope.stale_until, reference)),
+    );
+    if entry.servable(now) {
+        Decoded::Servable(entry)
+    } else {
+        Decoded::Unservable(entry)
     }
 }
 

@@ -66,7 +66,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::load::Load;
 use crate::stats::Stats;
-use crate::tier::{Handle, Tier};
+use crate::tier::{Direct, Handle, Tier};
 use telemetry::RedisTelemetry;
 
 /// What a process does when another holds a key's Redis lock and no stale value can be served:
@@ -204,6 +204,14 @@ where
         value: V,
     ) -> Result<(), Error> {
         flow::prime(self, handle, value).await
+    }
+
+    fn reads(&self) -> bool {
+        true
+    }
+
+    async fn read(&self, direct: &Direct<'_, K, V>) -> Option<V> {
+        flow::read(self, direct).await
     }
 
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {

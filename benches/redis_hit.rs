@@ -1,0 +1,187 @@
+//! A call served from Redis (issue 14), next to a raw `GET` of the same bytes on the same kind
+//! of connection (a multiplexed tokio connection) and to the `cached` crate's Redis store
+//! (`#[concurrent_cached(redis = true)]`), in one run.
+//!
+//! The stampede function is `backend = "redis"`: nothing is kept in this process, so every
+//! call asks Redis, and finds its value there (written by the warm-up call). Each contender
+//! makes [`CALLS`] sequential calls on a current-thread runtime, [`RUNS`] times, the contenders
+//! taking turns; the figure is the mean time per call of each run, then the median of the runs.
+//!
+//! Needs a Redis: `STAMPEDE_BENCH_REDIS=URL`, or a `redis-server` on `PATH`, which it starts on
+//! a free loopback port. Run: `cargo bench -p stampede-benches --bench redis_hit` (about 15 s).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+/// A script of the shape of stampede's read (`READ_OR_LOCK`'s fresh path: the server's `TIME`,
+/// a `GET`, the envelope's fresh deadline matched and compared), run with `EVALSHA` on the raw
+/// connection: what the server's side of stampede's round trip costs, without the runtime.
+const READ_SHAPE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local value = redis.call('GET', KEYS[1])
+if value then
+  local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+  if fresh and fresh > now then
+    return {value, 'fresh', now, 0, 0}
+  end
+end
+return {false, 'nolock', now, 0, 0}
+";
+
+/// Calls per run and contender.
+const CALLS: u32 = 10_000;
+/// Runs per contender.
+const RUNS: usize = 5;
+
+fn value() -> String {
+    "v".repeat(100)
+}
+
+#[stampede::cached(ttl = "1h", backend = "redis", redis = "bench", name = "bench::redis")]
+async fn stampede_redis(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+#[cached::concurrent_cached(redis = true, ttl_secs = 3600, map_error = r##"|e| format!("{e}")"##)]
+async fn cached_redis(id: u64) -> Result<String, String> {
+    black_box(id);
+    Ok(value())
+}
+
+/// Mean time per call of `CALLS` calls.
+async fn per_call<F, Fut, T>(call: F) -> Duration
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let start = Instant::now();
+    for _ in 0..CALLS {
+        black_box(call().await);
+    }
+    start.elapsed() / CALLS
+}
+
+fn median(mut runs: Vec<Duration>) -> Duration {
+    runs.sort();
+    runs[runs.len() / 2]
+}
+
+fn main() {
+    let url = std::env::var("STAMPEDE_BENCH_REDIS").ok();
+    let redis = match redis_server::BenchRedis::get(url) {
+        Ok(redis) => redis,
+        Err(why) => {
+            eprintln!("no Redis: {why}");
+            return;
+        }
+    };
+    redis.install().expect("the bench connection");
+    // SAFETY: set before any thread of this program reads the environment.
+    unsafe { std::env::set_var("CACHED_REDIS_CONNECTION_STRING", &redis.url) };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let client = redis::Client::open(redis.url.as_str()).expect("a Redis URL");
+    let (raw, raw_key) = rt.block_on(async {
+        let mut raw = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        // Warm: each contender's value is in Redis, its connections open.
+        stampede_redis(7).await;
+        cached_redis(7).await.expect("cached's Redis store");
+        // The raw GET reads the very bytes stampede's call reads: the value key it wrote (the
+        // longest string under this process's prefix; the others are its fence and the like).
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("stampede-bench-{}*", std::process::id()))
+            .query_async(&mut raw)
+            .await
+            .expect("KEYS");
+        let mut longest = (String::new(), 0);
+        for key in keys {
+            let bytes: Result<Option<Vec<u8>>, _> =
+                redis::cmd("GET").arg(&key).query_async(&mut raw).await;
+            if let Ok(Some(bytes)) = bytes
+                && bytes.len() > longest.1
+            {
+                longest = (key, bytes.len());
+            }
+        }
+        eprintln!("raw GET of `{}`: {} bytes", longest.0, longest.1);
+        (raw, longest.0)
+    });
+    let script = redis::Script::new(READ_SHAPE);
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    rt.block_on(async {
+        for _ in 0..RUNS {
+            times[0].push(per_call(|| stampede_redis(black_box(7))).await);
+            times[1].push(
+                per_call(|| {
+                    let mut raw = raw.clone();
+                    let key = raw_key.as_str();
+                    async move {
+                        redis::cmd("GET")
+                            .arg(key)
+                            .query_async::<Vec<u8>>(&mut raw)
+                            .await
+                            .expect("GET")
+                    }
+                })
+                .await,
+            );
+            times[2].push(per_call(|| cached_redis(black_box(7))).await);
+            times[3].push(
+                per_call(|| {
+                    let mut raw = raw.clone();
+                    let (key, script) = (raw_key.as_str(), &script);
+                    async move {
+                        script
+                            .key(key)
+                            .invoke_async::<redis::Value>(&mut raw)
+                            .await
+                            .expect("EVALSHA")
+                    }
+                })
+                .await,
+            );
+        }
+    });
+    let stats = stampede::stats("bench::redis").expect("called");
+    let names = [
+        "stampede backend=redis",
+        "raw GET",
+        "cached concurrent_cached(redis)",
+        "raw EVALSHA, stampede's read",
+    ];
+    let medians: Vec<Duration> = times.iter().cloned().map(median).collect();
+    println!(
+        "a call served from Redis: {CALLS} sequential calls per run, {RUNS} runs; Redis: {}",
+        redis.origin
+    );
+    println!(
+        "{:<32} {:>10} {:>9}   runs (µs per call)",
+        "contender", "median µs", "/raw GET"
+    );
+    for (i, name) in names.iter().enumerate() {
+        let runs: Vec<String> = times[i]
+            .iter()
+            .map(|t| format!("{:.1}", t.as_secs_f64() * 1e6))
+            .collect();
+        println!(
+            "{name:<32} {:>10.1} {:>8.2}x   {}",
+            medians[i].as_secs_f64() * 1e6,
+            medians[i].as_secs_f64() / medians[1].as_secs_f64(),
+            runs.join(" ")
+        );
+    }
+    println!(
+        "stampede's stats: {} remote hits, {} loads (1: the warm-up)",
+        stats.remote_hits, stats.loads
+    );
+}

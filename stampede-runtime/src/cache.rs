@@ -190,11 +190,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if self.tier.reads()
             && !core.flights.contains(&key)
             && let Some(direct) = Direct::new(core, &key)
+            && let Some(value) = self.tier.read(&direct).await
         {
-            if let Some(value) = self.tier.read(&direct).await {
-                outcome("remote");
-                return Ok(value);
-            }
+            outcome("remote");
+            return Ok(value);
         }
         let waiter = match core.flights.join(&key) {
             Joined::Shared(waiter) => {

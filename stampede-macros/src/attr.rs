@@ -71,7 +71,7 @@ options! {
         doc: "`\"local\"`: one load per key per process; `\"redis\"`: one load per key across the processes sharing a Redis; `\"none\"`: every miss loads",
         default: "`\"local\"`";
     "backend" => |o, p| put(&mut o.backend, p, choice(p, BACKENDS)?),
-        doc: "`\"memory\"`: values live in this process (moka); `\"tiered\"`: in memory in front of Redis; `\"redis\"`: in Redis only",
+        doc: "`\"memory\"`: values live in this process, in a bounded store; `\"tiered\"`: in memory in front of Redis; `\"redis\"`: in Redis only",
         default: "`\"memory\"`; `\"tiered\"` with `lock = \"redis\"`";
     "redis" => |o, p| put_raw(&mut o.redis, p, string(p, "the name a connection was installed under, e.g. \"sessions\"")?),
         doc: "the Redis connection, by the name `RedisConfig::install_as` gave it",

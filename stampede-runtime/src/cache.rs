@@ -108,7 +108,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if tags.is_some() {
             crate::tags::keep_marks_for(config.longest_use());
         }
-        let memory = Memory::new(config.capacity);
+        let memory = Memory::new(config.capacity, tier.key_name());
         Cache {
             core: Core {
                 breaker: config.breaker.map(|threshold| {
@@ -383,14 +383,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> Inspect for Cache<K, V, T> {
         let Some(name_of) = self.tier.key_name() else {
             return;
         };
-        let name = name.to_owned();
-        let matches = move |key: &K| name_of(key).is_some_and(|text| text == name);
         for key in self.core.flights.keys() {
-            if matches(&key) {
+            if name_of(&key).is_some_and(|own| own == name) {
                 self.core.flights.forget(&key);
             }
         }
-        self.core.memory.invalidate_where(matches);
+        self.core.memory.invalidate_named(name);
     }
 
     fn forget_tag(&self, tag: &str) {

@@ -11,7 +11,7 @@ use crate::tags::Stamp;
 ///
 /// The deadline a hit checks, `refresh_at`, is an instant: a hit compares it with the clock and
 /// does no arithmetic. The others are kept as [`Offset`]s after `filled_at`, 4 bytes each,
-/// read only past `refresh_at`: an entry of a 24-byte value is 72 bytes rather than 104, most of
+/// read only past `refresh_at`: an entry of a 24-byte value is 72 bytes rather than 104 (80 with the optional tag stamp), most of
 /// what the memory tier adds per entry to the store's own (issue 14).
 #[derive(Clone, Debug)]
 pub(crate) struct Entry<V> {
@@ -263,7 +263,11 @@ mod tests {
         );
         assert_eq!(long.freshness(day_40), Freshness::Stale);
         assert!(long.servable(now + Duration::from_secs(20 * 365 * 86_400)));
-        assert_eq!(size_of::<Entry<String>>(), 72);
+        assert_eq!(
+            size_of::<Entry<String>>(),
+            80,
+            "72, and the optional tag stamp"
+        );
     }
 
     #[test]

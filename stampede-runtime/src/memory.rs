@@ -26,6 +26,19 @@ pub(crate) struct Memory<K, V> {
     store: quick_cache::sync::Cache<K, Entry<V>>,
     /// The generations of the keys with a load running.
     loading: Mutex<HashMap<K, Generation>>,
+    /// For a cache whose tier names its keys to other processes: each stored key by its name,
+    /// so that an invalidation announced by name finds its key without a scan.
+    names: Option<Names<K>>,
+}
+
+/// The keys of the store by the name the tier gives them. Every stored key is in it: a key is
+/// added under the same lock as its entry's insert, and only keys the store no longer holds
+/// are pruned (once the index outgrows twice the capacity, so the scan is paid once per that
+/// many inserts).
+struct Names<K> {
+    name_of: fn(&K) -> Option<String>,
+    by_name: Mutex<HashMap<String, K>>,
+    prune_above: usize,
 }
 
 struct Generation {
@@ -41,8 +54,9 @@ pub(crate) struct Loading<'a, K: Key, V: Value> {
 }
 
 impl<K: Key, V: Value> Memory<K, V> {
-    /// A store of at most `capacity` entries (at least one).
-    pub(crate) fn new(capacity: u64) -> Self {
+    /// A store of at most `capacity` entries (at least one). `name_of`: how the tier names a
+    /// key to other processes, when it does ([`Memory::invalidate_named`]).
+    pub(crate) fn new(capacity: u64, name_of: Option<fn(&K) -> Option<String>>) -> Self {
         let capacity = capacity.max(1);
         // The estimate only sizes the ghost (recently evicted) list; the store allocates as
         // it fills, so a large capacity reserves nothing up front.
@@ -56,6 +70,11 @@ impl<K: Key, V: Value> Memory<K, V> {
                 quick_cache::sync::DefaultLifecycle::default(),
             ),
             loading: Mutex::new(HashMap::new()),
+            names: name_of.map(|name_of| Names {
+                name_of,
+                by_name: Mutex::new(HashMap::new()),
+                prune_above: items.saturating_mul(2).saturating_add(1024),
+            }),
         }
     }
 
@@ -106,6 +125,15 @@ impl<K: Key, V: Value> Memory<K, V> {
         if !is_current(&loading, load) {
             return false;
         }
+        if let Some(names) = &self.names
+            && let Some(name) = (names.name_of)(&load.key)
+        {
+            let mut by_name = names.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+            by_name.insert(name, load.key.clone());
+            if by_name.len() > names.prune_above {
+                by_name.retain(|_, key| self.store.contains_key(key) || *key == load.key);
+            }
+        }
         self.store.insert(load.key.clone(), entry);
         true
     }
@@ -124,21 +152,27 @@ impl<K: Key, V: Value> Memory<K, V> {
         self.store.remove(key);
     }
 
-    /// Drops the values of every key `matches`; loads of them running now will not store theirs.
-    /// A scan of the store, shard by shard under each shard's write lock (31ms over a million
-    /// entries in `benches/memory.rs`): it runs only for invalidations announced by other
-    /// processes.
-    pub(crate) fn invalidate_where<F>(&self, matches: F)
-    where
-        F: Fn(&K) -> bool,
-    {
+    /// Drops the value of the key named `name` (an invalidation another process announced); a
+    /// load of it running now will not store its value. A lookup in the index of names, not a
+    /// scan of the store; nothing for a store built without names.
+    pub(crate) fn invalidate_named(&self, name: &str) {
+        let Some(names) = &self.names else {
+            return;
+        };
         let mut loading = self.loading();
         for (key, generation) in loading.iter_mut() {
-            if matches(key) {
+            if (names.name_of)(key).is_some_and(|own| own == name) {
                 generation.value += 1;
             }
         }
-        self.store.retain(|key, _| !matches(key));
+        let key = names
+            .by_name
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+        if let Some(key) = key {
+            self.store.remove(&key);
+        }
     }
 
     /// Drops every value; loads running now will not store theirs.
@@ -146,6 +180,13 @@ impl<K: Key, V: Value> Memory<K, V> {
         let mut loading = self.loading();
         for generation in loading.values_mut() {
             generation.value += 1;
+        }
+        if let Some(names) = &self.names {
+            names
+                .by_name
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
         }
         self.store.clear();
     }
@@ -208,7 +249,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_invalidation_stops_only_the_loads_of_its_own_key() {
-        let memory = Memory::<u32, u32>::new(100);
+        let memory = Memory::<u32, u32>::new(100, None);
         let (one, two) = (memory.begin(&1), memory.begin(&2));
         memory.invalidate(&1);
         assert!(!memory.keep(&one, entry(10)), "key 1 was invalidated");
@@ -219,7 +260,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_load_that_began_after_the_invalidation_stores_its_value() {
-        let memory = Memory::<u32, u32>::new(100);
+        let memory = Memory::<u32, u32>::new(100, None);
         let old = memory.begin(&1);
         memory.invalidate(&1);
         let new = memory.begin(&1);
@@ -231,12 +272,16 @@ mod tests {
         assert_eq!(memory.get(&1).map(|e| e.value), Some(2));
     }
 
+    fn named(key: &u32) -> Option<String> {
+        Some(format!("k{key}"))
+    }
+
     #[tokio::test]
     async fn no_generation_outlives_the_loads_of_its_key() {
-        let memory = Memory::<u32, u32>::new(100);
+        let memory = Memory::<u32, u32>::new(100, Some(named));
         for key in 0..1_000 {
             let load = memory.begin(&key);
-            memory.invalidate_where(|k| k % 2 == 0);
+            memory.invalidate_named(&format!("k{}", key / 2 * 2));
             memory.keep(&load, entry(key));
         }
         assert_eq!(memory.loading_count(), 0);
@@ -244,7 +289,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_never_holds_more_than_its_capacity() {
-        let memory = Memory::<u32, u32>::new(1_000);
+        let memory = Memory::<u32, u32>::new(1_000, None);
         for key in 0..100_000 {
             let load = memory.begin(&key);
             memory.keep(&load, entry(key));
@@ -254,24 +299,46 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_predicate_drops_the_keys_it_matches_and_only_those() {
-        let memory = Memory::<u32, u32>::new(100);
+    async fn a_name_drops_its_key_and_only_it() {
+        let memory = Memory::<u32, u32>::new(100, Some(named));
         for key in 0..10 {
             memory.keep(&memory.begin(&key), entry(key));
         }
         let running = memory.begin(&4);
-        memory.invalidate_where(|key| key % 2 == 0);
+        memory.invalidate_named("k4");
+        assert!(!memory.keep(&running, entry(4)), "its load stores nothing");
+        memory.invalidate_named("k7");
+        assert_eq!(memory.entry_count(), 8);
+        assert!((0..10).all(|key| memory.get(&key).is_some() == (key != 4 && key != 7)));
+    }
+
+    #[tokio::test]
+    async fn the_index_of_names_stays_bounded_and_finds_every_stored_key() {
+        let memory = Memory::<u32, u32>::new(100, Some(named));
+        for key in 0..100_000 {
+            memory.keep(&memory.begin(&key), entry(key));
+        }
+        let indexed = memory.names.as_ref().unwrap().by_name.lock().unwrap().len();
         assert!(
-            !memory.keep(&running, entry(4)),
-            "a matched load stores nothing"
+            indexed <= 2 * 100 + 1024 + 1,
+            "{indexed} names for 100 entries"
         );
-        assert_eq!(memory.entry_count(), 5);
-        assert!((0..10).all(|key| memory.get(&key).is_some() == (key % 2 == 1)));
+        let stored: Vec<u32> = (0..100_000)
+            .filter(|key| memory.get(key).is_some())
+            .collect();
+        assert!(!stored.is_empty());
+        for key in stored {
+            memory.invalidate_named(&format!("k{key}"));
+            assert!(
+                memory.get(&key).is_none(),
+                "key {key} was stored but not indexed"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn reclaim_drops_only_an_entry_past_every_use() {
-        let memory = Memory::<u32, u32>::new(100);
+        let memory = Memory::<u32, u32>::new(100, None);
         memory.keep(&memory.begin(&1), entry(1));
         memory.reclaim(&1, Instant::now());
         assert!(memory.get(&1).is_some(), "still fresh");

@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use common::processes::{self, Lines, Process, check, finish};
+
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::redis_server::RedisServer;
@@ -17,8 +17,6 @@ use stampede_examples::multi_instance;
 
 const ROLE: &str = "STAMPEDE_CHILD";
 type Scenario = fn() -> Result<(), String>;
-/// Lines of the processes' stdout: (process index, line).
-type Lines = mpsc::Receiver<(usize, String)>;
 /// Every wait of the parent on its children.
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -69,10 +67,6 @@ fn main() {
     if failed > 0 {
         std::process::exit(1);
     }
-}
-
-fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), String> {
-    if condition { Ok(()) } else { Err(message()) }
 }
 
 fn cold_key_four_processes() -> Result<(), String> {
@@ -293,69 +287,16 @@ fn child(role: &str) {
 
 // ---- the parent's side ---------------------------------------------------------------------
 
-struct Process {
-    child: Child,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `count` processes in `role`; their stdout lines arrive on the receiver as
-/// (process index, line).
+/// Starts `count` processes in `role`, on the scenario's Redis.
 fn start(
     role: &str,
     count: usize,
     server: &RedisServer,
     env: &[(&str, String)],
 ) -> Result<(Vec<Process>, Lines), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let (lines, received) = mpsc::channel();
-    let mut processes = Vec::new();
-    for index in 0..count {
-        let mut command = Command::new(&exe);
-        command
-            .env(ROLE, role)
-            .env("MP_REDIS", server.url())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("cannot start a process: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let lines = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = lines.send((index, line));
-            }
-        });
-        processes.push(Process { child });
-    }
-    Ok((processes, received))
-}
-
-/// Waits for every process to exit successfully, within `limit`.
-fn finish(processes: &mut [Process], limit: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + limit;
-    for process in processes.iter_mut() {
-        loop {
-            match process.child.try_wait().map_err(|e| e.to_string())? {
-                Some(status) if status.success() => break,
-                Some(status) => return Err(format!("a process failed: {status}")),
-                None if Instant::now() > deadline => {
-                    return Err(format!("a process did not finish within {limit:?}"));
-                }
-                None => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
-    }
-    Ok(())
+    let mut all = vec![(ROLE, role.to_owned()), ("MP_REDIS", server.url())];
+    all.extend(env.iter().cloned());
+    processes::start(count, &all)
 }
 
 fn loads(server: &RedisServer) -> i64 {

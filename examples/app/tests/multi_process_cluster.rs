@@ -7,22 +7,20 @@
 //! does: `STAMPEDE_REDIS_URL`, here the comma-separated list of every node's URL. Figures are
 //! printed as it goes.
 
+#[path = "common/processes.rs"]
+mod processes;
 #[path = "../../../tests/common/redis_cluster.rs"]
 mod redis_cluster;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use processes::{Lines, Process, check, finish};
 use redis_cluster::RedisCluster;
 use stampede::{RedisConfig, cached};
 
 const ROLE: &str = "MPC_ROLE";
 type Scenario = fn(&RedisCluster) -> Result<(), String>;
-/// Lines of the processes' stdout: (process index, line).
-type Lines = mpsc::Receiver<(usize, String)>;
 /// Every wait of the parent on its children.
 const WAIT: Duration = Duration::from_secs(60);
 /// Cold keys per stampede, and concurrent callers of each key in each process.
@@ -72,10 +70,6 @@ fn main() {
     if failed > 0 {
         std::process::exit(1);
     }
-}
-
-fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), String> {
-    if condition { Ok(()) } else { Err(message()) }
 }
 
 // ---- the processes -------------------------------------------------------------------------
@@ -210,69 +204,20 @@ fn env<T: std::str::FromStr>(name: &str) -> T {
 
 // ---- the parent's side ---------------------------------------------------------------------
 
-struct Process {
-    child: Child,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `count` processes in `role` on the cluster; their stdout lines arrive on the
-/// receiver as (process index, line).
+/// Starts `count` processes in `role` on the cluster, which they find as a service does:
+/// `STAMPEDE_REDIS_URL`, the list of every node.
 fn start(
     role: &str,
     count: usize,
     cluster: &RedisCluster,
     env: &[(&str, String)],
 ) -> Result<(Vec<Process>, Lines), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let (lines, received) = mpsc::channel();
-    let mut processes = Vec::new();
-    for index in 0..count {
-        let mut command = Command::new(&exe);
-        command
-            .env(ROLE, role)
-            .env(stampede::REDIS_URL_VAR, cluster.urls())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("cannot start a process: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let lines = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = lines.send((index, line));
-            }
-        });
-        processes.push(Process { child });
-    }
-    Ok((processes, received))
-}
-
-/// Waits for every process to exit successfully, within `limit`.
-fn finish(processes: &mut [Process], limit: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + limit;
-    for process in processes.iter_mut() {
-        loop {
-            match process.child.try_wait().map_err(|e| e.to_string())? {
-                Some(status) if status.success() => break,
-                Some(status) => return Err(format!("a process failed: {status}")),
-                None if Instant::now() > deadline => {
-                    return Err(format!("a process did not finish within {limit:?}"));
-                }
-                None => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
-    }
-    Ok(())
+    let mut all = vec![
+        (ROLE, role.to_owned()),
+        (stampede::REDIS_URL_VAR, cluster.urls()),
+    ];
+    all.extend(env.iter().cloned());
+    processes::start(count, &all)
 }
 
 /// The next line starting with `prefix`, within [`WAIT`]; other lines are returned too.

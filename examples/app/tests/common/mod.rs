@@ -6,6 +6,8 @@
 #[allow(unused_imports)] // each test file uses its own subset
 pub use stampede_test_support::redis_server;
 
+pub mod processes;
+
 use std::future::Future;
 use std::time::Duration;
 

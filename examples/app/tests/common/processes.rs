@@ -1,0 +1,72 @@
+//! The processes of a multi-process scenario: copies of the test binary, each told its part by
+//! environment variables, their stdout lines collected as they come.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Lines of the processes' stdout: (process index, line).
+pub type Lines = mpsc::Receiver<(usize, String)>;
+
+/// One child process, killed if still running when dropped.
+pub struct Process {
+    pub child: Child,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `count` copies of this binary with `env` set; their stdout lines arrive on the
+/// receiver as (process index, line).
+pub fn start(count: usize, env: &[(&str, String)]) -> Result<(Vec<Process>, Lines), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (lines, received) = mpsc::channel();
+    let mut processes = Vec::new();
+    for index in 0..count {
+        let mut command = Command::new(&exe);
+        command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot start a process: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines.send((index, line));
+            }
+        });
+        processes.push(Process { child });
+    }
+    Ok((processes, received))
+}
+
+/// Waits for every process to exit successfully, within `limit`.
+pub fn finish(processes: &mut [Process], limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    for process in processes.iter_mut() {
+        loop {
+            match process.child.try_wait().map_err(|e| e.to_string())? {
+                Some(status) if status.success() => break,
+                Some(status) => return Err(format!("a process failed: {status}")),
+                None if Instant::now() > deadline => {
+                    return Err(format!("a process did not finish within {limit:?}"));
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `Ok` if `condition` holds, else the scenario's failure, `message`.
+pub fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), String> {
+    if condition { Ok(()) } else { Err(message()) }
+}

@@ -597,6 +597,40 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
         || shard_channels(cluster, "test:{clu::failover~").is_empty(),
     )
     .await;
+
+    // The killed node restarted: it rejoins as a replica, and a new stampede loads each key once.
+    let restarted_at = std::time::Instant::now();
+    cluster.restart(victim);
+    eventually("the restarted node to rejoin as a replica", || {
+        let role = cluster.try_command::<String>(victim, &["INFO", "replication"]);
+        let state = cluster.try_command::<String>(victim, &["CLUSTER", "INFO"]);
+        role.is_some_and(|role| role.contains("role:slave"))
+            && state.is_some_and(|state| state.contains("cluster_state:ok"))
+    })
+    .await;
+    let rejoined_in = restarted_at.elapsed();
+    let before = LOADS.load(SeqCst);
+    let mut calls = Vec::new();
+    for key in 3_000_000..3_000_030_u64 {
+        for caller in 0..10 {
+            calls.push(tokio::spawn(async move {
+                if caller % 2 == 0 {
+                    in_a(key).await
+                } else {
+                    in_b(key).await
+                }
+            }));
+        }
+    }
+    for call in calls {
+        within(call).await.unwrap().expect("no call fails");
+    }
+    let loads = LOADS.load(SeqCst) - before;
+    println!(
+        "killed master {victim} restarted: back as a replica in {rejoined_in:?}; a cold stampede \
+         (30 keys x 10 callers) then loaded {loads} times"
+    );
+    assert_eq!(loads, 30, "each key loaded once, through the cluster");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

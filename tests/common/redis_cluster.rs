@@ -48,23 +48,7 @@ impl RedisCluster {
         let began = Instant::now();
         let mut children = Vec::new();
         for port in &ports {
-            let conf = dir.join(format!("nodes-{port}.conf"));
-            let child = Command::new("redis-server")
-                .args(["--cluster-enabled", "yes", "--cluster-config-file"])
-                .arg(&conf)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--dir"])
-                .arg(&dir)
-                .args(["--protected-mode", "no", "--loglevel", "warning"])
-                // A dead master is failed over after about 2 s instead of 15.
-                .args(["--cluster-node-timeout", "2000"])
-                // A replica's first sync starts at once, not after 5 s of waiting for others.
-                .args(["--repl-diskless-sync-delay", "0"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("cannot start redis-server (is it installed?)");
-            children.push(child);
+            children.push(spawn_node(&dir, *port));
         }
         let mut cluster = RedisCluster {
             ports,
@@ -166,6 +150,19 @@ impl RedisCluster {
         self.killed.lock().unwrap().push(port);
     }
 
+    /// Starts the node at `port` again, killed before, with its cluster configuration: it
+    /// rejoins the cluster (a killed master as a replica of the one that took its slots).
+    pub fn restart(&self, port: u16) {
+        let index = self.ports.iter().position(|p| *p == port).expect("a node");
+        let child = spawn_node(&self.dir, port);
+        self.guard(&[child.id()], false);
+        self.children.lock().unwrap()[index] = child;
+        self.killed.lock().unwrap().retain(|killed| *killed != port);
+        wait_for(&format!("node {port} to answer again"), || {
+            self.try_command::<String>(port, &["PING"]).is_some()
+        });
+    }
+
     /// The ports of the masters that serve slots, from `CLUSTER NODES`.
     pub fn masters(&self) -> Vec<u16> {
         masters_in(&self.command::<String>(self.ports()[0], &["CLUSTER", "NODES"]))
@@ -256,7 +253,8 @@ impl RedisCluster {
         self.command(self.owner(args[1]), args)
     }
 
-    fn try_command<T: redis::FromRedisValue>(&self, port: u16, args: &[&str]) -> Option<T> {
+    /// Runs one command on the node at `port`; `None` if it fails (a node down or loading).
+    pub fn try_command<T: redis::FromRedisValue>(&self, port: u16, args: &[&str]) -> Option<T> {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
         let mut connection = client
             .get_connection_with_timeout(Duration::from_secs(5))
@@ -270,19 +268,30 @@ impl RedisCluster {
 
     /// A shell that kills the nodes and deletes their directory once this process is gone.
     fn watchdog(&self) {
-        let pids: Vec<String> = self
+        let pids: Vec<u32> = self
             .children
             .lock()
             .unwrap()
             .iter()
-            .map(|child| child.id().to_string())
+            .map(Child::id)
             .collect();
+        self.guard(&pids, true);
+    }
+
+    /// Kills `pids` (and with `remove_dir` deletes the cluster's directory) when this test
+    /// process ends, however it ends: the shared cluster is a static, never dropped.
+    fn guard(&self, pids: &[u32], remove_dir: bool) {
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let remove = if remove_dir {
+            format!("rm -rf '{}'", self.dir.display())
+        } else {
+            String::from("true")
+        };
         let script = format!(
             "while kill -0 {parent} 2>/dev/null; do sleep 0.5; done; kill -9 {pids} 2>/dev/null; \
-             rm -rf '{dir}'",
+             {remove}",
             parent = std::process::id(),
             pids = pids.join(" "),
-            dir = self.dir.display(),
         );
         let _ = Command::new("sh")
             .args(["-c", &script])
@@ -291,6 +300,26 @@ impl RedisCluster {
             .stderr(Stdio::null())
             .spawn();
     }
+}
+
+/// One node of the cluster, with its configuration file in `dir`.
+fn spawn_node(dir: &std::path::Path, port: u16) -> Child {
+    let conf = dir.join(format!("nodes-{port}.conf"));
+    Command::new("redis-server")
+        .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+        .arg(&conf)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir)
+        .args(["--protected-mode", "no", "--loglevel", "warning"])
+        // A dead master is failed over after about 2 s instead of 15.
+        .args(["--cluster-node-timeout", "2000"])
+        // A replica's first sync starts at once, not after 5 s of waiting for others.
+        .args(["--repl-diskless-sync-delay", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start redis-server (is it installed?)")
 }
 
 impl Drop for RedisCluster {

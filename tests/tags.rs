@@ -235,3 +235,42 @@ mod redis {
         assert_eq!(within(fenced(7)).await, 702);
     }
 }
+
+#[derive(Clone)]
+struct Repo;
+
+impl Repo {
+    #[cached(ttl = "60s", tags = ["tags-repo:{id}"])]
+    async fn row(&self, id: u64) -> u64 {
+        static LOADS: AtomicUsize = AtomicUsize::new(0);
+        id * 1_000 + LOADS.fetch_add(1, SeqCst) as u64
+    }
+}
+
+#[async_trait::async_trait]
+trait Rows {
+    async fn other_row(&self, id: u64) -> u64;
+}
+
+#[async_trait::async_trait]
+impl Rows for Repo {
+    #[cached(ttl = "60s", tags = ["tags-repo:{id}"])]
+    async fn other_row(&self, id: u64) -> u64 {
+        static LOADS: AtomicUsize = AtomicUsize::new(0);
+        id * 1_000 + 500 + LOADS.fetch_add(1, SeqCst) as u64
+    }
+}
+
+#[tokio::test]
+async fn methods_take_tags_too() {
+    let repo = Repo;
+    let dynamic: &dyn Rows = &repo;
+    assert_eq!(within(repo.row(3)).await, 3_000);
+    assert_eq!(within(dynamic.other_row(3)).await, 3_500);
+    assert_eq!(within(repo.row(3)).await, 3_000, "cached");
+    within(stampede::invalidate_tag("tags-repo:3"))
+        .await
+        .unwrap();
+    assert_eq!(within(repo.row(3)).await, 3_001);
+    assert_eq!(within(dynamic.other_row(3)).await, 3_501);
+}

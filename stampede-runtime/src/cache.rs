@@ -328,9 +328,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     pub(crate) async fn invalidate(&self, key: &K) -> Result<(), Error> {
         self.forget(key);
         let dropped = self.tier.invalidate(&self.core.config, key).await;
-        // A call meanwhile may have read the old value from the tier before it was dropped
+        // A call meanwhile may have read the old value from a shared tier before it was dropped
         // there, and kept it: forget again, rather than wait for the announcement's echo.
-        self.forget(key);
+        if self.tier.key_name().is_some() {
+            self.forget(key);
+        }
         dropped
     }
 

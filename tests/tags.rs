@@ -197,6 +197,33 @@ mod redis {
     }
 
     #[tokio::test]
+    async fn a_redis_no_tagged_cache_uses_is_left_alone() {
+        static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+        #[cached(ttl = "60s", tags = ["tags-alone"])]
+        async fn alone(id: u64) -> usize {
+            let _ = id;
+            LOADS.fetch_add(1, SeqCst) + 1
+        }
+
+        let _turn = TURN.lock().await;
+        // The connection of this file's tagged caches, live.
+        let live = RedisServer::start();
+        install(&live);
+        // Installed, then gone: no cache with tags keeps values there.
+        let gone = RedisServer::start();
+        RedisConfig::new(&gone.url())
+            .unwrap()
+            .install_as("tags_untagged_only");
+        drop(gone);
+        assert_eq!(within(alone(1)).await, 1);
+        within(stampede::invalidate_tag("tags-alone"))
+            .await
+            .expect("only the stores of tagged caches are asked");
+        assert_eq!(within(alone(1)).await, 2);
+    }
+
+    #[tokio::test]
     async fn a_load_holding_the_lock_when_its_tag_is_invalidated_writes_nothing() {
         static LOADS: AtomicUsize = AtomicUsize::new(0);
         static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();

@@ -457,6 +457,7 @@ impl<'a> Expansion<'a> {
             .map(|arg| with_elided_lifetimes(&arg.ty));
         let key = self.key();
         let tags = self.tags();
+        let tagged = !self.settings.tags.is_empty();
         quote! {
             #cfgs
             impl #name {
@@ -479,7 +480,7 @@ impl<'a> Expansion<'a> {
 
             #cfgs
             #private::inventory::submit! {
-                #private::Linked::new(#name::__config, #name::__build)
+                #private::Linked::new(#name::__config, #name::__build, #tagged)
             }
         }
     }

@@ -107,6 +107,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     pub(crate) fn new(config: Config, tier: T, tags: Tags<K>) -> Self {
         if tags.is_some() {
             crate::tags::keep_marks_for(config.longest_use());
+            tier.tagged();
         }
         let memory = Memory::new(config.capacity, tier.key_name());
         Cache {

@@ -70,8 +70,9 @@ pub use stats::{CacheInfo, HotKey, Stats, caches, invalidate, stats};
 /// # Ok(()) }
 /// ```
 ///
-/// Fails with [`Error::RedisUnavailable`] when a configured Redis cannot be reached; this
-/// process's entries are dropped all the same.
+/// Fails with [`Error::RedisUnavailable`] when a Redis that a cache with tags uses cannot be
+/// reached (the caches of tagged free functions linked into the binary count, called or not;
+/// a tagged method's, once called); this process's entries are dropped all the same.
 pub async fn invalidate_tag(tag: &str) -> Result<(), Error> {
     tags::forget_here(tag);
     #[cfg(feature = "redis")]

@@ -68,12 +68,29 @@ pub(crate) fn named(name: &str) -> Vec<&'static dyn Inspect> {
 pub struct Linked {
     config: fn() -> Config,
     build: fn(),
+    tagged: bool,
 }
 
 impl Linked {
-    /// The function's options (its name among them), and how to build its cache.
-    pub const fn new(config: fn() -> Config, build: fn()) -> Self {
-        Linked { config, build }
+    /// The function's options (its name among them), how to build its cache, and whether it
+    /// has `tags`.
+    pub const fn new(config: fn() -> Config, build: fn(), tagged: bool) -> Self {
+        Linked {
+            config,
+            build,
+            tagged,
+        }
+    }
+}
+
+/// Builds the cache of every linked function with `tags` (once; later calls find them built):
+/// so that a tag's invalidation knows every shared store a tagged entry may be in, in a process
+/// that never called those functions.
+pub(crate) fn build_tagged() {
+    for linked in inventory::iter::<Linked> {
+        if linked.tagged {
+            (linked.build)();
+        }
     }
 }
 

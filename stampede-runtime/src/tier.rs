@@ -91,6 +91,9 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         None
     }
 
+    /// The cache has `tags`: a tag's invalidation must reach the shared store this tier uses.
+    fn tagged(&self) {}
+
     /// Adds the tier's own counters to a cache's stats.
     fn add_stats(&self, stats: &mut Stats) {
         let _ = stats;

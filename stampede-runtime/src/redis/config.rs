@@ -279,22 +279,6 @@ pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Connection>> {
         .clone()
 }
 
-/// Every configured connection: the installed ones and the default from the environment.
-pub(crate) fn every_connection() -> Vec<Arc<Connection>> {
-    let mut every: Vec<Arc<Connection>> = INSTALLED
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .flat_map(|installed| installed.values().cloned())
-        .collect();
-    if let Some(default) = lookup(None)
-        && !every.iter().any(|known| Arc::ptr_eq(known, &default))
-    {
-        every.push(default);
-    }
-    every
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

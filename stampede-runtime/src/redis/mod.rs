@@ -218,6 +218,10 @@ where
         Some(|key| keys::args_text(key).ok())
     }
 
+    fn tagged(&self) {
+        tags::used_by_tags(self.connection.clone());
+    }
+
     fn add_stats(&self, stats: &mut Stats) {
         self.telemetry.add_to(stats);
     }

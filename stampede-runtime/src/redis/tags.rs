@@ -10,13 +10,15 @@
 //! as the values it stands for (their `ttl + stale + fail_safe`, plus the longest a load may
 //! run). The sets are the only per-tag state, and expire with their values.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::redis::config::every_connection;
+use crate::redis::config::lookup;
 use crate::redis::connection::{Connection, Failure, millis};
 use crate::redis::invalidate;
 use crate::redis::keys::{RedisKeys, TagKeys};
@@ -28,12 +30,32 @@ const AT_ONCE: usize = 64;
 /// Redis refuses expiries that overflow its clock; no set needs more than a century.
 const LONGEST_SET: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
-/// Drops every key loaded with `tag` from every configured Redis, and announces the tag to
-/// every process; a Redis that fails does not keep the others from it, and its failure is the
-/// error returned.
+/// The connections (by name; `None`: the default one) of the caches with `tags`: where a tag's
+/// keys may be.
+static TAGGED: Mutex<BTreeSet<Option<Arc<str>>>> = Mutex::new(BTreeSet::new());
+
+/// A cache with `tags` keeps its values through the connection named `connection`.
+pub(crate) fn used_by_tags(connection: Option<Arc<str>>) {
+    TAGGED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(connection);
+}
+
+/// Drops every key loaded with `tag` from each Redis that a cache with `tags` uses (the linked
+/// functions' caches are built first, for a process that never called them), and announces the
+/// tag to every process. A Redis that fails does not keep the others from it, and its failure
+/// is the error returned.
 pub(crate) async fn invalidate_tag(tag: &str) -> Result<(), Error> {
+    crate::registry::build_tagged();
+    let names: Vec<Option<Arc<str>>> = TAGGED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect();
     let mut failed = None;
-    for connection in every_connection() {
+    for connection in names.iter().filter_map(|name| lookup(name.as_deref())) {
         if let Err(failure) = connection.invalidate_tag(tag).await {
             failed.get_or_insert(Error::RedisUnavailable {
                 cache: format!("tag `{tag}`").into(),

@@ -134,15 +134,53 @@ fn with_options<V>(config: &Config, entry: Entry<V>) -> Entry<V> {
     }
 }
 
+/// A flight's or a read's hold on its key: registered with the memory tier (a value is kept
+/// only if the key was not invalidated since) and, for a cache with `tags`, stamped with the
+/// key's tags and the tag epoch it began in, before its source is read.
+struct Begun<'a, K: Key, V: Value> {
+    loading: Loading<'a, K, V>,
+    stamp: Option<Arc<Stamp>>,
+}
+
+impl<'a, K: Key, V: Value> Begun<'a, K, V> {
+    fn new(core: &'a Core<K, V>, key: &K) -> Self {
+        Begun {
+            stamp: core.stamp(key),
+            loading: core.memory.begin(key),
+        }
+    }
+
+    /// Unless a load or a read of the key is registered already.
+    fn alone(core: &'a Core<K, V>, key: &K) -> Option<Self> {
+        Some(Begun {
+            loading: core.memory.begin_alone(key)?,
+            stamp: core.stamp(key),
+        })
+    }
+
+    /// `entry` as it is kept: with the cache's options, stamped with the key's tags.
+    fn entry(&self, config: &Config, entry: Entry<V>) -> Entry<V> {
+        with_options(config, entry).stamped(self.stamp.as_ref())
+    }
+
+    /// Keeps `entry` in memory (unless values live only in the shared tier) if the key was not
+    /// invalidated since this began; whether it was not.
+    fn keep(&self, core: &Core<K, V>, entry: Entry<V>) -> bool {
+        if core.config.in_memory() {
+            core.memory.keep(&self.loading, entry)
+        } else {
+            core.memory.is_current(&self.loading)
+        }
+    }
+}
+
 /// A cache's core, lent to its tier for one read of one key on the caller's task, outside any
 /// flight ([`Tier::read`]). Registered with the memory tier like a load, so that a value read
 /// before an invalidation is neither kept nor returned.
 pub struct Direct<'a, K: Key, V: Value> {
     core: &'a Core<K, V>,
     key: &'a K,
-    loading: Loading<'a, K, V>,
-    /// For a cache with `tags`, the key's tags and the tag epoch this read began in.
-    stamp: Option<Arc<Stamp>>,
+    begun: Begun<'a, K, V>,
 }
 
 impl<'a, K: Key, V: Value> Direct<'a, K, V> {
@@ -150,8 +188,7 @@ impl<'a, K: Key, V: Value> Direct<'a, K, V> {
     /// key's concurrent callers then make one read, and go through the flight after it.
     pub(crate) fn new(core: &'a Core<K, V>, key: &'a K) -> Option<Self> {
         Some(Direct {
-            loading: core.memory.begin_alone(key)?,
-            stamp: core.stamp(key),
+            begun: Begun::alone(core, key)?,
             core,
             key,
         })
@@ -166,18 +203,13 @@ impl<'a, K: Key, V: Value> Direct<'a, K, V> {
     /// only in the shared tier), if it is fresh and the key was not invalidated since the read
     /// began; `None` otherwise (past `refresh_after` included: a refresh is the flight's).
     pub(crate) fn keep(&self, entry: Entry<V>) -> Option<V> {
-        let entry = with_options(&self.core.config, entry).stamped(self.stamp.as_ref());
+        let entry = self.begun.entry(&self.core.config, entry);
         // A tag of the key invalidated while it was read: the flight decides.
         if entry.freshness(Instant::now()) != Freshness::Fresh || !entry.current() {
             return None;
         }
         let value = entry.value.clone();
-        let current = if self.core.config.in_memory() {
-            self.core.memory.keep(&self.loading, entry)
-        } else {
-            self.core.memory.is_current(&self.loading)
-        };
-        current.then_some(value)
+        self.begun.keep(self.core, entry).then_some(value)
     }
 }
 
@@ -187,18 +219,14 @@ pub struct Handle<'a, K: Key, V: Value, L> {
     key: &'a K,
     load: &'a L,
     reason: Reason,
-    /// The load registered with the memory tier: a value is kept only if the key was not
-    /// invalidated since.
-    loading: Loading<'a, K, V>,
+    /// The flight's registration with the memory tier and its tags.
+    begun: Begun<'a, K, V>,
     /// The flight's leader, to hand a stale value to its waiters; `None` without a lock.
     leader: Option<&'a Leader<'static, K, V>>,
     /// Whether the load has started, so that `cache_refresh_total` counts it once.
     started: AtomicBool,
     /// For an early refresh, when the value it replaces was loaded.
     refreshing: Option<Instant>,
-    /// For a cache with `tags`, the key's tags and the tag epoch this flight began in: what the
-    /// entries it keeps are stamped with.
-    stamp: Option<Arc<Stamp>>,
 }
 
 impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
@@ -215,10 +243,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         };
         Handle {
             refreshing,
-            // Stamped before the load reads its source: an invalidation of a tag after this
-            // outdates what the load finds.
-            stamp: core.stamp(key),
-            loading: core.memory.begin(key),
+            begun: Begun::new(core, key),
             core,
             key,
             load,
@@ -235,7 +260,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
 
     /// The key's tags, for a cache with `tags`.
     pub(crate) fn tags(&self) -> &[Box<str>] {
-        self.stamp.as_ref().map_or(&[], |stamp| stamp.tags())
+        self.begun.stamp.as_ref().map_or(&[], |stamp| stamp.tags())
     }
 
     /// The cache's options.
@@ -270,11 +295,9 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// Keeps `entry` in memory, unless the key was invalidated since the flight began (or values
     /// live only in the shared tier), and returns its value.
     pub(crate) fn keep(&self, entry: Entry<V>) -> V {
-        let entry = with_options(&self.core.config, entry).stamped(self.stamp.as_ref());
+        let entry = self.begun.entry(&self.core.config, entry);
         let value = entry.value.clone();
-        if self.core.config.in_memory() {
-            self.core.memory.keep(&self.loading, entry);
-        }
+        self.begun.keep(self.core, entry);
         value
     }
 
@@ -289,7 +312,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         match self.core.entry(self.key) {
             Some(entry) if entry.fail_safe(now) => {
                 let entry = entry.throttled(now, config.fail_safe_throttle);
-                if self.core.memory.keep(&self.loading, entry.clone()) {
+                if self.core.memory.keep(&self.begun.loading, entry.clone()) {
                     self.core.telemetry.fail_safe_served.bump();
                     tracing::debug!(cache = %config.name, %error, "stampede: a load failed; serving the last good value");
                     Ok(entry.value)

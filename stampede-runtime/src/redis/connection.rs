@@ -560,8 +560,17 @@ impl Connection {
         .await
     }
 
-    pub(crate) async fn invalidate(&self, keys: &RedisKeys, message: &[u8]) -> Result<(), Failure> {
-        let channel = self.invalidations_channel();
+    /// Drops a key's value and moves its fence on; announces `message` on the invalidation
+    /// channel, unless `None` (a tag's keys: the tag is announced once for all).
+    pub(crate) async fn invalidate(
+        &self,
+        keys: &RedisKeys,
+        message: Option<&[u8]>,
+    ) -> Result<(), Failure> {
+        let (channel, message) = match message {
+            Some(message) => (self.invalidations_channel(), message),
+            None => (String::new(), &[][..]),
+        };
         let _: i64 = self
             .call(|mut connection| async move {
                 scripts::INVALIDATE

@@ -110,7 +110,7 @@ where
     let args = keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
     let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
     connection
-        .invalidate(&keys, &invalidate::message(&config.name, &args))
+        .invalidate(&keys, Some(&invalidate::message(&config.name, &args)))
         .await
         .map_err(|failure| Error::RedisUnavailable {
             cache: config.name.clone(),

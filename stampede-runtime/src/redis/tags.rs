@@ -124,18 +124,8 @@ impl Connection {
             .await?;
         for chunk in bases.chunks(AT_ONCE) {
             try_join_all(chunk.iter().map(|base| async move {
-                let keys = RedisKeys::of_base(base);
                 // No announcement per key: the tag's one announcement follows.
-                self.call(|mut connection| async move {
-                    scripts::INVALIDATE
-                        .key(&keys.value)
-                        .key(&keys.fence)
-                        .arg("")
-                        .arg("")
-                        .invoke_async::<i64>(&mut connection)
-                        .await
-                })
-                .await
+                self.invalidate(&RedisKeys::of_base(base), None).await
             }))
             .await?;
             let pending = &tag_keys.pending;

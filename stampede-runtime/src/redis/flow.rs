@@ -48,7 +48,7 @@ where
             return degraded(tier, handle).await;
         }
     };
-    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
+    let keys = keys_of(tier, &connection, &args);
     let span = tracing::debug_span!(
         "stampede.lock",
         cache = %config.name,
@@ -78,7 +78,7 @@ where
 {
     let connection = lookup(tier.connection.as_deref()).filter(|c| c.usable())?;
     let args = keys::args_text(direct.key()).ok()?;
-    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
+    let keys = keys_of(tier, &connection, &args);
     let read = connection.read_or_lock(&keys, None, false).await.ok()?;
     if read.state != ReadState::Fresh {
         return None;
@@ -86,13 +86,24 @@ where
     let Decoded::Servable(entry) = decode(read.value.as_deref(), Some(read.now_ms)) else {
         return None;
     };
-    let entry = match connection.memory_trusted_for() {
-        Some(bound) => entry.capped(after(Instant::now(), bound)),
-        None => entry,
-    };
-    let value = direct.keep(entry)?;
+    let value = direct.keep(trusted(&connection, entry))?;
     tier.telemetry.remote_hits.bump();
     Some(value)
+}
+
+/// `entry`, to be kept in memory no longer than this process's memory is trusted: while its
+/// invalidation feed is not known to be live, the staleness bound (an invalidation missed
+/// meanwhile cannot be outlived by more).
+fn trusted<V>(connection: &Connection, entry: Entry<V>) -> Entry<V> {
+    match connection.memory_trusted_for() {
+        Some(bound) => entry.capped(after(Instant::now(), bound)),
+        None => entry,
+    }
+}
+
+/// The Redis keys of `args` in the cache of `tier`, on `connection`.
+fn keys_of<K, V>(tier: &RedisTier<K, V>, connection: &Connection, args: &str) -> RedisKeys {
+    RedisKeys::new(&connection.config.prefix, &tier.identity, args)
 }
 
 /// Drops a key from Redis and announces it, so every process drops its copy.
@@ -108,7 +119,7 @@ where
         return Ok(()); // nothing shared: the local copy is gone already
     };
     let args = keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
-    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
+    let keys = keys_of(tier, &connection, &args);
     connection
         .invalidate(&keys, Some(&invalidate::message(&config.name, &args)))
         .await
@@ -365,15 +376,10 @@ where
         Ok(self.keep(entry))
     }
 
-    /// Keeps an entry in memory and returns its value. While this process's invalidation feed is
-    /// not known to be live, the entry is kept no longer than the staleness bound: an
-    /// invalidation missed meanwhile cannot be outlived by more.
+    /// Keeps an entry in memory, no longer than memory is trusted ([`trusted`]), and returns
+    /// its value.
     fn keep(&self, entry: Entry<V>) -> V {
-        let entry = match self.connection.memory_trusted_for() {
-            Some(bound) => entry.capped(after(Instant::now(), bound)),
-            None => entry,
-        };
-        self.handle.keep(entry)
+        self.handle.keep(trusted(&self.connection, entry))
     }
 
     /// Adds the key to its tags' sets before its load reads the source (see `tags`); `true`
@@ -517,7 +523,7 @@ where
     let Ok(args) = keys::args_text(handle.key()) else {
         return degraded(tier, handle).await;
     };
-    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
+    let keys = keys_of(tier, &connection, &args);
     let Ok(read) = connection.read_or_lock(&keys, None, true).await else {
         return degraded(tier, handle).await;
     };
@@ -559,7 +565,7 @@ where
         keys::args_text(handle.key()).map_err(|error| Error::invalid_config(error.to_string()))?;
     let payload =
         envelope::encode(&value).map_err(|error| Error::invalid_config(error.to_string()))?;
-    let keys = RedisKeys::new(&connection.config.prefix, &tier.identity, &args);
+    let keys = keys_of(tier, &connection, &args);
     let read = match connection.read_or_lock(&keys, None, true).await {
         Ok(read) => read,
         Err(failure) => {

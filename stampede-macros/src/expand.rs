@@ -257,11 +257,7 @@ impl<'a> Expansion<'a> {
         let output = &function.output;
         let generics = &function.sig.generics;
         let where_clause = &generics.where_clause;
-        let cfgs: Vec<_> = function
-            .attrs
-            .iter()
-            .filter(|attr| attr.path().is_ident("cfg"))
-            .collect();
+        let cfgs = self.cfgs();
         let lints = function.attrs.iter().filter(|attr| {
             ["allow", "warn", "deny", "forbid"]
                 .iter()
@@ -285,10 +281,7 @@ impl<'a> Expansion<'a> {
             Returns::Value(value) => value,
             Returns::Result { ok, .. } => ok,
         };
-        let companion_of = match function.returns {
-            Returns::Value(_) => quote!(value_companion),
-            Returns::Result { .. } => quote!(ok_companion),
-        };
+        let companion_of = self.companion_of();
         let is_method = function.receiver.is_some();
         let config = config(&function.sig.ident, is_method, self.settings, private);
         let (slot, config_fn, tier) = self.cache();
@@ -425,6 +418,23 @@ impl<'a> Expansion<'a> {
         })
     }
 
+    /// The function's `#[cfg]` attributes, which its companion's items repeat.
+    fn cfgs(&self) -> Vec<&syn::Attribute> {
+        self.function
+            .attrs
+            .iter()
+            .filter(|attr| attr.path().is_ident("cfg"))
+            .collect()
+    }
+
+    /// The witness's method that gives the companion's operations: by the returned type.
+    fn companion_of(&self) -> TokenStream {
+        match self.function.returns {
+            Returns::Value(_) => quote!(value_companion),
+            Returns::Result { .. } => quote!(ok_companion),
+        }
+    }
+
     /// A non-generic free function's listing in the runtime's registry of linked functions
     /// (before `main`), with a hidden `__build` in its companion that builds its cache: so that
     /// `stampede::invalidate(name, key)` reaches it in a process that never called it. Nothing
@@ -438,17 +448,10 @@ impl<'a> Expansion<'a> {
         }
         let private = &self.private;
         let vis = &self.function.vis;
-        let cfgs = self
-            .function
-            .attrs
-            .iter()
-            .filter(|attr| attr.path().is_ident("cfg"));
+        let cfgs = self.cfgs();
         let cfgs = quote!(#(#cfgs)*);
         let witness = self.witness();
-        let companion_of = match self.function.returns {
-            Returns::Value(_) => quote!(value_companion),
-            Returns::Result { .. } => quote!(ok_companion),
-        };
+        let companion_of = self.companion_of();
         let slot = Companion::Type(name.clone()).path("slot");
         let idents = self.key_args.iter().map(|arg| &arg.ident);
         let types = self

@@ -88,6 +88,20 @@ impl<K: Key, V: Value> Core<K, V> {
     }
 }
 
+/// What [`Cache::lookup`] found.
+enum Lookup<V, P> {
+    /// A value to serve.
+    Served(V),
+    /// Nothing to serve: the call goes on with [`Cache::miss`].
+    Missed(Miss<P>),
+}
+
+/// A call that found nothing to serve in memory: its load's builder and its lookup span.
+struct Miss<P> {
+    prepare: P,
+    span: tracing::Span,
+}
+
 /// What a flight does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Run {
@@ -134,6 +148,19 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         P: FnOnce() -> L,
         L: Load<K, V>,
     {
+        match self.lookup(&key, prepare) {
+            Lookup::Served(value) => Ok(value),
+            Lookup::Missed(miss) => self.miss(key, miss).await,
+        }
+    }
+
+    /// The value in memory, if it may be served now (starting a refresh of it if it is due),
+    /// without an `await`: a hit builds no future of the miss path (issue 14).
+    fn lookup<P, L>(&'static self, key: &K, prepare: P) -> Lookup<V, P>
+    where
+        P: FnOnce() -> L,
+        L: Load<K, V>,
+    {
         // At TRACE level: an atomic load decides it is off, so the hit path pays nothing more.
         // Never entered (entering costs on every poll): its outcome is recorded at the end.
         let span = tracing::trace_span!("stampede.lookup", cache = %self.core.config.name, outcome = Empty);
@@ -142,42 +169,62 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         };
         let core = &self.core;
         if core.config.in_memory()
-            && let Some(entry) = core.entry(&key)
+            && let Some(entry) = core.entry(key)
         {
-            let now = Instant::now();
-            match entry.freshness(now) {
+            // The coarse clock first: the exact one only near the entry's deadline.
+            let freshness = if entry.surely_fresh() {
+                Freshness::Fresh
+            } else {
+                entry.freshness(Instant::now())
+            };
+            match freshness {
                 freshness @ (Freshness::Fresh | Freshness::Early) => {
                     let hit = core.telemetry.hits.bump();
                     core.hot
-                        .hit(hit, &key, entry.filled_at, &core.telemetry.key_age);
+                        .hit(hit, key, entry.filled_nanos(), &core.telemetry.key_age);
                     if freshness == Freshness::Fresh {
                         outcome("hit");
-                        return Ok(entry.value);
+                        return Lookup::Served(entry.value);
                     }
                     // Past `refresh_after`: also one background refresh.
                     if core.config.lock != Lock::None
-                        && let Some(leader) = core.flights.lead(&key)
+                        && let Some(leader) = core.flights.lead(key)
                     {
                         let _ = self.spawn_load(leader, prepare(), Reason::Early, Run::Fill);
                     }
                     outcome("early");
-                    return Ok(entry.value);
+                    return Lookup::Served(entry.value);
                 }
                 Freshness::Stale if core.config.lock != Lock::None => {
                     core.telemetry.stale_served.bump();
-                    if let Some(leader) = core.flights.lead(&key) {
+                    if let Some(leader) = core.flights.lead(key) {
                         // Outside a runtime the refresh cannot start; the stale value is served
                         // regardless.
                         let _ = self.spawn_load(leader, prepare(), Reason::Stale, Run::Fill);
                     }
                     outcome("stale");
-                    return Ok(entry.value);
+                    return Lookup::Served(entry.value);
                 }
                 Freshness::Stale => {}
                 // Past every use: freed now rather than at its eviction.
-                Freshness::Expired => core.memory.reclaim(&key, now),
+                Freshness::Expired => core.memory.reclaim(key, Instant::now()),
             }
         }
+        Lookup::Missed(Miss { prepare, span })
+    }
+
+    /// The rest of a call that found nothing to serve in memory: a read of the tier, or the
+    /// key's single load.
+    async fn miss<P, L>(&'static self, key: K, miss: Miss<P>) -> Result<V, Error>
+    where
+        P: FnOnce() -> L,
+        L: Load<K, V>,
+    {
+        let Miss { prepare, span } = miss;
+        let outcome = |outcome: &str| {
+            span.record("outcome", outcome);
+        };
+        let core = &self.core;
         core.telemetry.misses.bump();
         if core.config.lock == Lock::None {
             outcome("miss");

@@ -5,21 +5,23 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::{self, Nanos};
 use crate::tags::Stamp;
 
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
 ///
-/// The deadline a hit checks, `refresh_at`, is an instant: a hit compares it with the clock and
-/// does no arithmetic. The others are kept as [`Offset`]s after `filled_at`, 4 bytes each,
-/// read only past `refresh_at`: an entry of a 24-byte value is 72 bytes rather than 104 (80 with the optional tag stamp), most of
-/// what the memory tier adds per entry to the store's own (issue 14).
+/// The deadline a hit checks, `refresh_at`, is a point on the [`clock`], which a hit compares
+/// with the coarse clock's reading and nothing else. The others are kept as [`Offset`]s after
+/// `filled_at`, 4 bytes each, read only past `refresh_at`: an entry of a 24-byte value is 56
+/// bytes rather than 104 (64 with the optional tag stamp), most of what the memory tier adds
+/// per entry to the store's own (issue 14).
 #[derive(Clone, Debug)]
 pub(crate) struct Entry<V> {
     pub(crate) value: V,
     /// When the value was loaded, for its age in the stats; the deadlines count from it.
-    pub(crate) filled_at: Instant,
+    filled_at: Nanos,
     /// Past this (at most `fresh_until`), a hit also starts one refresh (`refresh_after`).
-    refresh_at: Instant,
+    refresh_at: Nanos,
     fresh_until: Offset,
     stale_until: Offset,
     /// Until then, past `stale_until`, the value is served when a load fails (`fail_safe`).
@@ -96,10 +98,11 @@ impl<V> Entry<V> {
     ) -> Self {
         let fresh_until = Offset::between(filled_at, fresh_until);
         let stale_until = Offset::between(filled_at, stale_until);
+        let filled_at = Nanos::of(filled_at);
         Entry {
             value,
             filled_at,
-            refresh_at: after(filled_at, fresh_until.duration()),
+            refresh_at: filled_at.plus(fresh_until.nanos()),
             fresh_until,
             stale_until,
             fail_safe_until: stale_until,
@@ -119,31 +122,42 @@ impl<V> Entry<V> {
         self.stamp.as_ref().is_none_or(|stamp| stamp.current())
     }
 
+    /// When the value was loaded.
+    pub(crate) fn filled_at(&self) -> Instant {
+        self.filled_at.instant()
+    }
+
+    /// When the value was loaded, on the entry's own clock (cheaper to copy on a hit).
+    pub(crate) fn filled_nanos(&self) -> Nanos {
+        self.filled_at
+    }
+
     /// A value loaded at `now`: fresh for `fresh`, then stale for `stale`.
     pub(crate) fn loaded(value: V, now: Instant, fresh: Duration, stale: Duration) -> Self {
         let fresh_until = after(now, fresh);
         Entry::new(value, now, fresh_until, after(fresh_until, stale))
     }
 
-    /// The instant `offset` after the fill.
-    fn at(&self, offset: Offset) -> Instant {
-        after(self.filled_at, offset.duration())
+    /// The point `offset` after the fill.
+    fn at(&self, offset: Offset) -> Nanos {
+        self.filled_at.plus(offset.nanos())
     }
 
     /// `deadline` as an offset after the fill.
     fn offset(&self, deadline: Instant) -> Offset {
-        Offset::between(self.filled_at, deadline)
+        Offset::between(self.filled_at(), deadline)
     }
 
     /// The entry, refreshed early from `at` on (never later than its fresh deadline).
     pub(crate) fn refreshing_from(mut self, at: Instant) -> Self {
-        self.refresh_at = at.min(self.at(self.fresh_until));
+        self.refresh_at = Nanos::of(at).min(self.at(self.fresh_until));
         self
     }
 
     /// The entry, kept as the last good value for `fail_safe` past its stale deadline.
     pub(crate) fn failing_safe_for(mut self, fail_safe: Duration) -> Self {
-        self.fail_safe_until = self.offset(after(self.at(self.stale_until), fail_safe));
+        let stale_until = after(self.filled_at(), self.stale_until.duration());
+        self.fail_safe_until = self.offset(after(stale_until, fail_safe));
         self
     }
 
@@ -164,7 +178,7 @@ impl<V> Entry<V> {
 
     /// The entry, servable until `until` at the latest.
     pub(crate) fn capped(mut self, until: Instant) -> Self {
-        self.refresh_at = self.refresh_at.min(until);
+        self.refresh_at = self.refresh_at.min(Nanos::of(until));
         let until = self.offset(until);
         self.fresh_until = self.fresh_until.min(until);
         self.stale_until = self.stale_until.min(until);
@@ -177,23 +191,24 @@ impl<V> Entry<V> {
         self.elapsed(now) < self.stale_until.nanos()
     }
 
-    /// Nanoseconds from the fill to `now` (zero before it), saturated.
-    #[inline]
+    /// Nanoseconds from the fill to `now` (zero before it).
     fn elapsed(&self, now: Instant) -> u64 {
-        let elapsed = now.saturating_duration_since(self.filled_at);
-        elapsed
-            .as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(elapsed.subsec_nanos()))
+        Nanos::of(now).since(self.filled_at)
     }
 
+    /// Whether the entry is surely fresh now, read from the coarse clock: a hit's one check.
+    /// `false` near the deadline too; [`Entry::freshness`] then reads the exact clock.
     #[inline]
+    pub(crate) fn surely_fresh(&self) -> bool {
+        clock::surely_before(self.refresh_at)
+    }
+
     pub(crate) fn freshness(&self, now: Instant) -> Freshness {
-        // A hit: one comparison.
+        let now = Nanos::of(now);
         if now < self.refresh_at {
             return Freshness::Fresh;
         }
-        let elapsed = self.elapsed(now);
+        let elapsed = now.since(self.filled_at);
         if elapsed < self.fresh_until.nanos() {
             Freshness::Early
         } else if elapsed < self.stale_until.nanos() {
@@ -265,8 +280,8 @@ mod tests {
         assert!(long.servable(now + Duration::from_secs(20 * 365 * 86_400)));
         assert_eq!(
             size_of::<Entry<String>>(),
-            80,
-            "72, and the optional tag stamp"
+            64,
+            "56, and the optional tag stamp"
         );
     }
 

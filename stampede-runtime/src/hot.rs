@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::cache::Key;
+use crate::clock::Nanos;
 
 /// One hit in this many is sampled (a power of two: the check is a mask).
 pub(crate) const SAMPLE_EVERY: u64 = 64;
@@ -58,9 +59,9 @@ impl<K: Key> HotKeys<K> {
     /// Counts hit number `hit` of `key`, whose value was filled at `filled_at`, if it is sampled;
     /// a sampled hit also records the value's age in `ages` (`cache_key_age_seconds`).
     #[inline]
-    pub(crate) fn hit(&self, hit: u64, key: &K, filled_at: Instant, ages: &metrics::Histogram) {
+    pub(crate) fn hit(&self, hit: u64, key: &K, filled_at: Nanos, ages: &metrics::Histogram) {
         if hit.is_multiple_of(SAMPLE_EVERY) {
-            self.sample(key, filled_at, ages);
+            self.sample(key, filled_at.instant(), ages);
         }
     }
 
@@ -117,7 +118,7 @@ mod tests {
     #[test]
     fn the_most_hit_keys_stay_in_the_sample() {
         let hot = HotKeys::new();
-        let now = Instant::now();
+        let now = Nanos::of(Instant::now());
         let mut hit = 0;
         // Key 1 gets half the hits; keys 100.. get one sampled hit each and come and go.
         for round in 0..2_000u64 {

@@ -28,6 +28,7 @@ mod bounds;
 mod breaker;
 mod budget;
 mod cache;
+mod clock;
 mod config;
 #[cfg(test)]
 mod core_tests;

@@ -280,9 +280,6 @@ impl Slot {
     }
 }
 
-/// The function's own error out of a cache's error: itself when this caller was its load's
-/// only one, a clone of it when it can be cloned, else wrapped with the original reachable;
-/// the cache's own errors through `E::from`.
 /// The tags of a key, rendered from it (`#[cached(tags = [..])]`); `None` for an untagged cache.
 pub type Tags<K> = Option<fn(&K) -> Vec<String>>;
 
@@ -312,6 +309,9 @@ fn retry_every_error<E>(_: &E) -> bool {
     true
 }
 
+/// The function's own error out of a cache's error: itself when this caller was its load's
+/// only one, a clone of it when it can be cloned, else wrapped with the original reachable;
+/// the cache's own errors through `E::from`.
 fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E) -> E>) -> E {
     match error {
         Error::Upstream(upstream) => match upstream.into_original::<E>() {

@@ -123,7 +123,7 @@ impl<K: Key, V: Value> Tier<K, V> for Local {
 fn with_options<V>(config: &Config, entry: Entry<V>) -> Entry<V> {
     let entry = match config.refresh_after {
         Some(after) => {
-            let at = crate::entry::after(entry.filled_at, jittered_ttl(after, config.jitter));
+            let at = crate::entry::after(entry.filled_at(), jittered_ttl(after, config.jitter));
             entry.refreshing_from(at)
         }
         None => entry,
@@ -238,7 +238,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         leader: Option<&'a Leader<'static, K, V>>,
     ) -> Self {
         let refreshing = match reason {
-            Reason::Early => core.entry(key).map(|entry| entry.filled_at),
+            Reason::Early => core.entry(key).map(|entry| entry.filled_at()),
             Reason::Miss | Reason::Stale => None,
         };
         Handle {

@@ -238,7 +238,7 @@ where
                 (ReadState::Fresh, Some(entry))
                     if !value_unusable
                         && self.handle.refreshing().is_some_and(|old| {
-                            entry.filled_at <= old + Duration::from_millis(1)
+                            entry.filled_at() <= old + Duration::from_millis(1)
                         }) =>
                 {
                     value_unusable = true;

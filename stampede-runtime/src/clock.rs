@@ -1,0 +1,255 @@
+//! The clock an entry's deadlines are kept on, and the cheap reading a hit makes of it.
+//!
+//! Deadlines are [`Nanos`]: tokio's clock in nanoseconds, 8 bytes where an `Instant` takes 16.
+//! A hit asks [`surely_before`] whether its entry's deadline is still ahead. On Linux, when
+//! tokio's clock cannot be paused, that reads the kernel's coarse monotonic clock (a value the
+//! kernel keeps, about 7ns to read, against 28ns for the exact clock on a 2-core VM) and allows
+//! for its lag: it moves once per kernel tick, one to two ticks behind the exact clock (4 to 8ms
+//! at 250Hz on that VM), and when the tick that updates it is late the kernel lets it fall
+//! behind by up to five ticks before another CPU updates it (18ms measured with more busy
+//! threads than cores). [`LAG_TICKS`] ticks are allowed: only a hit within that of its deadline
+//! (40ms at 250Hz) reads the exact clock (issue 14). A VM whose every CPU was stopped by its
+//! host may see a larger lag for the first microseconds after it resumes.
+//!
+//! When tokio is built with `test-util` (any build whose tests pause time), every reading is
+//! tokio's own `Instant::now()`, so a paused clock drives freshness as it drives timers.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A point on tokio's clock: nanoseconds from a base chosen once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Nanos(u64);
+
+/// An instant of tokio's clock and the same instant as [`Nanos`]: every conversion goes
+/// through it.
+struct Base {
+    instant: Instant,
+    nanos: u64,
+    /// How far behind the exact clock the coarse reading may be, with room for the time
+    /// between this base's two readings; `None`: no coarse reading (read tokio's clock).
+    coarse_lag: Option<u64>,
+}
+
+static BASE: LazyLock<Base> = LazyLock::new(Base::new);
+
+impl Base {
+    fn new() -> Self {
+        let instant = Instant::now();
+        match coarse::tick() {
+            // The kernel's monotonic clock is the one `Instant` reads: read it right after
+            // `instant`, it is the same point, some tens of nanoseconds late.
+            Some(tick) if !tokio_clock_is_pausable() => Base {
+                instant,
+                nanos: coarse::exact(),
+                coarse_lag: Some(LAG_TICKS * tick + MARGIN.as_nanos() as u64),
+            },
+            // Room on both sides: an instant before the base converts without saturating.
+            _ => Base {
+                instant,
+                nanos: 1 << 62,
+                coarse_lag: None,
+            },
+        }
+    }
+}
+
+/// How many kernel ticks the coarse clock is taken to lag the exact one by, at most.
+const LAG_TICKS: u64 = 10;
+
+/// Covers the time between the base's two readings, many times over.
+const MARGIN: Duration = Duration::from_micros(10);
+
+impl Nanos {
+    /// `instant` on this clock (saturated at its ends, which no real instant reaches).
+    pub(crate) fn of(instant: Instant) -> Self {
+        let base = &*BASE;
+        Nanos(if instant >= base.instant {
+            base.nanos
+                .saturating_add(nanos(instant.duration_since(base.instant)))
+        } else {
+            base.nanos
+                .saturating_sub(nanos(base.instant.duration_since(instant)))
+        })
+    }
+
+    /// The instant this is on tokio's clock.
+    pub(crate) fn instant(self) -> Instant {
+        let base = &*BASE;
+        if self.0 >= base.nanos {
+            crate::entry::after(base.instant, Duration::from_nanos(self.0 - base.nanos))
+        } else {
+            let before = Duration::from_nanos(base.nanos - self.0);
+            base.instant.checked_sub(before).unwrap_or(base.instant)
+        }
+    }
+
+    /// The time from `earlier` to this, zero if `earlier` is later.
+    #[inline]
+    pub(crate) fn since(self, earlier: Nanos) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// This, `nanos` later (saturated).
+    #[inline]
+    pub(crate) fn plus(self, nanos: u64) -> Nanos {
+        Nanos(self.0.saturating_add(nanos))
+    }
+}
+
+/// Whether tokio's clock is surely still before `deadline`. May say no while it is, within the
+/// coarse clock's lag of the deadline: the caller then reads the exact clock.
+#[inline]
+pub(crate) fn surely_before(deadline: Nanos) -> bool {
+    match BASE.coarse_lag {
+        Some(lag) => coarse::now().saturating_add(lag) < deadline.0,
+        None => Nanos::of(Instant::now()) < deadline,
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Whether tokio was built with its `test-util` feature, under which a test may pause its
+/// clock. Decided by the compiler: `Builder::start_paused` exists only with that feature, and
+/// an inherent method is chosen over a trait's method of the same name, so the closure below
+/// returns `&mut Builder` with the feature and [`NoPause`] without. Nothing is built or run.
+fn tokio_clock_is_pausable() -> bool {
+    use tokio::runtime::Builder;
+
+    // Unused when tokio has `test-util`: that is the point.
+    #[allow(dead_code)]
+    struct NoPause;
+    #[allow(dead_code)]
+    trait StartPaused {
+        fn start_paused(&mut self, paused: bool) -> NoPause;
+    }
+    impl StartPaused for Builder {
+        fn start_paused(&mut self, _: bool) -> NoPause {
+            NoPause
+        }
+    }
+    trait Pausable {
+        const PAUSABLE: bool;
+    }
+    impl Pausable for NoPause {
+        const PAUSABLE: bool = false;
+    }
+    impl Pausable for &mut Builder {
+        const PAUSABLE: bool = true;
+    }
+    fn answer<R: Pausable>(_: fn(&'static mut Builder) -> R) -> bool {
+        R::PAUSABLE
+    }
+    answer(|builder| builder.start_paused(false))
+}
+
+#[cfg(target_os = "linux")]
+mod coarse {
+    /// The kernel's coarse monotonic clock, in nanoseconds.
+    #[inline]
+    pub(super) fn now() -> u64 {
+        read(libc::CLOCK_MONOTONIC_COARSE)
+    }
+
+    /// The exact monotonic clock (`Instant`'s), in nanoseconds.
+    pub(super) fn exact() -> u64 {
+        read(libc::CLOCK_MONOTONIC)
+    }
+
+    /// The coarse clock's resolution: one kernel tick. `None` if the kernel has no coarse
+    /// clock.
+    pub(super) fn tick() -> Option<u64> {
+        let mut resolution = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `resolution` is a valid, writable timespec.
+        let status = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut resolution) };
+        (status == 0).then(|| to_nanos(&resolution))
+    }
+
+    fn read(clock: libc::clockid_t) -> u64 {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `now` is a valid, writable timespec; a monotonic clock always exists on
+        // Linux, so the call cannot fail.
+        unsafe { libc::clock_gettime(clock, &mut now) };
+        to_nanos(&now)
+    }
+
+    fn to_nanos(time: &libc::timespec) -> u64 {
+        (time.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(time.tv_nsec as u64)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod coarse {
+    pub(super) fn now() -> u64 {
+        unreachable!("no coarse clock: `tick` is None")
+    }
+
+    pub(super) fn exact() -> u64 {
+        unreachable!("no coarse clock: `tick` is None")
+    }
+
+    pub(super) fn tick() -> Option<u64> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tests_build_of_tokio_is_pausable() {
+        // This crate's tests turn on tokio's `test-util`; the benches' build does not.
+        assert!(tokio_clock_is_pausable());
+        assert_eq!(BASE.coarse_lag, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_clock_moves_the_reading() {
+        let deadline = Nanos::of(Instant::now() + Duration::from_secs(10));
+        assert!(surely_before(deadline));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!surely_before(deadline));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_coarse_clock_lags_the_exact_one_by_less_than_the_ticks_allowed() {
+        let lag = LAG_TICKS * coarse::tick().expect("Linux has a coarse monotonic clock");
+        for _ in 0..10_000 {
+            let exact = coarse::exact();
+            let coarse = coarse::now();
+            assert!(coarse + lag >= exact, "{coarse} + {lag} < {exact}");
+            assert!(coarse <= coarse::exact());
+        }
+    }
+
+    #[test]
+    fn instants_convert_both_ways_around_the_base() {
+        let base = BASE.instant;
+        for instant in [
+            base,
+            base + Duration::from_nanos(1),
+            base + Duration::from_secs(86_400),
+            base.checked_sub(Duration::from_secs(1)).unwrap_or(base),
+        ] {
+            assert_eq!(Nanos::of(instant).instant(), instant);
+        }
+        let (one, two) = (Nanos::of(base), Nanos::of(base + Duration::from_millis(3)));
+        assert_eq!(two.since(one), 3_000_000);
+        assert_eq!(one.since(two), 0);
+        assert_eq!(one.plus(3_000_000), two);
+    }
+}

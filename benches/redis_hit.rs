@@ -16,20 +16,21 @@ use std::time::{Duration, Instant};
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-/// A script of the shape of stampede's read (`READ_OR_LOCK`'s fresh path: the server's `TIME`,
-/// a `GET`, the envelope's fresh deadline matched and compared), run with `EVALSHA` on the raw
-/// connection: what the server's side of stampede's round trip costs, without the runtime.
+/// The script of stampede's read (`READ_FRESH`: a `GET`, the server's `TIME`, the envelope's
+/// fresh deadline matched and compared), run with `EVALSHA` on the raw connection: what the
+/// server's side of stampede's round trip costs, without the runtime.
 const READ_SHAPE: &str = r"
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return false
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local value = redis.call('GET', KEYS[1])
-if value then
-  local fresh = tonumber(string.match(value, '^S1 (%d+) '))
-  if fresh and fresh > now then
-    return {value, 'fresh', now, 0, 0}
-  end
+local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+if fresh and fresh > now then
+  return {value, now}
 end
-return {false, 'nolock', now, 0, 0}
+return false
 ";
 
 /// Calls per run and contender.

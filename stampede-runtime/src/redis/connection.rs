@@ -467,6 +467,21 @@ impl Connection {
         self.health.usable()
     }
 
+    /// The value at `value_key` if it is fresh by the server's clock, with that clock's time
+    /// (ms).
+    pub(crate) async fn read_fresh(
+        &self,
+        value_key: &str,
+    ) -> Result<Option<(Vec<u8>, u64)>, Failure> {
+        self.call(|mut connection| async move {
+            scripts::READ_FRESH
+                .key(value_key)
+                .invoke_async(&mut connection)
+                .await
+        })
+        .await
+    }
+
     pub(crate) async fn read_or_lock(
         &self,
         keys: &RedisKeys,

@@ -78,12 +78,9 @@ where
 {
     let connection = lookup(tier.connection.as_deref()).filter(|c| c.usable())?;
     let args = keys::args_text(direct.key()).ok()?;
-    let keys = keys_of(tier, &connection, &args);
-    let read = connection.read_or_lock(&keys, None, false).await.ok()?;
-    if read.state != ReadState::Fresh {
-        return None;
-    }
-    let Decoded::Servable(entry) = decode(read.value.as_deref(), Some(read.now_ms)) else {
+    let value_key = RedisKeys::value_key(&connection.config.prefix, &tier.identity, &args);
+    let (value, now_ms) = connection.read_fresh(&value_key).await.ok()??;
+    let Decoded::Servable(entry) = decode(Some(&value), Some(now_ms)) else {
         return None;
     };
     let value = direct.keep(trusted(&connection, entry))?;

@@ -47,7 +47,14 @@ pub(crate) struct RedisKeys {
 impl RedisKeys {
     /// The keys of `args` in the cache with this `identity` (see [`identity`]).
     pub(crate) fn new(prefix: &str, identity: &str, args: &str) -> Self {
-        RedisKeys::of_base(&format!("{prefix}:{{{identity}|{args}}}"))
+        RedisKeys::of_base(&base(prefix, identity, args))
+    }
+
+    /// The value key alone, for a read that needs no other.
+    pub(crate) fn value_key(prefix: &str, identity: &str, args: &str) -> String {
+        let mut key = base(prefix, identity, args);
+        key.push_str(":v");
+        key
     }
 
     /// The keys whose common part is `base` (what [`RedisKeys::base`] returns).
@@ -64,6 +71,11 @@ impl RedisKeys {
     pub(crate) fn base(&self) -> &str {
         self.value.strip_suffix(":v").unwrap_or(&self.value)
     }
+}
+
+/// The part every Redis key of one cache key shares.
+fn base(prefix: &str, identity: &str, args: &str) -> String {
+    format!("{prefix}:{{{identity}|{args}}}")
 }
 
 /// The Redis keys of a tag, in a slot of their own.

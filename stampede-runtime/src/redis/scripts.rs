@@ -18,6 +18,30 @@ use redis::Script;
 // before it. Invalidating a key that nobody fills creates nothing: Redis holds no state per
 // invalidation.
 
+/// Reads the value if it is fresh, and nothing else: a call's read on its own task, which serves
+/// a fresh value and leaves anything else to the key's flight (`READ_OR_LOCK`).
+///
+/// KEYS: value.
+///
+/// Returns `{value, now_ms}` when the value is fresh, else nil.
+pub(crate) static READ_FRESH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return false
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+if fresh and fresh > now then
+  return {value, now}
+end
+return false
+",
+    )
+});
+
 /// Reads the value and, unless it is fresh, makes sure the key has a fence and tries to take the
 /// lock.
 ///

@@ -25,15 +25,23 @@ pub(crate) struct Nanos(u64);
 
 /// An instant of tokio's clock and the same instant as [`Nanos`]: every conversion goes
 /// through it.
+#[derive(Debug)]
 struct Base {
     instant: Instant,
     nanos: u64,
-    /// How far behind the exact clock the coarse reading may be, with room for the time
-    /// between this base's two readings; `None`: no coarse reading (read tokio's clock).
-    coarse_lag: Option<u64>,
+    /// What a hit adds to the coarse clock's reading (the kernel's monotonic clock, in
+    /// nanoseconds) to compare it with a deadline: [`HEADROOM`], and how far behind the exact
+    /// clock the reading may be. `None`: no coarse reading (read tokio's clock).
+    coarse_offset: Option<u64>,
 }
 
 static BASE: LazyLock<Base> = LazyLock::new(Base::new);
+
+/// Where the base sits on the scale of [`Nanos`]: instants up to 146 years before it convert
+/// without saturating. The kernel's monotonic clock counts from boot, and an instant before
+/// boot is real: a value another process wrote in Redis an hour ago, read by a process whose
+/// machine booted ten minutes ago, was filled before this machine's clock began.
+const HEADROOM: u64 = 1 << 62;
 
 impl Base {
     fn new() -> Self {
@@ -41,17 +49,45 @@ impl Base {
         match coarse::tick() {
             // The kernel's monotonic clock is the one `Instant` reads: read it right after
             // `instant`, it is the same point, some tens of nanoseconds late.
-            Some(tick) if !tokio_clock_is_pausable() => Base {
-                instant,
-                nanos: coarse::exact(),
-                coarse_lag: Some(LAG_TICKS * tick + MARGIN.as_nanos() as u64),
-            },
-            // Room on both sides: an instant before the base converts without saturating.
+            Some(tick) if !tokio_clock_is_pausable() => {
+                Base::coarse(instant, coarse::exact(), tick)
+            }
             _ => Base {
                 instant,
-                nanos: 1 << 62,
-                coarse_lag: None,
+                nanos: HEADROOM,
+                coarse_offset: None,
             },
+        }
+    }
+
+    /// A base read on the coarse clock's scale: `instant` is `exact` on the exact clock.
+    fn coarse(instant: Instant, exact: u64, tick: u64) -> Self {
+        Base {
+            instant,
+            nanos: HEADROOM + exact,
+            coarse_offset: Some(HEADROOM + LAG_TICKS * tick + MARGIN.as_nanos() as u64),
+        }
+    }
+
+    /// `instant` on the scale of [`Nanos`] (saturated at its ends, which no real instant
+    /// reaches).
+    fn nanos_of(&self, instant: Instant) -> u64 {
+        if instant >= self.instant {
+            self.nanos
+                .saturating_add(nanos(instant.duration_since(self.instant)))
+        } else {
+            self.nanos
+                .saturating_sub(nanos(self.instant.duration_since(instant)))
+        }
+    }
+
+    /// The instant `nanos` is on tokio's clock.
+    fn instant_of(&self, nanos: u64) -> Instant {
+        if nanos >= self.nanos {
+            crate::entry::after(self.instant, Duration::from_nanos(nanos - self.nanos))
+        } else {
+            let before = Duration::from_nanos(self.nanos - nanos);
+            self.instant.checked_sub(before).unwrap_or(self.instant)
         }
     }
 }
@@ -63,27 +99,14 @@ const LAG_TICKS: u64 = 10;
 const MARGIN: Duration = Duration::from_micros(10);
 
 impl Nanos {
-    /// `instant` on this clock (saturated at its ends, which no real instant reaches).
+    /// `instant` on this clock.
     pub(crate) fn of(instant: Instant) -> Self {
-        let base = &*BASE;
-        Nanos(if instant >= base.instant {
-            base.nanos
-                .saturating_add(nanos(instant.duration_since(base.instant)))
-        } else {
-            base.nanos
-                .saturating_sub(nanos(base.instant.duration_since(instant)))
-        })
+        Nanos(BASE.nanos_of(instant))
     }
 
     /// The instant this is on tokio's clock.
     pub(crate) fn instant(self) -> Instant {
-        let base = &*BASE;
-        if self.0 >= base.nanos {
-            crate::entry::after(base.instant, Duration::from_nanos(self.0 - base.nanos))
-        } else {
-            let before = Duration::from_nanos(base.nanos - self.0);
-            base.instant.checked_sub(before).unwrap_or(base.instant)
-        }
+        BASE.instant_of(self.0)
     }
 
     /// The time from `earlier` to this, zero if `earlier` is later.
@@ -103,8 +126,8 @@ impl Nanos {
 /// coarse clock's lag of the deadline: the caller then reads the exact clock.
 #[inline]
 pub(crate) fn surely_before(deadline: Nanos) -> bool {
-    match BASE.coarse_lag {
-        Some(lag) => coarse::now().saturating_add(lag) < deadline.0,
+    match BASE.coarse_offset {
+        Some(offset) => coarse::now() + offset < deadline.0,
         None => Nanos::of(Instant::now()) < deadline,
     }
 }
@@ -213,7 +236,7 @@ mod tests {
     fn the_tests_build_of_tokio_is_pausable() {
         // This crate's tests turn on tokio's `test-util`; the benches' build does not.
         assert!(tokio_clock_is_pausable());
-        assert_eq!(BASE.coarse_lag, None);
+        assert_eq!(BASE.coarse_offset, None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -234,6 +257,26 @@ mod tests {
             assert!(coarse + lag >= exact, "{coarse} + {lag} < {exact}");
             assert!(coarse <= coarse::exact());
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn on_the_coarse_scale_an_instant_before_boot_converts_both_ways() {
+        // The base of a build without `test-util`, whose scale follows the kernel's clock.
+        let base = Base::coarse(Instant::now(), coarse::exact(), coarse::tick().unwrap());
+        let year = Duration::from_secs(365 * 86_400);
+        if let Some(before_boot) = base.instant.checked_sub(year) {
+            assert_eq!(base.instant_of(base.nanos_of(before_boot)), before_boot);
+            assert_eq!(
+                base.nanos_of(base.instant) - base.nanos_of(before_boot),
+                nanos(year)
+            );
+        }
+        // A deadline is compared with the coarse reading on the same scale.
+        let offset = base.coarse_offset.unwrap();
+        let in_a_second = base.nanos_of(base.instant + Duration::from_secs(1));
+        assert!(coarse::now() + offset < in_a_second);
+        assert!(coarse::now() + offset >= base.nanos_of(base.instant));
     }
 
     #[test]

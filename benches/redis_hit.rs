@@ -18,7 +18,8 @@ mod redis_server;
 
 /// The script of stampede's read (`READ_FRESH`: a `GET`, the server's `TIME`, the envelope's
 /// fresh deadline matched and compared), run with `EVALSHA` on the raw connection: what the
-/// server's side of stampede's round trip costs, without the runtime.
+/// server's side of stampede's round trip costs, without the runtime. A copy of the script in
+/// `stampede-runtime/src/redis/scripts.rs` (the runtime keeps its scripts private): change both.
 const READ_SHAPE: &str = r"
 local value = redis.call('GET', KEYS[1])
 if not value then

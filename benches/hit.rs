@@ -117,8 +117,8 @@ static MOKA: LazyLock<moka::future::Cache<u64, String>> = LazyLock::new(|| {
         .build()
 });
 
-/// A candidate for a lighter in-memory tier: bounded, with its own eviction, but no expiry (the
-/// runtime judges freshness from the entry's deadlines anyway).
+/// The store the memory tier is built on, raw: bounded, with its own eviction, but no expiry
+/// (the runtime judges freshness from the entry's deadlines).
 static QUICK: LazyLock<quick_cache::sync::Cache<u64, String>> =
     LazyLock::new(|| quick_cache::sync::Cache::new(10_000));
 

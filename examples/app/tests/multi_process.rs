@@ -50,20 +50,7 @@ fn main() {
             handle_and_tags_across_processes,
         ),
     ];
-    let mut failed = 0;
-    for (name, scenario) in scenarios {
-        let started = Instant::now();
-        match scenario() {
-            Ok(()) => println!(
-                "test {name} ... ok ({:.1}s)",
-                started.elapsed().as_secs_f64()
-            ),
-            Err(error) => {
-                failed += 1;
-                println!("test {name} ... FAILED\n  {error}");
-            }
-        }
-    }
+    let failed = processes::run_scenarios(scenarios, |scenario| scenario());
     if failed > 0 {
         std::process::exit(1);
     }

@@ -52,20 +52,7 @@ fn main() {
             master_killed,
         ),
     ];
-    let mut failed = 0;
-    for (name, scenario) in scenarios {
-        let started = Instant::now();
-        match scenario(&cluster) {
-            Ok(()) => println!(
-                "test {name} ... ok ({:.1}s)",
-                started.elapsed().as_secs_f64()
-            ),
-            Err(error) => {
-                failed += 1;
-                println!("test {name} ... FAILED\n  {error}");
-            }
-        }
-    }
+    let failed = processes::run_scenarios(scenarios, |scenario| scenario(&cluster));
     drop(cluster);
     if failed > 0 {
         std::process::exit(1);

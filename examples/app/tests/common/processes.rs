@@ -66,6 +66,29 @@ pub fn finish(processes: &mut [Process], limit: Duration) -> Result<(), String> 
     Ok(())
 }
 
+/// Runs each scenario with `run`, in turn, printing its outcome as the test harness prints a
+/// test's; returns how many failed.
+pub fn run_scenarios<S>(
+    scenarios: impl IntoIterator<Item = (&'static str, S)>,
+    mut run: impl FnMut(S) -> Result<(), String>,
+) -> usize {
+    let mut failed = 0;
+    for (name, scenario) in scenarios {
+        let started = Instant::now();
+        match run(scenario) {
+            Ok(()) => println!(
+                "test {name} ... ok ({:.1}s)",
+                started.elapsed().as_secs_f64()
+            ),
+            Err(error) => {
+                failed += 1;
+                println!("test {name} ... FAILED\n  {error}");
+            }
+        }
+    }
+    failed
+}
+
 /// `Ok` if `condition` holds, else the scenario's failure, `message`.
 pub fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), String> {
     if condition { Ok(()) } else { Err(message()) }

@@ -53,14 +53,14 @@ impl RedisKeys {
     /// The value key alone, for a read that needs no other.
     pub(crate) fn value_key(prefix: &str, identity: &str, args: &str) -> String {
         let mut key = base(prefix, identity, args);
-        key.push_str(":v");
+        key.push_str(VALUE);
         key
     }
 
     /// The keys whose common part is `base` (what [`RedisKeys::base`] returns).
     pub(crate) fn of_base(base: &str) -> Self {
         RedisKeys {
-            value: format!("{base}:v"),
+            value: format!("{base}{VALUE}"),
             lock: format!("{base}:l"),
             fence: format!("{base}:f"),
             channel: format!("{base}:c"),
@@ -69,9 +69,12 @@ impl RedisKeys {
 
     /// The part every key of this cache key shares: what a tag's set holds.
     pub(crate) fn base(&self) -> &str {
-        self.value.strip_suffix(":v").unwrap_or(&self.value)
+        self.value.strip_suffix(VALUE).unwrap_or(&self.value)
     }
 }
+
+/// What ends a cache key's value key, after the part its keys share.
+const VALUE: &str = ":v";
 
 /// The part every Redis key of one cache key shares.
 fn base(prefix: &str, identity: &str, args: &str) -> String {

@@ -1,7 +1,7 @@
 //! The Redis tier under network and server faults, through a fault proxy between the caches and
 //! a real `redis-server` per test: half-open (blackholed) connections, a failover behind DNS
-//! (`READONLY`), errors about one key, a lost invalidation feed, and durations up to
-//! `Duration::MAX`.
+//! (`READONLY`), errors about one key, a lost invalidation feed, an invalidation that lands while
+//! a slow read is on the wire, and durations up to `Duration::MAX`.
 //!
 //! Two caches with one `name` and their own Redis connections stand for two processes, except
 //! for invalidations: this process's feed drops a key from every cache of its name, so another
@@ -381,6 +381,69 @@ where
     )
     .await;
     println!("an invalidation arrived through the feed in round {round}");
+}
+
+/// A call whose value is read from Redis on its own task, while this process invalidates the
+/// key: the server answers the read with the old value before it runs the invalidation's `DEL`,
+/// and the answer arrives after the invalidation began here. The call must not return that
+/// value, nor keep it in memory: it goes on to a load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_read_from_redis_while_the_key_is_invalidated_is_neither_returned_nor_kept() {
+    let _serial = serial().await;
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "read_race_proxied",
+        name = "faults::read_race"
+    )]
+    async fn reader(id: u64) -> String {
+        format!("{id}: load {}", LOADS.fetch_add(1, SeqCst) + 1)
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "read_race_direct",
+        name = "faults::read_race"
+    )]
+    async fn writer(id: u64) -> String {
+        format!("{id}: load {}", LOADS.fetch_add(1, SeqCst) + 1)
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_secs(5))
+        .install_as("read_race_proxied");
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("read_race_direct");
+    // The reader's link is up, and the server has its scripts, before the network slows down
+    // (a script the server lacks costs more round trips: the first `EVALSHA` is refused).
+    assert_eq!(within(reader(99)).await, "99: load 1");
+    within(reader::invalidate(99)).await.unwrap();
+    assert_eq!(within(writer(1)).await, "1: load 2", "key 1 is in Redis");
+
+    // Every chunk between the reader and Redis now takes 300 ms: its read of key 1 reaches the
+    // server at about 300 ms and its answer (the old value) arrives at about 600 ms.
+    let one_way = Duration::from_millis(300);
+    proxy.delay(one_way);
+    let call = tokio::spawn(reader(1));
+    tokio::time::sleep(one_way * 3 / 2).await;
+    // At about 450 ms: dropped here at once; its `DEL` reaches the server at about 750 ms.
+    let invalidation = tokio::spawn(reader::invalidate(1));
+    let value = within(call).await.unwrap();
+    within(invalidation).await.unwrap().unwrap();
+    proxy.pass();
+
+    assert_ne!(value, "1: load 2", "the value read before the invalidation");
+    assert_eq!(value, "1: load 3", "a load after it");
+    assert_eq!(within(reader(1)).await, "1: load 3", "and kept");
+    assert_eq!(LOADS.load(SeqCst), 3);
 }
 
 #[tokio::test]

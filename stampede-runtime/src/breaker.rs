@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::entry::after;
+use crate::clock::after;
 use crate::error::Error;
 
 pub(crate) struct Breaker {

@@ -84,7 +84,7 @@ impl Base {
     /// The instant `nanos` is on tokio's clock.
     fn instant_of(&self, nanos: u64) -> Instant {
         if nanos >= self.nanos {
-            crate::entry::after(self.instant, Duration::from_nanos(nanos - self.nanos))
+            after(self.instant, Duration::from_nanos(nanos - self.nanos))
         } else {
             let before = Duration::from_nanos(self.nanos - nanos);
             self.instant.checked_sub(before).unwrap_or(self.instant)
@@ -227,6 +227,17 @@ mod coarse {
         None
     }
 }
+
+/// `instant + duration`, saturated at an instant far in the future: every duration a user
+/// gives is accepted up to `Duration::MAX`.
+pub(crate) fn after(instant: Instant, duration: Duration) -> Instant {
+    instant
+        .checked_add(duration)
+        .unwrap_or_else(|| Instant::now() + FAR)
+}
+
+/// Farther than any deadline needs to be (about thirty years), and far from overflowing.
+const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::{self, Nanos};
+use crate::clock::{self, Nanos, after};
 use crate::tags::Stamp;
 
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
@@ -218,17 +218,6 @@ impl<V> Entry<V> {
         }
     }
 }
-
-/// `instant + duration`, saturated at an instant far in the future: every duration a user
-/// gives is accepted up to `Duration::MAX`.
-pub(crate) fn after(instant: Instant, duration: Duration) -> Instant {
-    instant
-        .checked_add(duration)
-        .unwrap_or_else(|| Instant::now() + FAR)
-}
-
-/// Farther than any deadline needs to be (about thirty years), and far from overflowing.
-const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// `ttl * (1 - u)` with `u` uniform in `[0, jitter / 100]`: a fill's fresh time.
 pub(crate) fn jittered_ttl(ttl: Duration, jitter: u8) -> Duration {

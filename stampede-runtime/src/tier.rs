@@ -123,7 +123,7 @@ impl<K: Key, V: Value> Tier<K, V> for Local {
 fn with_options<V>(config: &Config, entry: Entry<V>) -> Entry<V> {
     let entry = match config.refresh_after {
         Some(after) => {
-            let at = crate::entry::after(entry.filled_at(), jittered_ttl(after, config.jitter));
+            let at = crate::clock::after(entry.filled_at(), jittered_ttl(after, config.jitter));
             entry.refreshing_from(at)
         }
         None => entry,

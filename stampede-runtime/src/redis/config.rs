@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::redis::connection::Connection;
+use crate::redis::endpoint::Endpoint;
 
 /// The environment variable read for the default connection when none was installed in code.
 pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
@@ -242,11 +242,11 @@ fn redact_one(url: &str) -> String {
 
 const DEFAULT: &str = "";
 
-static INSTALLED: RwLock<Option<HashMap<String, Arc<Connection>>>> = RwLock::new(None);
-static FROM_ENV: OnceLock<Option<Arc<Connection>>> = OnceLock::new();
+static INSTALLED: RwLock<Option<HashMap<String, Arc<Endpoint>>>> = RwLock::new(None);
+static FROM_ENV: OnceLock<Option<Arc<Endpoint>>> = OnceLock::new();
 
 fn install(name: &str, config: RedisConfig) {
-    let connection = Connection::new(name, config);
+    let connection = Endpoint::new(name, config);
     INSTALLED
         .write()
         .unwrap_or_else(PoisonError::into_inner)
@@ -255,7 +255,7 @@ fn install(name: &str, config: RedisConfig) {
 }
 
 /// The connection named `name` (`None`: the default one), or `None` when it is not configured.
-pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Connection>> {
+pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Endpoint>> {
     let key = name.unwrap_or(DEFAULT);
     let installed = INSTALLED.read().unwrap_or_else(PoisonError::into_inner);
     if let Some(tier) = installed.as_ref().and_then(|tiers| tiers.get(key)) {
@@ -269,7 +269,7 @@ pub(crate) fn lookup(name: Option<&str>) -> Option<Arc<Connection>> {
         .get_or_init(|| {
             let url = std::env::var(REDIS_URL_VAR).ok()?;
             match RedisConfig::new(&url) {
-                Ok(config) => Some(Connection::new(DEFAULT, config)),
+                Ok(config) => Some(Endpoint::new(DEFAULT, config)),
                 Err(error) => {
                     tracing::error!(%error, "stampede: {REDIS_URL_VAR} is set but unusable; caches run without Redis");
                     None

@@ -10,14 +10,16 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::cache::{Key, Value};
+use crate::clock::after;
 use crate::config::{Config, Lock};
-use crate::entry::{Entry, after, jittered_ttl};
+use crate::entry::{Entry, jittered_ttl};
 use crate::error::Error;
 use crate::load::Load;
 use crate::redis::config::lookup;
-use crate::redis::connection::{Connection, Fill, Filled, ReadState};
+use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Envelope};
 use crate::redis::keys::{self, RedisKeys};
+use crate::redis::ops::{ReadState, Write, Written};
 use crate::redis::tags::set_lifetime;
 use crate::redis::{Busy, RedisTier, invalidate, lock};
 use crate::tier::{Direct, Handle};
@@ -91,7 +93,7 @@ where
 /// `entry`, to be kept in memory no longer than this process's memory is trusted: while its
 /// invalidation feed is not known to be live, the staleness bound (an invalidation missed
 /// meanwhile cannot be outlived by more).
-fn trusted<V>(connection: &Connection, entry: Entry<V>) -> Entry<V> {
+fn trusted<V>(connection: &Endpoint, entry: Entry<V>) -> Entry<V> {
     match connection.memory_trusted_for() {
         Some(bound) => entry.capped(after(Instant::now(), bound)),
         None => entry,
@@ -99,7 +101,7 @@ fn trusted<V>(connection: &Connection, entry: Entry<V>) -> Entry<V> {
 }
 
 /// The Redis keys of `args` in the cache of `tier`, on `connection`.
-fn keys_of<K, V>(tier: &RedisTier<K, V>, connection: &Connection, args: &str) -> RedisKeys {
+fn keys_of<K, V>(tier: &RedisTier<K, V>, connection: &Endpoint, args: &str) -> RedisKeys {
     RedisKeys::new(&connection.config.prefix, &tier.identity, args)
 }
 
@@ -149,7 +151,7 @@ fn warn_unconfigured<K, V>(tier: &RedisTier<K, V>, config: &Config) {
 /// One key's way through the protocol.
 struct Flow<'a, K: Key, V: Value, L> {
     tier: &'a RedisTier<K, V>,
-    connection: Arc<Connection>,
+    connection: Arc<Endpoint>,
     keys: RedisKeys,
     handle: &'a Handle<'a, K, V, L>,
     /// The stale value already handed to the waiters, if any: served again if all else fails.
@@ -341,9 +343,9 @@ where
         let fresh = jittered_ttl(config.ttl, config.jitter);
         let filled = match envelope::encode(&value) {
             Ok(payload) => {
-                let fill = fill_of(config, token.unwrap_or(""), fence, fresh, &payload)
+                let fill = write_of(config, token.unwrap_or(""), fence, fresh, &payload)
                     .loaded_in(started.elapsed());
-                let filled = self.connection.fill(&self.keys, fill).await.ok();
+                let filled = self.connection.write(&self.keys, fill).await.ok();
                 // FILL released the lock if it ran; if it did not, the release is tried once.
                 if let Some(held) = held {
                     match filled {
@@ -467,14 +469,14 @@ fn decode<V: DeserializeOwned>(bytes: Option<&[u8]>, server_now: Option<u64>) ->
 
 /// What `FILL` writes for a value loaded with the cache's options: fresh for `fresh` (already
 /// jittered), then stale, then kept in Redis for `fail_safe`.
-fn fill_of<'a>(
+fn write_of<'a>(
     config: &Config,
     token: &'a str,
     fence: u64,
     fresh: Duration,
     payload: &'a [u8],
-) -> Fill<'a> {
-    Fill {
+) -> Write<'a> {
+    Write {
         token,
         fresh,
         stale: config.stale,
@@ -486,7 +488,7 @@ fn fill_of<'a>(
 }
 
 /// The entry of a value `FILL` wrote, with its deadlines on this process's clock.
-fn written<V>(value: V, filled: &Filled) -> Entry<V> {
+fn written<V>(value: V, filled: &Written) -> Entry<V> {
     let now = Instant::now();
     Entry::new(
         value,
@@ -585,7 +587,10 @@ where
     let fresh = jittered_ttl(config.ttl, config.jitter);
     let filled = flow
         .connection
-        .fill(&flow.keys, fill_of(config, "", read.fence, fresh, &payload))
+        .write(
+            &flow.keys,
+            write_of(config, "", read.fence, fresh, &payload),
+        )
         .await;
     match filled {
         Ok(filled) if filled.written => {

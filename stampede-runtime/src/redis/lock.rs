@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::redis::connection::Connection;
+use crate::redis::endpoint::Endpoint;
 use crate::redis::keys::RedisKeys;
 
 /// A token no other holder will ever use: the lock's value, checked on renewal and release.
@@ -17,14 +17,14 @@ pub(crate) fn token() -> String {
 /// without [`release`](Held::release) or [`released`](Held::released) (a load that panicked, a
 /// flight cancelled by a runtime shutting down), it releases the lock from a spawned task.
 pub(crate) struct Held {
-    connection: Arc<Connection>,
+    connection: Arc<Endpoint>,
     keys: RedisKeys,
     token: String,
     done: bool,
 }
 
 impl Held {
-    pub(crate) fn new(connection: &Arc<Connection>, keys: &RedisKeys, token: &str) -> Self {
+    pub(crate) fn new(connection: &Arc<Endpoint>, keys: &RedisKeys, token: &str) -> Self {
         Held {
             connection: connection.clone(),
             keys: keys.clone(),
@@ -77,7 +77,7 @@ impl Drop for Held {
 
 /// Releases a lock that `token` may hold from a task of its own, when the flow cannot wait for
 /// it (outside a runtime, the lease runs out instead).
-pub(crate) fn release_later(connection: &Arc<Connection>, keys: &RedisKeys, token: &str) {
+pub(crate) fn release_later(connection: &Arc<Endpoint>, keys: &RedisKeys, token: &str) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };

@@ -41,12 +41,16 @@
 
 pub(crate) mod bounds;
 pub(crate) mod config;
-mod connection;
+mod endpoint;
 mod envelope;
+mod failure;
 mod flow;
+mod health;
 mod invalidate;
 mod keys;
+mod link;
 mod lock;
+mod ops;
 mod pubsub;
 mod scripts;
 mod tags;

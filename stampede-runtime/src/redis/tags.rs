@@ -2,7 +2,7 @@
 //! that a tag's invalidation finds its keys without scanning.
 //!
 //! A load of a tagged key adds its key base to each tag's set *before* it reads its source
-//! ([`Connection::tag`]); a tag's invalidation takes the set's members out atomically, runs a
+//! ([`Endpoint::tag`]); a tag's invalidation takes the set's members out atomically, runs a
 //! key's invalidation on each (value deleted, fence bumped) and then announces the tag to every
 //! process. A load whose key was in the set taken is fenced off; a load whose key was added
 //! after began after the invalidation, and reads what the writer wrote before it. A value
@@ -19,9 +19,11 @@ use futures_util::future::try_join_all;
 use crate::config::Config;
 use crate::error::Error;
 use crate::redis::config::lookup;
-use crate::redis::connection::{Connection, Failure, millis};
+use crate::redis::endpoint::Endpoint;
+use crate::redis::failure::Failure;
 use crate::redis::invalidate;
 use crate::redis::keys::{RedisKeys, TagKeys};
+use crate::redis::ops::millis;
 use crate::redis::scripts;
 
 /// How many key invalidations of one tag are in flight at once.
@@ -80,7 +82,7 @@ pub(crate) fn set_lifetime(config: &Config, lease: Duration) -> Duration {
         .min(LONGEST_SET)
 }
 
-impl Connection {
+impl Endpoint {
     /// Adds the key base of `keys` to the set of each of `tags`, kept for `lifetime`.
     pub(crate) async fn tag(
         &self,

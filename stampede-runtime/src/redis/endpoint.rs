@@ -1,0 +1,357 @@
+//! One configured Redis, an [`Endpoint`]: its links (one per tokio runtime, see `link`), its
+//! health (see `health`), and the two ways a call reaches it, both bounded by the operation
+//! timeout, the wait for a link included. The protocol's operations are in `ops`.
+//!
+//! A link recovers from every failure, not only from the socket closing: what is missing or
+//! broken is made again by one attempt, bounded by `connect_timeout`, in a task of its own and
+//! shared by every call that needs it (no thundering reconnects); a call waits for it at most
+//! its operation timeout. The subscriber replaces its own connection in the background (see
+//! `pubsub`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::runtime::{self, Handle};
+use tokio::time::Instant;
+
+use crate::clock::after;
+use crate::redis::config::RedisConfig;
+use crate::redis::failure::Failure;
+use crate::redis::health::{Health, display_name};
+use crate::redis::keys::RedisKeys;
+use crate::redis::link::{CommandConnection, Commands, Connecting, Link, LinkState, Ready};
+use crate::redis::pubsub::{Listener, Settings, Shards, Subscriber};
+
+pub(crate) struct Endpoint {
+    name: String,
+    pub(crate) config: RedisConfig,
+    links: Mutex<HashMap<runtime::Id, Arc<Link>>>,
+    health: Health,
+    /// This connection, for the tasks it starts (which must not keep it alive).
+    me: Weak<Endpoint>,
+}
+
+impl Endpoint {
+    pub(crate) fn new(name: &str, config: RedisConfig) -> Arc<Self> {
+        Arc::new_cyclic(|me| Endpoint {
+            name: name.to_owned(),
+            config,
+            links: Mutex::new(HashMap::new()),
+            health: Health::new(name),
+            me: me.clone(),
+        })
+    }
+
+    /// The channel on which invalidations are announced to every process.
+    pub(crate) fn invalidations_channel(&self) -> String {
+        format!("{}:invalidations", self.config.prefix)
+    }
+
+    /// Whether Redis is worth asking now: false during a cool-down.
+    pub(crate) fn usable(&self) -> bool {
+        self.health.usable()
+    }
+
+    /// Subscribes to a key's channel (sharded on a cluster); the listener hears the next fill
+    /// published on it.
+    pub(crate) async fn listen(&self, keys: &RedisKeys) -> Result<Listener, Failure> {
+        if !self.usable() {
+            return Err(Failure::CoolingDown);
+        }
+        let timeout = self.config.op_timeout;
+        let deadline = after(Instant::now(), timeout);
+        let listened = match tokio::time::timeout_at(deadline, self.link()).await {
+            Ok(Ok(link)) => {
+                let wait = deadline.saturating_duration_since(Instant::now());
+                let listened = match &link.shards {
+                    Some(shards) => shards.listen(&keys.channel, wait).await,
+                    None => link.events.listen(&keys.channel, wait).await,
+                };
+                listened.ok_or(Failure::Subscription)
+            }
+            Ok(Err(failure)) => Err(failure),
+            Err(_) => Err(Failure::Timeout(timeout)),
+        };
+        if let Err(failure) = &listened {
+            self.health.failure(&self.name, failure, &self.config);
+        }
+        listened
+    }
+
+    /// How long this process may keep in memory a value it reads from or writes to Redis now:
+    /// `None` (as long as the cache's own deadlines say) while the invalidation feed is live,
+    /// `Some(bound)` while it is not known to be (`2 × heartbeat + op_timeout`, see `pubsub`):
+    /// an invalidation missed meanwhile is then outlived by at most that bound.
+    /// `Some(Duration::ZERO)` would mean: keep nothing.
+    pub(crate) fn memory_trusted_for(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let live = self.links().values().any(|link| {
+            link.lock()
+                .events
+                .as_ref()
+                .is_some_and(|events| events.is_live(now))
+        });
+        if live {
+            None
+        } else {
+            Some(self.config.staleness_bound())
+        }
+    }
+
+    /// Publishes a heartbeat token for this runtime's subscriber to hear. Not skipped during a
+    /// cool-down: it is the probe that ends it, and it replaces a command connection that stopped
+    /// answering even when no cache calls Redis.
+    pub(crate) async fn heartbeat(&self, channel: &str, token: u64) {
+        let _ = self
+            .attempt(|mut connection| async move {
+                redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg(token)
+                    .query_async::<i64>(&mut connection)
+                    .await
+            })
+            .await;
+    }
+
+    /// This runtime's invalidation feed was lost (its subscriber dropped every cache's memory).
+    pub(crate) fn feed_lost(&self, reason: &'static str) {
+        if self.health.warn_now() {
+            tracing::warn!(
+                redis = display_name(&self.name),
+                reason,
+                "stampede: the Redis invalidation feed was lost; memory of Redis-backed caches \
+                 dropped, resubscribing in the background"
+            );
+        }
+    }
+
+    /// This runtime's invalidation feed is back after a loss.
+    pub(crate) fn feed_restored(&self) {
+        tracing::info!(
+            redis = display_name(&self.name),
+            "stampede: the Redis invalidation feed is back"
+        );
+    }
+
+    /// Asks Redis for a `PONG`, connecting first if needed, within the connection and operation
+    /// timeouts; for a start-up check.
+    pub(crate) async fn ping(&self) -> Result<(), Failure> {
+        let deadline = after(
+            Instant::now(),
+            self.config
+                .connect_timeout
+                .saturating_add(self.config.op_timeout),
+        );
+        tokio::time::timeout_at(deadline, async {
+            loop {
+                match self
+                    .attempt(|mut connection| async move {
+                        redis::cmd("PING")
+                            .query_async::<String>(&mut connection)
+                            .await
+                    })
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    // A connection being made for another call: wait for it.
+                    Err(Failure::Timeout(_)) => continue,
+                    Err(failure) => return Err(failure),
+                }
+            }
+        })
+        .await
+        .unwrap_or(Err(Failure::Timeout(self.config.connect_timeout)))
+    }
+
+    /// Runs one operation on this runtime's command connection, unless Redis is cooling down.
+    pub(super) async fn call<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
+    where
+        F: FnOnce(CommandConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>> + 'a,
+    {
+        if !self.usable() {
+            return Err(Failure::CoolingDown);
+        }
+        self.attempt(operation).await
+    }
+
+    /// Runs one operation on this runtime's command connection, bounded by the operation
+    /// timeout (the wait for a connection included), and keeps the tier's health up to date.
+    async fn attempt<'a, T, F, Fut>(&'a self, operation: F) -> Result<T, Failure>
+    where
+        F: FnOnce(CommandConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>> + 'a,
+    {
+        let timeout = self.config.op_timeout;
+        let deadline = after(Instant::now(), timeout);
+        let outcome = match tokio::time::timeout_at(deadline, self.link()).await {
+            Ok(Ok(link)) => link.commands.run(deadline, timeout, operation).await,
+            Ok(Err(failure)) => Err(failure),
+            Err(_) => Err(Failure::Timeout(timeout)),
+        };
+        match &outcome {
+            Ok(_) => self.health.success(&self.name),
+            Err(refused @ Failure::Refused(_)) => self.health.refused(&self.name, refused),
+            Err(failure) => self.health.failure(&self.name, failure, &self.config),
+        }
+        outcome
+    }
+
+    /// This runtime's link, made on first use; what is missing or broken is remade by one
+    /// attempt that every caller shares.
+    pub(super) async fn link(&self) -> Result<Ready, Failure> {
+        let runtime = Handle::try_current().map_err(|_| Failure::NoRuntime)?;
+        let link = self.runtime_link(runtime.id());
+        for _ in 0..2 {
+            let attempt = {
+                let mut state = link.lock();
+                if let Some(ready) = state.ready() {
+                    return Ok(ready);
+                }
+                match &state.connecting {
+                    Some(attempt) => attempt.clone(),
+                    None => {
+                        let attempt = self.connect(&runtime, &link, &state);
+                        state.connecting = Some(attempt.clone());
+                        attempt
+                    }
+                }
+            };
+            attempt.await?;
+        }
+        link.lock().ready().ok_or(Failure::Unavailable)
+    }
+
+    fn runtime_link(&self, runtime: runtime::Id) -> Arc<Link> {
+        let mut links = self.links();
+        if let Some(link) = links.get(&runtime) {
+            return link.clone();
+        }
+        // Links of runtimes that have shut down are dead: their tasks are gone.
+        links.retain(|_, link| !link.is_dead());
+        let link = Arc::new(Link::default());
+        links.insert(runtime, link.clone());
+        link
+    }
+
+    /// Makes, in a task of its own bounded by the connect timeout, what `state` lacks: a command
+    /// connection, a subscriber whose first session is up and, on a cluster of Redis 7 or
+    /// later, the sharded subscriptions.
+    fn connect(&self, runtime: &Handle, link: &Arc<Link>, state: &LinkState) -> Connecting {
+        let usable = state.commands.as_ref().filter(|c| c.usable());
+        let commands_needed = usable.is_none();
+        let known_sharded = usable.is_some_and(|c| c.connection.sharded());
+        let shards_needed = state.shards.as_ref().is_none_or(|shards| shards.is_dead());
+        let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
+        let settings = events_needed.then(|| self.subscriber_settings());
+        let nodes = self.config.nodes.clone();
+        let timeout = self.config.connect_timeout;
+        let (op_timeout, retry_every) = (self.config.op_timeout, self.config.heartbeat);
+        let link = link.clone();
+        let task = runtime.spawn(async move {
+            let commands = async {
+                let commands = if commands_needed {
+                    let connection = CommandConnection::open(&nodes, timeout).await?;
+                    Some(Arc::new(Commands::new(connection)))
+                } else {
+                    None
+                };
+                let sharded = commands
+                    .as_ref()
+                    .map_or(known_sharded, |c| c.connection.sharded());
+                let shards = if sharded && shards_needed {
+                    let shards = Shards::open(&nodes, timeout, op_timeout, retry_every)
+                        .await
+                        .map_err(Failure::Redis)?;
+                    Some(shards)
+                } else {
+                    None
+                };
+                Ok((commands, shards))
+            };
+            let events = async {
+                let Some(settings) = settings else {
+                    return Ok(None);
+                };
+                let events = Subscriber::start(settings);
+                events.wait_up().await;
+                Ok(Some(events))
+            };
+            let made = tokio::time::timeout(timeout, async { tokio::try_join!(commands, events) })
+                .await
+                .unwrap_or(Err(Failure::Timeout(timeout)));
+            let mut state = link.lock();
+            state.connecting = None;
+            let ((commands, shards), events) = made?;
+            if let Some(commands) = commands {
+                state.commands = Some(commands);
+            }
+            if let Some(shards) = shards {
+                state.shards = Some(shards);
+            }
+            if let Some(events) = events {
+                state.events = Some(events);
+            }
+            Ok(())
+        });
+        async move { task.await.unwrap_or(Err(Failure::NoRuntime)) }
+            .boxed()
+            .shared()
+    }
+
+    fn subscriber_settings(&self) -> Settings {
+        Settings {
+            nodes: self.config.nodes.clone(),
+            invalidations: self.invalidations_channel(),
+            heartbeats: format!(
+                "{}:heartbeat:{:016x}",
+                self.config.prefix,
+                rand::random::<u64>()
+            ),
+            heartbeat: self.config.heartbeat,
+            op_timeout: self.config.op_timeout,
+            connect_timeout: self.config.connect_timeout,
+            bound: self.config.staleness_bound(),
+            connection: self.me.clone(),
+        }
+    }
+
+    fn links(&self) -> MutexGuard<'_, HashMap<runtime::Id, Arc<Link>>> {
+        self.links.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_cooldown_of_duration_max_does_not_overflow() {
+        let config = RedisConfig::new("redis://127.0.0.1:1")
+            .unwrap()
+            .cooldown(Duration::MAX, 1);
+        let connection = Endpoint::new("max_cooldown_unit", config);
+        connection.health.failure(
+            &connection.name,
+            &Failure::Timeout(Duration::from_millis(1)),
+            &connection.config,
+        );
+        assert!(!connection.usable(), "skipped during the cool-down");
+        connection.health.success(&connection.name);
+        assert!(connection.usable());
+    }
+
+    #[tokio::test]
+    async fn memory_is_not_trusted_without_a_live_feed() {
+        let config = RedisConfig::new("redis://127.0.0.1:1").unwrap();
+        let connection = Endpoint::new("untrusted_unit", config);
+        assert_eq!(
+            connection.memory_trusted_for(),
+            Some(Duration::from_millis(2_250)),
+            "never subscribed: values are kept at most the staleness bound"
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The health of one configured Redis: failures in a row, the cool-down they trigger (Redis is
+//! skipped meanwhile, and the caches load locally), and warnings at most once per interval.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::clock::after;
+use crate::redis::config::RedisConfig;
+use crate::redis::failure::Failure;
+
+/// The least time between two warnings that Redis is failing.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// The metrics of one connection, labelled with its name.
+pub(super) struct ConnectionMetrics {
+    /// `redis_error_total`: failed calls.
+    errors: metrics::Counter,
+    /// `cache_degraded`: 1 while the connection is skipped.
+    degraded: metrics::Gauge,
+}
+
+/// Failures in a row, the cool-down they trigger, and warnings at most once per interval.
+pub(super) struct Health {
+    failures: AtomicU32,
+    state: Mutex<HealthState>,
+    metrics: ConnectionMetrics,
+}
+
+#[derive(Default)]
+struct HealthState {
+    skip_until: Option<Instant>,
+    last_warning: Option<Instant>,
+    down: bool,
+}
+
+impl Health {
+    /// The health of the connection named `name` (empty: the default one).
+    pub(super) fn new(name: &str) -> Self {
+        let label = [("redis", display_name(name).to_owned())];
+        Health {
+            failures: AtomicU32::new(0),
+            state: Mutex::new(HealthState::default()),
+            metrics: ConnectionMetrics {
+                errors: metrics::counter!("redis_error_total", &label),
+                degraded: metrics::gauge!("cache_degraded", &label),
+            },
+        }
+    }
+
+    pub(super) fn usable(&self) -> bool {
+        let state = self.lock();
+        state.skip_until.is_none_or(|until| Instant::now() >= until)
+    }
+
+    pub(super) fn success(&self, name: &str) {
+        self.failures.store(0, Ordering::Relaxed);
+        let mut state = self.lock();
+        if state.down {
+            state.down = false;
+            state.skip_until = None;
+            self.metrics.degraded.set(0.0);
+            tracing::info!(
+                redis = display_name(name),
+                "stampede: Redis answers again; caches use it again"
+            );
+        }
+    }
+
+    pub(super) fn failure(&self, name: &str, failure: &Failure, config: &RedisConfig) {
+        if matches!(failure, Failure::CoolingDown) {
+            return;
+        }
+        // Not reset by the cool-down: a failed probe after it starts the next cool-down at once.
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        self.metrics.errors.increment(1);
+        let now = Instant::now();
+        let mut state = self.lock();
+        if failures >= config.failures_before_cooldown {
+            state.skip_until = Some(after(now, config.cooldown));
+            state.down = true;
+            self.metrics.degraded.set(1.0);
+        }
+        drop(state);
+        if self.warn_now() {
+            tracing::warn!(
+                redis = display_name(name),
+                error = %failure,
+                failures,
+                "stampede: Redis call failed; caches fall back to local singleflight and their own loads"
+            );
+        }
+    }
+
+    /// A call refused because of its key: the server answers, so the connection is not down.
+    pub(super) fn refused(&self, name: &str, failure: &Failure) {
+        self.success(name);
+        self.metrics.errors.increment(1);
+        if self.warn_now() {
+            tracing::warn!(
+                redis = display_name(name),
+                error = %failure,
+                "stampede: Redis refused a call about one key; that key is loaded locally"
+            );
+        }
+    }
+
+    /// Whether a warning may be logged now: at most one per interval, whatever it is about.
+    pub(super) fn warn_now(&self) -> bool {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let due = state
+            .last_warning
+            .is_none_or(|last| now.saturating_duration_since(last) >= WARN_EVERY);
+        if due {
+            state.last_warning = Some(now);
+        }
+        due
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(super) fn display_name(name: &str) -> &str {
+    if name.is_empty() { "default" } else { name }
+}

@@ -1,0 +1,205 @@
+//! The protocol's operations on one [`Endpoint`]: each a script or a command, in one round
+//! trip (see `scripts` for what each does), run through [`Endpoint::call`].
+
+use std::time::Duration;
+
+use crate::redis::endpoint::Endpoint;
+use crate::redis::failure::Failure;
+use crate::redis::keys::RedisKeys;
+use crate::redis::scripts;
+
+/// What `READ_OR_LOCK` found.
+pub(crate) struct Read {
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) state: ReadState,
+    /// The server's clock when it read, in ms.
+    pub(crate) now_ms: u64,
+    /// The key's fence: the one this flow took with the lock, else the current one.
+    pub(crate) fence: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadState {
+    /// The value is fresh; no lock was taken.
+    Fresh,
+    /// The caller now holds the lock.
+    Locked,
+    /// Another holder has the lock for this much longer.
+    Busy(Duration),
+    /// No lock was asked for.
+    NoLock,
+}
+
+/// What `FILL` did.
+pub(crate) struct Written {
+    /// False when the key was invalidated since it was read: nothing was written.
+    pub(crate) written: bool,
+    pub(crate) now_ms: u64,
+    pub(crate) fresh_until: u64,
+    pub(crate) stale_until: u64,
+}
+
+/// The load's result, ready to be written.
+pub(crate) struct Write<'a> {
+    pub(crate) token: &'a str,
+    pub(crate) fresh: Duration,
+    pub(crate) stale: Duration,
+    /// How long Redis keeps the value past its stale deadline: the cache's `fail_safe`.
+    pub(crate) keep_for: Duration,
+    pub(crate) load: Duration,
+    /// The fence the read returned: the fill is refused unless it is still the key's fence.
+    pub(crate) fence: u64,
+    pub(crate) payload: &'a [u8],
+}
+
+impl Write<'_> {
+    /// The fill, with how long its load took (the envelope records it).
+    pub(crate) fn loaded_in(mut self, load: Duration) -> Self {
+        self.load = load;
+        self
+    }
+}
+
+impl Endpoint {
+    /// The value at `value_key` if it is fresh by the server's clock, with that clock's time
+    /// (ms).
+    pub(crate) async fn read_fresh(
+        &self,
+        value_key: &str,
+    ) -> Result<Option<(Vec<u8>, u64)>, Failure> {
+        self.call(|mut connection| async move {
+            scripts::READ_FRESH
+                .key(value_key)
+                .invoke_async(&mut connection)
+                .await
+        })
+        .await
+    }
+
+    pub(crate) async fn read_or_lock(
+        &self,
+        keys: &RedisKeys,
+        token: Option<&str>,
+        value_unusable: bool,
+    ) -> Result<Read, Failure> {
+        let token = token.unwrap_or("");
+        let lease = millis(self.config.lease);
+        let (value, state, now_ms, fence, pttl): (Option<Vec<u8>>, String, u64, u64, i64) = self
+            .call(|mut connection| async move {
+                scripts::READ_OR_LOCK
+                    .key(&keys.value)
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .arg(token)
+                    .arg(lease)
+                    .arg(if value_unusable { "1" } else { "0" })
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        let state = match state.as_str() {
+            "fresh" => ReadState::Fresh,
+            "locked" => ReadState::Locked,
+            "nolock" => ReadState::NoLock,
+            // A lock with no expiry (pttl -1) was not set by us; treat it as a full lease.
+            _ => ReadState::Busy(Duration::from_millis(u64::try_from(pttl).unwrap_or(lease))),
+        };
+        Ok(Read {
+            value,
+            state,
+            now_ms,
+            fence,
+        })
+    }
+
+    /// Writes a loaded value (`FILL`): fenced, published, and the lock released.
+    pub(crate) async fn write(
+        &self,
+        keys: &RedisKeys,
+        write: Write<'_>,
+    ) -> Result<Written, Failure> {
+        let (written, now_ms, fresh_until, stale_until): (u8, u64, u64, u64) = self
+            .call(|mut connection| async move {
+                scripts::FILL
+                    .key(&keys.value)
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .arg(write.token)
+                    .arg(millis(write.fresh).max(1))
+                    .arg(millis(write.stale))
+                    .arg(millis(write.load))
+                    .arg(write.fence)
+                    .arg(write.payload)
+                    .arg(&keys.channel)
+                    .arg(millis(write.keep_for))
+                    .arg(connection.publish_command())
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        Ok(Written {
+            written: written == 1,
+            now_ms,
+            fresh_until,
+            stale_until,
+        })
+    }
+
+    /// Releases the lock if `token` still holds it.
+    pub(crate) async fn release(&self, keys: &RedisKeys, token: &str) -> Result<bool, Failure> {
+        self.call(|mut connection| async move {
+            scripts::RELEASE
+                .key(&keys.lock)
+                .arg(token)
+                .arg(&keys.channel)
+                .arg(connection.publish_command())
+                .invoke_async(&mut connection)
+                .await
+        })
+        .await
+    }
+
+    /// Renews the lease if `token` still holds the lock; `false` if it was lost.
+    pub(crate) async fn extend(&self, keys: &RedisKeys, token: &str) -> Result<bool, Failure> {
+        let lease = millis(self.config.lease);
+        self.call(|mut connection| async move {
+            scripts::EXTEND
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(token)
+                .arg(lease)
+                .invoke_async(&mut connection)
+                .await
+        })
+        .await
+    }
+
+    /// Drops a key's value and moves its fence on; announces `message` on the invalidation
+    /// channel, unless `None` (a tag's keys: the tag is announced once for all).
+    pub(crate) async fn invalidate(
+        &self,
+        keys: &RedisKeys,
+        message: Option<&[u8]>,
+    ) -> Result<(), Failure> {
+        let (channel, message) = match message {
+            Some(message) => (self.invalidations_channel(), message),
+            None => (String::new(), &[][..]),
+        };
+        let _: i64 = self
+            .call(|mut connection| async move {
+                scripts::INVALIDATE
+                    .key(&keys.value)
+                    .key(&keys.fence)
+                    .arg(channel)
+                    .arg(message)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+pub(super) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,375 @@
+//! The process's pub/sub connection (one per runtime). It carries the invalidation feed (every
+//! invalidation any process announces drops the key from this process's memory) and, on a
+//! standalone server, the wake-ups of flights: a key's channel is subscribed only while some
+//! flight of this process waits on it, and every message is handed to the listeners of its
+//! channel. On a cluster the wake-ups go through sharded pub/sub instead ([`Shards`]).
+//!
+//! A supervisor task owns the connection and replaces it in the background, with backoff, when
+//! it is lost: its stream ends (the server closed it, `CLIENT KILL`), a subscription command
+//! fails, or the heartbeat stops coming back. Every `heartbeat` it publishes a token on a channel
+//! of its own through the command connection. Redis delivers a subscriber's messages in the order
+//! it ran their `PUBLISH`es, so hearing a token sent at `s` proves that every invalidation Redis
+//! ran before `s` has been handled here.
+//!
+//! # A lost invalidation is never silent
+//!
+//! `verified` is when the last token heard was sent (or when the session's `SUBSCRIBE` was). The
+//! feed is *live* while a session is up and `now < verified + bound`, where
+//! `bound = 2 × heartbeat + op_timeout` ([`RedisConfig::heartbeat`]). When the deadline passes or
+//! the session ends, the feed is lost: the memory of every Redis-backed cache of the process is
+//! dropped at once, and again when a new session is up; meanwhile values read from Redis are kept
+//! no longer than `bound` (`Endpoint::memory_trusted_for`). An invalidation that Redis ran at
+//! `t` and that this process missed ran after the last token heard was sent, so the loss is
+//! noticed before `t + bound`: **a process serves a value from memory at most
+//! `2 × heartbeat + op_timeout` after an invalidation it missed** (2.25 s with the defaults),
+//! plus however late its runtime runs the supervisor.
+//!
+//! Subscriptions change through one ordered queue, served by the supervisor, so an `UNSUBSCRIBE`
+//! left by a finished wait can never overtake the `SUBSCRIBE` of the next. A listener is
+//! confirmed only after the queue has caught up with its subscription; a lost session ends every
+//! listener's wait (a fill may have been missed) and the next session subscribes the channels
+//! still listened to.
+//!
+//! [`RedisConfig::heartbeat`]: crate::RedisConfig::heartbeat
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::{Control, Listener, Waits};
+use crate::clock::after;
+use crate::redis::endpoint::Endpoint;
+use crate::redis::invalidate;
+
+/// The first pause before opening a session again; doubled per failed attempt up to the most.
+const BACKOFF_LEAST: Duration = Duration::from_millis(20);
+const BACKOFF_MOST: Duration = Duration::from_secs(2);
+
+/// What the supervisor needs to open sessions and check them.
+pub(crate) struct Settings {
+    /// The nodes to subscribe on, tried in turn: on a cluster a plain `PUBLISH` reaches the
+    /// subscribers of every node, so any one will do, and a session lost with its node is opened
+    /// again on the next.
+    pub(crate) nodes: Vec<redis::Client>,
+    pub(crate) invalidations: String,
+    /// This subscriber's own heartbeat channel.
+    pub(crate) heartbeats: String,
+    pub(crate) heartbeat: Duration,
+    pub(crate) op_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    /// How long after the last token heard was sent the feed stays live.
+    pub(crate) bound: Duration,
+    /// Publishes the heartbeats, and hears of the feed being lost and back.
+    pub(crate) connection: Weak<Endpoint>,
+}
+
+pub(crate) struct Subscriber {
+    /// The wake-ups on a standalone server (on a cluster, [`Shards`] has them).
+    waits: Arc<Waits>,
+    feed: Mutex<Feed>,
+    /// Whether a session is up, for the first link's setup to wait on.
+    up: watch::Sender<bool>,
+    bound: Duration,
+    /// Dropped with the subscriber, which ends the supervisor.
+    _closed: oneshot::Sender<()>,
+}
+
+/// What is known of the invalidation feed.
+#[derive(Default)]
+struct Feed {
+    up: bool,
+    verified: Option<Instant>,
+    /// Heartbeat tokens of this session not heard yet, with when they were sent.
+    sent: BTreeMap<u64, Instant>,
+    next_token: u64,
+    /// A session was up before: the next one to come up is a recovery.
+    was_up: bool,
+}
+
+impl Subscriber {
+    /// Starts the supervisor on the current runtime; it opens the first session at once.
+    pub(crate) fn start(settings: Settings) -> Arc<Subscriber> {
+        let (waits, commands) = Waits::new();
+        let (closed_sender, closed) = oneshot::channel();
+        let subscriber = Arc::new(Subscriber {
+            waits,
+            feed: Mutex::new(Feed::default()),
+            up: watch::channel(false).0,
+            bound: settings.bound,
+            _closed: closed_sender,
+        });
+        tokio::spawn(supervise(
+            Arc::downgrade(&subscriber),
+            settings,
+            commands,
+            closed,
+        ));
+        subscriber
+    }
+
+    /// Waits until a session is up; the caller bounds the wait.
+    pub(crate) async fn wait_up(&self) {
+        let mut up = self.up.subscribe();
+        let _ = up.wait_for(|up| *up).await;
+    }
+
+    /// Whether the supervisor is gone (its runtime shut down): the subscriber is replaced.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.waits.control.is_closed()
+    }
+
+    /// Whether every invalidation announced up to `bound` ago is known to have reached this
+    /// process.
+    pub(crate) fn is_live(&self, now: Instant) -> bool {
+        let feed = self.feed();
+        feed.up
+            && feed
+                .verified
+                .is_some_and(|verified| now < after(verified, self.bound))
+    }
+
+    /// Subscribes to `channel` (plain pub/sub, on the session's node) and returns a listener for
+    /// it once the subscription is in effect, or `None` if no session ran it within `wait`.
+    pub(crate) async fn listen(&self, channel: &str, wait: Duration) -> Option<Listener> {
+        self.waits.listen(channel, wait).await
+    }
+
+    /// When the feed stops being live unless a newer token is heard.
+    fn deadline(&self) -> Instant {
+        let verified = self.feed().verified.unwrap_or_else(Instant::now);
+        after(verified, self.bound)
+    }
+
+    /// Publishes the next heartbeat token from a task of its own, unless the last one is still
+    /// being published.
+    fn beat(&self, settings: &Settings, publishing: &Arc<AtomicBool>) {
+        if publishing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let token = {
+            let mut feed = self.feed();
+            let now = Instant::now();
+            // A token sent longer than the bound ago proves nothing any more.
+            feed.sent
+                .retain(|_, sent| now.saturating_duration_since(*sent) < self.bound);
+            let token = feed.next_token;
+            feed.next_token += 1;
+            feed.sent.insert(token, now);
+            token
+        };
+        let connection = settings.connection.clone();
+        let channel = settings.heartbeats.clone();
+        let publishing = publishing.clone();
+        tokio::spawn(async move {
+            if let Some(connection) = connection.upgrade() {
+                connection.heartbeat(&channel, token).await;
+            }
+            publishing.store(false, Ordering::Release);
+        });
+    }
+
+    /// A heartbeat token came back: everything published before it was sent has been handled.
+    fn heard(&self, payload: &[u8]) {
+        let Some(token) = std::str::from_utf8(payload)
+            .ok()
+            .and_then(|text| text.parse::<u64>().ok())
+        else {
+            return;
+        };
+        let mut feed = self.feed();
+        if let Some(sent) = feed.sent.get(&token).copied() {
+            feed.sent.retain(|other, _| *other > token);
+            feed.verified = Some(feed.verified.map_or(sent, |verified| verified.max(sent)));
+        }
+    }
+
+    /// A session is up, subscribed since `sent`. Returns whether it replaces a lost one.
+    fn went_up(&self, sent: Instant) -> bool {
+        let recovered = {
+            let mut feed = self.feed();
+            feed.up = true;
+            feed.verified = Some(sent);
+            feed.sent.clear();
+            std::mem::replace(&mut feed.was_up, true)
+        };
+        self.up.send_replace(true);
+        recovered
+    }
+
+    /// The session is lost: no longer live, and every wait ends (a fill may have been missed).
+    fn went_down(&self) {
+        self.feed().up = false;
+        self.up.send_replace(false);
+        // The session's subscriptions are gone with it.
+        self.waits.end_all();
+    }
+
+    fn feed(&self) -> MutexGuard<'_, Feed> {
+        self.feed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Opens sessions one after another until the subscriber is dropped.
+async fn supervise(
+    subscriber: Weak<Subscriber>,
+    settings: Settings,
+    mut commands: mpsc::UnboundedReceiver<Control>,
+    mut closed: oneshot::Receiver<()>,
+) {
+    let mut backoff = BACKOFF_LEAST;
+    let mut attempt = 0_usize;
+    loop {
+        let node = &settings.nodes[attempt % settings.nodes.len().max(1)];
+        attempt = attempt.wrapping_add(1);
+        let opened = tokio::select! {
+            biased;
+            _ = &mut closed => return,
+            opened = tokio::time::timeout(settings.connect_timeout, open(node, &subscriber, &settings)) => opened,
+        };
+        if let Ok(Some(session)) = opened {
+            backoff = BACKOFF_LEAST;
+            let Some(subscriber_now) = subscriber.upgrade() else {
+                return;
+            };
+            if subscriber_now.went_up(session.sent) {
+                // Invalidations announced while no session was up were missed.
+                invalidate::forget_all();
+                if let Some(connection) = settings.connection.upgrade() {
+                    connection.feed_restored();
+                }
+            }
+            drop(subscriber_now);
+            let Some(reason) = session
+                .run(&subscriber, &settings, &mut commands, &mut closed)
+                .await
+            else {
+                return;
+            };
+            let Some(subscriber_now) = subscriber.upgrade() else {
+                return;
+            };
+            // Not live first, then forget: a flow that keeps a value after this caps it.
+            subscriber_now.went_down();
+            invalidate::forget_all();
+            if let Some(connection) = settings.connection.upgrade() {
+                connection.feed_lost(reason);
+            }
+        }
+        // Pause before the next attempt; no subscription is in effect meanwhile.
+        let pause = tokio::time::sleep(backoff.mul_f64(rand::random_range(0.5..1.5)));
+        tokio::pin!(pause);
+        backoff = backoff.saturating_mul(2).min(BACKOFF_MOST);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut closed => return,
+                () = &mut pause => break,
+                command = commands.recv() => match command {
+                    None => return,
+                    Some(Control::Confirm(_, answer)) => {
+                        let _ = answer.send(false);
+                    }
+                    Some(Control::Subscribe(_) | Control::Unsubscribe(_)) => {}
+                },
+            }
+        }
+    }
+}
+
+/// One pub/sub connection, subscribed to the feed, the heartbeats and the channels listened to.
+struct Session {
+    sink: PubSubSink,
+    stream: PubSubStream,
+    /// When the feed's `SUBSCRIBE` was sent.
+    sent: Instant,
+}
+
+async fn open(
+    node: &redis::Client,
+    subscriber: &Weak<Subscriber>,
+    settings: &Settings,
+) -> Option<Session> {
+    let pubsub = match node.get_async_pubsub().await {
+        Ok(pubsub) => pubsub,
+        Err(error) => {
+            tracing::debug!(%error, "stampede: cannot open the Redis pub/sub connection");
+            return None;
+        }
+    };
+    let (mut sink, stream) = pubsub.split();
+    let sent = Instant::now();
+    let feed = [
+        settings.invalidations.as_str(),
+        settings.heartbeats.as_str(),
+    ];
+    sink.subscribe(&feed[..]).await.ok()?;
+    let channels = subscriber.upgrade()?.waits.channels();
+    if !channels.is_empty() {
+        sink.subscribe(&channels).await.ok()?;
+    }
+    Some(Session { sink, stream, sent })
+}
+
+impl Session {
+    /// Serves the session until it is lost (`Some(why)`) or the subscriber is dropped (`None`).
+    async fn run(
+        mut self,
+        subscriber: &Weak<Subscriber>,
+        settings: &Settings,
+        commands: &mut mpsc::UnboundedReceiver<Control>,
+        closed: &mut oneshot::Receiver<()>,
+    ) -> Option<&'static str> {
+        let mut ticks = tokio::time::interval(settings.heartbeat);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let publishing = Arc::new(AtomicBool::new(false));
+        loop {
+            let deadline = subscriber.upgrade()?.deadline();
+            tokio::select! {
+                biased;
+                _ = &mut *closed => return None,
+                message = self.stream.next() => {
+                    let Some(message) = message else {
+                        return Some("the connection closed");
+                    };
+                    let channel = message.get_channel_name();
+                    let payload = message.get_payload_bytes();
+                    if channel == settings.invalidations {
+                        invalidate::on_message(payload);
+                    } else if channel == settings.heartbeats {
+                        subscriber.upgrade()?.heard(payload);
+                    } else {
+                        subscriber.upgrade()?.waits.deliver(channel.as_bytes(), payload);
+                    }
+                }
+                command = commands.recv() => {
+                    let timeout = settings.op_timeout;
+                    let outcome = match command? {
+                        Control::Subscribe(channel) => {
+                            tokio::time::timeout(timeout, self.sink.subscribe(channel)).await
+                        }
+                        Control::Unsubscribe(channel) => {
+                            tokio::time::timeout(timeout, self.sink.unsubscribe(channel)).await
+                        }
+                        Control::Confirm(_, answer) => {
+                            let _ = answer.send(true);
+                            continue;
+                        }
+                    };
+                    if !matches!(outcome, Ok(Ok(()))) {
+                        return Some("a subscription failed");
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    return Some("the heartbeat did not come back");
+                }
+                _ = ticks.tick() => subscriber.upgrade()?.beat(settings, &publishing),
+            }
+        }
+    }
+}

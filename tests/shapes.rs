@@ -215,3 +215,31 @@ async fn the_longest_durations_the_attribute_accepts_work() {
     assert_eq!(within(forever(1)).await, 1);
     assert_eq!(within(forever(1)).await, 1);
 }
+
+/// Eight arguments, which clippy finds too many: the user's own `allow` on the function covers
+/// its companion's operations (which take the same arguments), and the generated code carries
+/// no `allow` of its own. A method's companion, of which only some operations are called, is
+/// no dead code either: `cargo clippy --all-targets -- -D warnings` checks both.
+#[allow(clippy::too_many_arguments)]
+#[cached(ttl = "60s")]
+async fn wide(a: u8, b: u8, c: u8, d: u8, e: u8, f: u8, g: u8, h: u8) -> u32 {
+    [a, b, c, d, e, f, g, h].iter().map(|&x| u32::from(x)).sum()
+}
+
+#[derive(Clone)]
+struct Ledger;
+
+impl Ledger {
+    #[cached(ttl = "60s", companion = true)]
+    async fn balance(&self, account: u64) -> u64 {
+        account * 10
+    }
+}
+
+#[tokio::test]
+async fn a_wide_function_and_a_partly_used_method_companion_build_without_warnings() {
+    assert_eq!(within(wide(1, 2, 3, 4, 5, 6, 7, 8)).await, 36);
+    assert_eq!(within(wide::uncached(1, 1, 1, 1, 1, 1, 1, 1)).await, 8);
+    assert_eq!(within(Ledger.balance(4)).await, 40);
+    assert_eq!(Ledger::balance_peek(4), Some(40));
+}

@@ -55,7 +55,7 @@ fn budget() -> &'static Budget {
 /// finish. Misses are never counted against it.
 ///
 /// ```
-/// stampede_runtime::set_max_refreshes(16);
+/// stampede::set_max_refreshes(16);
 /// ```
 pub fn set_max_refreshes(limit: usize) {
     let limit = limit.max(1);
@@ -86,11 +86,26 @@ pub(crate) async fn turn(urgent: &Notify) -> Option<SemaphorePermit<'static>> {
     if let Ok(permit) = budget.permits.try_acquire() {
         return Some(permit);
     }
-    budget.queued.increment(1.0);
-    let permit = tokio::select! {
+    // Counted while it waits, and no longer once it stops waiting, also when dropped.
+    let _queued = Queued::raise(&budget.queued);
+    tokio::select! {
         permit = budget.permits.acquire() => permit.ok(),
         () = urgent.notified() => None,
-    };
-    budget.queued.decrement(1.0);
-    permit
+    }
+}
+
+/// One refresh waiting for a turn, in the `cache_refresh_queued` gauge until dropped.
+struct Queued<'a>(&'a metrics::Gauge);
+
+impl<'a> Queued<'a> {
+    fn raise(gauge: &'a metrics::Gauge) -> Self {
+        gauge.increment(1.0);
+        Queued(gauge)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
 }

@@ -36,20 +36,20 @@ pub struct Config {
     /// The cache's name in stats, metrics and errors.
     pub name: Arc<str>,
     /// How long a value is fresh, before jitter.
-    #[serde(rename = "ttl_ms", serialize_with = "crate::stats::millis")]
+    #[serde(rename = "ttl_ms", serialize_with = "crate::config::millis")]
     pub ttl: Duration,
     /// Percent (0..=100) by which a fill may shorten `ttl`, drawn uniformly per fill.
     pub jitter: u8,
     /// Window after the fresh time in which the old value is served while one refresh runs.
-    #[serde(rename = "stale_ms", serialize_with = "crate::stats::millis")]
+    #[serde(rename = "stale_ms", serialize_with = "crate::config::millis")]
     pub stale: Duration,
     /// Bound on one load attempt.
-    #[serde(rename = "timeout_ms", serialize_with = "crate::stats::millis")]
+    #[serde(rename = "timeout_ms", serialize_with = "crate::config::millis")]
     pub timeout: Duration,
     /// Extra attempts after a failed or timed-out attempt.
     pub retries: u32,
     /// Base delay before a retry; doubled per retry and jittered.
-    #[serde(rename = "backoff_ms", serialize_with = "crate::stats::millis")]
+    #[serde(rename = "backoff_ms", serialize_with = "crate::config::millis")]
     pub backoff: Duration,
     /// How concurrent misses are coordinated.
     pub lock: Lock,
@@ -61,25 +61,25 @@ pub struct Config {
     /// one background refresh, so a key read steadily never expires. `None`: off.
     #[serde(
         rename = "refresh_after_ms",
-        serialize_with = "crate::stats::millis_opt"
+        serialize_with = "crate::config::millis_opt"
     )]
     pub refresh_after: Option<Duration>,
     /// Fail-safe: when a load fails (error, timeout, panic), the last good value is served
     /// instead for this long past its stale deadline. `None`: off.
-    #[serde(rename = "fail_safe_ms", serialize_with = "crate::stats::millis_opt")]
+    #[serde(rename = "fail_safe_ms", serialize_with = "crate::config::millis_opt")]
     pub fail_safe: Option<Duration>,
     /// With `fail_safe`, how long a served last good value stands before the source is asked
     /// again.
     #[serde(
         rename = "fail_safe_throttle_ms",
-        serialize_with = "crate::stats::millis"
+        serialize_with = "crate::config::millis"
     )]
     pub fail_safe_throttle: Duration,
     /// Fail-safe's companion: with a fail-safe value, a caller waiting for a load gets it after
     /// this, while the load goes on and stores its result. `None`: off.
     #[serde(
         rename = "soft_timeout_ms",
-        serialize_with = "crate::stats::millis_opt"
+        serialize_with = "crate::config::millis_opt"
     )]
     pub soft_timeout: Option<Duration>,
     /// The circuit breaker: after this many consecutive failed loads of the cache, loads are
@@ -88,7 +88,7 @@ pub struct Config {
     /// How long an open breaker skips loads before one probe.
     #[serde(
         rename = "breaker_cooldown_ms",
-        serialize_with = "crate::stats::millis"
+        serialize_with = "crate::config::millis"
     )]
     pub breaker_cooldown: Duration,
     /// The `key` template as written (`"user:{id}"`), if one was; part of the cache's identity
@@ -115,4 +115,23 @@ impl Config {
         let base = self.backoff.saturating_mul(1 << retry.min(16));
         base.mul_f64(rand::random_range(0.5..1.5))
     }
+}
+
+/// Serializes an optional duration as whole milliseconds, or `null`.
+pub(crate) fn millis_opt<S: serde::Serializer>(
+    duration: &Option<std::time::Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => millis(duration, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// Serializes a duration as whole milliseconds (the field says `_ms`).
+pub(crate) fn millis<S: serde::Serializer>(
+    duration: &std::time::Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }

@@ -295,7 +295,7 @@ async fn a_refresh_that_the_store_refuses_after_an_invalidation_is_not_shared() 
 
 #[tokio::test(start_paused = true)]
 async fn stats_read_right_after_one_fill_and_one_hit() {
-    use crate::registry::Inspect;
+    use crate::registry::AnyCache;
 
     let cache = leak(config("core::stats"), Local);
     let source = Source::new(Duration::ZERO);
@@ -374,7 +374,7 @@ async fn fail_safe_serves_the_last_good_value_throttled_until_its_window_ends() 
     }
     assert_eq!(LOADS.load(SeqCst), 1 + 60 / 5);
     assert_eq!(
-        crate::registry::Inspect::stats(cache).fail_safe_served,
+        crate::registry::AnyCache::stats(cache).fail_safe_served,
         60 / 5
     );
 
@@ -443,7 +443,7 @@ async fn an_open_breaker_skips_the_source_until_one_probe_after_the_cooldown() {
         ));
     }
     assert_eq!(LOADS.load(SeqCst), 3);
-    assert!(crate::registry::Inspect::stats(cache).breaker_open);
+    assert!(crate::registry::AnyCache::stats(cache).breaker_open);
     // After the cool-down, exactly one probe; it fails, and the breaker opens again.
     tokio::time::advance(Duration::from_secs(31)).await;
     let probes: Vec<_> = (20..30).map(|key| tokio::spawn(get(cache, key))).collect();

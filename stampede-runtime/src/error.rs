@@ -89,9 +89,9 @@ impl Error {
     /// gets the original back, to match on it or clone it:
     ///
     /// ```
-    /// # #[derive(Debug, Clone)] enum AppError { NotFound, Cache(stampede_runtime::Error) }
-    /// impl From<stampede_runtime::Error> for AppError {
-    ///     fn from(error: stampede_runtime::Error) -> Self {
+    /// # #[derive(Debug, Clone)] enum AppError { NotFound, Cache(stampede::Error) }
+    /// impl From<stampede::Error> for AppError {
+    ///     fn from(error: stampede::Error) -> Self {
     ///         match error.upstream::<AppError>() {
     ///             Some(original) => original.clone(),
     ///             None => AppError::Cache(error),

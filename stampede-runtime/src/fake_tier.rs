@@ -12,13 +12,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::cache::{Key, Value};
 use crate::config::Config;
 use crate::entry::{Entry, Freshness, jittered_ttl};
 use crate::error::Error;
+use crate::kv::{Key, Value};
 use crate::load::Load;
 use crate::registry;
-use crate::tier::{Handle, Tier};
+use crate::tier::{Fetched, Handle, Shared, Tier};
 
 /// The store several fake tiers share.
 pub(crate) struct Store<K, V> {
@@ -97,14 +97,14 @@ pub(crate) fn tier<K: Key, V: Value>(store: &Arc<Store<K, V>>) -> Fake<K, V> {
 }
 
 impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
-    async fn fill<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
+    async fn fetch<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
         let store = &self.store;
         let give_up_at = Instant::now() + self.lock_wait;
-        let mut stale = None;
+        let mut served = false;
         loop {
             store.stall().await;
             if store.fail.load(Ordering::SeqCst) {
-                return handle.load_and_keep().await;
+                return handle.load_here(None).await;
             }
             let notified = store.filled.notified();
             tokio::pin!(notified);
@@ -113,11 +113,11 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 let now = Instant::now();
                 if let Some(entry) = state.values.get(handle.key()) {
                     if entry.freshness(now) == Freshness::Fresh {
-                        return Ok(handle.keep(entry.clone()));
+                        return Fetched::Read(handle.keep(Shared::new(entry.clone(), None)));
                     }
-                    if entry.servable(now) && stale.is_none() {
-                        handle.serve(entry);
-                        stale = Some(handle.keep(entry.clone()));
+                    if entry.servable(now) && !served {
+                        handle.serve(Shared::new(entry.clone(), None));
+                        served = true;
                     }
                 }
                 if state.locks.insert(handle.key().clone()) {
@@ -129,10 +129,10 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 }
             };
             if let Some(generation) = generation {
-                return self.hold(handle, generation, stale).await;
+                return self.hold(handle, generation).await;
             }
             if Instant::now() >= give_up_at {
-                return handle.load_and_keep().await;
+                return handle.load_here(None).await;
             }
             let _ = tokio::time::timeout_at(give_up_at, notified).await;
         }
@@ -166,8 +166,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         &self,
         handle: &Handle<'_, K, V, L>,
         generation: Option<u64>,
-        stale: Option<V>,
-    ) -> Result<V, Error> {
+    ) -> Fetched<V> {
         let loaded = handle.load().await;
         let store = &self.store;
         let mut state = store.state();
@@ -183,13 +182,13 @@ impl<K: Key, V: Value> Fake<K, V> {
                 );
                 if state.generations.get(handle.key()).copied() == generation {
                     state.values.insert(handle.key().clone(), entry.clone());
-                    Ok(handle.keep(entry))
+                    Fetched::Loaded(handle.keep(Shared::new(entry, None)))
                 } else {
                     // Invalidated while it loaded: its callers get it, nobody keeps it.
-                    Ok(entry.value)
+                    Fetched::Loaded(entry.value)
                 }
             }
-            Err(error) => stale.ok_or(error),
+            Err(error) => Fetched::Failed(error),
         };
         drop(state);
         store.wake();

@@ -46,6 +46,8 @@ struct Shared<V> {
     handoff: Mutex<Option<Result<V, Error>>>,
     /// Notified when a caller with no value joins: a refresh waiting for its turn starts now.
     urgent: Notify,
+    /// A last good value the flight's tier found (`fail_safe`), for a waiter's soft timeout.
+    last_good: Mutex<Option<Entry<V>>>,
 }
 
 /// The loads in flight for one cache, by key.
@@ -135,6 +137,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             callers: AtomicUsize::new(0),
             handoff: Mutex::new(None),
             urgent: Notify::new(),
+            last_good: Mutex::new(None),
         });
         map.insert(
             key.clone(),
@@ -205,6 +208,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
         self.sender.send_replace(Outcome::Serving(entry));
     }
 
+    /// Offers the waiters a last good value, which a soft timeout may give them.
+    pub(crate) fn offer(&self, entry: Entry<V>) {
+        *lock(&self.shared.last_good) = Some(entry);
+    }
+
     /// Releases the key, then hands the outcome to every waiter. Store the value before calling
     /// this, so that a caller arriving after the release finds it.
     pub(crate) fn finish(mut self, outcome: Result<V, Error>) {
@@ -241,8 +249,13 @@ pub(crate) struct Waiter<V> {
 }
 
 impl<V: Clone> Waiter<V> {
+    /// The last good value the flight's tier offered, if any.
+    pub(crate) fn last_good(&self) -> Option<Entry<V>> {
+        lock(&self.shared.last_good).clone()
+    }
+
     /// The load's outcome, or [`Error::LoadAborted`] when its leader was dropped unfinished.
-    pub(crate) async fn wait(mut self, cache: &Arc<str>) -> Result<V, Error> {
+    pub(crate) async fn wait(&mut self, cache: &Arc<str>) -> Result<V, Error> {
         let aborted = || Error::LoadAborted {
             cache: cache.clone(),
         };

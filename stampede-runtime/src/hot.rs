@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::cache::Key;
 use crate::clock::Nanos;
+use crate::kv::Key;
 
 /// One hit in this many is sampled (a power of two: the check is a mask).
 pub(crate) const SAMPLE_EVERY: u64 = 64;
@@ -32,7 +32,7 @@ pub struct HotKey {
     /// for a key hit steadily it is within 64 of the truth.
     pub hits: u64,
     /// How old the key's value was when last sampled.
-    #[serde(rename = "age_ms", serialize_with = "crate::stats::millis")]
+    #[serde(rename = "age_ms", serialize_with = "crate::config::millis")]
     pub age: Duration,
 }
 

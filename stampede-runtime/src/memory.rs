@@ -19,8 +19,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
 
-use crate::cache::{Key, Value};
 use crate::entry::Entry;
+use crate::kv::{Key, Value};
 
 pub(crate) struct Memory<K, V> {
     store: quick_cache::sync::Cache<K, Entry<V>>,

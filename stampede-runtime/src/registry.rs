@@ -1,5 +1,6 @@
 //! The one registry of the process's caches: what stats, debug pages, invalidation by name and
-//! tiers (an invalidation announced by another process) find them through.
+//! tiers (an invalidation announced by another process) find them through, each as an
+//! [`AnyCache`] whatever its key, value and tier types.
 
 use std::any::Any;
 use std::future::Future;
@@ -10,9 +11,12 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::stats::Stats;
 
-/// What the registry needs of a cache, whatever its key, value and tier types.
-pub trait Inspect: Send + Sync {
+/// A cache as the registry holds it, whatever its key, value and tier types: what stats read
+/// and what invalidations, by key, by name or by tag, do to it.
+pub(crate) trait AnyCache: Send + Sync {
+    /// Its options.
     fn config(&self) -> &Config;
+    /// Its counters now.
     fn stats(&self) -> Stats;
     /// Drops `key` from the cache, here and in its tier; `None` when `key` is not of the
     /// cache's key type.
@@ -34,9 +38,9 @@ pub trait Inspect: Send + Sync {
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-static REGISTRY: RwLock<Vec<&'static dyn Inspect>> = RwLock::new(Vec::new());
+static REGISTRY: RwLock<Vec<&'static dyn AnyCache>> = RwLock::new(Vec::new());
 
-pub(crate) fn register(cache: &'static dyn Inspect) {
+pub(crate) fn register(cache: &'static dyn AnyCache) {
     REGISTRY
         .write()
         .unwrap_or_else(PoisonError::into_inner)
@@ -44,7 +48,7 @@ pub(crate) fn register(cache: &'static dyn Inspect) {
 }
 
 /// Every cache of the process.
-pub(crate) fn all() -> Vec<&'static dyn Inspect> {
+pub(crate) fn all() -> Vec<&'static dyn AnyCache> {
     REGISTRY
         .read()
         .unwrap_or_else(PoisonError::into_inner)
@@ -52,7 +56,7 @@ pub(crate) fn all() -> Vec<&'static dyn Inspect> {
 }
 
 /// The caches called `name` (several in a generic impl, or when names are shared).
-pub(crate) fn named(name: &str) -> Vec<&'static dyn Inspect> {
+pub(crate) fn named(name: &str) -> Vec<&'static dyn AnyCache> {
     REGISTRY
         .read()
         .unwrap_or_else(PoisonError::into_inner)
@@ -95,6 +99,15 @@ pub(crate) fn build_tagged() {
 }
 
 inventory::collect!(Linked);
+
+/// Drops, in this process, every entry tagged `tag` and detaches the loads of such keys running
+/// now: after this returns, no call here returns a value whose load began before it.
+pub(crate) fn forget_tag(tag: &str) {
+    crate::tags::mark(tag);
+    for cache in all() {
+        cache.forget_tag(tag);
+    }
+}
 
 /// Builds the cache of every linked function called `name` that has none yet; whether any is
 /// called so.

@@ -1,12 +1,15 @@
-//! The `static` that `#[cached]` puts in each function, and the calls its generated code makes.
+//! The `static` that `#[cached]` puts in each function, which holds its cache; the function's
+//! [`Recipe`]; and the calls the generated code makes with them.
 
 use std::any::{Any, type_name};
 use std::future::Future;
 use std::sync::{OnceLock, PoisonError, RwLock};
 
-use crate::cache::{Cache, Key, Value};
+use crate::cache::Cache;
 use crate::config::Config;
+use crate::core::Tags;
 use crate::error::{Error, LoadError};
+use crate::kv::{Key, Value};
 use crate::load::RetryIf;
 use crate::registry;
 use crate::tier::Tier;
@@ -37,170 +40,7 @@ impl Slot {
         }
     }
 
-    /// A call of a function returning `Result<V, E>`: only `Ok` values are cached. The function's
-    /// own error reaches a caller as itself when that caller was the only one of the load, and as
-    /// `E::from(stampede::Error::Upstream(..))` (the original reachable through
-    /// [`Error::upstream`]) when several callers shared it; timeouts, panics and the like arrive
-    /// as `E::from(stampede::Error)`.
-    ///
-    /// `config`, `tier` and `tags` build the cache at the first call: its options, what it
-    /// shares beyond this process, and how a key's tags are rendered.
-    ///
-    /// `site` is `type_name::<Self>()` for a method (`""` for a free function); `rules.clone`
-    /// is `E::clone` when `E` is `Clone`, so that every caller of a shared load gets the
-    /// original error.
-    ///
-    /// `call` says which: a call of the function, or its companion's `refresh` (loads the key
-    /// now through its flight, joining the load running for it, if any, and stores the value).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn result<K, V, E, C, S, T, P, L, Fut>(
-        &'static self,
-        call: Call,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-        prepare: P,
-        rules: ErrorRules<E>,
-    ) -> Result<V, E>
-    where
-        K: Key,
-        V: Value,
-        E: LoadError + From<Error>,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        P: FnOnce() -> L,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
-    {
-        let retry_if = rules.retry_if.unwrap_or(retry_every_error);
-        let prepare = move || RetryIf {
-            load: prepare(),
-            retry_if,
-        };
-        let cache = self.cache(site, config, tier, tags);
-        let outcome = match call {
-            Call::Get => cache.get(key, prepare).await,
-            Call::Refresh => cache.refresh(key, prepare).await,
-        };
-        outcome.map_err(|error| own_error(error, rules.clone))
-    }
-
-    /// A call of a function returning a plain value (an `Option` included), or its companion's
-    /// `refresh`. Such a function has no error channel: a load that panics or times out makes
-    /// every waiting caller panic.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn value<K, V, C, S, T, P, L, Fut>(
-        &'static self,
-        call: Call,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-        prepare: P,
-    ) -> V
-    where
-        K: Key,
-        V: Value,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        P: FnOnce() -> L,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = V> + Send + 'static,
-    {
-        let prepare = move || {
-            let load = prepare();
-            move |key: &K| infallible(load(key))
-        };
-        let cache = self.cache(site, config, tier, tags);
-        let outcome = match call {
-            Call::Get => cache.get(key, prepare).await,
-            Call::Refresh => cache.refresh(key, prepare).await,
-        };
-        match outcome {
-            Ok(value) => value,
-            Err(error) => panic!("{error}"),
-        }
-    }
-
-    /// A companion's `invalidate`: drops `key` here, in the tier and in every other process's
-    /// memory (see [`crate::invalidate`]). Builds the cache if this process never called it.
-    pub async fn invalidate<K, V, C, S, T>(
-        &'static self,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-    ) -> Result<(), Error>
-    where
-        K: Key,
-        V: Value,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        self.cache::<K, V, C, S, T>(site, config, tier, tags)
-            .invalidate(&key)
-            .await
-    }
-
-    /// A companion's `prime`: stores `value` for `key` as if it had been loaded now.
-    pub async fn prime<K, V, C, S, T>(
-        &'static self,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-        value: V,
-    ) -> Result<(), Error>
-    where
-        K: Key,
-        V: Value,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        self.cache(site, config, tier, tags).prime(key, value).await
-    }
-
-    /// A companion's `peek`: the value held in this process's memory for `key`, if servable.
-    pub fn peek<K, V, C, S, T>(
-        &'static self,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: &K,
-        tags: Tags<K>,
-    ) -> Option<V>
-    where
-        K: Key,
-        V: Value,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        self.cache(site, config, tier, tags).peek(key)
-    }
-
-    /// Builds a free function's cache if this process has not yet (see [`crate::registry::Linked`]).
-    pub fn build<K, V, C, S, T>(&'static self, config: C, tier: S, tags: Tags<K>)
-    where
-        K: Key,
-        V: Value,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        self.cache::<K, V, C, S, T>("", config, tier, tags);
-    }
-
-    fn cache<K, V, C, S, T>(
+    pub(crate) fn cache<K, V, C, S, T>(
         &'static self,
         site: &'static str,
         config: C,
@@ -280,12 +120,160 @@ impl Slot {
     }
 }
 
-/// The tags of a key, rendered from it (`#[cached(tags = [..])]`); `None` for an untagged cache.
-pub type Tags<K> = Option<fn(&K) -> Vec<String>>;
+/// Everything the code generated for one cached function hands the runtime but the key and the
+/// load: where its cache lives, how to build it (options, tier, tags) and what is known of its
+/// error type. Every entry point of the generated code takes one.
+pub struct Recipe<C, S, K, R = ()> {
+    /// The function's slot, which holds its cache.
+    pub slot: &'static Slot,
+    /// `type_name::<Self>()` for a method (`""` for a free function): a generic impl's
+    /// instantiations get caches of their own.
+    pub site: &'static str,
+    /// Builds the cache's options, at the first call.
+    pub config: C,
+    /// Builds the cache's tier from its options, at the first call.
+    pub tier: S,
+    /// How a key's tags are rendered.
+    pub tags: Tags<K>,
+    /// What is known of the function's error type ([`ErrorRules`]); `()` for a function that
+    /// returns a plain value, and for the companion's operations.
+    pub rules: R,
+}
 
-/// The tags of a cache whose keys render them with `render`.
-pub fn tagged<K>(render: fn(&K) -> Vec<String>) -> Tags<K> {
-    Some(render)
+impl<C, S, K, R> Recipe<C, S, K, R> {
+    /// The function's cache, built at the first call; and the rules.
+    pub(crate) fn cache<V, T>(self) -> (&'static Cache<K, V, T>, R)
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        let cache = self
+            .slot
+            .cache(self.site, self.config, self.tier, self.tags);
+        (cache, self.rules)
+    }
+}
+
+impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
+    /// A call of a function returning `Result<V, E>`: only `Ok` values are cached. The
+    /// function's own error reaches a caller as itself when that caller was the only one of the
+    /// load, or when `E` is `Clone`; as `E::from(stampede::Error::Upstream(..))` (the original
+    /// reachable through [`Error::upstream`]) when several callers shared it and `E` is not
+    /// `Clone`. Timeouts, panics and the like arrive as `E::from(stampede::Error)`.
+    ///
+    /// `call` says which: a call of the function, or its companion's `refresh` (loads the key
+    /// now through its flight, joining the load running for it, if any, and stores the value).
+    pub async fn result<V, T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> Result<V, E>
+    where
+        K: Key,
+        V: Value,
+        E: LoadError + From<Error>,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+    {
+        let (cache, rules) = self.cache();
+        let retry_if = rules.retry_if.unwrap_or(retry_every_error);
+        let prepare = move || RetryIf {
+            load: prepare(),
+            retry_if,
+        };
+        let outcome = match call {
+            Call::Get => cache.get(key, prepare).await,
+            Call::Refresh => cache.refresh(key, prepare).await,
+        };
+        outcome.map_err(|error| own_error(error, rules.clone))
+    }
+}
+
+impl<C, S, K> Recipe<C, S, K> {
+    /// A call of a function returning a plain value (an `Option` included), or its companion's
+    /// `refresh`. Such a function has no error channel: a load that panics or times out makes
+    /// every waiting caller panic.
+    pub async fn value<V, T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> V
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+        P: FnOnce() -> L,
+        L: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = V> + Send + 'static,
+    {
+        let prepare = move || {
+            let load = prepare();
+            move |key: &K| infallible(load(key))
+        };
+        let (cache, _) = self.cache();
+        let outcome = match call {
+            Call::Get => cache.get(key, prepare).await,
+            Call::Refresh => cache.refresh(key, prepare).await,
+        };
+        match outcome {
+            Ok(value) => value,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// A companion's `invalidate`: drops `key` here, in the tier and in every other process's
+    /// memory (see `stampede::invalidate`). Builds the cache if this process never called it.
+    pub async fn invalidate<V, T>(self, key: K) -> Result<(), Error>
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        let (cache, ()) = self.cache::<V, T>();
+        cache.invalidate(&key).await
+    }
+
+    /// A companion's `prime`: stores `value` for `key` as if it had been loaded now.
+    pub async fn prime<V, T>(self, key: K, value: V) -> Result<(), Error>
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        let (cache, ()) = self.cache::<V, T>();
+        cache.prime(key, value).await
+    }
+
+    /// A companion's `peek`: the value held in this process's memory for `key`, if servable.
+    pub fn peek<V, T>(self, key: &K) -> Option<V>
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        let (cache, ()) = self.cache::<V, T>();
+        cache.peek(key)
+    }
+
+    /// Builds a free function's cache if this process has not yet (see
+    /// [`crate::registry::Linked`]).
+    pub fn build<V, T>(self)
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        self.cache::<V, T>();
+    }
 }
 
 /// Which call on a cache the generated code makes.

@@ -1,5 +1,5 @@
 //! Tags: `#[cached(tags = ["user:{id}", "catalog"])]` gives each entry the templates rendered
-//! from its key, and [`crate::invalidate_tag`] drops every entry with a tag, whatever function
+//! from its key, and `stampede::invalidate_tag` drops every entry with a tag, whatever function
 //! it belongs to.
 //!
 //! No key is scanned. The process keeps a tag *epoch*, bumped by every tag invalidation, and
@@ -22,8 +22,6 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-use crate::registry;
 
 /// The tags of one entry, rendered from its key, and the tag epoch it is known current at.
 #[derive(Debug)]
@@ -104,16 +102,8 @@ pub(crate) fn keep_marks_for(longest_use: Duration) {
     marks.keep_for = marks.keep_for.max(longest_use);
 }
 
-/// Drops, in this process, every entry tagged `tag` and detaches the loads of such keys running
-/// now: after this returns, no call here returns a value whose load began before it.
-pub(crate) fn forget_here(tag: &str) {
-    mark(tag);
-    for cache in registry::all() {
-        cache.forget_tag(tag);
-    }
-}
-
-fn mark(tag: &str) {
+/// Marks `tag` invalidated now: entries stamped before this are no longer served.
+pub(crate) fn mark(tag: &str) {
     let mut marks = marks();
     // Bumped under the lock that guards the marks, so a check that read the epoch before this
     // either sees the mark or leaves its stamp below it.

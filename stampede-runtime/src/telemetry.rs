@@ -127,7 +127,7 @@ impl Drop for Raised<'_> {
 }
 
 /// Why a load ran, as the `reason` label and span field say it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reason {
     /// No servable value: callers wait for it.
     Miss,
@@ -160,6 +160,8 @@ pub(crate) struct Telemetry {
     pub(crate) refreshes: AtomicU64,
     pub(crate) shared: Count,
     pub(crate) fail_safe_served: Count,
+    /// Values read from a shared tier because this process had none.
+    pub(crate) remote_hits: Count,
     miss_loads: Counter,
     stale_loads: Counter,
     early_loads: Counter,
@@ -183,6 +185,7 @@ impl Telemetry {
             refreshes: AtomicU64::new(0),
             shared: Count::new("singleflight_shared_result_total", &labels),
             fail_safe_served: Count::new("cache_fail_safe_served_total", &labels),
+            remote_hits: Count::new("cache_remote_hit_total", &labels),
             miss_loads: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Miss)),
             stale_loads: metrics::counter!(
                 "cache_refresh_total",
@@ -289,6 +292,10 @@ pub(crate) fn describe() {
     describe_counter!(
         "cache_fail_safe_served_total",
         "Failed loads answered with the last good value (fail_safe)"
+    );
+    describe_counter!(
+        "cache_remote_hit_total",
+        "Values read from the shared tier (Redis) because this process had none"
     );
     describe_counter!(
         "singleflight_shared_result_total",

@@ -1,11 +1,16 @@
 //! The boundary between a cache and what it shares beyond this process.
 //!
 //! A cache's core (the memory tier, the loads in flight, loads with timeout and retry,
-//! generations, stale serving) is generic over a [`Tier`]. The core calls the tier for one
-//! thing: a key this process has no usable value for ([`Tier::fill`]), and for invalidations.
+//! generations) is generic over a [`Tier`]. The core asks the tier for the value of a key this
+//! process has no usable value for ([`Tier::fetch`]), and the tier *reports what happened*
+//! ([`Fetched`]): it loaded the value here, read one another process stored, its load failed,
+//! or the key's lock is busy. The core alone turns that into what the callers get (stale-if-
+//! error, fail-safe, the breaker, metrics: see `cache::settle`), the same way for every tier.
+//!
 //! The tier reaches back into the core only through the [`Handle`] it is lent for that one
-//! flight: load here, keep a value (the core, not the tier, checks that no invalidation came
-//! since the flight began), serve a stale value to the waiters now.
+//! flight: load here (the breaker's admission and accounting are the handle's), keep a value
+//! (the core checks that no invalidation came since the flight began, and applies the options
+//! and the trust cap), hand a stale value to the waiters now, offer a last good value.
 //!
 //! Arrows run one way: a tier holds no reference to a cache, and this module names no tier but
 //! [`Local`]. The Redis tier lives in its own module; the runtime's unit tests use a fake one.
@@ -17,47 +22,42 @@
 //! that users could implement only by re-deriving those rules; see `docs/tiers.md`.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::cache::{Core, Key, Value};
 use crate::config::Config;
-use crate::entry::{Entry, Freshness, jittered_ttl};
+use crate::core::{Begun, Core};
+use crate::entry::Entry;
 use crate::error::Error;
 use crate::flight::Leader;
+use crate::kv::{Key, Value};
 use crate::load::Load;
-use crate::memory::Loading;
 use crate::stats::Stats;
-use crate::tags::Stamp;
 use crate::telemetry::Reason;
 
 /// What a cache shares beyond this process. Chosen statically by the code `#[cached]`
 /// generates, so a hit pays no dispatch.
 pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
     /// Gets the value of a key this process has no usable value for: from the shared store, or
-    /// by loading it through `handle` (and sharing the result). Runs inside the key's flight.
-    fn fill<L: Load<K, V>>(
+    /// by loading it through `handle` (and sharing the result); reports which. Runs inside the
+    /// key's flight.
+    fn fetch<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,
-    ) -> impl Future<Output = Result<V, Error>> + Send;
-
-    /// Drops `key` from the shared store and from every other process's memory. This process's
-    /// memory has dropped it already.
-    fn invalidate(
-        &self,
-        config: &Config,
-        key: &K,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
+    ) -> impl Future<Output = Fetched<V>> + Send;
 
     /// Loads a key now, whatever value is held for it here or in the shared store, and stores
     /// the result (a companion's `refresh`). Runs inside the key's flight.
     fn refresh<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,
-    ) -> impl Future<Output = Result<V, Error>> + Send {
-        handle.load_and_keep()
+    ) -> impl Future<Output = Fetched<V>> + Send {
+        handle.load_here(None)
     }
 
     /// Stores a value for a key as if it had been loaded now (a companion's `prime`): in this
@@ -67,9 +67,17 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         handle: &Handle<'_, K, V, L>,
         value: V,
     ) -> impl Future<Output = Result<(), Error>> + Send {
-        handle.keep_loaded(value);
+        handle.keep_loaded(value, None);
         std::future::ready(Ok(()))
     }
+
+    /// Drops `key` from the shared store and from every other process's memory. This process's
+    /// memory has dropped it already.
+    fn invalidate(
+        &self,
+        config: &Config,
+        key: &K,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Whether [`Tier::read`] may find a key's value: a cache then asks it on the caller's task
     /// before it starts or joins a flight.
@@ -77,10 +85,11 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         false
     }
 
-    /// A fresh value of a key this process lacks, read from the shared store on the caller's
-    /// task without a lock and kept through `direct`; `None` when there is none (or the store
-    /// cannot be read): the caller then goes through the key's flight. Never loads.
-    fn read(&self, direct: &Direct<'_, K, V>) -> impl Future<Output = Option<V>> + Send {
+    /// The entry of a key this process lacks, read from the shared store on the caller's task
+    /// without a lock, if the store holds a fresh one; `None` otherwise (or when the store
+    /// cannot be read): the caller then goes through the key's flight. Never loads. The core
+    /// decides whether it is served, kept, or refreshed early.
+    fn read(&self, direct: &Direct<'_, K, V>) -> impl Future<Output = Option<Shared<V>>> + Send {
         let _ = direct;
         std::future::ready(None)
     }
@@ -100,6 +109,36 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
     }
 }
 
+/// What a tier's [`fetch`](Tier::fetch) did: never a policy answer, which is the core's.
+pub enum Fetched<V> {
+    /// This flight's load produced the value (kept where the cache keeps values, and shared).
+    Loaded(V),
+    /// A value another process stored, read from the shared store.
+    Read(V),
+    /// This flight's load failed (an error, a timeout, a panic, an open breaker). A stale value
+    /// handed to the waiters meanwhile, and a last good value the store still keeps, were
+    /// reported through the handle ([`Handle::serve`], [`Handle::last_good`]).
+    Failed(Error),
+    /// Another process holds the key's lock, and the cache's policy is not to wait for it
+    /// (`busy = "error"`); nothing was loaded.
+    Busy,
+}
+
+/// An entry read from the shared store, and how long this process may keep values in memory
+/// now: `None` as long as the entry's deadlines say; `Some(bound)` while the store's
+/// invalidation feed is not known to be live (an invalidation missed meanwhile is outlived by
+/// at most that bound).
+pub struct Shared<V> {
+    pub(crate) entry: Entry<V>,
+    pub(crate) trusted_for: Option<Duration>,
+}
+
+impl<V> Shared<V> {
+    pub(crate) fn new(entry: Entry<V>, trusted_for: Option<Duration>) -> Self {
+        Shared { entry, trusted_for }
+    }
+}
+
 /// Nothing is shared: every value is loaded and kept in this process.
 pub struct Local;
 
@@ -109,8 +148,8 @@ pub fn local() -> fn(&Config) -> Local {
 }
 
 impl<K: Key, V: Value> Tier<K, V> for Local {
-    async fn fill<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
-        handle.load_and_keep().await
+    async fn fetch<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
+        handle.load_here(None).await
     }
 
     async fn invalidate(&self, _config: &Config, _key: &K) -> Result<(), Error> {
@@ -118,58 +157,31 @@ impl<K: Key, V: Value> Tier<K, V> for Local {
     }
 }
 
-/// An entry as the cache's options have it kept: refreshed early past `refresh_after`, and
-/// kept for `fail_safe` past its stale deadline.
-fn with_options<V>(config: &Config, entry: Entry<V>) -> Entry<V> {
-    let entry = match config.refresh_after {
-        Some(after) => {
-            let at = crate::clock::after(entry.filled_at(), jittered_ttl(after, config.jitter));
-            entry.refreshing_from(at)
-        }
-        None => entry,
-    };
-    match config.fail_safe {
-        Some(fail_safe) => entry.failing_safe_for(fail_safe),
-        None => entry,
-    }
+/// What a flight does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Run {
+    /// Gets the key's value: from memory if a load just stored it, else through the tier.
+    Get,
+    /// Loads the key whatever value is held, here or in the tier (a companion's `refresh`).
+    Refresh,
 }
 
-/// A flight's or a read's hold on its key: registered with the memory tier (a value is kept
-/// only if the key was not invalidated since) and, for a cache with `tags`, stamped with the
-/// key's tags and the tag epoch it began in, before its source is read.
-struct Begun<'a, K: Key, V: Value> {
-    loading: Loading<'a, K, V>,
-    stamp: Option<Arc<Stamp>>,
+/// Why and how a flight starts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Start {
+    pub(crate) reason: Reason,
+    pub(crate) run: Run,
+    /// For an early refresh (`refresh_after`), when the value it replaces was loaded.
+    pub(crate) refreshing: Option<Instant>,
 }
 
-impl<'a, K: Key, V: Value> Begun<'a, K, V> {
-    fn new(core: &'a Core<K, V>, key: &K) -> Self {
-        Begun {
-            stamp: core.stamp(key),
-            loading: core.memory.begin(key),
-        }
-    }
-
-    /// Unless a load or a read of the key is registered already.
-    fn alone(core: &'a Core<K, V>, key: &K) -> Option<Self> {
-        Some(Begun {
-            loading: core.memory.begin_alone(key)?,
-            stamp: core.stamp(key),
-        })
-    }
-
-    /// `entry` as it is kept: with the cache's options, stamped with the key's tags.
-    fn entry(&self, config: &Config, entry: Entry<V>) -> Entry<V> {
-        with_options(config, entry).stamped(self.stamp.as_ref())
-    }
-
-    /// Keeps `entry` in memory (unless values live only in the shared tier) if the key was not
-    /// invalidated since this began; whether it was not.
-    fn keep(&self, core: &Core<K, V>, entry: Entry<V>) -> bool {
-        if core.config.in_memory() {
-            core.memory.keep(&self.loading, entry)
-        } else {
-            core.memory.is_current(&self.loading)
+impl Start {
+    /// A flight for callers with no servable value.
+    pub(crate) fn miss(run: Run) -> Self {
+        Start {
+            reason: Reason::Miss,
+            run,
+            refreshing: None,
         }
     }
 }
@@ -178,9 +190,8 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
 /// flight ([`Tier::read`]). Registered with the memory tier like a load, so that a value read
 /// before an invalidation is neither kept nor returned.
 pub struct Direct<'a, K: Key, V: Value> {
-    core: &'a Core<K, V>,
     key: &'a K,
-    begun: Begun<'a, K, V>,
+    pub(crate) begun: Begun<'a, K, V>,
 }
 
 impl<'a, K: Key, V: Value> Direct<'a, K, V> {
@@ -189,7 +200,6 @@ impl<'a, K: Key, V: Value> Direct<'a, K, V> {
     pub(crate) fn new(core: &'a Core<K, V>, key: &'a K) -> Option<Self> {
         Some(Direct {
             begun: Begun::alone(core, key)?,
-            core,
             key,
         })
     }
@@ -198,19 +208,6 @@ impl<'a, K: Key, V: Value> Direct<'a, K, V> {
     pub(crate) fn key(&self) -> &K {
         self.key
     }
-
-    /// The value of an entry read from the shared store, kept in memory (unless values live
-    /// only in the shared tier), if it is fresh and the key was not invalidated since the read
-    /// began; `None` otherwise (past `refresh_after` included: a refresh is the flight's).
-    pub(crate) fn keep(&self, entry: Entry<V>) -> Option<V> {
-        let entry = self.begun.entry(&self.core.config, entry);
-        // A tag of the key invalidated while it was read: the flight decides.
-        if entry.freshness(Instant::now()) != Freshness::Fresh || !entry.current() {
-            return None;
-        }
-        let value = entry.value.clone();
-        self.begun.keep(self.core, entry).then_some(value)
-    }
 }
 
 /// A cache's core, lent to its tier for one flight of one key.
@@ -218,15 +215,17 @@ pub struct Handle<'a, K: Key, V: Value, L> {
     core: &'a Core<K, V>,
     key: &'a K,
     load: &'a L,
-    reason: Reason,
+    start: Start,
     /// The flight's registration with the memory tier and its tags.
     begun: Begun<'a, K, V>,
-    /// The flight's leader, to hand a stale value to its waiters; `None` without a lock.
+    /// The flight's leader, to hand values to its waiters; `None` without a lock.
     leader: Option<&'a Leader<'static, K, V>>,
     /// Whether the load has started, so that `cache_refresh_total` counts it once.
     started: AtomicBool,
-    /// For an early refresh, when the value it replaces was loaded.
-    refreshing: Option<Instant>,
+    /// The stale value handed to the waiters, if any: what they keep if the load fails.
+    served: Mutex<Option<V>>,
+    /// A value past its stale deadline that the shared store still keeps (`fail_safe`).
+    last_good: Mutex<Option<Entry<V>>>,
 }
 
 impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
@@ -234,22 +233,19 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         core: &'a Core<K, V>,
         key: &'a K,
         load: &'a L,
-        reason: Reason,
+        start: Start,
         leader: Option<&'a Leader<'static, K, V>>,
     ) -> Self {
-        let refreshing = match reason {
-            Reason::Early => core.entry(key).map(|entry| entry.filled_at()),
-            Reason::Miss | Reason::Stale => None,
-        };
         Handle {
-            refreshing,
             begun: Begun::new(core, key),
             core,
             key,
             load,
-            reason,
+            start,
             leader,
             started: AtomicBool::new(false),
+            served: Mutex::new(None),
+            last_good: Mutex::new(None),
         }
     }
 
@@ -260,7 +256,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
 
     /// The key's tags, for a cache with `tags`.
     pub(crate) fn tags(&self) -> &[Box<str>] {
-        self.begun.stamp.as_ref().map_or(&[], |stamp| stamp.tags())
+        self.begun.tags()
     }
 
     /// The cache's options.
@@ -268,73 +264,122 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         &self.core.config
     }
 
-    /// Runs the function's load here, with its timeout and retries; stores nothing.
-    pub(crate) async fn load(&self) -> Result<V, Error> {
-        if !self.started.swap(true, Ordering::Relaxed) {
-            self.core.telemetry.load_started(self.reason);
-        }
-        crate::load::attempts(&self.core.config, &self.core.telemetry, self.key, self.load).await
-    }
-
-    /// Loads here and keeps the value in memory for a jittered `ttl`, then `stale`: the path
-    /// without a shared tier, and a tier's fallback when its store cannot be used.
-    pub(crate) async fn load_and_keep(&self) -> Result<V, Error> {
-        let value = self.load().await?;
-        Ok(self.keep_loaded(value))
-    }
-
-    /// Keeps a value loaded now in memory for a jittered `ttl`, then `stale` (unless the key was
-    /// invalidated since the flight began), and returns it.
-    pub(crate) fn keep_loaded(&self, value: V) -> V {
-        let config = &self.core.config;
-        let fresh = jittered_ttl(config.ttl, config.jitter);
-        let entry = Entry::loaded(value, Instant::now(), fresh, config.stale);
-        self.keep(entry)
-    }
-
-    /// Keeps `entry` in memory, unless the key was invalidated since the flight began (or values
-    /// live only in the shared tier), and returns its value.
-    pub(crate) fn keep(&self, entry: Entry<V>) -> V {
-        let entry = self.begun.entry(&self.core.config, entry);
-        let value = entry.value.clone();
-        self.begun.keep(self.core, entry);
-        value
-    }
-
-    /// What a failed load gives its callers: with `fail_safe`, the key's last good value (unless
-    /// the key was invalidated since the flight began), served for the throttle; else `error`.
-    pub(crate) fn fail_safe(&self, error: Error) -> Result<V, Error> {
-        let config = &self.core.config;
-        if config.fail_safe.is_none() || !config.in_memory() {
-            return Err(error);
-        }
-        let now = Instant::now();
-        match self.core.entry(self.key) {
-            Some(entry) if entry.fail_safe(now) => {
-                let entry = entry.throttled(now, config.fail_safe_throttle);
-                if self.core.memory.keep(&self.begun.loading, entry.clone()) {
-                    self.core.telemetry.fail_safe_served.bump();
-                    tracing::debug!(cache = %config.name, %error, "stampede: a load failed; serving the last good value");
-                    Ok(entry.value)
-                } else {
-                    Err(error) // invalidated meanwhile: the last good value is no good
-                }
-            }
-            _ => Err(error),
-        }
+    /// Why and how the flight started.
+    pub(crate) fn start(&self) -> Start {
+        self.start
     }
 
     /// For an early refresh (`refresh_after`), when the value it replaces was loaded: a shared
     /// value loaded later is newer, and needs no load.
     pub(crate) fn refreshing(&self) -> Option<Instant> {
-        self.refreshing
+        self.start.refreshing
     }
 
-    /// Hands a stale value to the flight's waiters now, while the refresh goes on. A waiter
-    /// takes it only while it is servable; past its deadline, waiters wait for the refresh.
-    pub(crate) fn serve(&self, entry: &Entry<V>) {
+    /// Runs the function's load here, with its timeout and retries, if the breaker admits it
+    /// (else `Error::CircuitOpen`); stores nothing. Its outcome is the breaker's verdict; a panic
+    /// in the load is an `Error::LoadPanicked`.
+    pub(crate) async fn load(&self) -> Result<V, Error> {
+        let core = self.core;
+        let ticket = match &core.breaker {
+            Some(breaker) => Some(breaker.admit(&core.config.name)?),
+            None => None,
+        };
+        if !self.started.swap(true, Ordering::Relaxed) {
+            core.telemetry.load_started(self.start.reason);
+        }
+        let attempts = crate::load::attempts(&core.config, &core.telemetry, self.key, self.load);
+        let outcome = AssertUnwindSafe(attempts)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                core.telemetry.load_errors.bump();
+                Err(Error::panicked(&core.config.name, &*panic))
+            });
+        if let Some(ticket) = ticket {
+            ticket.verdict(outcome.is_ok());
+        }
+        outcome
+    }
+
+    /// Loads here and keeps the value in memory for a jittered `ttl`, then `stale`, no longer
+    /// than `trusted_for`: the path without a shared tier, and a tier's fallback when its store
+    /// cannot be used.
+    pub(crate) async fn load_here(&self, trusted_for: Option<Duration>) -> Fetched<V> {
+        match self.load().await {
+            Ok(value) => Fetched::Loaded(self.keep_loaded(value, trusted_for)),
+            Err(error) => Fetched::Failed(error),
+        }
+    }
+
+    /// Keeps a value loaded now in memory for a jittered `ttl`, then `stale` (unless the key was
+    /// invalidated since the flight began), and returns it.
+    pub(crate) fn keep_loaded(&self, value: V, trusted_for: Option<Duration>) -> V {
+        self.keep(Shared::new(self.core.loaded(value), trusted_for))
+    }
+
+    /// Keeps an entry in memory, unless the key was invalidated since the flight began (or
+    /// values live only in the shared tier), and returns its value.
+    pub(crate) fn keep(&self, shared: Shared<V>) -> V {
+        let entry = self.begun.entry(shared.entry, shared.trusted_for);
+        let value = entry.value.clone();
+        self.begun.keep(entry);
+        value
+    }
+
+    /// Hands a stale value to the flight's waiters now, while the refresh goes on, and keeps it
+    /// in memory; if the load fails, the waiters keep it (stale-if-error). A waiter takes it only
+    /// while it is servable; past its deadline, waiters wait for the refresh.
+    pub(crate) fn serve(&self, shared: Shared<V>) {
+        let entry = self.begun.entry(shared.entry, shared.trusted_for);
         if let Some(leader) = self.leader {
             leader.serve(entry.clone());
         }
+        let value = entry.value.clone();
+        self.begun.keep(entry);
+        *lock(&self.served) = Some(value);
     }
+
+    /// Offers a value past its stale deadline that the shared store still keeps for
+    /// `fail_safe`: not to be served, but the last good value if this flight's load fails (or
+    /// takes longer than `soft_timeout`).
+    pub(crate) fn last_good(&self, shared: Shared<V>) {
+        if self.core.config.fail_safe.is_none() {
+            return;
+        }
+        let entry = self.begun.entry(shared.entry, shared.trusted_for);
+        if let Some(leader) = self.leader {
+            leader.offer(entry.clone());
+        }
+        self.begun.keep(entry.clone());
+        *lock(&self.last_good) = Some(entry);
+    }
+
+    /// The stale value handed to the waiters, if any.
+    pub(crate) fn served(&self) -> Option<V> {
+        lock(&self.served).take()
+    }
+
+    /// The key's last good value at `now`, for a failed load: the memory's entry where values
+    /// live in memory, else one the tier offered; `None` past its fail-safe window.
+    pub(crate) fn last_good_at(&self, now: Instant) -> Option<Entry<V>> {
+        let entry = match self.core.config.in_memory() {
+            true => self.core.entry(self.key),
+            false => lock(&self.last_good).take(),
+        };
+        entry.filter(|entry| entry.fail_safe(now))
+    }
+
+    /// Keeps the last good value served for a failed load, fresh again for the throttle (where
+    /// values live in memory); whether the key was not invalidated since the flight began.
+    pub(crate) fn keep_throttled(&self, entry: Entry<V>, now: Instant) -> bool {
+        if !entry.current() {
+            return false;
+        }
+        let throttled = entry.throttled(now, self.core.config.fail_safe_throttle);
+        self.begun.keep(throttled) && self.begun.current()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -2,7 +2,7 @@
 //! serde. Built like the other checks (see `crate::bounds`), and imported by the generated code
 //! from `__private::checks` like them.
 
-use crate::bounds::{Probe, check};
+use crate::checks::{Probe, check};
 
 check!(
     /// An argument that is part of the key of a cache backed by Redis is written as text.

@@ -17,9 +17,9 @@ pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
 /// [`install_as`](RedisConfig::install_as) (a named one, picked with `#[cached(redis = "name")]`).
 ///
 /// ```no_run
-/// # fn main() -> Result<(), stampede_runtime::Error> {
+/// # fn main() -> Result<(), stampede::Error> {
 /// use std::time::Duration;
-/// use stampede_runtime::RedisConfig;
+/// use stampede::RedisConfig;
 ///
 /// RedisConfig::new("redis://cache.internal:6379/0")?
 ///     .prefix("shop")
@@ -106,8 +106,8 @@ impl RedisConfig {
     /// Redis is configured, is to run on local singleflight and warn once).
     ///
     /// ```no_run
-    /// # fn main() -> Result<(), stampede_runtime::Error> {
-    /// stampede_runtime::RedisConfig::from_env()?.prefix("shop").install();
+    /// # fn main() -> Result<(), stampede::Error> {
+    /// stampede::RedisConfig::from_env()?.prefix("shop").install();
     /// # Ok(()) }
     /// ```
     pub fn from_env() -> Result<Self, Error> {

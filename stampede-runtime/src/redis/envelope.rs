@@ -11,8 +11,14 @@
 //! server time its read returned. The payload is the value in MessagePack with named fields
 //! (`rmp-serde`): compact, and a changed type fails to decode instead of decoding as garbage.
 
+use std::time::Duration;
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::clock::after;
+use crate::entry::Entry;
 
 /// The header's first word. A reader refuses any other.
 pub(crate) const FORMAT: &str = "S1";
@@ -71,6 +77,52 @@ pub(crate) fn encode<V: Serialize>(value: &V) -> Result<Vec<u8>, rmp_serde::enco
 /// Decodes an envelope's payload.
 pub(crate) fn decode<V: DeserializeOwned>(payload: &[u8]) -> Result<V, rmp_serde::decode::Error> {
     rmp_serde::from_slice(payload)
+}
+
+/// What an envelope read from Redis holds, on this process's clock.
+pub(crate) enum Decoded<V> {
+    Nothing,
+    Undecodable,
+    /// Fresh or stale.
+    Servable(Entry<V>),
+    /// Past its stale deadline.
+    Unservable(Entry<V>),
+}
+
+/// Reads an envelope. Deadlines are turned into this process's instants relative to
+/// `server_now` (the server's clock at the read) or, for a publication, to its writing.
+pub(crate) fn decoded<V: DeserializeOwned>(
+    bytes: Option<&[u8]>,
+    server_now: Option<u64>,
+) -> Decoded<V> {
+    let Some(bytes) = bytes else {
+        return Decoded::Nothing;
+    };
+    let Some(envelope) = Envelope::parse(bytes) else {
+        return Decoded::Undecodable;
+    };
+    let Ok(value) = decode(envelope.payload) else {
+        return Decoded::Undecodable;
+    };
+    let reference = server_now.unwrap_or(envelope.written_at);
+    let now = Instant::now();
+    let entry = Entry::new(
+        value,
+        now.checked_sub(since(reference, envelope.written_at))
+            .unwrap_or(now),
+        after(now, since(envelope.fresh_until, reference)),
+        after(now, since(envelope.stale_until, reference)),
+    );
+    if entry.servable(now) {
+        Decoded::Servable(entry)
+    } else {
+        Decoded::Unservable(entry)
+    }
+}
+
+/// How long after `reference` (ms of the server's clock) `deadline` falls.
+pub(crate) fn since(deadline: u64, reference: u64) -> Duration {
+    Duration::from_millis(deadline.saturating_sub(reference))
 }
 
 #[cfg(test)]

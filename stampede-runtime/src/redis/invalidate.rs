@@ -27,7 +27,7 @@ pub(crate) fn on_message(payload: &[u8]) {
         return;
     };
     if name == TAG {
-        crate::tags::forget_here(args);
+        crate::registry::forget_tag(args);
         return;
     }
     for cache in registry::named(name) {

@@ -36,7 +36,8 @@
 //! publishes fills with plain `PUBLISH` does not wake waiters that `SSUBSCRIBE`d (they read
 //! again when the lease runs out).
 //!
-//! The tier reaches the cache only through the [`Handle`] of each flight; its options (the
+//! The tier reaches the cache only through the `Handle` of each flight, and reports what each
+//! flight did (`tier::Fetched`); its options (the
 //! connection's name, the busy policy), its counters and its wire protocol stay in here.
 
 pub(crate) mod bounds;
@@ -55,30 +56,22 @@ mod pubsub;
 mod scripts;
 mod tags;
 mod telemetry;
+mod tier;
 
-use std::any::type_name;
-use std::sync::{Arc, Mutex, PoisonError};
-
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use std::sync::Arc;
 
 pub use config::{REDIS_URL_VAR, RedisConfig};
 pub(crate) use tags::invalidate_tag;
+pub use tier::redis;
 
-use crate::cache::{Key, Value};
-use crate::config::Config;
 use crate::error::Error;
-use crate::load::Load;
-use crate::stats::Stats;
-use crate::tier::{Direct, Handle, Tier};
-use telemetry::RedisTelemetry;
 
 /// What a process does when another holds a key's Redis lock and no stale value can be served:
 /// the `busy` option of `#[cached]`, `busy = "wait" | "compute" | "error"`, as a
 /// debug page shows it.
 ///
 /// ```
-/// use stampede_runtime::Busy;
+/// use stampede::Busy;
 ///
 /// fn describe(busy: Busy) -> &'static str {
 ///     match busy {
@@ -109,8 +102,8 @@ pub enum Busy {
 /// Needs a tokio runtime.
 ///
 /// ```no_run
-/// # async fn start() -> Result<(), stampede_runtime::Error> {
-/// stampede_runtime::require_redis(None).await?; // fails with the reason: not configured, no answer
+/// # async fn start() -> Result<(), stampede::Error> {
+/// stampede::require_redis(None).await?; // fails with the reason: not configured, no answer
 /// # Ok(()) }
 /// ```
 pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
@@ -128,105 +121,4 @@ pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
             cache: Arc::from(format!("(connection `{shown}`)")),
             message: failure.to_string().into(),
         })
-}
-
-/// The Redis tier of one cache: keys written by serde as readable text, values as MessagePack.
-pub struct RedisTier<K, V> {
-    /// What names the cache in its Redis keys (see `keys::identity`).
-    identity: String,
-    /// The connection's name (`None`: the default connection), looked up at each fill so that
-    /// a connection installed after the cache was built is used.
-    connection: Option<Arc<str>>,
-    busy: Busy,
-    telemetry: RedisTelemetry,
-    _types: std::marker::PhantomData<fn(K) -> V>,
-}
-
-/// The tier of a cache whose values are shared through the Redis connection named
-/// `connection` (`None`: the default one), with `busy` as its policy while another process
-/// holds a key's lock.
-pub fn redis<K, V>(
-    connection: Option<&'static str>,
-    busy: Busy,
-) -> impl FnOnce(&Config) -> RedisTier<K, V>
-where
-    K: Key + Serialize,
-    V: Value + Serialize + DeserializeOwned,
-{
-    move |config| RedisTier {
-        identity: identity::<K, V>(config),
-        connection: connection.map(Arc::from),
-        busy,
-        telemetry: RedisTelemetry::new(config),
-        _types: std::marker::PhantomData,
-    }
-}
-
-/// The cache's identity in Redis. Two caches of this process given one name with different
-/// types or key templates get different identities, so they share nothing; the first such pair
-/// is reported, since it is almost always a copied `name = "..."`.
-fn identity<K, V>(config: &Config) -> String {
-    static SEEN: Mutex<Vec<(Arc<str>, String)>> = Mutex::new(Vec::new());
-    let template = config.key.as_deref().unwrap_or("");
-    let identity = keys::identity(
-        &config.name,
-        &[type_name::<K>(), type_name::<V>(), template],
-    );
-    let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
-    match seen.iter().find(|(name, _)| *name == config.name) {
-        Some((_, other)) if *other != identity => tracing::error!(
-            cache = %config.name,
-            "stampede: two cached functions share this name with different key or value types \
-             or key templates; they share no values in Redis. Give each its own `name`."
-        ),
-        Some(_) => {}
-        None => seen.push((config.name.clone(), identity.clone())),
-    }
-    identity
-}
-
-impl<K, V> Tier<K, V> for RedisTier<K, V>
-where
-    K: Key + Serialize,
-    V: Value + Serialize + DeserializeOwned,
-{
-    async fn fill<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
-        flow::fill(self, handle).await
-    }
-
-    async fn invalidate(&self, config: &Config, key: &K) -> Result<(), Error> {
-        flow::invalidate(self, config, key).await
-    }
-
-    async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
-        flow::refresh(self, handle).await
-    }
-
-    async fn prime<L: Load<K, V>>(
-        &self,
-        handle: &Handle<'_, K, V, L>,
-        value: V,
-    ) -> Result<(), Error> {
-        flow::prime(self, handle, value).await
-    }
-
-    fn reads(&self) -> bool {
-        true
-    }
-
-    async fn read(&self, direct: &Direct<'_, K, V>) -> Option<V> {
-        flow::read(self, direct).await
-    }
-
-    fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
-        Some(|key| keys::args_text(key).ok())
-    }
-
-    fn tagged(&self) {
-        tags::used_by_tags(self.connection.clone());
-    }
-
-    fn add_stats(&self, stats: &mut Stats) {
-        self.telemetry.add_to(stats);
-    }
 }

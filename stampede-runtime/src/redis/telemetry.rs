@@ -10,7 +10,6 @@ use crate::stats::Stats;
 use crate::telemetry::{Count, Labels};
 
 pub(crate) struct RedisTelemetry {
-    pub(crate) remote_hits: Count,
     pub(crate) lock_acquired: Count,
     pub(crate) lock_busy: Count,
     pub(crate) degraded: Count,
@@ -24,7 +23,6 @@ impl RedisTelemetry {
         DESCRIBED.call_once(describe);
         let labels = Labels::new(config);
         RedisTelemetry {
-            remote_hits: Count::new("cache_remote_hit_total", &labels),
             lock_acquired: Count::new("redis_lock_acquire_success_total", &labels),
             lock_busy: Count::new("redis_lock_acquire_fail_total", &labels),
             degraded: Count::new("cache_degraded_load_total", &labels),
@@ -39,7 +37,6 @@ impl RedisTelemetry {
     }
 
     pub(crate) fn add_to(&self, stats: &mut Stats) {
-        stats.remote_hits = self.remote_hits.get();
         stats.lock_acquired = self.lock_acquired.get();
         stats.lock_busy = self.lock_busy.get();
         stats.degraded = self.degraded.get();
@@ -50,10 +47,6 @@ impl RedisTelemetry {
 /// Describes the Redis tier's metrics to the recorder, once.
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(
-        "cache_remote_hit_total",
-        "Values read from Redis because this process had none"
-    );
     describe_counter!(
         "redis_lock_acquire_success_total",
         "Redis locks this process took to load a key"

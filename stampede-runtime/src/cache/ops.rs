@@ -1,18 +1,18 @@
 //! What a cached function's companion (`product::invalidate`, `refresh`, `prime`, `peek`) does
-//! with its cache, beyond a call. Additive to the path of a call in `cache.rs`.
+//! with its cache, beyond a call.
 
 use std::convert::Infallible;
 use std::future::Pending;
 
 use tokio::time::Instant;
 
-use super::{Cache, Key, Run, Value};
+use super::Cache;
 use crate::config::Lock;
 use crate::error::Error;
 use crate::flight::Joined;
+use crate::kv::{Key, Value};
 use crate::load::Load;
-use crate::telemetry::Reason;
-use crate::tier::{Handle, Tier};
+use crate::tier::{Handle, Run, Start, Tier};
 
 /// The load of a flight that loads nothing: [`Cache::prime`] lends its tier a [`Handle`] to keep
 /// a value it was given.
@@ -45,7 +45,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         // A load of the key running now read its source before this value was given: it must
         // not store its value over it.
         self.forget(&key);
-        let handle = Handle::new(&self.core, &key, &NoLoad, Reason::Miss, None);
+        let handle = Handle::new(&self.core, &key, &NoLoad, Start::miss(Run::Get), None);
         self.tier.prime(&handle, value).await
     }
 
@@ -58,21 +58,32 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     {
         let core = &self.core;
         if core.config.lock == Lock::None {
-            let load = prepare();
-            let handle = Handle::new(core, &key, &load, Reason::Miss, None);
-            return self.run(&handle, Run::Refresh).await;
+            return self.run_here(&key, prepare(), Run::Refresh).await;
         }
-        let waiter = match core.flights.join(&key) {
+        let mut waiter = match core.flights.join(&key) {
             Joined::Shared(waiter) => {
                 core.telemetry.shared.bump();
                 waiter
             }
             Joined::Led(leader, waiter) => {
-                self.spawn_load(leader, prepare(), Reason::Miss, Run::Refresh)?;
+                self.spawn_load(leader, prepare(), Start::miss(Run::Refresh))?;
                 waiter
             }
         };
         let _waiting = core.telemetry.waiters.raise();
         waiter.wait(&core.config.name).await
+    }
+
+    /// Drops this process's copy of `key` and detaches its running load (which stores
+    /// nothing); then drops it from the tier.
+    pub(crate) async fn invalidate(&self, key: &K) -> Result<(), Error> {
+        self.forget(key);
+        let dropped = self.tier.invalidate(&self.core.config, key).await;
+        // A call meanwhile may have read the old value from a shared tier before it was dropped
+        // there, and kept it: forget again, rather than wait for the announcement's echo.
+        if self.tier.key_name().is_some() {
+            self.forget(key);
+        }
+        dropped
     }
 }

@@ -22,15 +22,10 @@
 //! the trybuild suite in `tests/ui` pins what the compiler prints.
 
 use std::fmt::{Debug, Display};
-use std::future::Future;
 use std::hash::Hash;
 use std::marker::PhantomData;
 
-use crate::cache::{Key, Value};
-use crate::config::Config;
-use crate::error::{Error, LoadError};
-use crate::slot::{Call, ErrorRules, Slot, Tags};
-use crate::tier::Tier;
+use crate::error::Error;
 
 /// A type under check, without a value of it: the returned type, or the type of `self` or of
 /// an argument that the load gets a clone of. A key part under check is a `(K,)`.
@@ -79,202 +74,6 @@ pub struct Checked<T>(pub T);
 /// a failed check (an error type, which this then is too) silences the call.
 pub type Witness<T> = Checked<PhantomData<T>>;
 
-impl<V: Value> Witness<V> {
-    /// Calls [`Slot::value`] once the returned type's checks have passed.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn value<K, C, S, T, P, L, Fut>(
-        self,
-        slot: &'static Slot,
-        call: Call,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-        prepare: P,
-    ) -> impl Future<Output = V>
-    where
-        K: Key,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        P: FnOnce() -> L,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = V> + Send + 'static,
-    {
-        slot.value(call, site, config, tier, key, tags, prepare)
-    }
-
-    /// The operations of a companion on the cache of a function returning a plain `V`.
-    #[inline(always)]
-    pub fn value_companion(self) -> Companion<V> {
-        Companion(PhantomData)
-    }
-}
-
-impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
-    /// Calls [`Slot::result`] once the checks of `V` and `E` have passed.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn result<K, C, S, T, P, L, Fut>(
-        self,
-        slot: &'static Slot,
-        call: Call,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-        prepare: P,
-        rules: ErrorRules<E>,
-    ) -> impl Future<Output = Result<V, E>>
-    where
-        K: Key,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        P: FnOnce() -> L,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
-    {
-        slot.result(call, site, config, tier, key, tags, prepare, rules)
-    }
-
-    /// The operations of a companion on the cache of a function returning `Result<V, E>`.
-    #[inline(always)]
-    pub fn ok_companion(self) -> Companion<V> {
-        Companion(PhantomData)
-    }
-}
-
-/// The operations of a cached function's companion that need only its value type `V` (the
-/// returned type's checks have passed): invalidate, prime and peek, on its slot.
-pub struct Companion<V>(PhantomData<fn() -> V>);
-
-impl<V: Value> Companion<V> {
-    /// Calls [`Slot::invalidate`].
-    #[inline(always)]
-    pub fn invalidate<K, C, S, T>(
-        self,
-        slot: &'static Slot,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-    ) -> impl Future<Output = Result<(), Error>>
-    where
-        K: Key,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        slot.invalidate::<K, V, C, S, T>(site, config, tier, key, tags)
-    }
-
-    /// Calls [`Slot::prime`].
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn prime<K, C, S, T>(
-        self,
-        slot: &'static Slot,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-        value: V,
-    ) -> impl Future<Output = Result<(), Error>>
-    where
-        K: Key,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        slot.prime(site, config, tier, key, tags, value)
-    }
-
-    /// Builds the cache, if not built yet (a linked function looked up by name). `key` is
-    /// never called: its type says the key's.
-    #[inline(always)]
-    pub fn build<K, C, S, T, F>(
-        self,
-        slot: &'static Slot,
-        config: C,
-        tier: S,
-        key: F,
-        tags: Tags<K>,
-    ) where
-        K: Key,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        F: FnOnce() -> K,
-    {
-        let _ = key;
-        slot.build::<K, V, C, S, T>(config, tier, tags);
-    }
-
-    /// Calls [`Slot::peek`].
-    #[inline(always)]
-    pub fn peek<K, C, S, T>(
-        self,
-        slot: &'static Slot,
-        site: &'static str,
-        config: C,
-        tier: S,
-        key: K,
-        tags: Tags<K>,
-    ) -> Option<V>
-    where
-        K: Key,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        slot.peek(site, config, tier, &key, tags)
-    }
-}
-
-/// Whether a function's error type can be cloned, asked by the generated code with the
-/// returned type named (`(&&ErrorClone::<Result<T, E>>::new()).__stampede_error_clone()`):
-/// method resolution picks [`CloneError`] when `E: Clone`, else [`NoCloneError`] one
-/// auto-deref later.
-pub struct ErrorClone<R>(PhantomData<R>);
-
-impl<R> ErrorClone<R> {
-    /// The question, for the returned type `R`.
-    #[allow(clippy::new_without_default)]
-    pub const fn new() -> Self {
-        ErrorClone(PhantomData)
-    }
-}
-
-/// `E::clone`, for an error type that is `Clone`.
-pub trait CloneError<E> {
-    /// `Some(E::clone)`.
-    fn __stampede_error_clone(&self) -> Option<fn(&E) -> E>;
-}
-
-impl<T, E: Clone> CloneError<E> for &ErrorClone<Result<T, E>> {
-    fn __stampede_error_clone(&self) -> Option<fn(&E) -> E> {
-        Some(E::clone)
-    }
-}
-
-/// No clone, for an error type that is not `Clone`.
-pub trait NoCloneError<E> {
-    /// `None`.
-    fn __stampede_error_clone(&self) -> Option<fn(&E) -> E>;
-}
-
-impl<T, E> NoCloneError<E> for ErrorClone<Result<T, E>> {
-    fn __stampede_error_clone(&self) -> Option<fn(&E) -> E> {
-        None
-    }
-}
-
 macro_rules! check {
     (
         $(#[$doc:meta])*
@@ -301,7 +100,7 @@ macro_rules! check {
     };
 }
 // For the checks of a shared tier (the Redis tier's serde bounds); unused without one.
-#[allow(unused_imports)]
+#[cfg_attr(not(feature = "redis"), allow(unused_imports))]
 pub(crate) use check;
 
 check!(
@@ -501,7 +300,7 @@ check!(
 /// imports the traits a chain calls in a block around that chain only
 /// (`{ use checks::{KeyHashCheck as _, ..}; .. }`), so that no name reaches the scope of the
 /// user's body.
-pub mod checks {
+pub mod names {
     pub use super::{
         ArgCloneCheck, ArgSendCheck, ArgSyncCheck, ErrorDebugCheck, ErrorDisplayCheck,
         ErrorFromCheck, ErrorSendCheck, ErrorSyncCheck, KeyCloneCheck, KeyDebugCheck, KeyEqCheck,

@@ -1,0 +1,290 @@
+//! The body of the cached function (and of its companion's `refresh`): one call on the
+//! runtime through the witness of the returned type, with the function's [`Recipe`], the key,
+//! and the closure that builds the load.
+//!
+//! [`Recipe`]: https://docs.rs/stampede-runtime (`__private::Recipe`)
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+
+use super::{Call, Expansion, first_span, receiver_ident, type_span, with_elided_lifetimes};
+use crate::checks::{Check, Finish, chain};
+use crate::func::Returns;
+use crate::key::Segment;
+use crate::receiver::SELF;
+
+impl Expansion<'_> {
+    /// The body of the cached function: one call on the runtime, through the witness of the
+    /// returned type.
+    pub(super) fn call(&self, call: Call) -> TokenStream {
+        let witness = self.witness();
+        let private = &self.private;
+        let (method, rules) = match &self.function.returns {
+            Returns::Value(_) => (quote!(value), quote!(())),
+            Returns::Result { .. } => (quote!(result), self.rules()),
+        };
+        let call = match call {
+            Call::Get => quote!(#private::Call::Get),
+            Call::Refresh => quote!(#private::Call::Refresh),
+        };
+        let recipe = self.recipe(rules);
+        let key = self.key();
+        let prepare = self.prepare();
+        quote! {
+            #witness.#method(#recipe, #call, #key, #prepare).await
+        }
+    }
+
+    /// The function's recipe: its slot, its site (`Self` for a method: a generic impl's
+    /// instantiations get caches of their own), the builders of its options and tier, its
+    /// tags, and `rules` (what is known of its error type; `()` for none).
+    pub(super) fn recipe(&self, rules: TokenStream) -> TokenStream {
+        let private = &self.private;
+        let (slot, config, tier) = self.cache();
+        let site = match self.function.receiver {
+            Some(_) => quote!(::core::any::type_name::<Self>()),
+            None => quote!(""),
+        };
+        let tags = self.tags();
+        quote! {
+            #private::Recipe {
+                slot: #slot,
+                site: #site,
+                config: #config,
+                tier: #tier,
+                tags: #tags,
+                rules: #rules,
+            }
+        }
+    }
+
+    /// What the runtime knows of the error type (`ErrorRules`): `clone` is `Some(E::clone)` when it is
+    /// `Clone`, else `None`, chosen by method resolution on the returned type as written (so an
+    /// alias such as `io::Result<T>` works); `retry_if` the option's function, checked to be a
+    /// `fn(&E) -> bool` at the option's span.
+    fn rules(&self) -> TokenStream {
+        let private = &self.private;
+        let output = &self.function.output;
+        let retry_if = match &self.settings.retry_if {
+            Some(path) => {
+                let span = path
+                    .segments
+                    .last()
+                    .map_or(Span::call_site(), |s| s.ident.span());
+                quote_spanned!(span=> ::core::option::Option::Some(#path))
+            }
+            None => quote!(::core::option::Option::None),
+        };
+        quote! {
+            #private::ErrorRules {
+                clone: {
+                    use #private::{CloneError as _, NoCloneError as _};
+                    (&&#private::ErrorClone::<#output>::new()).__stampede_error_clone()
+                },
+                retry_if: #retry_if,
+            }
+        }
+    }
+
+    /// The witness of the returned type, its value (and error) type checked at the span the
+    /// user wrote it. The runtime is called through the witness, so a failed check silences
+    /// the call.
+    pub(super) fn witness(&self) -> TokenStream {
+        let private = &self.private;
+        let output = &self.function.output;
+        let probe = quote!((::core::marker::PhantomData::<#output>,));
+        match &self.function.returns {
+            Returns::Value(value) => chain(
+                first_span(value),
+                private,
+                probe,
+                &Check::value(self.in_redis),
+                Finish::Witness,
+            ),
+            Returns::Result { ok, err } => {
+                let probe = chain(
+                    first_span(ok),
+                    private,
+                    probe,
+                    &Check::ok(self.in_redis),
+                    Finish::Probe,
+                );
+                let error_span = first_span(err.as_deref().unwrap_or(output));
+                chain(error_span, private, probe, Check::ERROR, Finish::Witness)
+            }
+        }
+    }
+
+    /// The key: a tuple that owns its parts. By-value arguments move in, borrowed ones are
+    /// turned into owned; each part passes the key's checks at the span of its type.
+    pub(super) fn key(&self) -> TokenStream {
+        let private = &self.private;
+        let checks = Check::key(self.in_redis);
+        let parts = self.key_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            let part = match &arg.borrowed {
+                Some(elem) => quote!(<#elem as ::std::borrow::ToOwned>::to_owned(#ident)),
+                None => quote!(#ident),
+            };
+            chain(
+                type_span(arg),
+                private,
+                quote!((#part,)),
+                &checks,
+                Finish::Value,
+            )
+        });
+        quote!((#(#parts,)*))
+    }
+
+    /// How a key's tags are rendered: `None`, or a function from the key to its tags, each
+    /// template's holes filled with the key's parts (`Display`, checked at the template).
+    fn tags(&self) -> TokenStream {
+        let private = &self.private;
+        let tags = &self.settings.tags;
+        if tags.is_empty() {
+            return quote!(::core::option::Option::None);
+        }
+        let used = |ident: &Ident| {
+            tags.iter()
+                .any(|tag| tag.value.args().iter().any(|name| ident == name))
+        };
+        let bindings = self.key_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            match used(ident) {
+                true => quote!(#ident),
+                false => quote!(_),
+            }
+        });
+        let rendered = tags.iter().map(|tag| {
+            let mut format = String::new();
+            let mut holes = Vec::new();
+            for segment in &tag.value.segments {
+                match segment {
+                    Segment::Text(text) => {
+                        format.push_str(&text.replace('{', "{{").replace('}', "}}"));
+                    }
+                    Segment::Arg(name) => {
+                        format.push_str("{}");
+                        holes.push(Ident::new(name, tag.span));
+                    }
+                }
+            }
+            quote_spanned!(tag.span=> ::std::format!(#format, #(#holes),*))
+        });
+        let key = Ident::new("__stampede_key", Span::mixed_site());
+        quote! {
+            #private::tagged(|#key: &_| {
+                let (#(#bindings,)*) = #key;
+                ::std::vec![#(#rendered),*]
+            })
+        }
+    }
+
+    /// The closure the runtime calls only when a load must start: it takes owned copies of
+    /// what the load needs beyond the key (the receiver, borrowed arguments left out of the
+    /// key), so that a hit clones nothing but the key; it returns the load.
+    fn prepare(&self) -> TokenStream {
+        let private = &self.private;
+        let receiver = receiver_ident();
+        let receiver_owned = self.function.receiver.map(|span| {
+            let this = Ident::new("self", span);
+            let this = chain(
+                span,
+                private,
+                quote!(#private::witness(#this)),
+                Check::RECEIVER,
+                Finish::CloneOf(quote!(#this)),
+            );
+            quote!(let #receiver = #this;)
+        });
+        let others_owned = self.other_args.iter().filter_map(|arg| {
+            let ident = &arg.ident;
+            arg.borrowed.as_ref().map(
+                |elem| quote!(let #ident = <#elem as ::std::borrow::ToOwned>::to_owned(#ident);),
+            )
+        });
+        let load = self.load();
+        quote! {
+            move || {
+                #receiver_owned
+                #(#others_owned)*
+                #load
+            }
+        }
+    }
+
+    /// The load: a closure that makes one attempt from the key and the captures of
+    /// [`prepare`](Self::prepare), each attempt with its own copies, and runs the user's body
+    /// with the arguments (and `self`) bound as the body expects them.
+    fn load(&self) -> TokenStream {
+        let private = &self.private;
+        let output = &self.function.output;
+        let key = Ident::new("__stampede_key", Span::mixed_site());
+        let receiver = receiver_ident();
+        // With a companion, the body is its own function, which binds `mut` arguments itself.
+        let in_load = self.companion.is_none();
+        let key_bindings = self.key_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
+            let mutability = mutability.filter(|_| in_load);
+            quote!(#mutability #ident)
+        });
+        let receiver_copy = self
+            .function
+            .receiver
+            .map(|_| quote!(let #receiver = ::core::clone::Clone::clone(&#receiver);));
+        let others_copied = self.other_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
+            let mutability = mutability.filter(|_| in_load);
+            let copy = chain(
+                type_span(arg),
+                private,
+                quote!(#private::witness(&#ident)),
+                Check::ARG,
+                Finish::CloneOf(quote!(&#ident)),
+            );
+            quote!(let #mutability #ident = #copy;)
+        });
+        // Inside the load, `self` and borrowed arguments are lent back as the body expects.
+        let self_ident = format_ident!("{SELF}");
+        let receiver_borrow = self
+            .function
+            .receiver
+            .filter(|_| in_load)
+            .map(|_| quote!(let #self_ident = &#receiver;));
+        let reborrows = self.function.args.iter().filter_map(|arg| {
+            let ident = &arg.ident;
+            let mutability = arg.mutability.filter(|_| in_load);
+            arg.borrowed.as_ref().map(|elem| {
+                let elem = with_elided_lifetimes(elem);
+                quote!(let #mutability #ident: &#elem = ::core::borrow::Borrow::borrow(&#ident);)
+            })
+        });
+        let body = match &self.companion {
+            None => {
+                let body = &self.function.body;
+                quote!(#(#body)*)
+            }
+            Some(companion) => {
+                let body = companion.path("body");
+                let args = self.function.args.iter().map(|arg| &arg.ident);
+                let this = self.function.receiver.map(|_| quote!(&#receiver,));
+                quote!(#body(#this #(#args),*).await)
+            }
+        };
+        quote! {
+            move |#key: &_| {
+                let (#(#key_bindings,)*) = ::core::clone::Clone::clone(#key);
+                #receiver_copy
+                #(#others_copied)*
+                #private::typed::<#output, _>(async move {
+                    #receiver_borrow
+                    #(#reborrows)*
+                    #body
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The companion of a cached function: the operations on its cache (`invalidate`, `refresh`,
+//! `prime`, `peek`, `uncached`) with the key's arguments as the function takes them, and the
+//! hidden items they share with the function (its slot, its options, its body). For a free
+//! function they are associated functions of a type of the function's name; for a method with
+//! `companion = true`, associated functions named after it in its impl.
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::quote;
+
+use super::config::config;
+use super::{Call, Companion, Expansion, with_elided_lifetimes};
+use crate::func::{Arg, Returns};
+
+/// The operations of a companion, by the name they end in.
+const OPERATIONS: [&str; 5] = ["invalidate", "refresh", "prime", "peek", "uncached"];
+
+impl Expansion<'_> {
+    /// A free function's companion type (types and functions live in different namespaces), or
+    /// a method's companion items. It holds the cache's slot, its options and the body, so that
+    /// it works in a process that never called the function.
+    ///
+    /// A type rather than a module: its items are in the function's own scope, so the types of
+    /// the signature and the items the body names resolve there as they do for the function,
+    /// even inside a block.
+    pub(super) fn companion(&self) -> Option<TokenStream> {
+        let companion = self.companion.as_ref()?;
+        let items = [self.hidden_items(companion), self.operations(companion)];
+        let Companion::Type(_) = companion else {
+            return Some(quote!(#(#items)*));
+        };
+        let cfgs = self.cfgs();
+        let vis = &self.function.vis;
+        let fn_name = self.function.sig.ident.to_string();
+        let doc = format!(
+            "The cache of [`{fn_name}()`](fn@{fn_name}), reachable without calling it (generated \
+             by `#[stampede::cached]`): `{fn_name}::invalidate`, `refresh`, `prime`, `peek` and \
+             `uncached`, which take the arguments of the key as the function does."
+        );
+        // Named at the attribute: the name is the function's, in the style of a function, and
+        // the lints of type names are for the types a user writes.
+        let name = Ident::new(&fn_name, Span::call_site());
+        let linked = self.linked(name.clone());
+        Some(quote! {
+            #(#cfgs)*
+            #[doc = #doc]
+            #vis struct #name {
+                _private: (),
+            }
+
+            #(#cfgs)*
+            impl #name {
+                #(#items)*
+            }
+
+            #linked
+        })
+    }
+
+    /// The function's own `cfg` and lint attributes, which every companion item repeats: an
+    /// item that takes the function's arguments meets the lints its signature meets.
+    fn item_attrs(&self) -> TokenStream {
+        let attrs = self.function.attrs.iter().filter(|attr| {
+            ["cfg", "allow", "expect", "warn", "deny", "forbid"]
+                .iter()
+                .any(|name| attr.path().is_ident(name))
+        });
+        quote!(#(#attrs)*)
+    }
+
+    /// The function's `#[cfg]` attributes, which the companion type repeats.
+    fn cfgs(&self) -> Vec<&syn::Attribute> {
+        self.function
+            .attrs
+            .iter()
+            .filter(|attr| attr.path().is_ident("cfg"))
+            .collect()
+    }
+
+    /// What the function and its operations share: the slot, the options and the body.
+    fn hidden_items(&self, companion: &Companion) -> TokenStream {
+        let private = &self.private;
+        let function = self.function;
+        let vis = &function.vis;
+        let attrs = self.item_attrs();
+        let config = config(
+            &function.sig.ident,
+            function.receiver.is_some(),
+            self.settings,
+            private,
+        );
+        let (slot_fn, config_fn, body_fn) = (
+            companion.hidden("slot"),
+            companion.hidden("config"),
+            companion.hidden("body"),
+        );
+        let slot = Ident::new("__STAMPEDE_SLOT", Span::mixed_site());
+        let this = function.receiver.map(|_| quote!(&self,));
+        let inputs = function.args.iter().map(|arg| {
+            let (ident, mutability, ty) = (&arg.ident, arg.mutability, &arg.ty);
+            quote!(#mutability #ident: #ty)
+        });
+        let output = &function.output;
+        let generics = &function.sig.generics;
+        let where_clause = &generics.where_clause;
+        let body = &function.body;
+        quote! {
+            #[doc(hidden)]
+            #attrs
+            #vis fn #slot_fn() -> &'static #private::Slot {
+                static #slot: #private::Slot = #private::Slot::new();
+                &#slot
+            }
+
+            #[doc(hidden)]
+            #attrs
+            #vis fn #config_fn() -> #private::Config {
+                #config
+            }
+
+            #[doc(hidden)]
+            #attrs
+            #vis async fn #body_fn #generics (#this #(#inputs),*) -> #output #where_clause {
+                #(#body)*
+            }
+        }
+    }
+
+    /// The operations on the cache, each documented.
+    fn operations(&self, companion: &Companion) -> TokenStream {
+        let krate = &self.settings.krate;
+        let function = self.function;
+        let vis = &function.vis;
+        let attrs = self.item_attrs();
+        let output = &function.output;
+        let generics = &function.sig.generics;
+        let where_clause = &generics.where_clause;
+        let typed = |arg: &Arg| {
+            let (ident, ty) = (&arg.ident, &arg.ty);
+            quote!(#ident: #ty)
+        };
+        let all_inputs: Vec<TokenStream> = function.args.iter().map(typed).collect();
+        let key_inputs: Vec<TokenStream> = self.key_args.iter().map(|arg| typed(arg)).collect();
+        let args = function.args.iter().map(|arg| &arg.ident);
+        let value = match &function.returns {
+            Returns::Value(value) => value,
+            Returns::Result { ok, .. } => ok,
+        };
+        let this = function.receiver.map(|_| quote!(&self,));
+        let this_arg = function.receiver.map(|_| quote!(self,));
+        let on = {
+            let (witness, companion_of) = (self.witness(), self.companion_of());
+            quote!(#witness.#companion_of())
+        };
+        let recipe = self.recipe(quote!(()));
+        let key = self.key();
+        let refresh = self.call(Call::Refresh);
+        let body = companion.path("body");
+        let [invalidate, refresh_fn, prime, peek, uncached] = OPERATIONS.map(|op| companion.op(op));
+        let [
+            doc_invalidate,
+            doc_refresh,
+            doc_prime,
+            doc_peek,
+            doc_uncached,
+        ] = self.docs(companion);
+        quote! {
+            #[doc = #doc_invalidate]
+            #attrs
+            #vis async fn #invalidate #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #on.invalidate(#recipe, #key).await
+            }
+
+            #[doc = #doc_refresh]
+            #attrs
+            #vis async fn #refresh_fn #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                #refresh
+            }
+
+            #[doc = #doc_prime]
+            #attrs
+            #vis async fn #prime #generics (#(#key_inputs,)* value: #value) -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #on.prime(#recipe, #key, value).await
+            }
+
+            #[doc = #doc_peek]
+            #attrs
+            #vis fn #peek #generics (#(#key_inputs),*) -> ::core::option::Option<#value> #where_clause {
+                #on.peek(#recipe, #key)
+            }
+
+            #[doc = #doc_uncached]
+            #attrs
+            #vis async fn #uncached #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                #body(#this_arg #(#args),*).await
+            }
+        }
+    }
+
+    /// The operations' doc comments, in the order of [`OPERATIONS`].
+    fn docs(&self, companion: &Companion) -> [String; 5] {
+        let fn_name = self.function.sig.ident.to_string();
+        let shown = match companion {
+            Companion::Type(_) => format!("[`{fn_name}()`](fn@{fn_name})"),
+            Companion::Methods(_) => format!("[`Self::{fn_name}`]"),
+        };
+        [
+            format!(
+                "Drops the value {shown} holds for these arguments, in this process and, for a \
+                 cache backed by Redis, in Redis and in every other process's memory. After it \
+                 returns, no call here returns a value whose load began before it."
+            ),
+            format!(
+                "Loads the value of {shown} for these arguments now, whatever value is held, \
+                 stores it and returns what the function returns. Joins the load running for \
+                 the key, if any, so that concurrent callers still share one load."
+            ),
+            format!(
+                "Stores `value` as the value of {shown} for these arguments, as if it had been \
+                 loaded now: fresh for the jittered `ttl`, and for a cache backed by Redis also \
+                 written to Redis (an error when Redis cannot be reached; the value is then kept \
+                 in this process only)."
+            ),
+            format!(
+                "The value {shown} holds in this process's memory for these arguments, if it may \
+                 be served (fresh or stale); never loads, waits or reads Redis."
+            ),
+            format!("Runs the body of {shown} directly: no cache is read or written."),
+        ]
+    }
+
+    /// The paths of the operations, which the function's body names so that none is unused
+    /// code in a crate that calls only some of them.
+    pub(super) fn used_operations(&self) -> TokenStream {
+        let Some(companion) = &self.companion else {
+            return TokenStream::new();
+        };
+        let paths = OPERATIONS.map(|op| {
+            let op = companion.op(op);
+            match companion {
+                Companion::Type(name) => {
+                    let name = Ident::new(&name.to_string(), Span::call_site());
+                    quote!(#name::#op)
+                }
+                Companion::Methods(_) => quote!(Self::#op),
+            }
+        });
+        quote!(let _ = (#(#paths,)*);)
+    }
+
+    /// The witness's method that gives the companion's operations: by the returned type.
+    fn companion_of(&self) -> TokenStream {
+        match self.function.returns {
+            Returns::Value(_) => quote!(value_companion),
+            Returns::Result { .. } => quote!(ok_companion),
+        }
+    }
+
+    /// A non-generic free function's listing in the runtime's registry of linked functions
+    /// (before `main`), with a hidden `__build` in its companion that builds its cache: so that
+    /// `stampede::invalidate(name, key)` reaches it in a process that never called it. Nothing
+    /// for a method or a generic function, whose key types only a call can name.
+    fn linked(&self, name: Ident) -> TokenStream {
+        if !self.function.sig.generics.params.is_empty() {
+            return TokenStream::new();
+        }
+        let private = &self.private;
+        let vis = &self.function.vis;
+        let cfgs = self.cfgs();
+        let cfgs = quote!(#(#cfgs)*);
+        let witness = self.witness();
+        let companion_of = self.companion_of();
+        let recipe = self.recipe(quote!(()));
+        let idents = self.key_args.iter().map(|arg| &arg.ident);
+        let types = self
+            .key_args
+            .iter()
+            .map(|arg| with_elided_lifetimes(&arg.ty));
+        let key = self.key();
+        let tagged = !self.settings.tags.is_empty();
+        quote! {
+            #cfgs
+            impl #name {
+                #[doc(hidden)]
+                #vis fn __build() {
+                    // The closure is never called: its type says the key's.
+                    #witness.#companion_of().build(#recipe, |(#(#idents,)*): (#(#types,)*)| #key)
+                }
+            }
+
+            #cfgs
+            #private::inventory::submit! {
+                #private::Linked::new(#name::__config, #name::__build, #tagged)
+            }
+        }
+    }
+}

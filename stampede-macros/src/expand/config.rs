@@ -1,0 +1,158 @@
+//! Where a function's cache lives and how it is built: its slot, the `Config` literal of its
+//! options, and its tier.
+
+use std::time::Duration;
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::quote;
+
+use super::Expansion;
+use crate::attr::{BackendKind, BusyKind, LockKind};
+use crate::validate::Settings;
+
+impl Expansion<'_> {
+    /// The cache's slot, the closure that builds its options and its tier. A free function's
+    /// slot and options live in its companion, so that the companion reaches the same cache.
+    pub(super) fn cache(&self) -> (TokenStream, TokenStream, TokenStream) {
+        let private = &self.private;
+        let tier = tier(self.settings, private);
+        match &self.companion {
+            Some(companion) => {
+                let slot = companion.path("slot");
+                (quote!(#slot()), companion.path("config"), tier)
+            }
+            None => {
+                let config = config(
+                    &self.function.sig.ident,
+                    self.function.receiver.is_some(),
+                    self.settings,
+                    private,
+                );
+                (slot(private), quote!(|| #config), tier)
+            }
+        }
+    }
+}
+
+/// The cache's slot: a static in a block of its own, so that its name is not in the scope of
+/// the user's body.
+fn slot(private: &TokenStream) -> TokenStream {
+    let slot = Ident::new("__STAMPEDE_SLOT", Span::mixed_site());
+    quote! {
+        {
+            static #slot: #private::Slot = #private::Slot::new();
+            &#slot
+        }
+    }
+}
+
+/// The `Config` literal of the cache: its options, as the runtime reads them.
+pub(super) fn config(
+    fn_name: &syn::Ident,
+    is_method: bool,
+    settings: &Settings,
+    private: &TokenStream,
+) -> TokenStream {
+    let fn_name = fn_name.to_string();
+    let name = match &settings.name {
+        Some(name) => quote!(#name),
+        // A method's cache is named after its type and, in a trait impl, its trait, which only
+        // the body can name: the trait through the path of a type declared here.
+        None if is_method => {
+            let site = Ident::new("__StampedeSite", Span::mixed_site());
+            quote!(#private::method_name(
+                ::core::any::type_name::<Self>(),
+                {
+                    struct #site;
+                    ::core::any::type_name::<#site>()
+                },
+                #fn_name,
+            ))
+        }
+        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+    };
+    let ttl = duration(settings.ttl);
+    let jitter = settings.jitter;
+    let stale = duration(settings.stale);
+    let timeout = duration(settings.timeout);
+    let retries = settings.retries;
+    let backoff = duration(settings.backoff);
+    let lock = match settings.lock {
+        LockKind::Local => quote!(Local),
+        LockKind::Redis => quote!(Redis),
+        LockKind::None => quote!(None),
+    };
+    let backend = match settings.backend {
+        BackendKind::Memory => quote!(Memory),
+        BackendKind::Redis => quote!(Redis),
+        BackendKind::Tiered => quote!(Tiered),
+    };
+    let capacity = settings.capacity;
+    let some_duration = |d: Option<Duration>| match d {
+        Some(d) => {
+            let d = duration(d);
+            quote!(::core::option::Option::Some(#d))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let refresh_after = some_duration(settings.refresh_after);
+    let fail_safe = some_duration(settings.fail_safe);
+    let soft_timeout = some_duration(settings.soft_timeout);
+    let fail_safe_throttle = duration(settings.fail_safe_throttle);
+    let breaker_cooldown = duration(settings.breaker_cooldown);
+    let breaker = match settings.breaker {
+        Some(n) => quote!(::core::option::Option::Some(#n)),
+        None => quote!(::core::option::Option::None),
+    };
+    let key = match &settings.key_template {
+        Some(template) => {
+            quote!(::core::option::Option::Some(::std::sync::Arc::from(#template)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    quote! {
+        #private::Config {
+            name: ::std::sync::Arc::from(#name),
+            ttl: #ttl,
+            jitter: #jitter,
+            stale: #stale,
+            timeout: #timeout,
+            retries: #retries,
+            backoff: #backoff,
+            lock: #private::Lock::#lock,
+            backend: #private::Backend::#backend,
+            capacity: #capacity,
+            refresh_after: #refresh_after,
+            fail_safe: #fail_safe,
+            fail_safe_throttle: #fail_safe_throttle,
+            soft_timeout: #soft_timeout,
+            breaker: #breaker,
+            breaker_cooldown: #breaker_cooldown,
+            key: #key,
+        }
+    }
+}
+
+/// The cache's tier: what it shares beyond this process, and the tier's own options.
+pub(super) fn tier(settings: &Settings, private: &TokenStream) -> TokenStream {
+    if settings.backend == BackendKind::Memory {
+        return quote!(#private::local());
+    }
+    let connection = match &settings.redis {
+        Some(connection) => quote!(::core::option::Option::Some(#connection)),
+        None => quote!(::core::option::Option::None),
+    };
+    let busy = match settings.busy {
+        BusyKind::Wait => quote!(Wait),
+        BusyKind::Compute => quote!(Compute),
+        BusyKind::Error => quote!(Error),
+    };
+    quote!(#private::redis(#connection, #private::Busy::#busy))
+}
+
+/// A `Duration` expression, exact to the nanosecond.
+fn duration(duration: Duration) -> TokenStream {
+    // `validate` has checked that every duration fits in u64 nanoseconds.
+    let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+    quote!(::core::time::Duration::from_nanos(#nanos))
+}

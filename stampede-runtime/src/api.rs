@@ -1,0 +1,127 @@
+//! The calls a service makes on the caches of its process: read their counters ([`stats`],
+//! [`caches`]) and invalidate by key ([`invalidate`]) or by tag ([`invalidate_tag`]). They find
+//! the caches through the registry, whatever their key, value and tier types.
+
+use std::any::{Any, type_name};
+
+use crate::error::Error;
+use crate::registry::{self, AnyCache};
+use crate::stats::{CacheInfo, Stats};
+
+/// The counters of the cache called `name`, or `None` before its function was first called.
+///
+/// A cache is named by `#[cached(name = "...")]`, by default `module::path::function`, or
+/// `path::to::Type::method` for a method. Caches that share a name are summed.
+///
+/// ```
+/// # async fn demo() {
+/// if let Some(stats) = stampede::stats("shop::product") {
+///     println!("{} hits, {} loads", stats.hits, stats.loads);
+/// }
+/// # }
+/// ```
+pub fn stats(name: &str) -> Option<Stats> {
+    let mut found = None;
+    for cache in registry::named(name) {
+        found.get_or_insert_with(Stats::default).add(&cache.stats());
+    }
+    found
+}
+
+/// Every cache of the process that has been called at least once: what a health or debug page
+/// prints.
+///
+/// ```
+/// for cache in stampede::caches() {
+///     println!("{}: {} hits, {} loads", cache.config.name, cache.stats.hits, cache.stats.loads);
+/// }
+/// ```
+pub fn caches() -> Vec<CacheInfo> {
+    registry::all()
+        .into_iter()
+        .map(|cache| CacheInfo {
+            config: cache.config().clone(),
+            stats: cache.stats(),
+        })
+        .collect()
+}
+
+/// Drops the value of one key of the cache called `name`, in this process and, for a cache
+/// backed by Redis, in Redis and in every other process's memory. A load of the key that was
+/// running meanwhile does not store its (possibly outdated) value.
+///
+/// `key` is the cache's key: the tuple of the key arguments, each owned (a `&str` argument is a
+/// `String`), in the order of the `key` template or of the signature.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), stampede::Error> {
+/// // for `#[cached(ttl = "60s")] async fn user(id: u64, region: &str) -> User`
+/// stampede::invalidate("users::user", (42u64, "eu".to_owned())).await?;
+/// # Ok(()) }
+/// ```
+///
+/// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type. It works
+/// in a process that never called the function when the function is a non-generic free
+/// function linked into the binary (its cache is built then); a method's cache exists from its
+/// first call on. Prefer the function's companion, which is typed (a wrong key type is a
+/// compile error): `product::invalidate(id, region).await?` (`Type::method_invalidate` for a
+/// method with `companion = true`).
+pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Error> {
+    if invalidate_in(registry::named(name), &key).await? {
+        return Ok(());
+    }
+    // Not called yet in this process: build the caches of the linked functions of that name.
+    if registry::build_linked(name) && invalidate_in(registry::named(name), &key).await? {
+        return Ok(());
+    }
+    Err(Error::invalid_config(format!(
+        "no cache named `{name}` has keys of type `{}`; a key is the tuple of the key arguments, owned, in the order of the `key` template or of the signature",
+        type_name::<K>()
+    )))
+}
+
+/// Invalidates `key` in those of `caches` whose key type it is; whether any was.
+async fn invalidate_in(
+    caches: Vec<&'static dyn AnyCache>,
+    key: &(dyn Any + Send + Sync),
+) -> Result<bool, Error> {
+    let mut found = false;
+    for cache in caches {
+        if let Some(invalidation) = cache.invalidate(key) {
+            found = true;
+            invalidation.await?;
+        }
+    }
+    Ok(found)
+}
+
+/// Drops every entry tagged `tag` (`#[cached(tags = ["user:{id}", ..])]`), of every cached
+/// function: in this process and, for caches backed by Redis, in Redis and in every other
+/// process's memory. A load of a tagged key running meanwhile does not store its (possibly
+/// outdated) value: after this returns, no call returns a value whose load began before it.
+///
+/// No key is scanned: each process checks an entry's tags on read, and Redis keeps, per tag,
+/// the set of keys loaded with it (see the README's "Invalidation" section).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), stampede::Error> {
+/// // for `#[cached(ttl = "5m", tags = ["user:{user_id}"])] async fn orders(user_id: u64) -> ..`
+/// stampede::invalidate_tag("user:42").await?;
+/// # Ok(()) }
+/// ```
+///
+/// Fails with [`Error::RedisUnavailable`] when a Redis that a cache with tags uses cannot be
+/// reached (the caches of tagged free functions linked into the binary count, called or not;
+/// a tagged method's, once called); this process's entries are dropped all the same.
+pub async fn invalidate_tag(tag: &str) -> Result<(), Error> {
+    registry::forget_tag(tag);
+    #[cfg(feature = "redis")]
+    {
+        let dropped = crate::redis::invalidate_tag(tag).await;
+        // A call meanwhile may have read an old value from Redis before it was dropped there,
+        // and kept it: mark the tag again, rather than wait for the announcement's echo.
+        registry::forget_tag(tag);
+        dropped?;
+    }
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! What the registry sees of a cache ([`AnyCache`]): its options and counters, and the
+//! invalidations another process or a tag's invalidation makes of it.
+
+use std::any::Any;
+
+use super::Cache;
+use crate::breaker::Breaker;
+use crate::config::Config;
+use crate::error::Error;
+use crate::kv::{Key, Value};
+use crate::registry::{AnyCache, BoxFuture};
+use crate::stats::Stats;
+use crate::tier::Tier;
+
+impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
+    fn config(&self) -> &Config {
+        &self.core.config
+    }
+
+    fn stats(&self) -> Stats {
+        let core = &self.core;
+        let t = &core.telemetry;
+        let mut stats = Stats {
+            hits: t.hits.get(),
+            misses: t.misses.get(),
+            stale_served: t.stale_served.get(),
+            loads: t.loads.get(),
+            load_errors: t.load_errors.get(),
+            timeouts: t.timeouts.get(),
+            refreshes: t.refreshes.load(std::sync::atomic::Ordering::Relaxed),
+            shared: t.shared.get(),
+            fail_safe_served: t.fail_safe_served.get(),
+            remote_hits: t.remote_hits.get(),
+            entries: core.memory.entry_count(),
+            in_flight: core.flights.len() as u64,
+            waiters: t.waiters.get(),
+            hot_keys: core.hot.snapshot(t.hits.get()),
+            breaker_open: core.breaker.as_ref().is_some_and(Breaker::is_open),
+            ..Stats::default()
+        };
+        self.tier.add_stats(&mut stats);
+        stats
+    }
+
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a (dyn Any + Send + Sync),
+    ) -> Option<BoxFuture<'a, Result<(), Error>>> {
+        let key = key.downcast_ref::<K>()?;
+        Some(Box::pin(Cache::invalidate(self, key)))
+    }
+
+    fn forget_named(&self, name: &str) {
+        let Some(name_of) = self.tier.key_name() else {
+            return;
+        };
+        for key in self.core.flights.keys() {
+            if name_of(&key).is_some_and(|own| own == name) {
+                self.core.flights.forget(&key);
+            }
+        }
+        self.core.memory.invalidate_named(name);
+    }
+
+    fn forget_tag(&self, tag: &str) {
+        let Some(render) = self.core.tags else {
+            return;
+        };
+        // Only the running loads: stored entries are checked against the tag's mark on read.
+        for key in self.core.flights.keys() {
+            if render(&key).iter().any(|own| own == tag) {
+                self.forget(&key);
+            }
+        }
+    }
+
+    fn forget_all_shared(&self) {
+        if self.tier.key_name().is_none() {
+            return;
+        }
+        for key in self.core.flights.keys() {
+            self.core.flights.forget(&key);
+        }
+        self.core.memory.invalidate_all();
+    }
+}

@@ -1,0 +1,112 @@
+//! How a flight runs: detached on the caller's runtime when it has a leader (so that no
+//! caller's cancellation cancels it), on the caller's task with `lock = "none"`; what it does
+//! (`flight`); and its report settled by the core (`settle`).
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use tokio::runtime::Handle as Runtime;
+use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use super::Cache;
+use crate::entry::Freshness;
+use crate::error::Error;
+use crate::flight::Leader;
+use crate::kv::{Key, Value};
+use crate::load::Load;
+use crate::tier::{Fetched, Handle, Run, Start, Tier};
+
+impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
+    /// Runs the leader's flight detached on the caller's runtime, so that cancelling the caller
+    /// neither cancels the load nor strands the other waiters. Its span follows from the span of
+    /// the call that started it.
+    pub(crate) fn spawn_load<L: Load<K, V>>(
+        &'static self,
+        leader: Leader<'static, K, V>,
+        load: L,
+        start: Start,
+    ) -> Result<(), Error> {
+        let core = &self.core;
+        let runtime = Runtime::try_current().map_err(|_| Error::NoRuntime {
+            cache: core.config.name.clone(),
+        })?;
+        let span = tracing::debug_span!(
+            "stampede.refresh",
+            cache = %core.config.name,
+            key = ?leader.key(),
+            reason = start.reason.as_str(),
+            outcome = Empty,
+            duration_ms = Empty,
+        );
+        // The caller's span (the request): the lookup span is never entered.
+        span.follows_from(tracing::Span::current());
+        let running = async move {
+            // A refresh of a value being served waits for a turn in the process's budget; a
+            // load for callers with no value never does.
+            let _turn = match start.reason {
+                crate::telemetry::Reason::Miss => None,
+                _ => crate::budget::turn(leader.urgent()).await,
+            };
+            let _running = core.telemetry.in_flight.raise();
+            let started = Instant::now();
+            let handle = Handle::new(core, leader.key(), &load, start, Some(&leader));
+            let answer = self.flown(&handle).await;
+            drop(handle); // it borrows the leader, which the answer goes through
+            tracing::Span::current().record("duration_ms", started.elapsed().as_millis() as u64);
+            leader.finish(answer);
+        };
+        runtime.spawn(running.instrument(span));
+        Ok(())
+    }
+
+    /// A flight run on the caller's task (`lock = "none"`), settled as a detached one is.
+    pub(crate) async fn run_here<L: Load<K, V>>(
+        &self,
+        key: &K,
+        load: L,
+        run: Run,
+    ) -> Result<V, Error> {
+        let handle = Handle::new(&self.core, key, &load, Start::miss(run), None);
+        self.flown(&handle).await
+    }
+
+    /// The flight through `handle`, a panic in it included, and the answer the core makes of
+    /// what it reports; the span's outcome says which.
+    async fn flown<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Result<V, Error> {
+        if let Some(value) = self.just_stored(handle) {
+            tracing::Span::current().record("outcome", "ok");
+            return Ok(value);
+        }
+        let fetched = AssertUnwindSafe(self.flight(handle))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                Fetched::Failed(Error::panicked(&self.core.config.name, &*panic))
+            });
+        let (answer, outcome) = self.settle(handle, fetched);
+        tracing::Span::current().record("outcome", outcome);
+        answer
+    }
+
+    /// A fresh value that a load which finished between this caller's miss and its taking the
+    /// lead has stored already: served instead of loading twice. Not for a refresh.
+    fn just_stored<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Option<V> {
+        let core = &self.core;
+        if handle.start().run != Run::Get || !core.config.in_memory() {
+            return None;
+        }
+        let entry = core.entry(handle.key())?;
+        (entry.freshness(Instant::now()) == Freshness::Fresh).then_some(entry.value)
+    }
+
+    /// What one flight does through the tier: gets the key's value for a miss, or loads it
+    /// whatever is held for a refresh.
+    async fn flight<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
+        match handle.start().run {
+            Run::Get => self.tier.fetch(handle).await,
+            Run::Refresh => self.tier.refresh(handle).await,
+        }
+    }
+}

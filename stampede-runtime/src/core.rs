@@ -1,0 +1,166 @@
+//! The state of one cache that its tier is lent for a flight: its options, its memory tier, its
+//! loads in flight, its counters, its breaker and how its keys' tags are rendered; and a
+//! flight's hold on its key ([`Begun`]). Below `tier`, which lends it, and `cache`, which owns
+//! it: this module depends only on the leaves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::breaker::Breaker;
+use crate::clock::after;
+use crate::config::Config;
+use crate::entry::{Entry, jittered_ttl};
+use crate::flight::Flights;
+use crate::hot::HotKeys;
+use crate::kv::{Key, Value};
+use crate::memory::{Loading, Memory};
+use crate::tags::Stamp;
+use crate::telemetry::{Labels, Telemetry};
+
+/// The tags of a key, rendered from it (`#[cached(tags = [..])]`); `None` for an untagged cache.
+pub type Tags<K> = Option<fn(&K) -> Vec<String>>;
+
+/// The tags of a cache whose keys render them with `render`.
+pub fn tagged<K>(render: fn(&K) -> Vec<String>) -> Tags<K> {
+    Some(render)
+}
+
+/// What every tier's flights use of a cache. A tier reaches it only through the handle it is
+/// lent (`tier::Handle`, `tier::Direct`).
+pub(crate) struct Core<K: Key, V: Value> {
+    pub(crate) config: Config,
+    pub(crate) memory: Memory<K, V>,
+    pub(crate) flights: Flights<K, V>,
+    pub(crate) telemetry: Telemetry,
+    pub(crate) hot: HotKeys<K>,
+    /// The upstream circuit breaker, with `breaker = N`.
+    pub(crate) breaker: Option<Breaker>,
+    /// How a key's tags are rendered, for a cache with `tags`.
+    pub(crate) tags: Tags<K>,
+}
+
+impl<K: Key, V: Value> Core<K, V> {
+    /// The core of a cache with these options and tags; `key_name`: how its tier names a key to
+    /// other processes, when it does.
+    pub(crate) fn new(
+        config: Config,
+        tags: Tags<K>,
+        key_name: Option<fn(&K) -> Option<String>>,
+    ) -> Self {
+        if tags.is_some() {
+            crate::tags::keep_marks_for(config.longest_use());
+        }
+        Core {
+            memory: Memory::new(config.capacity, key_name),
+            breaker: config.breaker.map(|threshold| {
+                let open = metrics::gauge!("cache_breaker_open", Labels::new(&config).cache());
+                Breaker::new(threshold, config.breaker_cooldown, open)
+            }),
+            telemetry: Telemetry::new(&config),
+            config,
+            flights: Flights::new(),
+            hot: HotKeys::new(),
+            tags,
+        }
+    }
+
+    /// The key's entry in memory, unless one of its tags was invalidated since its load began.
+    pub(crate) fn entry(&self, key: &K) -> Option<Entry<V>> {
+        self.memory.get(key).filter(Entry::current)
+    }
+
+    /// The key's tags, for a load of it beginning now.
+    fn stamp(&self, key: &K) -> Option<Arc<Stamp>> {
+        self.tags.map(|render| Stamp::new(render(key)))
+    }
+
+    /// An entry loaded now with the cache's deadlines: fresh for a jittered `ttl`, then stale.
+    pub(crate) fn loaded(&self, value: V) -> Entry<V> {
+        let fresh = jittered_ttl(self.config.ttl, self.config.jitter);
+        Entry::loaded(value, Instant::now(), fresh, self.config.stale)
+    }
+
+    /// `entry` as the cache's options have it kept: refreshed early past `refresh_after`, kept
+    /// for `fail_safe` past its stale deadline, then servable no longer than `trusted_for` from
+    /// now in any of its windows (memory is trusted only that long while a shared tier's
+    /// invalidation feed is not known to be live). The cap comes last, so no option undoes it.
+    pub(crate) fn kept(&self, entry: Entry<V>, trusted_for: Option<Duration>) -> Entry<V> {
+        let config = &self.config;
+        let entry = match config.refresh_after {
+            Some(refresh_after) => {
+                let at = after(
+                    entry.filled_at(),
+                    jittered_ttl(refresh_after, config.jitter),
+                );
+                entry.refreshing_from(at)
+            }
+            None => entry,
+        };
+        let entry = match config.fail_safe {
+            Some(fail_safe) => entry.failing_safe_for(fail_safe),
+            None => entry,
+        };
+        match trusted_for {
+            Some(bound) => entry.capped(after(Instant::now(), bound)),
+            None => entry,
+        }
+    }
+}
+
+/// A flight's or a read's hold on its key: registered with the memory tier (a value is kept
+/// only if the key was not invalidated since) and, for a cache with `tags`, stamped with the
+/// key's tags and the tag epoch it began in, before its source is read. Unregistered on drop.
+pub(crate) struct Begun<'a, K: Key, V: Value> {
+    core: &'a Core<K, V>,
+    loading: Loading<'a, K, V>,
+    stamp: Option<Arc<Stamp>>,
+}
+
+impl<'a, K: Key, V: Value> Begun<'a, K, V> {
+    pub(crate) fn new(core: &'a Core<K, V>, key: &K) -> Self {
+        Begun {
+            stamp: core.stamp(key),
+            loading: core.memory.begin(key),
+            core,
+        }
+    }
+
+    /// Unless a load or a read of the key is registered already.
+    pub(crate) fn alone(core: &'a Core<K, V>, key: &K) -> Option<Self> {
+        Some(Begun {
+            loading: core.memory.begin_alone(key)?,
+            stamp: core.stamp(key),
+            core,
+        })
+    }
+
+    /// The key's tags, for a cache with `tags`.
+    pub(crate) fn tags(&self) -> &[Box<str>] {
+        self.stamp.as_ref().map_or(&[], |stamp| stamp.tags())
+    }
+
+    /// `entry` as it is kept ([`Core::kept`]), stamped with the key's tags.
+    pub(crate) fn entry(&self, entry: Entry<V>, trusted_for: Option<Duration>) -> Entry<V> {
+        self.core
+            .kept(entry, trusted_for)
+            .stamped(self.stamp.as_ref())
+    }
+
+    /// Whether neither the key nor one of its tags was invalidated since this began.
+    pub(crate) fn current(&self) -> bool {
+        self.core.memory.is_current(&self.loading)
+            && self.stamp.as_ref().is_none_or(|stamp| stamp.current())
+    }
+
+    /// Keeps `entry` in memory (unless values live only in the shared tier) if the key was not
+    /// invalidated since this began; whether it was not.
+    pub(crate) fn keep(&self, entry: Entry<V>) -> bool {
+        if self.core.config.in_memory() {
+            self.core.memory.keep(&self.loading, entry)
+        } else {
+            self.core.memory.is_current(&self.loading)
+        }
+    }
+}

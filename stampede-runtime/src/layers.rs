@@ -1,0 +1,146 @@
+//! The import graph of the runtime: each module imports only modules below it, so the core's
+//! modules form no circle. A module's place is its layer here; a `crate::` path in its sources
+//! (tests aside) that names a module of its own layer or above fails the test, as does a
+//! module missing from the table.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Every module of the crate and its layer: a module may import modules of lower layers only.
+const LAYERS: &[(&str, u8)] = &[
+    // The leaves.
+    ("kv", 0),
+    ("error", 0),
+    ("clock", 0),
+    ("config", 0),
+    ("budget", 0),
+    ("checks", 1),
+    ("tags", 1),
+    ("telemetry", 1),
+    ("breaker", 1),
+    ("hot", 1),
+    ("entry", 2),
+    ("load", 2),
+    ("stats", 2),
+    ("flight", 3),
+    ("memory", 3),
+    ("registry", 3),
+    // The state lent to tiers, then what a tier reports and is lent.
+    ("core", 4),
+    ("tier", 5),
+    // A shared tier, and the path of a call: beside each other, neither names the other.
+    ("redis", 6),
+    ("cache", 6),
+    // What the generated code calls, and the public calls.
+    ("slot", 7),
+    ("witness", 8),
+    ("api", 9),
+    ("lib", 10),
+];
+
+/// Test-only modules, which may use anything.
+const TESTS: &[&str] = &["core_tests", "fake_tier", "layers"];
+
+#[test]
+fn every_module_imports_only_modules_below_it() {
+    let layers: BTreeMap<&str, u8> = LAYERS.iter().copied().collect();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut violations = Vec::new();
+    let mut files = Vec::new();
+    collect(&src, &mut files);
+    assert!(files.len() > 20, "the sources were not found under {src:?}");
+    for file in files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let module = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_str()
+            .unwrap()
+            .trim_end_matches(".rs");
+        if TESTS.contains(&module) {
+            continue;
+        }
+        let Some(&layer) = layers.get(module) else {
+            violations.push(format!("{module}: not in the table of layers"));
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        for named in crate_paths(without_tests(&text)) {
+            if named == module || TESTS.contains(&named.as_str()) {
+                continue;
+            }
+            match layers.get(named.as_str()) {
+                Some(&other) if other < layer => {}
+                Some(&other) => violations.push(format!(
+                    "{} (layer {layer}) imports {named} (layer {other})",
+                    relative.display()
+                )),
+                None => violations.push(format!(
+                    "{} names crate::{named}, not in the table",
+                    relative.display()
+                )),
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+fn collect(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect(&path, files);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            files.push(path);
+        }
+    }
+}
+
+/// The text before the file's unit tests (`#[cfg(test)] mod tests`, last by convention).
+fn without_tests(text: &str) -> &str {
+    match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    }
+}
+
+/// The top-level modules named by `crate::` paths in `text`, comments aside; a `use crate::{a,
+/// b}` group names each.
+fn crate_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .map(|line| match line.trim_start().starts_with("//") {
+            true => "",
+            false => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut named = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "crate::".len()..];
+        // `$crate::`, `stampede_crate::` and the like are other paths.
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                named.push(ident(item.trim()));
+            }
+        } else {
+            named.push(ident(rest));
+        }
+    }
+    named.retain(|name| !name.is_empty());
+    named
+}
+
+fn ident(text: &str) -> String {
+    text.chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}

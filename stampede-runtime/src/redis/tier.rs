@@ -1,0 +1,259 @@
+//! The Redis tier of one cache ([`RedisTier`]): what the core asks of it, each answered through
+//! the key's [`Flow`](super::flow) or one script, and a local load when Redis cannot be used.
+
+use std::any::type_name;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::kv::{Key, Value};
+use crate::load::Load;
+use crate::redis::Busy;
+use crate::redis::config::lookup;
+use crate::redis::endpoint::Endpoint;
+use crate::redis::envelope::{self, Decoded};
+use crate::redis::flow::Flow;
+use crate::redis::keys::{self, RedisKeys};
+use crate::redis::telemetry::RedisTelemetry;
+use crate::redis::{invalidate, tags};
+use crate::stats::Stats;
+use crate::tier::{Direct, Fetched, Handle, Shared, Tier};
+
+/// The Redis tier of one cache: keys written by serde as readable text, values as MessagePack.
+pub struct RedisTier<K, V> {
+    /// What names the cache in its Redis keys (see `keys::identity`).
+    pub(super) identity: String,
+    /// The connection's name (`None`: the default connection), looked up at each fill so that
+    /// a connection installed after the cache was built is used.
+    pub(super) connection: Option<Arc<str>>,
+    pub(super) busy: Busy,
+    pub(super) telemetry: RedisTelemetry,
+    _types: std::marker::PhantomData<fn(K) -> V>,
+}
+
+/// The tier of a cache whose values are shared through the Redis connection named
+/// `connection` (`None`: the default one), with `busy` as its policy while another process
+/// holds a key's lock.
+pub fn redis<K, V>(
+    connection: Option<&'static str>,
+    busy: Busy,
+) -> impl FnOnce(&Config) -> RedisTier<K, V>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+{
+    move |config| RedisTier {
+        identity: identity::<K, V>(config),
+        connection: connection.map(Arc::from),
+        busy,
+        telemetry: RedisTelemetry::new(config),
+        _types: std::marker::PhantomData,
+    }
+}
+
+/// The cache's identity in Redis. Two caches of this process given one name with different
+/// types or key templates get different identities, so they share nothing; the first such pair
+/// is reported, since it is almost always a copied `name = "..."`.
+fn identity<K, V>(config: &Config) -> String {
+    static SEEN: Mutex<Vec<(Arc<str>, String)>> = Mutex::new(Vec::new());
+    let template = config.key.as_deref().unwrap_or("");
+    let identity = keys::identity(
+        &config.name,
+        &[type_name::<K>(), type_name::<V>(), template],
+    );
+    let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+    match seen.iter().find(|(name, _)| *name == config.name) {
+        Some((_, other)) if *other != identity => tracing::error!(
+            cache = %config.name,
+            "stampede: two cached functions share this name with different key or value types \
+             or key templates; they share no values in Redis. Give each its own `name`."
+        ),
+        Some(_) => {}
+        None => seen.push((config.name.clone(), identity.clone())),
+    }
+    identity
+}
+
+impl<K, V> Tier<K, V> for RedisTier<K, V>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+{
+    async fn fetch<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
+        match self.route(handle) {
+            Ok((endpoint, keys)) => Flow::new(self, endpoint, keys, handle).run().await,
+            Err(endpoint) => self.degraded(handle, endpoint.as_deref()).await,
+        }
+    }
+
+    /// Loads the key whatever Redis holds, and writes it as a fill without the lock: the fence
+    /// read first makes sure that an invalidation during the load, or a newer fill, is not
+    /// overwritten.
+    async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
+        let (endpoint, keys) = match self.route(handle) {
+            Ok(route) => route,
+            Err(endpoint) => return self.degraded(handle, endpoint.as_deref()).await,
+        };
+        let Ok(read) = endpoint.read_or_lock(&keys, None, true).await else {
+            return self.degraded(handle, Some(&endpoint)).await;
+        };
+        Flow::new(self, endpoint, keys, handle)
+            .hold(false, read.fence)
+            .await
+    }
+
+    async fn prime<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        value: V,
+    ) -> Result<(), Error> {
+        self.prime_value(handle, value).await
+    }
+
+    async fn invalidate(&self, config: &Config, key: &K) -> Result<(), Error> {
+        let Some(endpoint) = lookup(self.connection.as_deref()) else {
+            return Ok(()); // nothing shared: the local copy is gone already
+        };
+        let args =
+            keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
+        let keys = self.keys(&endpoint, &args);
+        endpoint
+            .invalidate(&keys, Some(&invalidate::message(&config.name, &args)))
+            .await
+            .map_err(|failure| Error::RedisUnavailable {
+                cache: config.name.clone(),
+                message: failure.to_string().into(),
+            })
+    }
+
+    fn reads(&self) -> bool {
+        true
+    }
+
+    /// One round trip, without a lock: the entry if Redis holds a fresh one that decodes;
+    /// `None` for anything else (nothing there, stale, undecodable, Redis unusable or failing),
+    /// which the key's flight then handles with the whole protocol.
+    async fn read(&self, direct: &Direct<'_, K, V>) -> Option<Shared<V>> {
+        let endpoint = lookup(self.connection.as_deref()).filter(|e| e.usable())?;
+        let args = keys::args_text(direct.key()).ok()?;
+        let value_key = RedisKeys::value_key(&endpoint.config.prefix, &self.identity, &args);
+        let (value, now_ms) = endpoint.read_fresh(&value_key).await.ok()??;
+        let Decoded::Servable(entry) = envelope::decoded(Some(&value), Some(now_ms)) else {
+            return None;
+        };
+        Some(Shared::new(entry, endpoint.memory_trusted_for()))
+    }
+
+    fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
+        Some(|key| keys::args_text(key).ok())
+    }
+
+    fn tagged(&self) {
+        tags::used_by_tags(self.connection.clone());
+    }
+
+    fn add_stats(&self, stats: &mut Stats) {
+        self.telemetry.add_to(stats);
+    }
+}
+
+impl<K, V> RedisTier<K, V>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+{
+    /// The endpoint and Redis keys of a flight's key, or (when Redis cannot be used: not
+    /// configured, cooling down, a key that cannot be written) the endpoint if there is one.
+    #[allow(clippy::type_complexity)]
+    fn route<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+    ) -> Result<(Arc<Endpoint>, RedisKeys), Option<Arc<Endpoint>>> {
+        let config = handle.config();
+        let Some(endpoint) = lookup(self.connection.as_deref()) else {
+            self.warn_unconfigured(config);
+            return Err(None);
+        };
+        if !endpoint.usable() {
+            return Err(Some(endpoint));
+        }
+        match keys::args_text(handle.key()) {
+            Ok(args) => {
+                let keys = self.keys(&endpoint, &args);
+                Ok((endpoint, keys))
+            }
+            Err(error) => {
+                tracing::warn!(cache = %config.name, %error, "stampede: key cannot be written for Redis; loading locally");
+                Err(Some(endpoint))
+            }
+        }
+    }
+
+    /// The Redis keys of `args` in this cache, on `endpoint`.
+    pub(super) fn keys(&self, endpoint: &Endpoint, args: &str) -> RedisKeys {
+        RedisKeys::new(&endpoint.config.prefix, &self.identity, args)
+    }
+
+    /// Loads the key here, without Redis. Kept in memory no longer than memory is trusted: an
+    /// invalidation another process makes meanwhile cannot reach this value through Redis.
+    pub(super) async fn degraded<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        endpoint: Option<&Endpoint>,
+    ) -> Fetched<V> {
+        self.telemetry.degraded.bump();
+        tracing::Span::current().record("outcome", "degraded");
+        let trusted_for = endpoint.and_then(Endpoint::memory_trusted_for);
+        handle.load_here(trusted_for).await
+    }
+
+    fn warn_unconfigured(&self, config: &Config) {
+        if self.telemetry.degraded.get() == 0 {
+            tracing::warn!(
+                cache = %config.name,
+                redis = self.connection.as_deref().unwrap_or("default"),
+                "stampede: this cache is backed by Redis, but no Redis is configured \
+                 (RedisConfig::install, or the STAMPEDE_REDIS_URL variable); it runs on local singleflight"
+            );
+        }
+    }
+
+    /// Writes a value to Redis as if it had been loaded now (a companion's `prime`), and keeps
+    /// it in memory. The write takes a new fence, so that a load that read the key before
+    /// cannot write its value over it. When Redis cannot be reached the value is kept here only
+    /// (no longer than memory is trusted), and the error returned.
+    async fn prime_value<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        value: V,
+    ) -> Result<(), Error> {
+        let config = handle.config();
+        let Some(endpoint) = lookup(self.connection.as_deref()) else {
+            handle.keep_loaded(value, None); // nothing shared
+            return Ok(());
+        };
+        let args = keys::args_text(handle.key())
+            .map_err(|error| Error::invalid_config(error.to_string()))?;
+        let payload =
+            envelope::encode(&value).map_err(|error| Error::invalid_config(error.to_string()))?;
+        let keys = self.keys(&endpoint, &args);
+        let unavailable = |message: String| Error::RedisUnavailable {
+            cache: config.name.clone(),
+            message: message.into(),
+        };
+        let read = match endpoint.read_or_lock(&keys, None, true).await {
+            Ok(read) => read,
+            Err(failure) => {
+                handle.keep_loaded(value, endpoint.memory_trusted_for());
+                return Err(unavailable(failure.to_string()));
+            }
+        };
+        let flow = Flow::new(self, endpoint, keys, handle);
+        flow.prime(value, &payload, read.fence)
+            .await
+            .map_err(unavailable)
+    }
+}

@@ -447,3 +447,35 @@ async fn stats_name_the_hot_keys_and_serialize_for_a_debug_page() {
     assert_eq!(ours["stats"]["hits"], 1_200);
     assert_eq!(ours["stats"]["hot_keys"][0]["age_ms"], 5_000);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_gauge_reads_closed_once_the_cooldown_has_passed_on_a_cache_nobody_calls() {
+    telemetry();
+
+    #[cached(
+        ttl = "60s",
+        breaker = 1,
+        breaker_cooldown = "30s",
+        name = "obs::breaker_gauge"
+    )]
+    async fn account(id: u64) -> Result<u64, AppError> {
+        Err(AppError::Db(format!("account {id}: down")))
+    }
+
+    let cache = [("cache", "obs::breaker_gauge")];
+    assert!(within(account(1)).await.is_err());
+    assert_eq!(
+        gauge("cache_breaker_open", &cache),
+        1.0,
+        "open after one failed load"
+    );
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    assert_eq!(gauge("cache_breaker_open", &cache), 1.0, "cooling down");
+    tokio::time::sleep(Duration::from_secs(2)).await; // nobody calls it meanwhile
+    assert_eq!(
+        gauge("cache_breaker_open", &cache),
+        0.0,
+        "the cool-down has passed"
+    );
+    assert!(!stampede::stats("obs::breaker_gauge").unwrap().breaker_open);
+}

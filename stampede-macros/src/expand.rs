@@ -98,25 +98,23 @@ struct Expansion<'a> {
     in_redis: bool,
     /// For a free function, its name, which its companion type also has: the slot, the
     /// options and the body live there, so that the companion reaches the cache without a call.
-    companion: Option<Companion>,
+    companion: Option<Holder>,
 }
 
 /// Where the companion's items go.
-enum Companion {
+enum Holder {
     /// A free function's: a type of the function's name.
     Type(Ident),
     /// A method's (`companion = true`, inherent impls): associated items named after it.
     Methods(Ident),
 }
 
-impl Companion {
+impl Holder {
     /// The name of a hidden item (`__slot`, `__config`, `__body`).
     fn hidden(&self, what: &str) -> Ident {
         match self {
-            Companion::Type(_) => Ident::new(&format!("__{what}"), Span::call_site()),
-            Companion::Methods(method) => {
-                Ident::new(&format!("__{method}_{what}"), Span::call_site())
-            }
+            Holder::Type(_) => Ident::new(&format!("__{what}"), Span::call_site()),
+            Holder::Methods(method) => Ident::new(&format!("__{method}_{what}"), Span::call_site()),
         }
     }
 
@@ -124,8 +122,8 @@ impl Companion {
     fn path(&self, what: &str) -> TokenStream {
         let hidden = self.hidden(what);
         match self {
-            Companion::Type(name) => quote!(#name::#hidden),
-            Companion::Methods(_) => quote!(Self::#hidden),
+            Holder::Type(name) => quote!(#name::#hidden),
+            Holder::Methods(_) => quote!(Self::#hidden),
         }
     }
 
@@ -133,8 +131,8 @@ impl Companion {
     /// here" note then points.
     fn op(&self, op: &str) -> Ident {
         match self {
-            Companion::Type(name) => Ident::new(op, name.span()),
-            Companion::Methods(method) => Ident::new(&format!("{method}_{op}"), method.span()),
+            Holder::Type(name) => Ident::new(op, name.span()),
+            Holder::Methods(method) => Ident::new(&format!("{method}_{op}"), method.span()),
         }
     }
 }
@@ -162,13 +160,13 @@ impl<'a> Expansion<'a> {
             companion: match (function.receiver, &function.shape, settings.companion) {
                 (_, Shape::AsyncTrait, _) | (_, _, Some(false)) | (Some(_), _, None) => None,
                 (Some(_), Shape::Async, Some(true)) => {
-                    Some(Companion::Methods(function.sig.ident.clone()))
+                    Some(Holder::Methods(function.sig.ident.clone()))
                 }
                 // A companion named like this crate would take the crate's name in the
                 // function's module (`stampede::cached` there would name the companion), unless
                 // asked for.
                 (None, Shape::Async, None) if names_the_crate(&function.sig.ident, krate) => None,
-                (None, Shape::Async, _) => Some(Companion::Type(function.sig.ident.clone())),
+                (None, Shape::Async, _) => Some(Holder::Type(function.sig.ident.clone())),
             },
         }
     }

@@ -57,103 +57,19 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         .map_or(LockKind::Local, |lock| lock.value);
     let (backend, redis, busy) = shared_tier(&options, lock, errors);
     busy_error_needs_result(&options, function, errors);
-    if let Some(companion) = &options.companion
-        && companion.value
-        && matches!(function.shape, crate::func::Shape::AsyncTrait)
-    {
-        errors.push(error(
-            companion.span,
-            "`companion = true` adds associated functions next to the method, and a trait impl (here under `#[async_trait]`) takes no items but the trait's",
-            "remove `companion`, and drop a key with `stampede::invalidate(name, key)`, the cache's name as `stampede::stats` lists it",
-        ));
-    }
-
-    let ttl = match options.ttl {
-        None if options.incomplete => Duration::ZERO, // misspelt or malformed: reported already
-        None => {
-            errors.push(error(
-                Span::call_site(),
-                "`#[cached]` needs a `ttl`",
-                "say how long a value stays fresh, e.g. `#[cached(ttl = \"60s\")]`",
-            ));
-            Duration::ZERO
-        }
-        Some(ttl) => non_zero(
-            ttl,
-            "ttl",
-            "a value that is never fresh would be loaded on every call",
-            errors,
-        ),
-    };
-
-    let jitter = match options.jitter {
-        None => DEFAULT_JITTER,
-        Some(Spanned { value, span }) => u8::try_from(value).ok().filter(|j| *j <= 100).unwrap_or_else(|| {
-            errors.push(error(
-                span,
-                format!("`jitter = {value}` is out of range"),
-                "`jitter` is the percent of `ttl` a fill may be shortened by: write a number from 0 to 100",
-            ));
-            0
-        }),
-    };
-
-    let lock = options
-        .lock
-        .as_ref()
-        .map_or(LockKind::Local, |lock| lock.value);
-    let policies = policies(&options, function, lock, ttl, errors);
-    let stale = options.stale.map_or(Duration::ZERO, |stale| {
-        if lock == LockKind::None && !stale.value.is_zero() {
-            errors.push(error(
-                stale.span,
-                "`stale` needs a lock, and this cache has `lock = \"none\"`",
-                "stale-while-revalidate runs one refresh per stale key, which takes a lock; remove `stale` or use `lock = \"local\"`",
-            ));
-        }
-        stale.value
-    });
-
-    let timeout = options.timeout.map_or(DEFAULT_TIMEOUT, |timeout| {
-        non_zero(
-            timeout,
-            "timeout",
-            "every attempt would time out at once",
-            errors,
-        )
-    });
-    let retries = options.retries.map_or(0, |retries| retries.value);
-    let backoff = options
-        .backoff
-        .map_or(DEFAULT_BACKOFF, |backoff| backoff.value);
-    let capacity = options.capacity.map_or(DEFAULT_CAPACITY, |capacity| {
-        if capacity.value == 0 {
-            errors.push(error(
-                capacity.span,
-                "`capacity = 0` would keep nothing",
-                "give the number of entries to keep in memory, e.g. `capacity = 10_000`",
-            ));
-        }
-        capacity.value
-    });
-
-    if let Some(name) = &options.name
-        && name.value().trim().is_empty()
-    {
-        errors.push(error(
-            name.span(),
-            "`name` cannot be empty",
-            "leave `name` out to use the function's path, or give a name such as \"users::by_id\"",
-        ));
-    }
-
+    companion_fits_the_shape(&options, function, errors);
+    let timing = timing(&options, lock, errors);
+    let policies = policies(&options, function, lock, timing.ttl, errors);
+    without_memory(&options, backend, errors);
+    let capacity = capacity(&options, errors);
+    name_is_not_empty(&options, errors);
     Settings {
-        ttl,
-        jitter,
-        stale,
-        timeout,
-        retries,
-        backoff,
+        ttl: timing.ttl,
+        jitter: timing.jitter,
+        stale: timing.stale,
+        timeout: timing.timeout,
+        retries: timing.retries,
+        backoff: timing.backoff,
         lock,
         backend,
         redis,
@@ -174,6 +90,137 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         krate: options
             .krate
             .map_or_else(|| syn::parse_quote!(::stampede), |krate| krate.value),
+    }
+}
+
+/// `companion = true` asks for items next to the method, which a trait impl cannot take.
+fn companion_fits_the_shape(options: &Options, function: &Function, errors: &mut Errors) {
+    if let Some(companion) = &options.companion
+        && companion.value
+        && matches!(function.shape, crate::func::Shape::AsyncTrait)
+    {
+        errors.push(error(
+            companion.span,
+            "`companion = true` adds associated functions next to the method, and a trait impl (here under `#[async_trait]`) takes no items but the trait's",
+            "remove `companion`, and drop a key with `stampede::invalidate(name, key)`, the cache's name as `stampede::stats` lists it",
+        ));
+    }
+}
+
+/// How long values live and loads run: `ttl`, `jitter`, `stale`, `timeout`, `retries`,
+/// `backoff`.
+struct Timing {
+    ttl: Duration,
+    jitter: u8,
+    stale: Duration,
+    timeout: Duration,
+    retries: u32,
+    backoff: Duration,
+}
+
+fn timing(options: &Options, lock: LockKind, errors: &mut Errors) -> Timing {
+    let ttl = match options.ttl {
+        None if options.incomplete => Duration::ZERO, // misspelt or malformed: reported already
+        None => {
+            errors.push(error(
+                Span::call_site(),
+                "`#[cached]` needs a `ttl`",
+                "say how long a value stays fresh, e.g. `#[cached(ttl = \"60s\")]`",
+            ));
+            Duration::ZERO
+        }
+        Some(ttl) => non_zero(
+            ttl,
+            "ttl",
+            "a value that is never fresh would be loaded on every call",
+            errors,
+        ),
+    };
+    let jitter = match options.jitter {
+        None => DEFAULT_JITTER,
+        Some(Spanned { value, span }) => u8::try_from(value).ok().filter(|j| *j <= 100).unwrap_or_else(|| {
+            errors.push(error(
+                span,
+                format!("`jitter = {value}` is out of range"),
+                "`jitter` is the percent of `ttl` a fill may be shortened by: write a number from 0 to 100",
+            ));
+            0
+        }),
+    };
+    let stale = options.stale.map_or(Duration::ZERO, |stale| {
+        if lock == LockKind::None && !stale.value.is_zero() {
+            errors.push(error(
+                stale.span,
+                "`stale` needs a lock, and this cache has `lock = \"none\"`",
+                "stale-while-revalidate runs one refresh per stale key, which takes a lock; remove `stale` or use `lock = \"local\"`",
+            ));
+        }
+        stale.value
+    });
+    let timeout = options.timeout.map_or(DEFAULT_TIMEOUT, |timeout| {
+        non_zero(
+            timeout,
+            "timeout",
+            "every attempt would time out at once",
+            errors,
+        )
+    });
+    Timing {
+        ttl,
+        jitter,
+        stale,
+        timeout,
+        retries: options.retries.map_or(0, |retries| retries.value),
+        backoff: options
+            .backoff
+            .map_or(DEFAULT_BACKOFF, |backoff| backoff.value),
+    }
+}
+
+fn capacity(options: &Options, errors: &mut Errors) -> u64 {
+    options.capacity.map_or(DEFAULT_CAPACITY, |capacity| {
+        if capacity.value == 0 {
+            errors.push(error(
+                capacity.span,
+                "`capacity = 0` would keep nothing",
+                "give the number of entries to keep in memory, e.g. `capacity = 10_000`",
+            ));
+        }
+        capacity.value
+    })
+}
+
+fn name_is_not_empty(options: &Options, errors: &mut Errors) {
+    if let Some(name) = &options.name
+        && name.value().trim().is_empty()
+    {
+        errors.push(error(
+            name.span(),
+            "`name` cannot be empty",
+            "leave `name` out to use the function's path, or give a name such as \"users::by_id\"",
+        ));
+    }
+}
+
+/// With `backend = "redis"` values live in Redis only: the options of the memory tier have
+/// nothing to act on.
+fn without_memory(options: &Options, backend: BackendKind, errors: &mut Errors) {
+    if backend != BackendKind::Redis {
+        return;
+    }
+    if let Some(capacity) = &options.capacity {
+        errors.push(error(
+            capacity.span,
+            "`capacity` bounds the entries kept in memory, and with `backend = \"redis\"` no value is kept in memory",
+            "remove `capacity`, or use `backend = \"tiered\"` to keep values in memory in front of Redis",
+        ));
+    }
+    if let Some(throttle) = &options.fail_safe_throttle {
+        errors.push(error(
+            throttle.span,
+            "`fail_safe_throttle` keeps a served last good value in memory for the throttle, and with `backend = \"redis\"` no value is kept in memory",
+            "remove `fail_safe_throttle`: each call past the stale window asks the source and, when it fails, gets the last good value Redis keeps; bound the source's load with `breaker = N`, or use `backend = \"tiered\"`",
+        ));
     }
 }
 
@@ -198,27 +245,65 @@ fn policies(
     ttl: Duration,
     errors: &mut Errors,
 ) -> Policies {
-    let refresh_after = options.refresh_after.as_ref().map(|after| {
-        if after.value.is_zero() || after.value >= ttl {
-            errors.push(error(
-                after.span,
-                "`refresh_after` must be above zero and below `ttl`",
-                "a value is refreshed ahead of its expiry: e.g. `ttl = \"60s\", refresh_after = \"45s\"`",
-            ));
-        }
-        if lock == LockKind::None {
-            errors.push(error(
-                after.span,
-                "`refresh_after` needs a lock, and this cache has `lock = \"none\"`",
-                "refresh-ahead runs one background refresh per key, which takes a lock; remove `refresh_after` or use `lock = \"local\"`",
-            ));
-        }
-        after.value
-    });
-    let fail_safe = options.fail_safe.as_ref().map(|fail_safe| fail_safe.value);
+    let refresh_after = refresh_after(options, lock, ttl, errors);
+    fail_safe_companions(options, lock, errors);
+    let breaker = breaker(options, errors);
+    if let Some(retry_if) = &options.retry_if
+        && matches!(function.returns, crate::func::Returns::Value(_))
+    {
+        errors.push(error(
+            retry_if.span,
+            "`retry_if` classifies a function's errors, and this function returns no `Result`",
+            "return `Result<T, E>` to have errors to retry, or remove `retry_if`",
+        ));
+    }
+    Policies {
+        refresh_after,
+        fail_safe: options.fail_safe.as_ref().map(|fail_safe| fail_safe.value),
+        fail_safe_throttle: options
+            .fail_safe_throttle
+            .as_ref()
+            .map_or(DEFAULT_FAIL_SAFE_THROTTLE, |throttle| throttle.value),
+        soft_timeout: options.soft_timeout.as_ref().map(|soft| soft.value),
+        retry_if: options.retry_if.as_ref().map(|path| path.value.clone()),
+        breaker,
+        breaker_cooldown: options
+            .breaker_cooldown
+            .as_ref()
+            .map_or(DEFAULT_BREAKER_COOLDOWN, |cooldown| cooldown.value),
+    }
+}
+
+fn refresh_after(
+    options: &Options,
+    lock: LockKind,
+    ttl: Duration,
+    errors: &mut Errors,
+) -> Option<Duration> {
+    let after = options.refresh_after.as_ref()?;
+    if after.value.is_zero() || after.value >= ttl {
+        errors.push(error(
+            after.span,
+            "`refresh_after` must be above zero and below `ttl`",
+            "a value is refreshed ahead of its expiry: e.g. `ttl = \"60s\", refresh_after = \"45s\"`",
+        ));
+    }
+    if lock == LockKind::None {
+        errors.push(error(
+            after.span,
+            "`refresh_after` needs a lock, and this cache has `lock = \"none\"`",
+            "refresh-ahead runs one background refresh per key, which takes a lock; remove `refresh_after` or use `lock = \"local\"`",
+        ));
+    }
+    Some(after.value)
+}
+
+/// `fail_safe_throttle` and `soft_timeout` need `fail_safe`; `soft_timeout` also needs a load
+/// that goes on without its caller, which `lock = "none"` does not run.
+fn fail_safe_companions(options: &Options, lock: LockKind, errors: &mut Errors) {
     let needs_fail_safe = |option: &Option<Spanned<Duration>>, name: &str, what: &str| {
         option.as_ref().and_then(|given| {
-            fail_safe.is_none().then(|| {
+            options.fail_safe.is_none().then(|| {
                 error(
                     given.span,
                     format!("`{name}` needs `fail_safe`"),
@@ -227,20 +312,33 @@ fn policies(
             })
         })
     };
-    if let Some(e) = needs_fail_safe(
-        &options.fail_safe_throttle,
-        "fail_safe_throttle",
-        "it paces the source while the last good value is served",
-    ) {
-        errors.push(e);
+    let checks = [
+        needs_fail_safe(
+            &options.fail_safe_throttle,
+            "fail_safe_throttle",
+            "it paces the source while the last good value is served",
+        ),
+        needs_fail_safe(
+            &options.soft_timeout,
+            "soft_timeout",
+            "after it a waiting caller gets the last good value, which only `fail_safe` keeps",
+        ),
+    ];
+    for error in checks.into_iter().flatten() {
+        errors.push(error);
     }
-    if let Some(e) = needs_fail_safe(
-        &options.soft_timeout,
-        "soft_timeout",
-        "after it a waiting caller gets the last good value, which only `fail_safe` keeps",
-    ) {
-        errors.push(e);
+    if let Some(soft) = &options.soft_timeout
+        && lock == LockKind::None
+    {
+        errors.push(error(
+            soft.span,
+            "`soft_timeout` needs a lock, and this cache has `lock = \"none\"`",
+            "after the soft timeout the load goes on in the background and stores its value, and with `lock = \"none\"` every load runs on its caller's task; remove `soft_timeout` or use `lock = \"local\"`",
+        ));
     }
+}
+
+fn breaker(options: &Options, errors: &mut Errors) -> Option<u32> {
     let breaker = options.breaker.as_ref().map(|breaker| {
         if breaker.value == 0 {
             errors.push(error(
@@ -260,30 +358,7 @@ fn policies(
             "add `breaker = 5` (the consecutive failed loads that open the breaker)",
         ));
     }
-    if let Some(retry_if) = &options.retry_if
-        && matches!(function.returns, crate::func::Returns::Value(_))
-    {
-        errors.push(error(
-            retry_if.span,
-            "`retry_if` classifies a function's errors, and this function returns no `Result`",
-            "return `Result<T, E>` to have errors to retry, or remove `retry_if`",
-        ));
-    }
-    Policies {
-        refresh_after,
-        fail_safe,
-        fail_safe_throttle: options
-            .fail_safe_throttle
-            .as_ref()
-            .map_or(DEFAULT_FAIL_SAFE_THROTTLE, |throttle| throttle.value),
-        soft_timeout: options.soft_timeout.as_ref().map(|soft| soft.value),
-        retry_if: options.retry_if.as_ref().map(|path| path.value.clone()),
-        breaker,
-        breaker_cooldown: options
-            .breaker_cooldown
-            .as_ref()
-            .map_or(DEFAULT_BREAKER_COOLDOWN, |cooldown| cooldown.value),
-    }
+    breaker
 }
 
 fn non_zero(setting: Spanned<Duration>, name: &str, why: &str, errors: &mut Errors) -> Duration {

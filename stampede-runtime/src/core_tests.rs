@@ -499,3 +499,222 @@ async fn retry_if_retries_only_the_errors_it_accepts() {
         "a transient one up to retries + 1 times"
     );
 }
+
+/// A source that fails while `failing` is set, counting its loads.
+#[derive(Clone, Default)]
+struct Flaky {
+    loads: Arc<AtomicUsize>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Flaky {
+    fn get<T: Tier<u64, String>>(
+        &self,
+        cache: &'static Cache<u64, String, T>,
+        key: u64,
+    ) -> impl Future<Output = Result<String, Error>> + Send + 'static {
+        let (loads, failing) = (self.loads.clone(), self.failing.clone());
+        cache.get(key, move || {
+            move |key: &u64| {
+                let (key, loads, failing) = (*key, loads.clone(), failing.clone());
+                async move {
+                    let n = loads.fetch_add(1, SeqCst) + 1;
+                    match failing.load(SeqCst) {
+                        true => Err(format!("load {n}: down")),
+                        false => Ok(format!("{key} v{n}")),
+                    }
+                }
+            }
+        })
+    }
+
+    fn loads(&self) -> usize {
+        self.loads.load(SeqCst)
+    }
+}
+
+fn breaker_open<T: Tier<u64, String>>(cache: &'static Cache<u64, String, T>) -> bool {
+    crate::registry::AnyCache::stats(cache).breaker_open
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_opens_after_failed_loads_while_every_caller_is_served_a_stale_value() {
+    let mut guarded = config("core::breaker_stale");
+    guarded.stale = Duration::from_secs(3_600);
+    guarded.breaker = Some(2);
+    guarded.breaker_cooldown = Duration::from_secs(3_600);
+    // Locally, and through a shared store whose value (another process's) is stale.
+    let store = Store::new();
+    let now = Instant::now();
+    store.put(
+        1,
+        Entry::new(
+            "1 v0".to_owned(),
+            now,
+            now,
+            now + Duration::from_secs(3_600),
+        ),
+    );
+    let shared = leak(guarded.clone(), fake_tier::tier(&store));
+    let local = leak(guarded, Local);
+    let source = Flaky::default();
+    assert_eq!(within(source.get(local, 1)).await.unwrap(), "1 v1");
+    tokio::time::advance(Duration::from_secs(11)).await; // past the ttl: stale
+    source.failing.store(true, SeqCst);
+    let caches: [(&dyn Stale, &str); 2] = [(&shared, "1 v0"), (&local, "1 v1")];
+    for (cache, stale) in caches {
+        let before = source.loads();
+        for _ in 0..6 {
+            assert_eq!(within(cache.get(&source)).await.unwrap(), stale);
+            tokio::time::sleep(Duration::from_millis(10)).await; // the refresh runs
+        }
+        assert!(cache.breaker_open(), "two failed loads open the breaker");
+        assert_eq!(source.loads() - before, 2, "then the source is skipped");
+    }
+}
+
+/// A cache of either tier, for a test that runs the same calls on both.
+trait Stale: Sync {
+    fn get(
+        &self,
+        source: &Flaky,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<String, Error>> + Send>>;
+    fn breaker_open(&self) -> bool;
+}
+
+impl<T: Tier<u64, String>> Stale for &'static Cache<u64, String, T> {
+    fn get(
+        &self,
+        source: &Flaky,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<String, Error>> + Send>> {
+        Box::pin(source.get(self, 1))
+    }
+
+    fn breaker_open(&self) -> bool {
+        breaker_open(self)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_contention_alone_never_opens_the_breaker() {
+    let store = Store::new();
+    store.lock(4); // another process holds the key's lock
+    let mut guarded = config("core::breaker_busy");
+    guarded.breaker = Some(1);
+    let mut busy = fake_tier::tier(&store);
+    busy.busy_error = true;
+    let cache = leak(guarded, busy);
+    let source = Flaky::default();
+    for _ in 0..3 {
+        assert!(matches!(
+            within(source.get(cache, 4)).await,
+            Err(Error::LockBusy { .. })
+        ));
+    }
+    assert!(!breaker_open(cache), "a busy lock is no failed load");
+    assert_eq!(source.loads(), 0);
+    // The other process's value arrives: it is read, whatever the breaker says.
+    let now = Instant::now();
+    let fresh = now + Duration::from_secs(60);
+    store.put(
+        4,
+        Entry::new("4 from the holder".to_owned(), now, fresh, fresh),
+    );
+    assert_eq!(
+        within(source.get(cache, 4)).await.unwrap(),
+        "4 from the holder"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_does_not_stop_a_process_from_reading_another_processs_value() {
+    let store = Store::new();
+    let mut guarded = config("core::breaker_reads");
+    guarded.breaker = Some(1);
+    guarded.breaker_cooldown = Duration::from_secs(3_600);
+    let cache = leak(guarded, fake_tier::tier(&store));
+    let source = Flaky::default();
+    source.failing.store(true, SeqCst);
+    assert!(within(source.get(cache, 8)).await.is_err());
+    assert!(breaker_open(cache));
+    let now = Instant::now();
+    let fresh = now + Duration::from_secs(60);
+    store.put(
+        8,
+        Entry::new("8 from elsewhere".to_owned(), now, fresh, fresh),
+    );
+    assert_eq!(
+        within(source.get(cache, 8)).await.unwrap(),
+        "8 from elsewhere"
+    );
+    assert_eq!(source.loads(), 1, "the breaker still skips the source");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fail_safe_value_is_never_served_past_the_trust_cap() {
+    // While the store's invalidation feed is down, memory is trusted for 2 s only: an
+    // invalidation missed meanwhile must not be outlived by more, fail-safe or not.
+    let store = Store::new();
+    let mut safe = config("core::trust_cap");
+    safe.fail_safe = Some(Duration::from_secs(3_600));
+    let mut untrusted = fake_tier::tier(&store);
+    untrusted.trusted_for = Some(Duration::from_secs(2));
+    let cache = leak(safe, untrusted);
+    let source = Flaky::default();
+    assert_eq!(within(source.get(cache, 2)).await.unwrap(), "2 v1");
+    store.drop_silently(&2); // another process invalidated it; the message was lost
+    source.failing.store(true, SeqCst);
+    tokio::time::advance(Duration::from_secs(3)).await;
+    assert!(
+        within(source.get(cache, 2)).await.is_err(),
+        "the invalidated value is not served as the last good one"
+    );
+}
+
+#[test]
+fn the_trust_cap_bounds_every_window_the_options_give_an_entry() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut options = config("core::kept");
+        options.fail_safe = Some(Duration::from_secs(3_600));
+        options.refresh_after = Some(Duration::from_secs(5));
+        let core = crate::core::Core::<u64, String>::new(options, None, None);
+        let bound = Duration::from_secs(2);
+        let entry = core.kept(core.loaded("v".to_owned()), Some(bound));
+        let past = Instant::now() + bound;
+        assert!(!entry.servable(past) && !entry.fail_safe(past), "{entry:?}");
+        let uncapped = core.kept(core.loaded("v".to_owned()), None);
+        assert!(uncapped.fail_safe(past + Duration::from_secs(60)));
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_probe_without_a_lock_lets_the_next_call_probe() {
+    let mut guarded = config("core::probe_cancelled");
+    guarded.lock = Lock::None;
+    guarded.stale = Duration::ZERO;
+    guarded.breaker = Some(1);
+    guarded.breaker_cooldown = Duration::from_secs(30);
+    let cache = leak(guarded, Local);
+    let source = Flaky::default();
+    source.failing.store(true, SeqCst);
+    assert!(within(source.get(cache, 1)).await.is_err());
+    tokio::time::advance(Duration::from_secs(31)).await;
+    // The probe runs on its caller's task (`lock = "none"`); the caller gives up mid-load.
+    let slow = Source::new(Duration::from_secs(10));
+    let probe = tokio::spawn(slow.get(cache, 1));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    probe.abort();
+    let _ = probe.await;
+    source.failing.store(false, SeqCst);
+    assert_eq!(
+        within(source.get(cache, 1)).await.unwrap(),
+        "1 v2",
+        "the next call probes, and closes the breaker"
+    );
+    assert!(!breaker_open(cache));
+}

@@ -56,6 +56,18 @@ impl<K: Key, V: Value> Store<K, V> {
         self.state().values.insert(key, entry);
     }
 
+    /// Takes the key's lock, as another process's flight would.
+    pub(crate) fn lock(&self, key: K) {
+        self.state().locks.insert(key);
+    }
+
+    /// Removes the key's value without an announcement: an invalidation this process missed.
+    pub(crate) fn drop_silently(&self, key: &K) {
+        let mut state = self.state();
+        state.values.remove(key);
+        *state.generations.entry(key.clone()).or_default() += 1;
+    }
+
     /// The value the store holds for `key`, if any.
     pub(crate) fn value(&self, key: &K) -> Option<V> {
         self.state()
@@ -87,12 +99,20 @@ pub(crate) struct Fake<K, V> {
     pub(crate) store: Arc<Store<K, V>>,
     /// How long a flight waits for another's fill before loading itself.
     pub(crate) lock_wait: Duration,
+    /// While another process holds the lock, report it busy instead of waiting (as
+    /// `busy = "error"` does), unless a stale value was served.
+    pub(crate) busy_error: bool,
+    /// How long this process may trust what it keeps (as a Redis tier whose invalidation feed
+    /// is down reports it); `None`: as long as the entries' deadlines say.
+    pub(crate) trusted_for: Option<Duration>,
 }
 
 pub(crate) fn tier<K: Key, V: Value>(store: &Arc<Store<K, V>>) -> Fake<K, V> {
     Fake {
         store: store.clone(),
         lock_wait: Duration::from_secs(5),
+        busy_error: false,
+        trusted_for: None,
     }
 }
 
@@ -104,7 +124,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         loop {
             store.stall().await;
             if store.fail.load(Ordering::SeqCst) {
-                return handle.load_here(None).await;
+                return handle.load_here(self.trusted_for).await;
             }
             let notified = store.filled.notified();
             tokio::pin!(notified);
@@ -112,16 +132,19 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 let mut state = store.state();
                 let now = Instant::now();
                 if let Some(entry) = state.values.get(handle.key()) {
+                    let shared = Shared::new(entry.clone(), self.trusted_for);
                     if entry.freshness(now) == Freshness::Fresh {
-                        return Fetched::Read(handle.keep(Shared::new(entry.clone(), None)));
+                        return Fetched::Read(handle.keep(shared));
                     }
                     if entry.servable(now) && !served {
-                        handle.serve(Shared::new(entry.clone(), None));
+                        handle.serve(shared);
                         served = true;
                     }
                 }
                 if state.locks.insert(handle.key().clone()) {
                     Some(state.generations.get(handle.key()).copied())
+                } else if self.busy_error && !served {
+                    return Fetched::Busy;
                 } else {
                     // Registered before the lock is let go: a fill after this wakes it.
                     notified.as_mut().enable();
@@ -132,7 +155,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 return self.hold(handle, generation).await;
             }
             if Instant::now() >= give_up_at {
-                return handle.load_here(None).await;
+                return handle.load_here(self.trusted_for).await;
             }
             let _ = tokio::time::timeout_at(give_up_at, notified).await;
         }
@@ -182,7 +205,7 @@ impl<K: Key, V: Value> Fake<K, V> {
                 );
                 if state.generations.get(handle.key()).copied() == generation {
                     state.values.insert(handle.key().clone(), entry.clone());
-                    Fetched::Loaded(handle.keep(Shared::new(entry, None)))
+                    Fetched::Loaded(handle.keep(Shared::new(entry, self.trusted_for)))
                 } else {
                     // Invalidated while it loaded: its callers get it, nobody keeps it.
                     Fetched::Loaded(entry.value)

@@ -4,7 +4,7 @@
 use crate::config::Config;
 pub use crate::hot::HotKey;
 
-/// A snapshot of one cache's counters, from [`stats`].
+/// A snapshot of one cache's counters, from [`stats`](crate::stats()).
 ///
 /// Counters only grow and are exact; `entries`, `in_flight` and `waiters` are the current sizes.
 /// `entries` counts the values held in memory, expired ones not yet reclaimed included.
@@ -79,7 +79,7 @@ impl Stats {
     }
 }
 
-/// One cache of the process, as [`caches`] lists it.
+/// One cache of the process, as [`caches`](crate::caches()) lists it.
 #[derive(Clone, Debug, serde::Serialize)]
 #[non_exhaustive]
 pub struct CacheInfo {

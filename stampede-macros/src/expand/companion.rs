@@ -8,7 +8,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
 
 use super::config::config;
-use super::{Call, Companion, Expansion, with_elided_lifetimes};
+use super::{Call, Expansion, Holder, with_elided_lifetimes};
 use crate::func::{Arg, Returns};
 
 /// The operations of a companion, by the name they end in.
@@ -25,7 +25,7 @@ impl Expansion<'_> {
     pub(super) fn companion(&self) -> Option<TokenStream> {
         let companion = self.companion.as_ref()?;
         let items = [self.hidden_items(companion), self.operations(companion)];
-        let Companion::Type(_) = companion else {
+        let Holder::Type(_) = companion else {
             return Some(quote!(#(#items)*));
         };
         let cfgs = self.cfgs();
@@ -77,7 +77,7 @@ impl Expansion<'_> {
     }
 
     /// What the function and its operations share: the slot, the options and the body.
-    fn hidden_items(&self, companion: &Companion) -> TokenStream {
+    fn hidden_items(&self, companion: &Holder) -> TokenStream {
         let private = &self.private;
         let function = self.function;
         let vis = &function.vis;
@@ -126,7 +126,7 @@ impl Expansion<'_> {
     }
 
     /// The operations on the cache, each documented.
-    fn operations(&self, companion: &Companion) -> TokenStream {
+    fn operations(&self, companion: &Holder) -> TokenStream {
         let krate = &self.settings.krate;
         let function = self.function;
         let vis = &function.vis;
@@ -197,11 +197,11 @@ impl Expansion<'_> {
     }
 
     /// The operations' doc comments, in the order of [`OPERATIONS`].
-    fn docs(&self, companion: &Companion) -> [String; 5] {
+    fn docs(&self, companion: &Holder) -> [String; 5] {
         let fn_name = self.function.sig.ident.to_string();
         let shown = match companion {
-            Companion::Type(_) => format!("[`{fn_name}()`](fn@{fn_name})"),
-            Companion::Methods(_) => format!("[`Self::{fn_name}`]"),
+            Holder::Type(_) => format!("[`{fn_name}()`](fn@{fn_name})"),
+            Holder::Methods(_) => format!("[`Self::{fn_name}`]"),
         };
         [
             format!(
@@ -237,11 +237,11 @@ impl Expansion<'_> {
         let paths = OPERATIONS.map(|op| {
             let op = companion.op(op);
             match companion {
-                Companion::Type(name) => {
+                Holder::Type(name) => {
                     let name = Ident::new(&name.to_string(), Span::call_site());
                     quote!(#name::#op)
                 }
-                Companion::Methods(_) => quote!(Self::#op),
+                Holder::Methods(_) => quote!(Self::#op),
             }
         });
         quote!(let _ = (#(#paths,)*);)

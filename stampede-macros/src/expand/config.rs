@@ -53,24 +53,7 @@ pub(super) fn config(
     settings: &Settings,
     private: &TokenStream,
 ) -> TokenStream {
-    let fn_name = fn_name.to_string();
-    let name = match &settings.name {
-        Some(name) => quote!(#name),
-        // A method's cache is named after its type and, in a trait impl, its trait, which only
-        // the body can name: the trait through the path of a type declared here.
-        None if is_method => {
-            let site = Ident::new("__StampedeSite", Span::mixed_site());
-            quote!(#private::method_name(
-                ::core::any::type_name::<Self>(),
-                {
-                    struct #site;
-                    ::core::any::type_name::<#site>()
-                },
-                #fn_name,
-            ))
-        }
-        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
-    };
+    let name = name(fn_name, is_method, settings, private);
     let ttl = duration(settings.ttl);
     let jitter = settings.jitter;
     let stale = duration(settings.stale);
@@ -155,4 +138,32 @@ fn duration(duration: Duration) -> TokenStream {
     // `validate` has checked that every duration fits in u64 nanoseconds.
     let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
     quote!(::core::time::Duration::from_nanos(#nanos))
+}
+
+/// The cache's name: `name = ".."`, else the function's path (`module_path!()::function`), or for
+/// a method its type's and, in a trait impl, its trait's.
+fn name(
+    fn_name: &syn::Ident,
+    is_method: bool,
+    settings: &Settings,
+    private: &TokenStream,
+) -> TokenStream {
+    let fn_name = fn_name.to_string();
+    match &settings.name {
+        Some(name) => quote!(#name),
+        // A method's cache is named after its type and, in a trait impl, its trait, which only
+        // the body can name: the trait through the path of a type declared here.
+        None if is_method => {
+            let site = Ident::new("__StampedeSite", Span::mixed_site());
+            quote!(#private::method_name(
+                ::core::any::type_name::<Self>(),
+                {
+                    struct #site;
+                    ::core::any::type_name::<#site>()
+                },
+                #fn_name,
+            ))
+        }
+        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+    }
 }

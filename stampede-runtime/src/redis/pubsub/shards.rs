@@ -75,14 +75,16 @@ impl Shards {
         let connection = client.get_async_connection().await?;
         let (waits, commands) = Waits::new();
         let (closed_sender, closed) = oneshot::channel();
-        tokio::spawn(serve_shards(
+        let task = ShardTask {
             connection,
-            Arc::downgrade(&waits),
+            waits: Arc::downgrade(&waits),
             commands,
             pushes,
             closed,
-            (op_timeout, retry_every),
-        ));
+            op_timeout,
+            retry_every,
+        };
+        tokio::spawn(task.serve());
         Ok(Arc::new(Shards {
             waits,
             _closed: closed_sender,
@@ -101,65 +103,82 @@ impl Shards {
     }
 }
 
-/// Serves the queue of [`Shards`] and the push messages of its connection until it is dropped.
-async fn serve_shards(
-    mut connection: redis::cluster_async::ClusterConnection,
+/// The task of [`Shards`]: its connection, the queue of subscriptions and the connection's push
+/// messages.
+struct ShardTask {
+    connection: redis::cluster_async::ClusterConnection,
     waits: Weak<Waits>,
-    mut commands: mpsc::UnboundedReceiver<Control>,
-    mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
-    mut closed: oneshot::Receiver<()>,
-    (op_timeout, retry_every): (Duration, Duration),
-) {
-    let mut state = ShardState::default();
-    let mut ticks = tokio::time::interval(retry_every);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            _ = &mut closed => return,
-            push = pushes.recv() => {
-                let (Some(push), Some(waits)) = (push, waits.upgrade()) else {
-                    return;
-                };
-                state.heard(push, &waits);
-            }
-            command = commands.recv() => {
-                let (Some(command), Some(waits)) = (command, waits.upgrade()) else {
-                    return;
-                };
-                match command {
-                    Control::Subscribe(channel) => {
-                        let subscribed =
-                            tokio::time::timeout(op_timeout, connection.ssubscribe(&channel)).await;
-                        if matches!(subscribed, Ok(Ok(()))) {
-                            state.retry.remove(&channel);
-                            state.subscribed.insert(channel);
-                        } else {
-                            // Not in effect: the waits end now (their confirmation says no).
-                            waits.end(&channel);
-                            state.retry.insert(channel);
-                        }
-                    }
-                    Control::Unsubscribe(channel) => {
-                        // A wait that came meanwhile keeps it (its `SSUBSCRIBE` follows).
+    commands: mpsc::UnboundedReceiver<Control>,
+    pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    /// Closed when the [`Shards`] are dropped.
+    closed: oneshot::Receiver<()>,
+    op_timeout: Duration,
+    /// How often subscriptions that could not be removed are tried again.
+    retry_every: Duration,
+}
+
+impl ShardTask {
+    /// Serves the queue and the push messages until the [`Shards`] are dropped.
+    async fn serve(mut self) {
+        let mut state = ShardState::default();
+        let mut ticks = tokio::time::interval(self.retry_every);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut self.closed => return,
+                push = self.pushes.recv() => {
+                    let (Some(push), Some(waits)) = (push, self.waits.upgrade()) else {
+                        return;
+                    };
+                    state.heard(push, &waits);
+                }
+                command = self.commands.recv() => {
+                    let (Some(command), Some(waits)) = (command, self.waits.upgrade()) else {
+                        return;
+                    };
+                    self.run(command, &mut state, &waits).await;
+                }
+                _ = ticks.tick() => {
+                    let Some(waits) = self.waits.upgrade() else {
+                        return;
+                    };
+                    for channel in std::mem::take(&mut state.retry) {
                         if !waits.is_listened(&channel) {
-                            state.unsubscribe(&mut connection, channel, op_timeout).await;
+                            state.unsubscribe(&mut self.connection, channel, self.op_timeout).await;
                         }
-                    }
-                    Control::Confirm(channel, answer) => {
-                        let _ = answer.send(state.subscribed.contains(&channel));
                     }
                 }
             }
-            _ = ticks.tick() => {
-                let Some(waits) = waits.upgrade() else {
-                    return;
-                };
-                for channel in std::mem::take(&mut state.retry) {
-                    if !waits.is_listened(&channel) {
-                        state.unsubscribe(&mut connection, channel, op_timeout).await;
-                    }
+        }
+    }
+
+    /// Runs one command of the queue.
+    async fn run(&mut self, command: Control, state: &mut ShardState, waits: &Waits) {
+        let op_timeout = self.op_timeout;
+        match command {
+            Control::Subscribe(channel) => {
+                let subscribed =
+                    tokio::time::timeout(op_timeout, self.connection.ssubscribe(&channel)).await;
+                if matches!(subscribed, Ok(Ok(()))) {
+                    state.retry.remove(&channel);
+                    state.subscribed.insert(channel);
+                } else {
+                    // Not in effect: the waits end now (their confirmation says no).
+                    waits.end(&channel);
+                    state.retry.insert(channel);
                 }
+            }
+            Control::Unsubscribe(channel) => {
+                // A wait that came meanwhile keeps it (its `SSUBSCRIBE` follows).
+                if !waits.is_listened(&channel) {
+                    state
+                        .unsubscribe(&mut self.connection, channel, op_timeout)
+                        .await;
+                }
+            }
+            Control::Confirm(channel, answer) => {
+                let _ = answer.send(state.subscribed.contains(&channel));
             }
         }
     }

@@ -1,5 +1,5 @@
 //! The runtime's bound checks that the expansion calls on the user's types (see
-//! `stampede-runtime/src/bounds.rs`), in one table.
+//! `stampede-runtime/src/checks.rs`), in one table.
 //!
 //! Each check is a trait of `__private::checks` with one method, which exists only where the
 //! bound holds; its `#[diagnostic::on_unimplemented]` message speaks of the cache. The

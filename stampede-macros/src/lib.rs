@@ -69,15 +69,18 @@ use crate::diag::Errors;
 ///   value), and `Result<T, E>`, which caches only `Ok` and needs
 ///   `E: From<stampede::Error> + Display + Debug + Send + Sync + 'static`.
 ///
-/// A failed load is shared by every caller that waited for it, as
-/// `E::from(stampede::Error::Upstream(..))`; `stampede::Error::upstream::<E>()` returns the
-/// original error. A function returning a plain `T` has no error channel: when its load panics or
-/// times out, every waiting caller panics with the error's message.
+/// The function's own error comes back as itself: moved out to the only caller of a load
+/// (whatever `E` is), cloned to every caller of a shared load when `E: Clone`, and otherwise as
+/// `E::from(stampede::Error::Upstream(..))`, from which `stampede::Error::upstream::<E>()`
+/// returns the original. What the cache itself fails with (a timeout, a panic, an open breaker)
+/// arrives as `E::from(stampede::Error)`. A function returning a plain `T` has no error
+/// channel: when its load panics or times out, every waiting caller panics with the error's
+/// message.
 ///
 /// Generic functions, `&mut self` and `self` by value, `&mut` arguments, `impl Trait` and patterns
 /// in arguments are refused with a compile error that says what to do instead. A type that does
 /// not meet a bound above is reported at the type as written, through the runtime's marker
-/// traits (`stampede-runtime/src/bounds.rs`).
+/// traits (`stampede-runtime/src/checks.rs`).
 #[proc_macro_attribute]
 pub fn cached(args: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);

@@ -8,9 +8,10 @@ use std::time::Duration;
 /// Why a cached call could not produce a value.
 ///
 /// One load serves every concurrent caller of a key, so its failure is shared: each waiter
-/// receives a clone of the same `Error`. A function returning `Result<T, E>` receives it as
-/// `E::from(error)`; a function returning a plain `T` has no error channel and panics with the
-/// error's message instead.
+/// receives a clone of the same `Error`. A function returning `Result<T, E>` receives what the
+/// cache itself failed with (a timeout, a panic, an open breaker, ...) as `E::from(error)`; the
+/// function's own error comes back as itself when it can (see [`Error::upstream`]). A function
+/// returning a plain `T` has no error channel and panics with the error's message instead.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -84,9 +85,10 @@ pub enum Error {
 impl Error {
     /// The original error of a failed load, when it is an `E`.
     ///
-    /// A load's error cannot be handed to several waiters by value unless it is `Clone`, so it
-    /// is shared behind an `Arc` and each caller receives `E::from(Error::Upstream(..))`. This
-    /// gets the original back, to match on it or clone it:
+    /// The function's own error reaches the only caller of its load as itself, and every
+    /// caller of a shared load as a clone when `E: Clone`. An `E` that is not `Clone` cannot be
+    /// handed to several waiters by value, so it is shared behind an `Arc` and each of them
+    /// receives `E::from(Error::Upstream(..))`. This gets the original back, to match on it:
     ///
     /// ```
     /// # #[derive(Debug, Clone)] enum AppError { NotFound, Cache(stampede::Error) }

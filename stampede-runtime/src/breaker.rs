@@ -97,6 +97,12 @@ impl Breaker {
         }
     }
 
+    /// Whether a probe load runs now (for the simulation's check that none is left behind).
+    #[cfg(any(test, feature = "simulation"))]
+    pub(crate) fn probing(&self) -> bool {
+        *self.state() == State::Probing
+    }
+
     /// A load succeeded: the breaker closes.
     fn succeeded(&self) {
         self.failures.store(0, Ordering::Relaxed);

@@ -79,6 +79,14 @@ pub fn set_max_refreshes(limit: usize) {
     }
 }
 
+/// How many background refreshes hold a turn now (for the simulation's check that none is
+/// left behind).
+#[cfg(feature = "simulation")]
+pub(crate) fn turns_taken() -> usize {
+    let budget = budget();
+    budget.limit.load(Ordering::Acquire) - budget.permits.available_permits()
+}
+
 /// A turn for one background refresh, or `None` when a miss joined the refresh while it
 /// waited (`urgent`): the refresh then runs at once, outside the budget.
 pub(crate) async fn turn(urgent: &Notify) -> Option<SemaphorePermit<'static>> {
@@ -89,6 +97,8 @@ pub(crate) async fn turn(urgent: &Notify) -> Option<SemaphorePermit<'static>> {
     // Counted while it waits, and no longer once it stops waiting, also when dropped.
     let _queued = Queued::raise(&budget.queued);
     tokio::select! {
+        // In this order, so that a run is the same each time its inputs are.
+        biased;
         permit = budget.permits.acquire() => permit.ok(),
         () = urgent.notified() => None,
     }

@@ -242,6 +242,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         }
     }
 
+    /// The cache's core (for the simulation's checks).
+    #[cfg(feature = "simulation")]
+    pub(crate) fn core(&self) -> &Core<K, V> {
+        &self.core
+    }
+
     /// Drops this process's copy of `key` and detaches its running load (which stores
     /// nothing): after this returns, no call here returns a value whose load began before it.
     pub(crate) fn forget(&self, key: &K) {

@@ -113,7 +113,7 @@ impl Config {
     /// upstream do not stay in step.
     pub(crate) fn backoff_delay(&self, retry: u32) -> Duration {
         let base = self.backoff.saturating_mul(1 << retry.min(16));
-        base.mul_f64(rand::random_range(0.5..1.5))
+        base.mul_f64(crate::random::uniform(0.5..1.5))
     }
 }
 

@@ -52,6 +52,18 @@ fn leak<T: Tier<u64, String>>(config: Config, tier: T) -> &'static Cache<u64, St
     cache
 }
 
+/// A cache over the fake shared tier, leaked like [`leak`]'s and attached to its process, which
+/// then hears the invalidations announced to it.
+fn shared(
+    config: Config,
+    tier: fake_tier::Fake<u64, String>,
+) -> &'static Cache<u64, String, fake_tier::Fake<u64, String>> {
+    let (store, process) = (tier.store.clone(), tier.process);
+    let cache = leak(config, tier);
+    store.attach(process, cache);
+    cache
+}
+
 /// The function behind the caches: counts its loads, takes `delay`, and returns
 /// `"{key} v{n}"` where `n` is the load's number (from 1).
 #[derive(Clone)]
@@ -107,8 +119,8 @@ async fn two_processes_share_one_load_through_the_shared_store() {
     let store = Store::new();
     let name = "core::shared_singleflight";
     let (a, b) = (
-        leak(config(name), fake_tier::tier(&store)),
-        leak(config(name), fake_tier::tier(&store)),
+        shared(config(name), fake_tier::tier(&store)),
+        shared(config(name), fake_tier::tier(&store)),
     );
     let source = Source::new(Duration::from_millis(100));
     let calls: Vec<_> = (0..50)
@@ -145,7 +157,7 @@ async fn a_stale_value_is_served_at_once_while_one_refresh_runs() {
 #[tokio::test(start_paused = true)]
 async fn a_late_joiner_does_not_get_a_served_stale_value_past_its_deadline() {
     let store = Store::new();
-    let cache = leak(config("core::stale_deadline"), fake_tier::tier(&store));
+    let cache = shared(config("core::stale_deadline"), fake_tier::tier(&store));
     let source = Source::new(Duration::from_secs(5));
     // The store holds a value that is stale for one more second; this process has none.
     let now = Instant::now();
@@ -204,8 +216,8 @@ async fn an_invalidation_reaches_the_other_processes_memory() {
     let store = Store::new();
     let name = "core::remote_forget";
     let (a, b) = (
-        leak(config(name), fake_tier::tier(&store)),
-        leak(config(name), fake_tier::tier(&store)),
+        shared(config(name), fake_tier::tier(&store)),
+        shared(config(name), fake_tier::tier(&store)),
     );
     let source = Source::new(Duration::from_millis(10));
     assert_eq!(within(source.get(a, 9)).await.unwrap(), "9 v1");
@@ -222,8 +234,8 @@ async fn a_failing_store_degrades_to_local_singleflight() {
     store.fail.store(true, SeqCst);
     let name = "core::degraded";
     let (a, b) = (
-        leak(config(name), fake_tier::tier(&store)),
-        leak(config(name), fake_tier::tier(&store)),
+        shared(config(name), fake_tier::tier(&store)),
+        shared(config(name), fake_tier::tier(&store)),
     );
     let source = Source::new(Duration::from_millis(100));
     let calls: Vec<_> = (0..20)
@@ -250,10 +262,10 @@ async fn a_lost_wake_up_costs_at_most_the_lock_wait() {
     let store = Store::new();
     store.lose_messages.store(true, SeqCst);
     let name = "core::lost_wake_up";
-    let a = leak(config(name), fake_tier::tier(&store));
+    let a = shared(config(name), fake_tier::tier(&store));
     let mut waiting = fake_tier::tier(&store);
     waiting.lock_wait = Duration::from_secs(2);
-    let b = leak(config(name), waiting);
+    let b = shared(config(name), waiting);
     let source = Source::new(Duration::from_secs(10));
     let holder = tokio::spawn(source.get(a, 6));
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -269,11 +281,13 @@ async fn a_lost_wake_up_costs_at_most_the_lock_wait() {
 async fn a_stalled_store_delays_calls_without_failing_them() {
     let store = Store::new();
     *store.stall.lock().unwrap() = Duration::from_millis(300);
-    let cache = leak(config("core::stalled"), fake_tier::tier(&store));
+    let cache = shared(config("core::stalled"), fake_tier::tier(&store));
     let source = Source::new(Duration::from_millis(100));
     let started = Instant::now();
     assert_eq!(within(source.get(cache, 8)).await.unwrap(), "8 v1");
-    assert_eq!(started.elapsed(), Duration::from_millis(400));
+    // Three round trips, each stalled (the read on the caller's task, the read that takes the
+    // lock, the fill), and the load.
+    assert_eq!(started.elapsed(), Duration::from_millis(3 * 300 + 100));
 }
 
 #[tokio::test(start_paused = true)]
@@ -281,8 +295,8 @@ async fn a_refresh_that_the_store_refuses_after_an_invalidation_is_not_shared() 
     let store = Store::new();
     let name = "core::fill_refused";
     let (a, b) = (
-        leak(config(name), fake_tier::tier(&store)),
-        leak(config(name), fake_tier::tier(&store)),
+        shared(config(name), fake_tier::tier(&store)),
+        shared(config(name), fake_tier::tier(&store)),
     );
     let source = Source::new(Duration::from_secs(1));
     let loading = tokio::spawn(source.get(a, 3));
@@ -555,7 +569,7 @@ async fn the_breaker_opens_after_failed_loads_while_every_caller_is_served_a_sta
             now + Duration::from_secs(3_600),
         ),
     );
-    let shared = leak(guarded.clone(), fake_tier::tier(&store));
+    let shared = shared(guarded.clone(), fake_tier::tier(&store));
     let local = leak(guarded, Local);
     let source = Flaky::default();
     assert_eq!(within(source.get(local, 1)).await.unwrap(), "1 v1");
@@ -603,7 +617,7 @@ async fn lock_contention_alone_never_opens_the_breaker() {
     guarded.breaker = Some(1);
     let mut busy = fake_tier::tier(&store);
     busy.busy_error = true;
-    let cache = leak(guarded, busy);
+    let cache = shared(guarded, busy);
     let source = Flaky::default();
     for _ in 0..3 {
         assert!(matches!(
@@ -632,7 +646,7 @@ async fn an_open_breaker_does_not_stop_a_process_from_reading_another_processs_v
     let mut guarded = config("core::breaker_reads");
     guarded.breaker = Some(1);
     guarded.breaker_cooldown = Duration::from_secs(3_600);
-    let cache = leak(guarded, fake_tier::tier(&store));
+    let cache = shared(guarded, fake_tier::tier(&store));
     let source = Flaky::default();
     source.failing.store(true, SeqCst);
     assert!(within(source.get(cache, 8)).await.is_err());
@@ -659,7 +673,7 @@ async fn a_fail_safe_value_is_never_served_past_the_trust_cap() {
     safe.fail_safe = Some(Duration::from_secs(3_600));
     let mut untrusted = fake_tier::tier(&store);
     untrusted.trusted_for = Some(Duration::from_secs(2));
-    let cache = leak(safe, untrusted);
+    let cache = shared(safe, untrusted);
     let source = Flaky::default();
     assert_eq!(within(source.get(cache, 2)).await.unwrap(), "2 v1");
     store.drop_silently(&2); // another process invalidated it; the message was lost

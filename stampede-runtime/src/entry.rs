@@ -127,6 +127,18 @@ impl<V> Entry<V> {
         self.filled_at.instant()
     }
 
+    /// When the value stops being fresh.
+    #[cfg(test)]
+    pub(crate) fn fresh_until(&self) -> Instant {
+        self.at(self.fresh_until).instant()
+    }
+
+    /// When the value stops being servable (fresh or stale).
+    #[cfg(test)]
+    pub(crate) fn stale_until(&self) -> Instant {
+        self.at(self.stale_until).instant()
+    }
+
     /// When the value was loaded, on the entry's own clock (cheaper to copy on a hit).
     pub(crate) fn filled_nanos(&self) -> Nanos {
         self.filled_at
@@ -224,7 +236,8 @@ pub(crate) fn jittered_ttl(ttl: Duration, jitter: u8) -> Duration {
     if jitter == 0 {
         return ttl;
     }
-    let u = rand::random_range(0.0..=f64::from(jitter.min(100)) / 100.0);
+    // Half-open: `u` reaches `jitter / 100` up to one draw's resolution, which no TTL can tell.
+    let u = crate::random::uniform(0.0..f64::from(jitter.min(100)) / 100.0);
     ttl.mul_f64(1.0 - u)
 }
 

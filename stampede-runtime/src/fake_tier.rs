@@ -1,119 +1,429 @@
-//! A fake shared tier for the core's unit tests: an in-memory "shared store" that several
-//! caches (standing for processes) use, with a lock per key, wake-ups, and invalidations
-//! announced through the registry like Redis's. It can be told to fail (the store is down),
-//! stall (every operation waits) or lose messages (no wake-up, no announced invalidation), so
-//! singleflight, stale serving, invalidation and degradation are tested without a Redis.
+//! A fake shared tier with Redis's semantics, for the core's unit tests and the deterministic
+//! simulation (`tests/simulation.rs`): an in-memory store that several caches, grouped in
+//! "processes", share. Per key it keeps a value with its deadlines (and a fail-safe keep), a
+//! lock with a lease that its holder renews while it loads, and a fence that every lock, fill
+//! without the lock and invalidation moves on: a fill is written only if the fence is still the
+//! one its flight read, as Redis's `FILL` does. Invalidations are announced to every process
+//! through its feed.
+//!
+//! Faults, each as the Redis tier meets it: the store down (every operation fails: loads run
+//! locally, memory trusted only for the bound), stalls (every operation waits), lost messages
+//! (no wake-up and no announcement), a process's feed cut (its announcements lost; the process
+//! notices within the bound and drops its memory, as the heartbeat makes the Redis tier do) or
+//! delayed, and lapsed leases (a paused holder does not renew its lock: another may take it).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::entry::{Entry, Freshness, jittered_ttl};
+use crate::entry::{Entry, jittered_ttl};
 use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::Load;
-use crate::registry;
+use crate::registry::AnyCache;
 use crate::tier::{Fetched, Handle, Shared, Tier};
 
 /// The store several fake tiers share.
-pub(crate) struct Store<K, V> {
+pub struct Store<K, V> {
     state: Mutex<State<K, V>>,
     filled: Notify,
-    pub(crate) fail: AtomicBool,
-    pub(crate) lose_messages: AtomicBool,
-    pub(crate) stall: Mutex<Duration>,
+    /// The store is down: every operation fails.
+    pub fail: AtomicBool,
+    /// Every message is lost: no wake-up, no announced invalidation.
+    pub lose_messages: AtomicBool,
+    /// Wake-ups are lost (waiters read again when the holder's lease would run out).
+    pub lose_wakeups: AtomicBool,
+    /// How long every operation waits.
+    pub stall: Mutex<Duration>,
+    /// While set, lock holders do not renew their leases (a paused process).
+    pub lapse: AtomicBool,
+    /// How long a lock is held without renewal.
+    pub lease: Duration,
+    /// How long after an invalidation it missed a process may still serve the old value: its
+    /// memory is trusted no longer while its feed is down.
+    pub bound: Duration,
+    feeds: Mutex<Vec<Feed>>,
+    /// Told of what detaches a process's running loads besides the calls it is asked to make
+    /// (a simulation's oracle notes it).
+    pub observer: Mutex<Option<Observer>>,
 }
 
 struct State<K, V> {
-    values: HashMap<K, Entry<V>>,
-    locks: HashSet<K>,
-    /// Bumped by invalidations: a fill whose load began before one is refused (as `FILL` does).
-    generations: HashMap<K, u64>,
+    values: HashMap<K, Stored<V>>,
+    locks: HashMap<K, Lock>,
+    fences: HashMap<K, u64>,
+    /// Per tag, the keys loaded with it: added before their load reads the source, so that a
+    /// tag's invalidation fences off a load running meanwhile (Redis's tag sets).
+    tagged: HashMap<Box<str>, HashSet<K>>,
+    next_token: u64,
+}
+
+/// A value in the store, its deadlines on tokio's clock.
+struct Stored<V> {
+    value: V,
+    filled_at: Instant,
+    fresh_until: Instant,
+    stale_until: Instant,
+    /// Kept past `stale_until` for `fail_safe`.
+    kept_until: Instant,
+}
+
+struct Lock {
+    token: u64,
+    until: Instant,
+}
+
+/// One process's invalidation feed, and its caches.
+#[derive(Default)]
+struct Feed {
+    caches: Vec<&'static dyn AnyCache>,
+    /// Its announcements are lost.
+    cut: bool,
+    /// It noticed the loss: memory is trusted only for the bound, until the feed is back.
+    down: bool,
+    /// Its announcements arrive this late.
+    delay: Duration,
+}
+
+/// A process, as the store knows it.
+pub type Process = usize;
+
+/// Who hears what the store tells ([`Event`]).
+pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
+
+/// What the store tells its observer.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A process's feed went down (its memory dropped) or came back (dropped again).
+    Feed {
+        /// Whose feed.
+        process: Process,
+        /// Down, or back up.
+        down: bool,
+    },
+    /// A process heard an invalidation of a key announced (its loads of the key detach).
+    Announced {
+        /// The process.
+        process: Process,
+        /// The key, as its `Debug` output writes it.
+        key: String,
+    },
+    /// A process dropped from the store a key it changed while the store was down, announcing
+    /// it: a deferred invalidation.
+    Cleaned {
+        /// The process.
+        process: Process,
+        /// The key, as its `Debug` output writes it.
+        key: String,
+    },
 }
 
 impl<K: Key, V: Value> Store<K, V> {
-    pub(crate) fn new() -> Arc<Self> {
+    /// An empty store, up, with a lease of 5 s and a bound of 2.25 s (the Redis tier's
+    /// defaults).
+    pub fn new() -> Arc<Self> {
+        Store::with(Duration::from_secs(5), Duration::from_millis(2_250))
+    }
+
+    /// An empty store, up, with this lease and this bound.
+    pub fn with(lease: Duration, bound: Duration) -> Arc<Self> {
         Arc::new(Store {
             state: Mutex::new(State {
                 values: HashMap::new(),
-                locks: HashSet::new(),
-                generations: HashMap::new(),
+                locks: HashMap::new(),
+                fences: HashMap::new(),
+                tagged: HashMap::new(),
+                next_token: 0,
             }),
             filled: Notify::new(),
             fail: AtomicBool::new(false),
             lose_messages: AtomicBool::new(false),
+            lose_wakeups: AtomicBool::new(false),
             stall: Mutex::new(Duration::ZERO),
+            lapse: AtomicBool::new(false),
+            lease,
+            bound,
+            feeds: Mutex::new(Vec::new()),
+            observer: Mutex::new(None),
         })
     }
 
+    /// A new process, with a feed of its own.
+    pub fn process(&self) -> Process {
+        let mut feeds = lock(&self.feeds);
+        feeds.push(Feed::default());
+        feeds.len() - 1
+    }
+
+    /// Lists `cache` as one of `process`'s: it hears the invalidations announced to it.
+    pub(crate) fn attach(&self, process: Process, cache: &'static dyn AnyCache) {
+        lock(&self.feeds)[process].caches.push(cache);
+    }
+
     /// Puts an entry in the store, as another process's fill would.
+    #[cfg(test)]
     pub(crate) fn put(&self, key: K, entry: Entry<V>) {
-        self.state().values.insert(key, entry);
-    }
-
-    /// Takes the key's lock, as another process's flight would.
-    pub(crate) fn lock(&self, key: K) {
-        self.state().locks.insert(key);
-    }
-
-    /// Removes the key's value without an announcement: an invalidation this process missed.
-    pub(crate) fn drop_silently(&self, key: &K) {
-        let mut state = self.state();
-        state.values.remove(key);
-        *state.generations.entry(key.clone()).or_default() += 1;
+        let stored = Stored {
+            filled_at: entry.filled_at(),
+            fresh_until: entry.fresh_until(),
+            stale_until: entry.stale_until(),
+            kept_until: entry.stale_until(),
+            value: entry.value,
+        };
+        self.state().values.insert(key, stored);
     }
 
     /// The value the store holds for `key`, if any.
-    pub(crate) fn value(&self, key: &K) -> Option<V> {
+    pub fn value(&self, key: &K) -> Option<V> {
         self.state()
             .values
             .get(key)
-            .map(|entry| entry.value.clone())
+            .map(|stored| stored.value.clone())
+    }
+
+    /// Takes the key's lock, as another process's flight would (held until its lease ends).
+    pub fn lock(&self, key: K) {
+        let mut state = self.state();
+        let token = state.token();
+        let until = Instant::now() + self.lease;
+        state.locks.insert(key, Lock { token, until });
+    }
+
+    /// Removes the key's value without an announcement: an invalidation this process missed.
+    pub fn drop_silently(&self, key: &K) {
+        let mut state = self.state();
+        state.values.remove(key);
+        state.bump(key);
+    }
+
+    /// Drops every key loaded with `tag` (its value, and moves its fence on, so that a load of
+    /// it running now writes nothing), as a tag's invalidation does in Redis; the processes'
+    /// memory hears of it through their tag marks.
+    pub fn invalidate_tag(&self, tag: &str) {
+        let mut state = self.state();
+        let tagged = state.tagged.remove(tag).unwrap_or_default();
+        for key in tagged {
+            state.values.remove(&key);
+            state.bump(&key);
+        }
+    }
+
+    /// Cuts `process`'s feed for `lasting`: it notices after `noticed` (at most the bound), drops
+    /// its memory and trusts it for the bound only, until the feed is back, when it drops its
+    /// memory again.
+    pub fn cut_feed(self: &Arc<Self>, process: Process, noticed: Duration, lasting: Duration) {
+        lock(&self.feeds)[process].cut = true;
+        let store = self.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            tokio::time::sleep(noticed.min(store.bound)).await;
+            store.feed_down(process, true);
+            tokio::time::sleep_until(started + lasting.max(noticed)).await;
+            lock(&store.feeds)[process].cut = false;
+            store.feed_down(process, false);
+        });
+    }
+
+    /// From now on `process`'s announcements arrive `delay` late (zero: at once).
+    pub fn delay_feed(&self, process: Process, delay: Duration) {
+        lock(&self.feeds)[process].delay = delay;
+    }
+
+    /// The store is down for `lasting`: every operation fails, and every feed is cut (each
+    /// process notices after `noticed`).
+    pub fn outage(self: &Arc<Self>, noticed: Duration, lasting: Duration) {
+        self.fail.store(true, Ordering::SeqCst);
+        let processes = lock(&self.feeds).len();
+        for process in 0..processes {
+            self.cut_feed(process, noticed, lasting);
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(lasting).await;
+            store.fail.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// A new runtime in every process (after the simulation dropped the last one, with the
+    /// tasks that cut feeds and ended outages): the store is up, every feed is live again, and
+    /// each process drops its memory (its first session is a recovery).
+    pub fn restart(&self) {
+        self.fail.store(false, Ordering::SeqCst);
+        self.lapse.store(false, Ordering::SeqCst);
+        self.lose_wakeups.store(false, Ordering::SeqCst);
+        *lock(&self.stall) = Duration::ZERO;
+        let processes = lock(&self.feeds).len();
+        for process in 0..processes {
+            let mut feeds = lock(&self.feeds);
+            feeds[process].cut = false;
+            feeds[process].delay = Duration::ZERO;
+            drop(feeds);
+            self.feed_down(process, false);
+        }
+    }
+
+    /// How long `process` may trust what it keeps now.
+    fn trusted_for(&self, process: Process) -> Option<Duration> {
+        lock(&self.feeds)[process].down.then_some(self.bound)
+    }
+
+    fn feed_down(&self, process: Process, down: bool) {
+        self.tell(Event::Feed { process, down });
+        let caches = {
+            let mut feeds = lock(&self.feeds);
+            feeds[process].down = down;
+            feeds[process].caches.clone()
+        };
+        for cache in caches {
+            cache.forget_all_shared();
+        }
+    }
+
+    /// Announces an invalidation of the key named `text` in the caches called `name`, to every
+    /// process through its feed.
+    fn announce(&self, name: &str, text: String) {
+        if self.lose_messages.load(Ordering::SeqCst) {
+            return;
+        }
+        let feeds = lock(&self.feeds);
+        for (process, feed) in feeds.iter().enumerate().filter(|(_, feed)| !feed.cut) {
+            let caches: Vec<&'static dyn AnyCache> = feed
+                .caches
+                .iter()
+                .copied()
+                .filter(|cache| &*cache.config().name == name)
+                .collect();
+            let (delay, text) = (feed.delay, text.clone());
+            let observer = self.observer_handle();
+            let deliver = move || {
+                if !caches.is_empty() {
+                    observer(Event::Announced {
+                        process,
+                        key: text.clone(),
+                    });
+                }
+                for cache in caches {
+                    cache.forget_named(&text);
+                }
+            };
+            if delay.is_zero() {
+                deliver();
+            } else {
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    deliver();
+                });
+            }
+        }
+    }
+
+    fn tell(&self, event: Event) {
+        self.observer_handle()(event);
+    }
+
+    /// The observer, or one that hears nothing.
+    fn observer_handle(&self) -> Observer {
+        lock(&self.observer)
+            .clone()
+            .unwrap_or_else(|| Arc::new(|_| {}))
     }
 
     fn state(&self) -> MutexGuard<'_, State<K, V>> {
-        self.state.lock().unwrap()
+        lock(&self.state)
     }
 
     async fn stall(&self) {
-        let stall = *self.stall.lock().unwrap();
+        let stall = *lock(&self.stall);
         if !stall.is_zero() {
             tokio::time::sleep(stall).await;
         }
     }
 
+    fn down(&self) -> bool {
+        self.fail.load(Ordering::SeqCst)
+    }
+
     fn wake(&self) {
-        if !self.lose_messages.load(Ordering::SeqCst) {
+        if !self.lose_messages.load(Ordering::SeqCst) && !self.lose_wakeups.load(Ordering::SeqCst) {
             self.filled.notify_waiters();
         }
     }
 }
 
-/// One "process"'s tier over a shared [`Store`].
-pub(crate) struct Fake<K, V> {
-    pub(crate) store: Arc<Store<K, V>>,
-    /// How long a flight waits for another's fill before loading itself.
-    pub(crate) lock_wait: Duration,
-    /// While another process holds the lock, report it busy instead of waiting (as
-    /// `busy = "error"` does), unless a stale value was served.
-    pub(crate) busy_error: bool,
-    /// How long this process may trust what it keeps (as a Redis tier whose invalidation feed
-    /// is down reports it); `None`: as long as the entries' deadlines say.
-    pub(crate) trusted_for: Option<Duration>,
+impl<K: Key, V> State<K, V> {
+    fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    fn fence(&self, key: &K) -> u64 {
+        self.fences.get(key).copied().unwrap_or(0)
+    }
+
+    fn bump(&mut self, key: &K) -> u64 {
+        let fence = self.fences.entry(key.clone()).or_default();
+        *fence += 1;
+        *fence
+    }
 }
 
-pub(crate) fn tier<K: Key, V: Value>(store: &Arc<Store<K, V>>) -> Fake<K, V> {
+impl<V: Clone> Stored<V> {
+    fn entry(&self) -> Entry<V> {
+        Entry::new(
+            self.value.clone(),
+            self.filled_at,
+            self.fresh_until,
+            self.stale_until,
+        )
+    }
+}
+
+/// One process's tier over a shared [`Store`].
+pub struct Fake<K, V> {
+    /// The store it shares.
+    pub store: Arc<Store<K, V>>,
+    /// The process it is the tier of.
+    pub process: Process,
+    /// How long a flight waits for another's fill before loading itself.
+    pub lock_wait: Duration,
+    /// While another process holds the lock, report it busy instead of waiting (as
+    /// `busy = "error"` does), unless a stale value was served.
+    pub busy_error: bool,
+    /// How long this process trusts what it keeps, whatever its feed says (a test's override).
+    pub trusted_for: Option<Duration>,
+    /// The keys this process changed while the store was down: the store drops them before
+    /// this process reads them there again (the Redis tier's `dirty`).
+    dirty: Mutex<HashSet<K>>,
+}
+
+/// The tier of a new process over `store`.
+pub fn tier<K: Key, V: Value>(store: &Arc<Store<K, V>>) -> Fake<K, V> {
+    tier_of(store, store.process())
+}
+
+/// The tier of `process` over `store`.
+pub fn tier_of<K: Key, V: Value>(store: &Arc<Store<K, V>>, process: Process) -> Fake<K, V> {
     Fake {
         store: store.clone(),
+        process,
         lock_wait: Duration::from_secs(5),
         busy_error: false,
         trusted_for: None,
+        dirty: Mutex::new(HashSet::new()),
     }
+}
+
+/// What a read of the key decided.
+enum Next {
+    /// This flight took the lock, with this token and fence.
+    Hold(Option<u64>, u64),
+    /// Another holds the lock, for this much longer.
+    Wait(Duration),
 }
 
 impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
@@ -123,59 +433,131 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         let mut served = false;
         loop {
             store.stall().await;
-            if store.fail.load(Ordering::SeqCst) {
-                return handle.load_here(self.trusted_for).await;
+            if store.down() {
+                return self.degraded(handle).await;
             }
+            self.clean(handle.key(), &handle.config().name);
             let notified = store.filled.notified();
             tokio::pin!(notified);
-            let generation = {
+            let next = {
                 let mut state = store.state();
                 let now = Instant::now();
-                if let Some(entry) = state.values.get(handle.key()) {
-                    let shared = Shared::new(entry.clone(), self.trusted_for);
-                    if entry.freshness(now) == Freshness::Fresh {
-                        return Fetched::Read(handle.keep(shared));
+                if let Some(stored) = state.values.get(handle.key()) {
+                    let refreshes = handle
+                        .refreshing()
+                        .is_some_and(|old| stored.filled_at <= old);
+                    if now < stored.fresh_until && !refreshes {
+                        return Fetched::Read(handle.keep(self.shared(stored.entry())));
                     }
-                    if entry.servable(now) && !served {
-                        handle.serve(shared);
+                    if now < stored.stale_until && !served {
+                        handle.serve(self.shared(stored.entry()));
                         served = true;
+                    } else if now >= stored.stale_until && now < stored.kept_until {
+                        handle.last_good(self.shared(stored.entry()));
                     }
                 }
-                if state.locks.insert(handle.key().clone()) {
-                    Some(state.generations.get(handle.key()).copied())
-                } else if self.busy_error && !served {
-                    return Fetched::Busy;
-                } else {
-                    // Registered before the lock is let go: a fill after this wakes it.
-                    notified.as_mut().enable();
-                    None
+                let held = state
+                    .locks
+                    .get(handle.key())
+                    .filter(|held| held.until > now);
+                match held {
+                    None => {
+                        let token = state.token();
+                        let until = now + store.lease;
+                        state
+                            .locks
+                            .insert(handle.key().clone(), Lock { token, until });
+                        Next::Hold(Some(token), state.bump(handle.key()))
+                    }
+                    Some(_) if self.busy_error && !served => return Fetched::Busy,
+                    Some(held) => {
+                        // Registered before the lock is let go: a fill after this wakes it.
+                        notified.as_mut().enable();
+                        Next::Wait(held.until - now)
+                    }
                 }
             };
-            if let Some(generation) = generation {
-                return self.hold(handle, generation).await;
+            let lease_left = match next {
+                Next::Hold(token, fence) => return self.hold(handle, token, fence).await,
+                Next::Wait(lease_left) => lease_left,
+            };
+            let now = Instant::now();
+            if now >= give_up_at {
+                let fence = store.state().fence(handle.key());
+                return self.hold(handle, None, fence).await;
             }
-            if Instant::now() >= give_up_at {
-                return handle.load_here(self.trusted_for).await;
-            }
-            let _ = tokio::time::timeout_at(give_up_at, notified).await;
+            let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
+            let _ = tokio::time::timeout_at(until, notified).await;
         }
+    }
+
+    async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
+        self.store.stall().await;
+        if self.store.down() {
+            return self.degraded(handle).await;
+        }
+        self.clean(handle.key(), &handle.config().name);
+        let fence = self.store.state().fence(handle.key());
+        self.hold(handle, None, fence).await
+    }
+
+    async fn prime<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        value: V,
+    ) -> Result<(), Error> {
+        self.store.stall().await;
+        if self.store.down() {
+            handle.keep_loaded(value, self.trusted());
+            lock(&self.dirty).insert(handle.key().clone());
+            return Err(Error::invalid_config("the fake store is down"));
+        }
+        self.clean(handle.key(), &handle.config().name);
+        let mut state = self.store.state();
+        state.bump(handle.key());
+        for tag in handle.tags() {
+            state
+                .tagged
+                .entry(tag.clone())
+                .or_default()
+                .insert(handle.key().clone());
+        }
+        let stored = self.stored(handle, value);
+        let entry = stored.entry();
+        state.values.insert(handle.key().clone(), stored);
+        drop(state);
+        handle.keep(self.shared(entry));
+        self.store.wake();
+        Ok(())
     }
 
     async fn invalidate(&self, config: &Config, key: &K) -> Result<(), Error> {
         self.store.stall().await;
-        if self.store.fail.load(Ordering::SeqCst) {
+        if self.store.down() {
+            lock(&self.dirty).insert(key.clone());
             return Err(Error::invalid_config("the fake store is down"));
         }
+        lock(&self.dirty).remove(key);
         let mut state = self.store.state();
         state.values.remove(key);
-        *state.generations.entry(key.clone()).or_default() += 1;
+        state.bump(key);
         drop(state);
-        if !self.store.lose_messages.load(Ordering::SeqCst) {
-            for cache in registry::named(&config.name) {
-                cache.forget_named(&format!("{key:?}"));
-            }
-        }
+        self.store.announce(&config.name, format!("{key:?}"));
         Ok(())
+    }
+
+    fn reads(&self) -> bool {
+        true
+    }
+
+    async fn read(&self, direct: &crate::tier::Direct<'_, K, V>) -> Option<Shared<V>> {
+        self.store.stall().await;
+        if self.store.down() || lock(&self.dirty).contains(direct.key()) {
+            return None;
+        }
+        let state = self.store.state();
+        let stored = state.values.get(direct.key())?;
+        (Instant::now() < stored.fresh_until).then(|| self.shared(stored.entry()))
     }
 
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
@@ -184,37 +566,138 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
 }
 
 impl<K: Key, V: Value> Fake<K, V> {
-    /// Loads as the lock's holder, fills the store, releases the lock and wakes the waiters.
+    /// Loads here while the store is down; the key is dropped from the store before this
+    /// process reads it there again.
+    async fn degraded<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
+        let fetched = handle.load_here(self.trusted()).await;
+        if let Fetched::Loaded(_) = fetched {
+            lock(&self.dirty).insert(handle.key().clone());
+        }
+        fetched
+    }
+
+    /// Drops `key` from the store (and announces it) if this process changed it while the
+    /// store was down.
+    fn clean(&self, key: &K, name: &str) {
+        if !lock(&self.dirty).remove(key) {
+            return;
+        }
+        let mut state = self.store.state();
+        state.values.remove(key);
+        state.bump(key);
+        drop(state);
+        let text = format!("{key:?}");
+        self.store.tell(Event::Cleaned {
+            process: self.process,
+            key: text.clone(),
+        });
+        self.store.announce(name, text);
+    }
+
+    fn trusted(&self) -> Option<Duration> {
+        self.trusted_for
+            .or_else(|| self.store.trusted_for(self.process))
+    }
+
+    fn shared(&self, entry: Entry<V>) -> Shared<V> {
+        Shared::new(entry, self.trusted())
+    }
+
+    /// A value loaded now, as the store keeps it: fresh for a jittered `ttl`, stale for
+    /// `stale`, kept for `fail_safe`.
+    fn stored<L>(&self, handle: &Handle<'_, K, V, L>, value: V) -> Stored<V>
+    where
+        L: Load<K, V>,
+    {
+        let config = handle.config();
+        let now = Instant::now();
+        let fresh_until = crate::clock::after(now, jittered_ttl(config.ttl, config.jitter));
+        let stale_until = crate::clock::after(fresh_until, config.stale);
+        Stored {
+            value,
+            filled_at: now,
+            fresh_until,
+            stale_until,
+            kept_until: crate::clock::after(stale_until, config.fail_safe.unwrap_or_default()),
+        }
+    }
+
+    /// Loads as the lock's holder (renewing its lease while the load runs, unless leases lapse)
+    /// or without the lock, writes the value if the fence is still `fence`, releases the lock
+    /// and wakes the waiters.
     async fn hold<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,
-        generation: Option<u64>,
+        token: Option<u64>,
+        fence: u64,
     ) -> Fetched<V> {
-        let loaded = handle.load().await;
         let store = &self.store;
-        let mut state = store.state();
-        state.locks.remove(handle.key());
-        let outcome = match loaded {
-            Ok(value) => {
-                let config = handle.config();
-                let entry = Entry::loaded(
-                    value,
-                    Instant::now(),
-                    jittered_ttl(config.ttl, config.jitter),
-                    config.stale,
-                );
-                if state.generations.get(handle.key()).copied() == generation {
-                    state.values.insert(handle.key().clone(), entry.clone());
-                    Fetched::Loaded(handle.keep(Shared::new(entry, self.trusted_for)))
-                } else {
-                    // Invalidated while it loaded: its callers get it, nobody keeps it.
-                    Fetched::Loaded(entry.value)
+        {
+            let mut state = store.state();
+            for tag in handle.tags() {
+                state
+                    .tagged
+                    .entry(tag.clone())
+                    .or_default()
+                    .insert(handle.key().clone());
+            }
+        }
+        let renew = async {
+            loop {
+                tokio::time::sleep(store.lease / 3).await;
+                let mut state = store.state();
+                if !store.lapse.load(Ordering::SeqCst)
+                    && let Some(held) = state.locks.get_mut(handle.key())
+                    && Some(held.token) == token
+                {
+                    held.until = Instant::now() + store.lease;
                 }
             }
+        };
+        let loaded = tokio::select! {
+            biased;
+            loaded = handle.load() => loaded,
+            () = renew => unreachable!("the renewals loop until the load ends"),
+        };
+        store.stall().await;
+        let mut state = store.state();
+        if state
+            .locks
+            .get(handle.key())
+            .is_some_and(|held| Some(held.token) == token)
+        {
+            state.locks.remove(handle.key());
+        }
+        let fetched = match loaded {
             Err(error) => Fetched::Failed(error),
+            // The store went down meanwhile: the value is good, kept here.
+            Ok(value) if store.down() => {
+                drop(state);
+                lock(&self.dirty).insert(handle.key().clone());
+                return Fetched::Loaded(handle.keep_loaded(value, self.trusted()));
+            }
+            Ok(value) if state.fence(handle.key()) == fence => {
+                if token.is_none() {
+                    state.bump(handle.key());
+                }
+                let stored = self.stored(handle, value);
+                let entry = stored.entry();
+                state.values.insert(handle.key().clone(), stored);
+                Fetched::Loaded(handle.keep(self.shared(entry)))
+            }
+            // Invalidated while it loaded, or fenced off by a newer holder: its callers get it,
+            // nobody keeps it.
+            Ok(value) => {
+                handle.superseded();
+                Fetched::Loaded(value)
+            }
         };
         drop(state);
         store.wake();
-        outcome
+        fetched
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

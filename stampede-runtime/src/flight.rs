@@ -11,7 +11,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::entry::Entry;
@@ -37,8 +37,13 @@ impl<V> Outcome<V> {
     }
 }
 
-/// What a flight's leader and waiters share besides the channel.
+/// What a flight's leader and waiters share: its outcome, and the notification of its changes
+/// (a `Notify` wakes its waiters in the order they came, so a simulation's run replays).
 struct Shared<V> {
+    outcome: Mutex<Outcome<V>>,
+    changed: Notify,
+    /// The leader is gone: nothing more will change.
+    closed: std::sync::atomic::AtomicBool,
     /// How many callers wait for it.
     callers: AtomicUsize,
     /// The failure of a load that had one caller, moved to it rather than shared: the only
@@ -58,7 +63,6 @@ pub(crate) struct Flights<K, V> {
 
 struct Flight<V> {
     id: u64,
-    outcome: watch::Receiver<Outcome<V>>,
     shared: Arc<Shared<V>>,
 }
 
@@ -86,14 +90,13 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             // `notify_one` keeps the wake-up for a refresh that has not started waiting yet.
             flight.shared.urgent.notify_one();
             return Joined::Shared(Waiter {
-                outcome: flight.outcome.clone(),
                 shared: flight.shared.clone(),
             });
         }
-        let (leader, outcome) = self.insert(&mut map, key);
+        let leader = self.insert(&mut map, key);
         let shared = leader.shared.clone();
         shared.callers.fetch_add(1, Ordering::Relaxed);
-        Joined::Led(leader, Waiter { outcome, shared })
+        Joined::Led(leader, Waiter { shared })
     }
 
     /// Becomes the key's leader only if no load is in flight (a background refresh).
@@ -102,7 +105,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         if map.contains_key(key) {
             return None;
         }
-        Some(self.insert(&mut map, key).0)
+        Some(self.insert(&mut map, key))
     }
 
     /// Detaches the key's load, if one is in flight (an invalidation): its waiters still get its
@@ -126,14 +129,12 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         self.lock().len()
     }
 
-    fn insert(
-        &self,
-        map: &mut HashMap<K, Flight<V>>,
-        key: &K,
-    ) -> (Leader<'_, K, V>, watch::Receiver<Outcome<V>>) {
+    fn insert(&self, map: &mut HashMap<K, Flight<V>>, key: &K) -> Leader<'_, K, V> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (sender, outcome) = watch::channel(Outcome::Running);
         let shared = Arc::new(Shared {
+            outcome: Mutex::new(Outcome::Running),
+            changed: Notify::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
             callers: AtomicUsize::new(0),
             handoff: Mutex::new(None),
             urgent: Notify::new(),
@@ -143,19 +144,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             key.clone(),
             Flight {
                 id,
-                outcome: outcome.clone(),
                 shared: shared.clone(),
             },
         );
-        let leader = Leader {
+        Leader {
             flights: self,
             key: key.clone(),
             id,
-            sender,
             shared,
             removed: false,
-        };
-        (leader, outcome)
+        }
     }
 
     fn remove(&self, key: &K, id: u64) {
@@ -186,7 +184,6 @@ pub(crate) struct Leader<'a, K: Hash + Eq + Clone, V: Clone> {
     flights: &'a Flights<K, V>,
     key: K,
     id: u64,
-    sender: watch::Sender<Outcome<V>>,
     shared: Arc<Shared<V>>,
     removed: bool,
 }
@@ -205,7 +202,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
     /// get it at once too while it is servable; the key stays in flight, so no second refresh
     /// starts, until [`finish`](Self::finish) replaces it with the outcome.
     pub(crate) fn serve(&self, entry: Entry<V>) {
-        self.sender.send_replace(Outcome::Serving(entry));
+        self.publish(Outcome::Serving(entry));
     }
 
     /// Offers the waiters a last good value, which a soft timeout may give them.
@@ -222,10 +219,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
             && self.shared.callers.load(Ordering::Relaxed) == 1
         {
             *lock(&self.shared.handoff) = Some(outcome);
-            self.sender.send_replace(Outcome::HandedOff);
+            self.publish(Outcome::HandedOff);
         } else {
-            self.sender.send_replace(Outcome::Done(outcome));
+            self.publish(Outcome::Done(outcome));
         }
+    }
+
+    /// Sets the flight's outcome and wakes its waiters.
+    fn publish(&self, outcome: Outcome<V>) {
+        *lock(&self.shared.outcome) = outcome;
+        self.shared.changed.notify_waiters();
     }
 
     fn release(&mut self) {
@@ -239,12 +242,14 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
 impl<K: Hash + Eq + Clone, V: Clone> Drop for Leader<'_, K, V> {
     fn drop(&mut self) {
         self.release();
+        // Finished or not, nothing more will change: a waiter of an unfinished flight stops.
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.changed.notify_waiters();
     }
 }
 
 /// A caller waiting for a key's load.
 pub(crate) struct Waiter<V> {
-    outcome: watch::Receiver<Outcome<V>>,
     shared: Arc<Shared<V>>,
 }
 
@@ -259,16 +264,28 @@ impl<V: Clone> Waiter<V> {
         let aborted = || Error::LoadAborted {
             cache: cache.clone(),
         };
-        match self.outcome.wait_for(Outcome::ready).await {
-            Ok(outcome) => match &*outcome {
-                Outcome::Serving(entry) => Ok(entry.value.clone()),
-                Outcome::Done(outcome) => outcome.clone(),
-                Outcome::HandedOff => lock(&self.shared.handoff)
-                    .take()
-                    .unwrap_or_else(|| Err(aborted())),
-                Outcome::Running => Err(aborted()),
-            },
-            Err(_closed) => Err(aborted()),
+        loop {
+            // Registered before the outcome is read: a change after the read wakes it.
+            let changed = self.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let outcome = lock(&self.shared.outcome);
+                if outcome.ready() {
+                    return match &*outcome {
+                        Outcome::Serving(entry) => Ok(entry.value.clone()),
+                        Outcome::Done(outcome) => outcome.clone(),
+                        Outcome::HandedOff => lock(&self.shared.handoff)
+                            .take()
+                            .unwrap_or_else(|| Err(aborted())),
+                        Outcome::Running => Err(aborted()),
+                    };
+                }
+            }
+            if self.shared.closed.load(Ordering::Acquire) {
+                return Err(aborted());
+            }
+            changed.await;
         }
     }
 }

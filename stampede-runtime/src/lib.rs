@@ -41,7 +41,7 @@ mod core;
 mod core_tests;
 mod entry;
 mod error;
-#[cfg(test)]
+#[cfg(any(test, feature = "simulation"))]
 mod fake_tier;
 mod flight;
 mod hot;
@@ -50,9 +50,13 @@ mod kv;
 mod layers;
 mod load;
 mod memory;
+mod random;
 #[cfg(feature = "redis")]
 mod redis;
 mod registry;
+#[cfg(feature = "simulation")]
+#[doc(hidden)]
+pub mod sim;
 mod slot;
 mod stats;
 mod tags;

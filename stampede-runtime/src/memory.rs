@@ -90,6 +90,11 @@ impl<K: Key, V: Value> Memory<K, V> {
         self.store.remove_if(key, |entry| !entry.fail_safe(now));
     }
 
+    /// Drops the key's entry if it was filled before `than`.
+    pub(crate) fn drop_older(&self, key: &K, than: Instant) {
+        self.store.remove_if(key, |entry| entry.filled_at() < than);
+    }
+
     /// Registers a load of `key`, with the key's generation now.
     pub(crate) fn begin(&self, key: &K) -> Loading<'_, K, V> {
         let mut loading = self.loading();
@@ -197,7 +202,7 @@ impl<K: Key, V: Value> Memory<K, V> {
     }
 
     /// How many keys have a load running.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "simulation"))]
     pub(crate) fn loading_count(&self) -> usize {
         self.loading().len()
     }

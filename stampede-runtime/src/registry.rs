@@ -47,6 +47,15 @@ pub(crate) fn register(cache: &'static dyn AnyCache) {
         .push(cache);
 }
 
+/// Takes `cache` off the registry (the simulation, before it frees the caches of a run).
+#[cfg(feature = "simulation")]
+pub(crate) fn unregister(cache: &'static dyn AnyCache) {
+    REGISTRY
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .retain(|other| !std::ptr::addr_eq(*other, cache));
+}
+
 /// Every cache of the process.
 pub(crate) fn all() -> Vec<&'static dyn AnyCache> {
     REGISTRY

@@ -226,6 +226,8 @@ pub struct Handle<'a, K: Key, V: Value, L> {
     served: Mutex<Option<V>>,
     /// A value past its stale deadline that the shared store still keeps (`fail_safe`).
     last_good: Mutex<Option<Entry<V>>>,
+    /// When the flight began.
+    began: Instant,
 }
 
 impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
@@ -246,6 +248,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             started: AtomicBool::new(false),
             served: Mutex::new(None),
             last_good: Mutex::new(None),
+            began: Instant::now(),
         }
     }
 
@@ -324,6 +327,15 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         let value = entry.value.clone();
         self.begun.keep(entry);
         value
+    }
+
+    /// The shared store refused this flight's value: a newer one was written there since the
+    /// flight read its fence (another process's fill or prime), or the key was invalidated. A
+    /// value this process holds from before the flight began is older than the store's, so it
+    /// is dropped: the next call reads the store, rather than serve an older value after this
+    /// flight's callers got a newer one.
+    pub(crate) fn superseded(&self) {
+        self.core.memory.drop_older(self.key, self.began);
     }
 
     /// Hands a stale value to the flight's waiters now, while the refresh goes on, and keeps it

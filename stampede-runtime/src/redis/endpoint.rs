@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::clock::after;
 use crate::redis::config::RedisConfig;
+use crate::redis::dirty::Dirty;
 use crate::redis::failure::Failure;
 use crate::redis::health::{Health, display_name};
 use crate::redis::keys::RedisKeys;
@@ -30,6 +31,8 @@ pub(crate) struct Endpoint {
     pub(crate) config: RedisConfig,
     links: Mutex<HashMap<runtime::Id, Arc<Link>>>,
     health: Health,
+    /// The keys this process changed while Redis could not be used (see `dirty`).
+    pub(crate) dirty: Dirty,
     /// This connection, for the tasks it starts (which must not keep it alive).
     me: Weak<Endpoint>,
 }
@@ -41,6 +44,7 @@ impl Endpoint {
             config,
             links: Mutex::new(HashMap::new()),
             health: Health::new(name),
+            dirty: Dirty::default(),
             me: me.clone(),
         })
     }

@@ -318,9 +318,17 @@ where
             }
             // Invalidated while it loaded, or fenced off by a newer holder: the callers get it,
             // nobody keeps it.
-            Some(_) => Fetched::Loaded(value),
-            // Redis failed after the load: the value is good, keep it here.
-            None => Fetched::Loaded(self.handle.keep_loaded(value, self.trusted_for())),
+            Some(_) => {
+                self.handle.superseded();
+                Fetched::Loaded(value)
+            }
+            // Redis failed after the load: the value is good, keep it here; Redis drops its own
+            // once it answers again.
+            None => {
+                self.tier
+                    .changed_while_down(&self.endpoint, self.handle.key(), self.config());
+                Fetched::Loaded(self.handle.keep_loaded(value, self.trusted_for()))
+            }
         }
     }
 

@@ -61,7 +61,12 @@ impl RedisKeys {
 
     /// The part every key of this cache key shares: what a tag's set holds.
     pub(crate) fn base(&self) -> &str {
-        self.value.strip_suffix(VALUE).unwrap_or(&self.value)
+        RedisKeys::base_of(&self.value)
+    }
+
+    /// The part of a value key that every key of its cache key shares.
+    pub(crate) fn base_of(value_key: &str) -> &str {
+        value_key.strip_suffix(VALUE).unwrap_or(value_key)
     }
 }
 

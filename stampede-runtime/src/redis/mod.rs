@@ -42,6 +42,7 @@
 
 pub(crate) mod bounds;
 pub(crate) mod config;
+mod dirty;
 mod endpoint;
 mod envelope;
 mod failure;

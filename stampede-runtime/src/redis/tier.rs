@@ -13,6 +13,7 @@ use crate::kv::{Key, Value};
 use crate::load::Load;
 use crate::redis::Busy;
 use crate::redis::config::lookup;
+use crate::redis::dirty::Dirty;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Decoded};
 use crate::redis::flow::Flow;
@@ -21,6 +22,9 @@ use crate::redis::telemetry::RedisTelemetry;
 use crate::redis::{invalidate, tags};
 use crate::stats::Stats;
 use crate::tier::{Direct, Fetched, Handle, Shared, Tier};
+
+/// Where a key lives in Redis: the endpoint, and the key's Redis keys.
+type Route = (Arc<Endpoint>, RedisKeys);
 
 /// The Redis tier of one cache: keys written by serde as readable text, values as MessagePack.
 pub struct RedisTier<K, V> {
@@ -83,10 +87,18 @@ where
     V: Value + Serialize + DeserializeOwned,
 {
     async fn fetch<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        match self.route(handle) {
-            Ok((endpoint, keys)) => Flow::new(self, endpoint, keys, handle).run().await,
-            Err(endpoint) => self.degraded(handle, endpoint.as_deref()).await,
+        let (endpoint, keys) = match self.route(handle) {
+            Ok(route) => route,
+            Err(endpoint) => return self.degraded(handle, endpoint.as_ref()).await,
+        };
+        // Changed here while Redis was down: what Redis holds is older. Dropped there first.
+        if endpoint.dirty.contains(keys.base())
+            && endpoint.dirty.clean(&endpoint, keys.base()).await.is_err()
+        {
+            return self.degraded(handle, Some(&endpoint)).await;
         }
+        Dirty::clean_all(&endpoint);
+        Flow::new(self, endpoint, keys, handle).run().await
     }
 
     /// Loads the key whatever Redis holds, and writes it as a fill without the lock: the fence
@@ -95,7 +107,7 @@ where
     async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
         let (endpoint, keys) = match self.route(handle) {
             Ok(route) => route,
-            Err(endpoint) => return self.degraded(handle, endpoint.as_deref()).await,
+            Err(endpoint) => return self.degraded(handle, endpoint.as_ref()).await,
         };
         let Ok(read) = endpoint.read_or_lock(&keys, None, true).await else {
             return self.degraded(handle, Some(&endpoint)).await;
@@ -120,12 +132,17 @@ where
         let args =
             keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
         let keys = self.keys(&endpoint, &args);
+        let message = invalidate::message(&config.name, &args);
         endpoint
-            .invalidate(&keys, Some(&invalidate::message(&config.name, &args)))
+            .invalidate(&keys, Some(&message))
             .await
-            .map_err(|failure| Error::RedisUnavailable {
-                cache: config.name.clone(),
-                message: failure.to_string().into(),
+            .map_err(|failure| {
+                // Done as soon as Redis answers again, before this process reads the key there.
+                endpoint.dirty.mark(&keys, message);
+                Error::RedisUnavailable {
+                    cache: config.name.clone(),
+                    message: failure.to_string().into(),
+                }
             })
     }
 
@@ -140,6 +157,9 @@ where
         let endpoint = lookup(self.connection.as_deref()).filter(|e| e.usable())?;
         let args = keys::args_text(direct.key()).ok()?;
         let value_key = RedisKeys::value_key(&endpoint.config.prefix, &self.identity, &args);
+        if endpoint.dirty.contains(RedisKeys::base_of(&value_key)) {
+            return None; // the flight drops what Redis holds first
+        }
         let (value, now_ms) = endpoint.read_fresh(&value_key).await.ok()??;
         let Decoded::Servable(entry) = envelope::decoded(Some(&value), Some(now_ms)) else {
             return None;
@@ -167,11 +187,10 @@ where
 {
     /// The endpoint and Redis keys of a flight's key, or (when Redis cannot be used: not
     /// configured, cooling down, a key that cannot be written) the endpoint if there is one.
-    #[allow(clippy::type_complexity)]
     fn route<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,
-    ) -> Result<(Arc<Endpoint>, RedisKeys), Option<Arc<Endpoint>>> {
+    ) -> Result<Route, Option<Arc<Endpoint>>> {
         let config = handle.config();
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
             self.warn_unconfigured(config);
@@ -202,12 +221,25 @@ where
     pub(super) async fn degraded<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,
-        endpoint: Option<&Endpoint>,
+        endpoint: Option<&Arc<Endpoint>>,
     ) -> Fetched<V> {
         self.telemetry.degraded.bump();
         tracing::Span::current().record("outcome", "degraded");
-        let trusted_for = endpoint.and_then(Endpoint::memory_trusted_for);
-        handle.load_here(trusted_for).await
+        let trusted_for = endpoint.and_then(|endpoint| endpoint.memory_trusted_for());
+        let fetched = handle.load_here(trusted_for).await;
+        if let (Fetched::Loaded(_), Some(endpoint)) = (&fetched, endpoint) {
+            self.changed_while_down(endpoint, handle.key(), handle.config());
+        }
+        fetched
+    }
+
+    /// This process serves a value of `key` that Redis does not have (loaded or primed while
+    /// Redis failed): Redis drops its own once it answers again (see `dirty`).
+    pub(super) fn changed_while_down(&self, endpoint: &Endpoint, key: &K, config: &Config) {
+        if let Ok(args) = keys::args_text(key) {
+            let message = invalidate::message(&config.name, &args);
+            endpoint.dirty.mark(&self.keys(endpoint, &args), message);
+        }
     }
 
     fn warn_unconfigured(&self, config: &Config) {
@@ -248,12 +280,15 @@ where
             Ok(read) => read,
             Err(failure) => {
                 handle.keep_loaded(value, endpoint.memory_trusted_for());
+                self.changed_while_down(&endpoint, handle.key(), config);
                 return Err(unavailable(failure.to_string()));
             }
         };
-        let flow = Flow::new(self, endpoint, keys, handle);
-        flow.prime(value, &payload, read.fence)
-            .await
-            .map_err(unavailable)
+        let flow = Flow::new(self, endpoint.clone(), keys, handle);
+        let primed = flow.prime(value, &payload, read.fence).await;
+        if primed.is_err() {
+            self.changed_while_down(&endpoint, handle.key(), config);
+        }
+        primed.map_err(unavailable)
     }
 }

@@ -1,0 +1,150 @@
+//! Hooks for the deterministic simulation (`tests/simulation.rs`, feature `simulation`): caches
+//! built over any tier outside the generated code, the fake shared tier, seeded randomness, and
+//! what a cache leaves behind after a run. Not for users: it changes without notice.
+
+use std::future::Future;
+
+use crate::cache::Cache;
+use crate::config::Config;
+use crate::core::Tags;
+use crate::error::{Error, LoadError};
+use crate::kv::{Key, Value};
+use crate::registry::{self, AnyCache as _};
+use crate::stats::Stats;
+use crate::tier::Tier;
+
+pub use crate::fake_tier::{Event, Fake, Process, Store, tier, tier_of};
+pub use crate::tier::Local;
+
+/// A cache of a simulated function, over tier `T`.
+pub struct SimCache<K: Key, V: Value, T: 'static> {
+    cache: &'static Cache<K, V, T>,
+}
+
+impl<K: Key, V: Value, T: 'static> Clone for SimCache<K, V, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K: Key, V: Value, T: 'static> Copy for SimCache<K, V, T> {}
+
+/// What a cache holds between calls that must be gone once nothing runs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Leftovers {
+    /// Keys marked in flight.
+    pub flights: usize,
+    /// Keys with a load or read registered with the memory tier.
+    pub registrations: usize,
+    /// The breaker's probe still running.
+    pub probing: bool,
+}
+
+impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
+    /// A cache with these options over `tier`, listed in the registry, living until
+    /// [`SimCache::free`].
+    pub fn new(config: Config, tier: T, tags: Tags<K>) -> Self {
+        let cache = Box::leak(Box::new(Cache::new(config, tier, tags)));
+        registry::register(cache);
+        SimCache { cache }
+    }
+
+    /// A call of the function whose attempts `load` makes.
+    pub fn get<F, Fut, E>(self, key: K, load: F) -> impl Future<Output = Result<V, Error>> + Send
+    where
+        F: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        E: LoadError,
+    {
+        self.cache.get(key, move || load)
+    }
+
+    /// The companion's `refresh`.
+    pub fn refresh<F, Fut, E>(
+        self,
+        key: K,
+        load: F,
+    ) -> impl Future<Output = Result<V, Error>> + Send
+    where
+        F: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        E: LoadError,
+    {
+        self.cache.refresh(key, move || load)
+    }
+
+    /// The companion's `invalidate`.
+    pub async fn invalidate(self, key: K) -> Result<(), Error> {
+        self.cache.invalidate(&key).await
+    }
+
+    /// The companion's `prime`.
+    pub async fn prime(self, key: K, value: V) -> Result<(), Error> {
+        self.cache.prime(key, value).await
+    }
+
+    /// The companion's `peek`.
+    pub fn peek(self, key: &K) -> Option<V> {
+        self.cache.peek(key)
+    }
+
+    /// Its counters.
+    pub fn stats(self) -> Stats {
+        self.cache.stats()
+    }
+
+    /// What it holds that must be gone once nothing runs.
+    pub fn leftovers(self) -> Leftovers {
+        let core = self.cache.core();
+        Leftovers {
+            flights: core.flights.len(),
+            registrations: core.memory.loading_count(),
+            probing: core
+                .breaker
+                .as_ref()
+                .is_some_and(|breaker| breaker.probing()),
+        }
+    }
+
+    /// Takes the cache off the registry and frees it.
+    ///
+    /// # Safety
+    ///
+    /// Nothing may use the cache any more: every runtime that ran its calls has shut down (their
+    /// tasks, which borrow it, are dropped), no [`SimCache`] copy is used again, and no fake
+    /// store still lists it (drop the stores first).
+    pub unsafe fn free(self) {
+        registry::unregister(self.cache);
+        let cache = self.cache as *const Cache<K, V, T> as *mut Cache<K, V, T>;
+        // SAFETY: the cache was leaked from a `Box` in `new`, and the caller guarantees that no
+        // reference to it is left.
+        drop(unsafe { Box::from_raw(cache) });
+    }
+}
+
+impl<K: Key, V: Value> SimCache<K, V, Fake<K, V>> {
+    /// A cache over the fake shared tier, attached to the tier's process (it hears the
+    /// invalidations announced to that process).
+    pub fn shared(config: Config, tier: Fake<K, V>, tags: Tags<K>) -> Self {
+        let (store, process) = (tier.store.clone(), tier.process);
+        let cache = SimCache::new(config, tier, tags);
+        store.attach(process, cache.cache);
+        cache
+    }
+}
+
+/// Seeds this thread's randomness (TTL jitter, retry backoff): one seed, one run. `None`: the
+/// thread's random generator again.
+pub fn seed(seed: Option<u64>) {
+    crate::random::seed(seed);
+}
+
+/// A tag's invalidation in this process's memory (`stampede::invalidate_tag` without Redis).
+pub fn forget_tag(tag: &str) {
+    registry::forget_tag(tag);
+}
+
+/// How many background refreshes hold a turn in the process's refresh budget now.
+pub fn refresh_turns_taken() -> usize {
+    crate::budget::turns_taken()
+}

@@ -1,0 +1,3 @@
+//! What the simulations share: the oracle that checks every returned value against the history.
+
+pub mod oracle;

@@ -1,0 +1,486 @@
+//! The oracle of the simulations: it is told every write, invalidation, prime and load as it
+//! happens, and checks every value a call returns against that history.
+//!
+//! What it checks (each a violation, with the trace of the key's history):
+//!
+//! - **own key**: a value is the value of its own function and key;
+//! - **not older than a completed invalidation**: its version is at least the version written
+//!   before the last invalidation (or tag invalidation, or prime) of that key that completed
+//!   before the call began, in the call's process; in another process (a shared backend only),
+//!   once the documented bound has passed since it completed;
+//! - **age**: a value is no older than its function's options allow (`ttl + stale`, plus
+//!   `fail_safe` when it has one), plus what a load and the store's stalls take;
+//! - **no older value over a newer one**: in one process, a call that began after another ended
+//!   returns a version at least that one's (unless the other overlapped an invalidation or a
+//!   prime of the key, or the cache has `lock = "none"`, whose racing loads nothing orders);
+//! - **one load at a time**: at most one load of a key runs at a time in a process (unless an
+//!   invalidation, a prime or a feed event detached the one running, or `lock = "none"`), and
+//!   across processes with `lock = "redis"` (unless a lease lapsed or the store failed);
+//! - **allowed errors**: a call fails only as a failing source, a timeout, an open breaker or a
+//!   busy lock make it (never "the load was dropped" while its runtime runs);
+//! - **no hang** and **nothing left behind** are checked by the runs themselves.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A value the simulated sources produce: whose it is, which version, and when it was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Val {
+    pub function: u8,
+    pub key: u16,
+    pub version: u64,
+    /// When the source produced it, since the run began.
+    pub read_at: Duration,
+}
+
+/// What the oracle must know of one function.
+#[derive(Clone, Debug)]
+pub struct Rules {
+    /// The longest a value may be served after it was read.
+    pub max_age: Duration,
+    /// Values are shared between processes (tiered or Redis-only): invalidations reach them.
+    pub shared: bool,
+    /// No lock: loads of one key may overlap.
+    pub no_singleflight: bool,
+    /// No lock: nothing orders the values of loads that race.
+    pub unordered: bool,
+    /// `lock = "redis"` (and a lock wait longer than any load): one load across processes.
+    pub one_load_everywhere: bool,
+}
+
+/// Where an invalidation reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// The process that made it, and the others through the shared tier.
+    From(usize),
+    /// Only the process that made it (a prime).
+    Only(usize),
+    /// Every process at once (a tag's marks are process-wide in a simulation).
+    Everywhere,
+}
+
+#[derive(Clone, Debug)]
+struct Floor {
+    version: u64,
+    reach: Reach,
+    done: Duration,
+    /// Its place in the run's order of events (two at one instant are still ordered).
+    seq: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Running {
+    id: u64,
+    process: usize,
+    started: Duration,
+    /// The key's detach epoch and the run's fault epoch when it started.
+    epochs: (u64, u64),
+    /// A load that takes no Redis lock on purpose (a companion's refresh).
+    unlocked: bool,
+}
+
+#[derive(Default)]
+struct History {
+    versions: HashMap<(u8, u16), u64>,
+    floors: HashMap<(u8, u16), Vec<Floor>>,
+    /// Per (function, key): bumped when something detaches the key's running loads.
+    detach: HashMap<(u8, u16), u64>,
+    /// Bumped by every fault's beginning and end (outages, feed events, lapsed leases, ...).
+    faults: u64,
+    /// Faults going on that let loads of one key run in several processes (an outage, lapsed
+    /// leases).
+    overlapping: usize,
+    running: HashMap<(u8, u16), Vec<Running>>,
+    next_load: u64,
+    /// Per (function, process, key): the version of the last call that ended, and when (its
+    /// place in the order of events).
+    last: HashMap<(u8, usize, u16), (u64, u64)>,
+    /// The order of events.
+    seq: u64,
+    trace: Vec<String>,
+    violations: Vec<String>,
+}
+
+/// The oracle of one run.
+pub struct Oracle {
+    history: Mutex<History>,
+    rules: Vec<Rules>,
+    /// How long after an invalidation another process may still serve the old value.
+    pub bound: Duration,
+    /// The clock of the run: when its current runtime's clock began, and the run's time then.
+    clock: Mutex<(Instant, Duration)>,
+}
+
+/// A call the oracle watches, from its beginning.
+pub struct Call {
+    function: u8,
+    process: usize,
+    key: u16,
+    began: Duration,
+    seq: u64,
+    /// The key's detach epoch when it began.
+    detach: u64,
+}
+
+impl Oracle {
+    pub fn new(rules: Vec<Rules>, bound: Duration) -> Arc<Self> {
+        Arc::new(Oracle {
+            history: Mutex::new(History::default()),
+            rules,
+            bound,
+            clock: Mutex::new((Instant::now(), Duration::ZERO)),
+        })
+    }
+
+    /// The run's time: since it began, across its runtimes.
+    pub fn now(&self) -> Duration {
+        let (began, at) = *self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+        at + Instant::now().saturating_duration_since(began)
+    }
+
+    /// The run's time at `instant` of the current runtime's clock.
+    pub fn now_at(&self, instant: Instant) -> Duration {
+        let (began, at) = *self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+        at + instant.saturating_duration_since(began)
+    }
+
+    /// The faults of the last runtime ended with it.
+    pub fn restarted(&self) {
+        let now = self.now();
+        let mut history = self.history();
+        history.faults += 1;
+        history.overlapping = 0;
+        history.note(now, "a new runtime".into());
+    }
+
+    /// A new runtime's clock takes over, `gap` after the run's time now on the last one's.
+    pub fn new_clock(&self, ended: Duration, gap: Duration) {
+        *self.clock.lock().unwrap_or_else(PoisonError::into_inner) = (Instant::now(), ended + gap);
+    }
+
+    /// The source's current version of a key.
+    pub fn version(&self, function: u8, key: u16) -> u64 {
+        *self.history().versions.get(&(function, key)).unwrap_or(&0)
+    }
+
+    /// The source changed the key: its new version.
+    pub fn write(&self, function: u8, key: u16) -> u64 {
+        let now = self.now();
+        let mut history = self.history();
+        let version = history.versions.entry((function, key)).or_default();
+        *version += 1;
+        let version = *version;
+        history.note(now, format!("write f{function} k{key} -> v{version}"));
+        version
+    }
+
+    /// Something is about to detach the key's running loads (an invalidation, a prime).
+    pub fn detaching(&self, function: u8, key: u16) {
+        *self.history().detach.entry((function, key)).or_default() += 1;
+    }
+
+    /// A fault begins (`Some(overlapping)`: whether loads may run in several processes while
+    /// it lasts) or ends (`None`, with the `overlapping` it began with).
+    pub fn fault(&self, what: String, began: bool, overlapping: bool) {
+        let now = self.now();
+        let mut history = self.history();
+        history.faults += 1;
+        if overlapping {
+            match began {
+                true => history.overlapping += 1,
+                false => history.overlapping -= 1,
+            }
+        }
+        history.note(now, what);
+    }
+
+    /// An invalidation (or prime) of a key completed: from now on (in another process, after
+    /// the bound) no call may return a version below `version`.
+    pub fn invalidated(&self, function: u8, key: u16, version: u64, reach: Reach) {
+        let done = self.now();
+        let mut history = self.history();
+        history.note(
+            done,
+            format!("invalidated f{function} k{key} at v{version} ({reach:?})"),
+        );
+        let seq = history.next_seq();
+        history
+            .floors
+            .entry((function, key))
+            .or_default()
+            .push(Floor {
+                version,
+                reach,
+                done,
+                seq,
+            });
+    }
+
+    /// Notes a line in the trace.
+    pub fn note(&self, line: String) {
+        let now = self.now();
+        self.history().note(now, line);
+    }
+
+    /// A call begins.
+    pub fn call(&self, function: u8, process: usize, key: u16) -> Call {
+        let began = self.now();
+        let mut history = self.history();
+        Call {
+            function,
+            process,
+            key,
+            began,
+            seq: history.next_seq(),
+            detach: *history.detach.get(&(function, key)).unwrap_or(&0),
+        }
+    }
+
+    /// What a call returned (`Ok(None)`: a peek that found nothing).
+    pub fn returned(
+        &self,
+        call: &Call,
+        outcome: Result<Option<&Val>, &stampede::Error>,
+        what: &str,
+    ) {
+        let now = self.now();
+        let rules = &self.rules[call.function as usize];
+        let mut history = self.history();
+        let Call {
+            function,
+            process,
+            key,
+            began,
+            seq: began_seq,
+            detach,
+        } = *call;
+        let value = match outcome {
+            Ok(Some(value)) => value,
+            Ok(None) => return,
+            Err(error) => {
+                history.note(
+                    now,
+                    format!("{what} p{process} f{function} k{key} -> {error}"),
+                );
+                if !allowed(error) {
+                    history.violate(
+                        now,
+                        format!(
+                            "{what} of p{process} f{function} k{key} failed as it may not: {error}"
+                        ),
+                    );
+                }
+                return;
+            }
+        };
+        history.note(
+            now,
+            format!(
+                "{what} p{process} f{function} k{key} (began {began:?}) -> v{} read at {:?}",
+                value.version, value.read_at
+            ),
+        );
+        if (value.function, value.key) != (function, key) {
+            history.violate(
+                now,
+                format!("{what} of f{function} k{key} returned another's value: {value:?}"),
+            );
+        }
+        let floor = history.floor(call, rules.shared, self.bound);
+        if value.version < floor {
+            history.violate(now, format!(
+                "{what} of p{process} f{function} k{key}, begun at {began:?}, returned v{} though an invalidation at v{floor} had completed",
+                value.version
+            ));
+        }
+        let age = now.saturating_sub(value.read_at);
+        if age > rules.max_age {
+            history.violate(now, format!(
+                "{what} of p{process} f{function} k{key} returned a value {age:?} old, past the {:?} its options allow",
+                rules.max_age
+            ));
+        }
+        if !rules.unordered
+            && let Some(&(last, ended)) = history.last.get(&(function, process, key))
+            && ended < began_seq
+            && value.version < last
+        {
+            history.violate(now, format!(
+                "{what} of p{process} f{function} k{key} returned v{} after an earlier call had returned v{last}",
+                value.version
+            ));
+        }
+        // A call that overlapped an invalidation or a prime of its key may have got the value
+        // of a flight that detached: ordered before it, not after.
+        let ended = history.next_seq();
+        if history.detach.get(&(function, key)).unwrap_or(&0) == &detach {
+            let last = history
+                .last
+                .entry((function, process, key))
+                .or_insert((0, ended));
+            if value.version >= last.0 {
+                *last = (value.version, ended);
+            }
+        }
+    }
+
+    /// The key's epochs now: what a flight starting now is detached by when they move on.
+    pub fn epochs(&self, function: u8, key: u16) -> (u64, u64) {
+        let history = self.history();
+        (
+            *history.detach.get(&(function, key)).unwrap_or(&0),
+            history.faults,
+        )
+    }
+
+    /// An attempt of a load of a key starts in `process`: checked against the loads running.
+    /// `flight` holds the epochs of the call that started its flight: a flight detached before
+    /// or during its load (its retries included) is still that detached flight.
+    pub fn load_started(
+        &self,
+        function: u8,
+        process: usize,
+        key: u16,
+        unlocked: bool,
+        flight: (u64, u64),
+    ) -> u64 {
+        let now = self.now();
+        let rules = &self.rules[function as usize];
+        let mut history = self.history();
+        history.next_load += 1;
+        let id = history.next_load;
+        let current = (
+            *history.detach.get(&(function, key)).unwrap_or(&0),
+            history.faults,
+        );
+        let epochs = flight;
+        let running = history
+            .running
+            .get(&(function, key))
+            .cloned()
+            .unwrap_or_default();
+        for other in running
+            .iter()
+            .filter(|other| other.epochs == epochs && epochs == current)
+        {
+            let same_process = other.process == process;
+            if same_process && !rules.no_singleflight {
+                history.violate(now, format!(
+                    "two loads of f{function} k{key} overlap in p{process} (the other began at {:?})",
+                    other.started
+                ));
+            } else if !same_process
+                && rules.one_load_everywhere
+                && !unlocked
+                && !other.unlocked
+                && history.overlapping == 0
+            {
+                history.violate(now, format!(
+                    "loads of f{function} k{key} overlap in p{process} and p{} with lock = \"redis\" (the other began at {:?})",
+                    other.process, other.started
+                ));
+            }
+        }
+        history.note(
+            now,
+            format!("load {id} of f{function} k{key} starts in p{process}"),
+        );
+        history
+            .running
+            .entry((function, key))
+            .or_default()
+            .push(Running {
+                id,
+                process,
+                started: now,
+                epochs,
+                unlocked,
+            });
+        id
+    }
+
+    /// A load ended (finished, failed or dropped).
+    pub fn load_ended(&self, function: u8, key: u16, id: u64) {
+        let mut history = self.history();
+        if let Some(running) = history.running.get_mut(&(function, key)) {
+            running.retain(|load| load.id != id);
+        }
+    }
+
+    /// A violation the run itself found (a hang, something left behind).
+    pub fn violation(&self, what: String) {
+        let now = self.now();
+        self.history().violate(now, what);
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.history().violations.clone()
+    }
+
+    /// The last `lines` lines of the run's trace.
+    pub fn trace(&self, lines: usize) -> Vec<String> {
+        let history = self.history();
+        let skip = history.trace.len().saturating_sub(lines);
+        history.trace[skip..].to_vec()
+    }
+
+    /// Every line of the trace, for a replay's comparison.
+    pub fn whole_trace(&self) -> Vec<String> {
+        self.history().trace.clone()
+    }
+
+    fn history(&self) -> MutexGuard<'_, History> {
+        self.history.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl History {
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn note(&mut self, at: Duration, line: String) {
+        self.trace.push(format!("{at:>12.3?} {line}"));
+    }
+
+    fn violate(&mut self, at: Duration, what: String) {
+        self.note(at, format!("VIOLATION: {what}"));
+        self.violations.push(what);
+    }
+
+    /// The least version a call may return.
+    fn floor(&self, call: &Call, shared: bool, bound: Duration) -> u64 {
+        let Some(floors) = self.floors.get(&(call.function, call.key)) else {
+            return 0;
+        };
+        floors
+            .iter()
+            .filter(|floor| match floor.reach {
+                Reach::Everywhere => floor.seq < call.seq,
+                Reach::Only(process) => process == call.process && floor.seq < call.seq,
+                Reach::From(process) if process == call.process => floor.seq < call.seq,
+                Reach::From(_) => shared && floor.done + bound <= call.began,
+            })
+            .map(|floor| floor.version)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// The errors a call may end with in a run: the source's own, a timeout, an open breaker, a busy
+/// lock. A load dropped unfinished while its runtime runs, or a call outside a runtime, is a
+/// defect.
+fn allowed(error: &stampede::Error) -> bool {
+    matches!(
+        error,
+        stampede::Error::Upstream(_)
+            | stampede::Error::Timeout { .. }
+            | stampede::Error::LoadPanicked { .. }
+            | stampede::Error::CircuitOpen { .. }
+            | stampede::Error::LockBusy { .. }
+    )
+}

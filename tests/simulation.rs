@@ -1,0 +1,1048 @@
+//! A deterministic simulation of the runtime, in the spirit of FoundationDB's simulation and
+//! TigerBeetle's VOPR: one seed generates one run, and replays it exactly.
+//!
+//! A run generates a few cached functions with random but valid options (ttl, jitter, stale,
+//! refresh_after, fail_safe and its throttle, soft_timeout, retries, timeout, breaker, tags,
+//! lock, backend), several "processes" (a cache per function and process; with a shared
+//! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
+//! with a lease and a fence, values with deadlines, an invalidation feed per process), a
+//! versioned source per key that fails, panics, stalls past the timeout or is slow, and clients
+//! that call, peek, write and invalidate, invalidate tags, prime, refresh and drop calls
+//! mid-way. Faults hit the shared tier meanwhile: outages, cut or delayed feeds, lost wake-ups,
+//! lapsed leases, stalls; and the runtime itself is dropped mid-run and replaced by a new one.
+//! The oracle (`sim/oracle.rs`) checks every value returned; at the end of each runtime nothing
+//! may be left in flight.
+//!
+//! Everything runs on one current-thread tokio runtime with a paused clock, and the runtime's
+//! randomness is seeded, so a run depends on its seed only.
+//!
+//! ```text
+//! cargo test --test simulation                                # the fixed seeds CI runs
+//! STAMPEDE_SIM_SEEDS=100000 cargo test --release --test simulation   # more, by hand
+//! STAMPEDE_SIM_SEED=1234 cargo test --test simulation         # replay one, with its trace
+//! ```
+//!
+//! A failing seed is shrunk (its plan cut to the fewest operations that still fail) and printed
+//! with the trace of its last steps and the command that replays it.
+
+mod sim;
+
+use std::collections::BTreeSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use sim::oracle::{Oracle, Reach, Rules, Val};
+use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, tier_of};
+use stampede_runtime::{Backend, Config, Lock};
+
+type Key = u16;
+
+/// How many seeds CI runs, from `FIRST_SEED`.
+const CI_SEEDS: u64 = 250;
+const FIRST_SEED: u64 = 1;
+/// No operation of a run may take longer (virtual time): past it, it hung.
+const HANG: Duration = Duration::from_secs(600);
+/// How long after the first runtime ends the second begins.
+const RESTART_GAP: Duration = Duration::from_secs(3_600);
+
+// ---- the plan of a run -------------------------------------------------------------------------
+
+/// Everything a run does, drawn from its seed.
+#[derive(Clone, Debug)]
+struct Plan {
+    seed: u64,
+    processes: usize,
+    keys: Key,
+    functions: Vec<FunctionPlan>,
+    clients: Vec<Vec<Op>>,
+    faults: Vec<(Duration, Fault)>,
+    /// When the first runtime is dropped (its tasks with it) and a new one takes over.
+    restart_after: usize,
+    lease: Duration,
+    bound: Duration,
+}
+
+#[derive(Clone, Debug)]
+struct FunctionPlan {
+    config: Config,
+    tagged: bool,
+    busy_error: bool,
+    lock_wait: Duration,
+    /// Per mille of loads that fail, panic, stall past the timeout.
+    fails: u32,
+    panics: u32,
+    stalls: u32,
+    /// The longest a load takes.
+    slowest: Duration,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Sleep(Duration),
+    Call(u8, usize, Key),
+    Peek(u8, usize, Key),
+    /// The source changes, nothing is invalidated.
+    Write(u8, Key),
+    WriteInvalidate(u8, usize, Key),
+    WritePrime(u8, usize, Key),
+    WriteInvalidateTag(u8, Key),
+    Refresh(u8, usize, Key),
+    /// A call its caller gives up on after this long.
+    Dropped(u8, usize, Key, Duration),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    Outage {
+        noticed: Duration,
+        lasting: Duration,
+    },
+    CutFeed {
+        process: usize,
+        noticed: Duration,
+        lasting: Duration,
+    },
+    DelayFeed {
+        process: usize,
+        delay: Duration,
+        lasting: Duration,
+    },
+    LoseWakeups(Duration),
+    LapseLeases(Duration),
+    Stall {
+        each: Duration,
+        lasting: Duration,
+    },
+    SourceDown {
+        function: u8,
+        lasting: Duration,
+    },
+}
+
+fn ms(rng: &mut SmallRng, low: u64, high: u64) -> Duration {
+    Duration::from_millis(rng.random_range(low..=high))
+}
+
+fn chance(rng: &mut SmallRng, per_mille: u32) -> bool {
+    rng.random_range(0..1000) < per_mille
+}
+
+impl Plan {
+    /// The plan of `seed`, with at most `ops` operations per client (`usize::MAX`: all).
+    fn of(seed: u64, ops: usize) -> Plan {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let processes = rng.random_range(1..=3);
+        let keys = rng.random_range(1..=4);
+        let functions: Vec<FunctionPlan> = (0..rng.random_range(1..=2))
+            .map(|f| function(&mut rng, seed, f))
+            .collect();
+        // Drawn whole, then cut: a shrunk plan is a prefix of the full one.
+        let clients = (0..rng.random_range(2..=5))
+            .map(|_| {
+                let count = rng.random_range(10..=40);
+                let mut drawn: Vec<Op> = (0..count)
+                    .flat_map(|_| {
+                        let pause = Op::Sleep(ms(&mut rng, 0, 300));
+                        [pause, op(&mut rng, &functions, processes, keys)]
+                    })
+                    .collect();
+                drawn.truncate(ops.saturating_mul(2));
+                drawn
+            })
+            .collect::<Vec<Vec<Op>>>();
+        let faults = (0..rng.random_range(0..=4))
+            .map(|_| {
+                let at = ms(&mut rng, 0, 8_000);
+                (at, fault(&mut rng, processes, functions.len()))
+            })
+            .collect();
+        let longest = clients.iter().map(Vec::len).max().unwrap_or(0);
+        Plan {
+            seed,
+            processes,
+            keys,
+            functions,
+            clients,
+            faults,
+            restart_after: rng.random_range(0..=longest),
+            lease: ms(&mut rng, 100, 2_000),
+            bound: ms(&mut rng, 100, 2_000),
+        }
+    }
+
+    fn ops(&self) -> usize {
+        self.clients.iter().map(Vec::len).sum::<usize>() / 2
+    }
+}
+
+/// A function's random but valid options, as `#[cached]` would accept them.
+fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
+    let lock = [Lock::Local, Lock::Redis, Lock::None][rng.random_range(0..3)];
+    let backend = match lock {
+        Lock::Redis => [Backend::Tiered, Backend::Redis][rng.random_range(0..2)],
+        _ => [Backend::Memory, Backend::Tiered, Backend::Redis][rng.random_range(0..3)],
+    };
+    let ttl = ms(rng, 50, 3_000);
+    let locked = lock != Lock::None;
+    let fail_safe = chance(rng, 400).then(|| ms(rng, 500, 20_000));
+    let breaker = chance(rng, 300).then(|| rng.random_range(1..=4));
+    let config = Config {
+        name: format!("sim{seed}::f{index}").into(),
+        ttl,
+        jitter: rng.random_range(0..=50),
+        stale: match locked && chance(rng, 600) {
+            true => ms(rng, 10, 3_000),
+            false => Duration::ZERO,
+        },
+        timeout: ms(rng, 20, 1_000),
+        retries: rng.random_range(0..=2),
+        backoff: ms(rng, 1, 50),
+        lock,
+        backend,
+        capacity: 1_000,
+        refresh_after: (locked && chance(rng, 300))
+            .then(|| ttl.mul_f64(rng.random_range(0.2..0.9)))
+            .filter(|after| !after.is_zero()),
+        fail_safe,
+        fail_safe_throttle: ms(rng, 10, 3_000),
+        soft_timeout: (fail_safe.is_some() && locked && chance(rng, 400)).then(|| ms(rng, 5, 300)),
+        breaker,
+        breaker_cooldown: ms(rng, 50, 3_000),
+        key: None,
+    };
+    FunctionPlan {
+        config,
+        tagged: chance(rng, 400),
+        busy_error: lock == Lock::Redis && chance(rng, 300),
+        // Longer than any load, so that a flight gives up waiting only when a lease lapsed.
+        lock_wait: Duration::from_secs(60),
+        fails: rng.random_range(0..=300),
+        panics: rng.random_range(0..=30),
+        stalls: rng.random_range(0..=50),
+        slowest: ms(rng, 0, 400),
+    }
+}
+
+fn op(rng: &mut SmallRng, functions: &[FunctionPlan], processes: usize, keys: Key) -> Op {
+    let f = rng.random_range(0..functions.len()) as u8;
+    let p = rng.random_range(0..processes);
+    let k = rng.random_range(0..keys);
+    match rng.random_range(0..100) {
+        0..55 => Op::Call(f, p, k),
+        55..60 => Op::Peek(f, p, k),
+        60..66 => Op::Write(f, k),
+        66..76 => Op::WriteInvalidate(f, p, k),
+        76..81 => Op::WritePrime(f, p, k),
+        81..86 if functions[f as usize].tagged => Op::WriteInvalidateTag(f, k),
+        81..92 => Op::Refresh(f, p, k),
+        _ => Op::Dropped(f, p, k, ms(rng, 0, 100)),
+    }
+}
+
+fn fault(rng: &mut SmallRng, processes: usize, functions: usize) -> Fault {
+    let lasting = ms(rng, 50, 3_000);
+    match rng.random_range(0..7) {
+        0 => Fault::Outage {
+            noticed: ms(rng, 0, 2_000),
+            lasting,
+        },
+        1 => Fault::CutFeed {
+            process: rng.random_range(0..processes),
+            noticed: ms(rng, 0, 2_000),
+            lasting,
+        },
+        2 => Fault::DelayFeed {
+            process: rng.random_range(0..processes),
+            delay: ms(rng, 1, 300),
+            lasting,
+        },
+        3 => Fault::LoseWakeups(lasting),
+        4 => Fault::LapseLeases(lasting),
+        5 => Fault::Stall {
+            each: ms(rng, 1, 200),
+            lasting,
+        },
+        _ => Fault::SourceDown {
+            function: rng.random_range(0..functions) as u8,
+            lasting,
+        },
+    }
+}
+
+// ---- the world of a run ------------------------------------------------------------------------
+
+/// One function's caches (one per process) and its source.
+struct Function {
+    index: u8,
+    plan: FunctionPlan,
+    caches: Vec<Cache>,
+    store: Option<Arc<Store<Key, Val>>>,
+    source: Arc<Source>,
+}
+
+#[derive(Clone, Copy)]
+enum Cache {
+    Local(SimCache<Key, Val, Local>),
+    Shared(SimCache<Key, Val, Fake<Key, Val>>),
+}
+
+/// The database behind one function: versions per key (kept by the oracle), and how it fails.
+struct Source {
+    function: u8,
+    plan: FunctionPlan,
+    oracle: Arc<Oracle>,
+    rng: Mutex<SmallRng>,
+    down: std::sync::atomic::AtomicBool,
+}
+
+/// The tags of a key of a tagged function: its parity and all keys, named by run.
+fn tags_of(key: &Key) -> Vec<String> {
+    RUN.with(|run| {
+        let run = run.get();
+        vec![format!("sim{run}:k{}", key % 2), format!("sim{run}:all")]
+    })
+}
+
+thread_local! {
+    /// The seed of the run on this thread, for the tags' names.
+    static RUN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+impl Source {
+    /// One attempt of a load of `key` in `process`.
+    async fn load(
+        self: Arc<Self>,
+        process: usize,
+        key: Key,
+        unlocked: bool,
+        flight: (u64, u64),
+    ) -> Result<Val, String> {
+        let oracle = &self.oracle;
+        let id = oracle.load_started(self.function, process, key, unlocked, flight);
+        let _ended = Ended(&self, key, id);
+        let (delay, outcome) = {
+            let mut rng = self.rng.lock().unwrap();
+            let delay =
+                Duration::from_millis(rng.random_range(0..=self.plan.slowest.as_millis() as u64));
+            let roll = rng.random_range(0..1000);
+            (delay, roll)
+        };
+        // What the source holds when the load reads it.
+        let value = Val {
+            function: self.function,
+            key,
+            version: oracle.version(self.function, key),
+            read_at: oracle.now(),
+        };
+        tokio::time::sleep(delay).await;
+        let plan = &self.plan;
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) || outcome < plan.fails {
+            return Err(format!("f{} k{key}: the database failed", self.function));
+        }
+        if outcome < plan.fails + plan.panics {
+            panic!("simulated panic: f{} k{key}", self.function);
+        }
+        if outcome < plan.fails + plan.panics + plan.stalls {
+            tokio::time::sleep(plan.config.timeout * 2).await;
+        }
+        Ok(value)
+    }
+}
+
+/// Tells the oracle a load ended, however it ended (a dropped load included).
+struct Ended<'a>(&'a Source, Key, u64);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.oracle.load_ended(self.0.function, self.1, self.2);
+    }
+}
+
+impl Function {
+    /// The rules the oracle checks this function's values against.
+    fn rules(plan: &FunctionPlan, stall: Duration) -> Rules {
+        let config = &plan.config;
+        let attempts = config.retries + 1;
+        let backoffs: Duration = (0..config.retries)
+            .map(|retry| config.backoff.mul_f64(1.5) * (1 << retry))
+            .sum();
+        let loading = (config.timeout * 2).max(plan.slowest) * attempts + backoffs;
+        let fail_safe = config.fail_safe.unwrap_or_default();
+        Rules {
+            max_age: config.ttl
+                + config.stale
+                + fail_safe
+                + loading
+                + stall * 4
+                + Duration::from_millis(5),
+            shared: config.backend != Backend::Memory,
+            no_singleflight: config.lock == Lock::None,
+            // Without a lock, loads race: in memory the last to finish stays, in the shared tier
+            // the first to fill does (a later fill read its fence before it): nothing orders
+            // their values without source versions.
+            unordered: config.lock == Lock::None,
+            one_load_everywhere: config.lock == Lock::Redis,
+        }
+    }
+
+    fn cache(&self, process: usize) -> Cache {
+        self.caches[process]
+    }
+
+    /// The load a call of this function makes in `process`.
+    fn load(
+        &self,
+        process: usize,
+        key: Key,
+        unlocked: bool,
+    ) -> impl Fn(&Key) -> std::pin::Pin<Box<dyn Future<Output = Result<Val, String>> + Send>>
+    + Send
+    + Sync
+    + 'static {
+        let source = self.source.clone();
+        // Made by the call, which becomes its flight's leader if it starts one: the flight's
+        // attempts carry the key's epochs from before it began.
+        let flight = self.source.oracle.epochs(self.index, key);
+        move |key: &Key| Box::pin(source.clone().load(process, *key, unlocked, flight))
+    }
+}
+
+impl Cache {
+    async fn get(
+        self,
+        function: &Function,
+        process: usize,
+        key: Key,
+    ) -> Result<Val, stampede::Error> {
+        let load = function.load(process, key, false);
+        match self {
+            Cache::Local(cache) => cache.get(key, load).await,
+            Cache::Shared(cache) => cache.get(key, load).await,
+        }
+    }
+
+    async fn refresh(
+        self,
+        function: &Function,
+        process: usize,
+        key: Key,
+    ) -> Result<Val, stampede::Error> {
+        // A companion's refresh loads whatever other processes hold: it takes no lock.
+        let load = function.load(process, key, true);
+        match self {
+            Cache::Local(cache) => cache.refresh(key, load).await,
+            Cache::Shared(cache) => cache.refresh(key, load).await,
+        }
+    }
+
+    async fn invalidate(self, key: Key) -> Result<(), stampede::Error> {
+        match self {
+            Cache::Local(cache) => cache.invalidate(key).await,
+            Cache::Shared(cache) => cache.invalidate(key).await,
+        }
+    }
+
+    async fn prime(self, key: Key, value: Val) -> Result<(), stampede::Error> {
+        match self {
+            Cache::Local(cache) => cache.prime(key, value).await,
+            Cache::Shared(cache) => cache.prime(key, value).await,
+        }
+    }
+
+    fn peek(self, key: Key) -> Option<Val> {
+        match self {
+            Cache::Local(cache) => cache.peek(&key),
+            Cache::Shared(cache) => cache.peek(&key),
+        }
+    }
+
+    fn leftovers(self) -> stampede_runtime::sim::Leftovers {
+        match self {
+            Cache::Local(cache) => cache.leftovers(),
+            Cache::Shared(cache) => cache.leftovers(),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// As [`SimCache::free`].
+    unsafe fn free(self) {
+        unsafe {
+            match self {
+                Cache::Local(cache) => cache.free(),
+                Cache::Shared(cache) => cache.free(),
+            }
+        }
+    }
+}
+
+/// A run's world: its functions (caches, stores, sources) and its oracle.
+struct World {
+    plan: Plan,
+    functions: Vec<Function>,
+    oracle: Arc<Oracle>,
+}
+
+impl World {
+    fn build(plan: &Plan) -> World {
+        let stall = plan
+            .faults
+            .iter()
+            .filter_map(|(_, fault)| match fault {
+                Fault::Stall { each, .. } => Some(*each),
+                _ => None,
+            })
+            .max()
+            .unwrap_or_default();
+        let rules = plan
+            .functions
+            .iter()
+            .map(|f| Function::rules(f, stall))
+            .collect();
+        let oracle = Oracle::new(rules, plan.bound);
+        let functions = plan
+            .functions
+            .iter()
+            .enumerate()
+            .map(|(index, fplan)| {
+                let shared = fplan.config.backend != Backend::Memory;
+                let store = shared.then(|| {
+                    let store = Store::with(plan.lease, plan.bound);
+                    // A feed going down or up drops the process's memory and detaches its
+                    // loads: the oracle notes it.
+                    let oracle = oracle.clone();
+                    *store.observer.lock().unwrap() = Some(Arc::new(move |event| match event {
+                        Event::Feed { process, down } => {
+                            let state = if down { "down" } else { "up" };
+                            oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, false);
+                        }
+                        Event::Cleaned { process, key } => {
+                            oracle.note(format!("f{index} k{key} dropped from the store by p{process}, changed while it was down"));
+                        }
+                        Event::Announced { process, key } => {
+                            oracle.note(format!("f{index} k{key}: p{process} hears it invalidated"));
+                            oracle.detaching(index as u8, key.parse().unwrap());
+                        }
+                    }));
+                    store
+                });
+                let processes = store.as_ref().map(|store| {
+                    (0..plan.processes).map(|_| store.process()).collect::<Vec<_>>()
+                });
+                let tags = fplan.tagged.then_some(tags_of as fn(&Key) -> Vec<String>);
+                let caches = (0..plan.processes)
+                    .map(|p| match (&store, &processes) {
+                        (Some(store), Some(processes)) => {
+                            let mut tier = tier_of(store, processes[p]);
+                            tier.lock_wait = fplan.lock_wait;
+                            tier.busy_error = fplan.busy_error;
+                            Cache::Shared(SimCache::shared(fplan.config.clone(), tier, tags))
+                        }
+                        _ => Cache::Local(SimCache::new(fplan.config.clone(), Local, tags)),
+                    })
+                    .collect();
+                let source = Arc::new(Source {
+                    function: index as u8,
+                    plan: fplan.clone(),
+                    oracle: oracle.clone(),
+                    rng: Mutex::new(SmallRng::seed_from_u64(plan.seed ^ (index as u64 + 1) << 32)),
+                    down: std::sync::atomic::AtomicBool::new(false),
+                });
+                Function {
+                    index: index as u8,
+                    plan: fplan.clone(),
+                    caches,
+                    store,
+                    source,
+                }
+            })
+            .collect();
+        World {
+            plan: plan.clone(),
+            functions,
+            oracle,
+        }
+    }
+
+    fn stores(&self) -> impl Iterator<Item = &Arc<Store<Key, Val>>> {
+        self.functions.iter().filter_map(|f| f.store.as_ref())
+    }
+
+    /// Runs one operation, and tells the oracle what happened.
+    async fn run(self: &Arc<Self>, op: Op) {
+        let oracle = &self.oracle;
+        if !matches!(op, Op::Sleep(_)) {
+            oracle.note(format!("{op:?} begins"));
+        }
+        match op {
+            Op::Sleep(pause) => tokio::time::sleep(pause).await,
+            Op::Call(f, p, k) => {
+                let function = &self.functions[f as usize];
+                let call = oracle.call(f, p, k);
+                let outcome = self.bounded(function.cache(p).get(function, p, k)).await;
+                if let Some(outcome) = outcome {
+                    oracle.returned(&call, outcome.as_ref().map(Some), "call");
+                }
+            }
+            Op::Refresh(f, p, k) => {
+                let function = &self.functions[f as usize];
+                let call = oracle.call(f, p, k);
+                let outcome = self
+                    .bounded(function.cache(p).refresh(function, p, k))
+                    .await;
+                if let Some(outcome) = outcome {
+                    oracle.returned(&call, outcome.as_ref().map(Some), "refresh");
+                }
+            }
+            Op::Peek(f, p, k) => {
+                let call = oracle.call(f, p, k);
+                let held = self.functions[f as usize].cache(p).peek(k);
+                oracle.returned(&call, Ok(held.as_ref()), "peek");
+            }
+            Op::Write(f, k) => {
+                oracle.write(f, k);
+            }
+            Op::WriteInvalidate(f, p, k) => {
+                let version = oracle.write(f, k);
+                oracle.detaching(f, k);
+                let done = self
+                    .bounded(self.functions[f as usize].cache(p).invalidate(k))
+                    .await;
+                // An invalidation forgets the key again once the shared tier answered: a flight
+                // begun meanwhile is detached too.
+                oracle.detaching(f, k);
+                if let Some(Ok(())) = done {
+                    oracle.invalidated(f, k, version, Reach::From(p));
+                }
+            }
+            Op::WritePrime(f, p, k) => {
+                let version = oracle.write(f, k);
+                oracle.detaching(f, k);
+                let value = Val {
+                    function: f,
+                    key: k,
+                    version,
+                    read_at: oracle.now(),
+                };
+                let done = self
+                    .bounded(self.functions[f as usize].cache(p).prime(k, value))
+                    .await;
+                if let Some(Ok(())) = done {
+                    oracle.invalidated(f, k, version, Reach::Only(p));
+                }
+            }
+            Op::WriteInvalidateTag(f, k) => self.invalidate_tag(f, k),
+            Op::Dropped(f, p, k, after) => {
+                let world = self.clone();
+                let call = tokio::spawn(async move {
+                    let function = &world.functions[f as usize];
+                    let _ = function.cache(p).get(function, p, k).await;
+                });
+                tokio::time::sleep(after).await;
+                call.abort();
+            }
+        }
+    }
+
+    /// Writes every key that has the tag of `k`'s parity, then invalidates the tag as
+    /// `stampede::invalidate_tag` does: marked here, dropped from the stores, marked again.
+    fn invalidate_tag(&self, f: u8, k: Key) {
+        let oracle = &self.oracle;
+        let tag = tags_of(&k).remove(0);
+        let written: Vec<(u8, Key, u64)> = self
+            .functions
+            .iter()
+            .filter(|function| function.plan.tagged)
+            .flat_map(|function| {
+                (0..self.plan.keys)
+                    .filter(|key| tags_of(key).contains(&tag))
+                    .map(|key| (function.index, key, oracle.write(function.index, key)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for &(function, key, _) in &written {
+            oracle.detaching(function, key);
+        }
+        stampede_runtime::sim::forget_tag(&tag);
+        for store in self.stores() {
+            store.invalidate_tag(&tag);
+        }
+        stampede_runtime::sim::forget_tag(&tag);
+        for &(function, key, _) in &written {
+            oracle.detaching(function, key);
+        }
+        for (function, key, version) in written {
+            oracle.invalidated(function, key, version, Reach::Everywhere);
+        }
+        let _ = f;
+    }
+
+    /// `future`'s output, or `None` (a violation: it hung) past [`HANG`].
+    async fn bounded<T>(&self, future: impl Future<Output = T>) -> Option<T> {
+        match tokio::time::timeout(HANG, future).await {
+            Ok(output) => Some(output),
+            Err(_) => {
+                self.oracle
+                    .violation(format!("an operation hung for {HANG:?}"));
+                None
+            }
+        }
+    }
+
+    /// Injects one fault at its time.
+    async fn inject(self: Arc<Self>, at: Duration, fault: Fault) {
+        tokio::time::sleep(at).await;
+        let overlapping = matches!(fault, Fault::Outage { .. } | Fault::LapseLeases(_));
+        self.oracle
+            .fault(format!("fault: {fault:?}"), true, overlapping);
+        let stores: Vec<_> = self.stores().cloned().collect();
+        let (lasting, undo): (Duration, Box<dyn FnOnce() + Send>) = match fault {
+            Fault::Outage { noticed, lasting } => {
+                for store in &stores {
+                    store.outage(noticed, lasting);
+                }
+                (lasting, Box::new(|| {}))
+            }
+            Fault::CutFeed {
+                process,
+                noticed,
+                lasting,
+            } => {
+                for store in &stores {
+                    store.cut_feed(process, noticed, lasting);
+                }
+                (lasting, Box::new(|| {}))
+            }
+            Fault::DelayFeed {
+                process,
+                delay,
+                lasting,
+            } => {
+                for store in &stores {
+                    store.delay_feed(process, delay.min(self.plan.bound / 2));
+                }
+                let stores = stores.clone();
+                (
+                    lasting,
+                    Box::new(move || {
+                        stores
+                            .iter()
+                            .for_each(|s| s.delay_feed(process, Duration::ZERO))
+                    }),
+                )
+            }
+            Fault::LoseWakeups(lasting) => {
+                flag(&stores, |s| &s.lose_wakeups, true);
+                let stores = stores.clone();
+                (
+                    lasting,
+                    Box::new(move || flag(&stores, |s| &s.lose_wakeups, false)),
+                )
+            }
+            Fault::LapseLeases(lasting) => {
+                flag(&stores, |s| &s.lapse, true);
+                let stores = stores.clone();
+                (
+                    lasting,
+                    Box::new(move || flag(&stores, |s| &s.lapse, false)),
+                )
+            }
+            Fault::Stall { each, lasting } => {
+                stores.iter().for_each(|s| *s.stall.lock().unwrap() = each);
+                let stores = stores.clone();
+                (
+                    lasting,
+                    Box::new(move || {
+                        stores
+                            .iter()
+                            .for_each(|s| *s.stall.lock().unwrap() = Duration::ZERO)
+                    }),
+                )
+            }
+            Fault::SourceDown { function, lasting } => {
+                let source = self.functions[function as usize].source.clone();
+                source.down.store(true, std::sync::atomic::Ordering::SeqCst);
+                (
+                    lasting,
+                    Box::new(move || {
+                        source
+                            .down
+                            .store(false, std::sync::atomic::Ordering::SeqCst)
+                    }),
+                )
+            }
+        };
+        tokio::time::sleep(lasting).await;
+        undo();
+        self.oracle
+            .fault(format!("fault over: {fault:?}"), false, overlapping);
+    }
+
+    /// What the caches hold that must be gone now that nothing runs.
+    fn check_leftovers(&self, when: &str) {
+        for function in &self.functions {
+            for (process, cache) in function.caches.iter().enumerate() {
+                let left = cache.leftovers();
+                if left != Default::default() {
+                    self.oracle.violation(format!(
+                        "{when}: f{} in p{process} left {left:?}",
+                        function.index
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn flag(
+    stores: &[Arc<Store<Key, Val>>],
+    which: fn(&Store<Key, Val>) -> &std::sync::atomic::AtomicBool,
+    on: bool,
+) {
+    for store in stores {
+        which(store).store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// ---- a run -------------------------------------------------------------------------------------
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// Runs a plan: its first runtime until the clients have done `restart_after` operations each
+/// (then dropped, tasks and all), the rest on a second one; returns the oracle's violations
+/// and trace.
+fn run(plan: &Plan) -> (Vec<String>, Arc<Oracle>) {
+    // One run at a time: the refresh budget and the tag marks are the process's.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _alone = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    RUN.with(|run| run.set(plan.seed));
+    stampede_runtime::sim::seed(Some(plan.seed));
+    let first = runtime();
+    let world = first.block_on(async { Arc::new(World::build(plan)) });
+    let split = plan.restart_after;
+    let began = first.block_on(async { tokio::time::Instant::now() });
+    let ended = first.block_on(epoch(&world, 0, split, plan.faults.clone()));
+    drop(first); // the tasks it ran (flights, refreshes, fault timers) are dropped with it
+    world.check_leftovers("after the first runtime was dropped");
+    let run_time = world.oracle.now_at(ended);
+    let second = runtime();
+    second.block_on(async {
+        // The new runtime's clock starts at the real time; it is moved on to an hour after the
+        // first ended (a process restarted after a while, so that no deadline of the first
+        // runtime is near), by whole milliseconds: the timer wheel of a paused clock advances it
+        // by whole ticks from its start, so a run's times after the restart are the same
+        // whatever the real time the runtime was made at.
+        let now = tokio::time::Instant::now();
+        let gap = (ended + RESTART_GAP).saturating_duration_since(now);
+        tokio::time::advance(Duration::from_millis(gap.as_millis() as u64 + 1)).await;
+        world.oracle.new_clock(run_time, RESTART_GAP);
+        world.oracle.restarted();
+        for store in world.stores() {
+            store.restart();
+        }
+        // The faults the first runtime did not reach, at their times.
+        let elapsed = ended - began;
+        let later = plan
+            .faults
+            .iter()
+            .filter(|(at, _)| *at > elapsed)
+            .map(|&(at, fault)| (at - elapsed, fault))
+            .collect();
+        epoch(&world, split, usize::MAX, later).await;
+        // Quiet: every background refresh and timer ends.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        world.check_leftovers("at the end");
+        if stampede_runtime::sim::refresh_turns_taken() != 0 {
+            world
+                .oracle
+                .violation("a turn of the refresh budget was left taken".into());
+        }
+    });
+    drop(second);
+    stampede_runtime::sim::seed(None);
+    let violations = world.oracle.violations();
+    let oracle = world.oracle.clone();
+    // SAFETY: both runtimes are gone with every task that borrowed the caches, the stores that
+    // listed them are dropped first, and no copy of the caches is used again.
+    let World { functions, .. } = Arc::into_inner(world).expect("no task holds the world");
+    let caches: Vec<Cache> = functions.iter().flat_map(|f| f.caches.clone()).collect();
+    drop(functions);
+    for cache in caches {
+        unsafe { cache.free() };
+    }
+    (violations, oracle)
+}
+
+/// The clients' operations `from..until`, with `faults` at their times from now; returns when
+/// the clients are done, at the clock's time then (the faults may go on).
+async fn epoch(
+    world: &Arc<World>,
+    from: usize,
+    until: usize,
+    faults: Vec<(Duration, Fault)>,
+) -> tokio::time::Instant {
+    for (at, fault) in faults {
+        tokio::spawn(world.clone().inject(at, fault));
+    }
+    let clients: Vec<_> = world
+        .plan
+        .clients
+        .iter()
+        .map(|ops| {
+            let world = world.clone();
+            let ops: Vec<Op> = ops
+                .iter()
+                .copied()
+                .skip(from * 2)
+                .take(until.saturating_sub(from).saturating_mul(2))
+                .collect();
+            tokio::spawn(async move {
+                for op in ops {
+                    world.run(op).await;
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        if client.await.is_err() {
+            world.oracle.violation("a client panicked".into());
+        }
+    }
+    tokio::time::Instant::now()
+}
+
+/// The smallest number of operations per client with which `seed` still fails, and its run.
+fn shrink(seed: u64) -> (Plan, Vec<String>, Arc<Oracle>) {
+    let full = Plan::of(seed, usize::MAX);
+    let (violations, oracle) = run(&full);
+    let (mut best, mut best_run) = (full, (violations, oracle));
+    let (mut low, mut high) = (
+        1usize,
+        best.clients.iter().map(|c| c.len() / 2).max().unwrap_or(1),
+    );
+    while low < high {
+        let mid = (low + high) / 2;
+        let plan = Plan::of(seed, mid);
+        let (violations, oracle) = run(&plan);
+        if violations.is_empty() {
+            low = mid + 1;
+        } else {
+            high = mid;
+            best = plan;
+            best_run = (violations, oracle);
+        }
+    }
+    (best, best_run.0, best_run.1)
+}
+
+fn report(seed: u64) -> String {
+    let (plan, violations, oracle) = shrink(seed);
+    let ops = plan.clients.iter().map(|c| c.len() / 2).max().unwrap_or(0);
+    let mut text = format!(
+        "seed {seed} violates the oracle ({} operations after shrinking):\n",
+        plan.ops()
+    );
+    for violation in violations.iter().take(5) {
+        text.push_str(&format!("  - {violation}\n"));
+    }
+    text.push_str("the run's last steps:\n");
+    for line in oracle.trace(40) {
+        text.push_str(&format!("  {line}\n"));
+    }
+    text.push_str(&format!(
+        "replay: STAMPEDE_SIM_SEED={seed} STAMPEDE_SIM_OPS={ops} cargo test --test simulation -- --nocapture\n"
+    ));
+    text
+}
+
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let simulated = info
+                .payload()
+                .downcast_ref::<String>()
+                .is_some_and(|message| message.starts_with("simulated panic"));
+            if !simulated {
+                default(info);
+            }
+        }));
+    });
+}
+
+fn env(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+#[test]
+fn the_runtime_keeps_the_oracles_rules_on_every_seed() {
+    quiet_panics();
+    if let Some(seed) = env("STAMPEDE_SIM_SEED") {
+        let ops = env("STAMPEDE_SIM_OPS").map_or(usize::MAX, |ops| ops as usize);
+        let plan = Plan::of(seed, ops);
+        println!("{plan:#?}");
+        let (violations, oracle) = run(&plan);
+        for line in oracle.whole_trace() {
+            println!("{line}");
+        }
+        assert!(violations.is_empty(), "{}", report(seed));
+        return;
+    }
+    let seeds = env("STAMPEDE_SIM_SEEDS").unwrap_or(CI_SEEDS);
+    let first = env("STAMPEDE_SIM_FIRST").unwrap_or(FIRST_SEED);
+    let mut failed = BTreeSet::new();
+    for seed in first..first + seeds {
+        let outcome =
+            std::panic::catch_unwind(AssertUnwindSafe(|| run(&Plan::of(seed, usize::MAX)).0));
+        match outcome {
+            Ok(violations) if violations.is_empty() => {}
+            _ => {
+                failed.insert(seed);
+                if failed.len() >= 3 {
+                    break;
+                }
+            }
+        }
+    }
+    let reports: Vec<String> = failed.iter().map(|&seed| report(seed)).collect();
+    assert!(
+        failed.is_empty(),
+        "{} seeds failed: {failed:?}\n{}",
+        failed.len(),
+        reports.join("\n")
+    );
+    println!("{seeds} seeds from {first}: no violation");
+}
+
+#[test]
+fn a_seed_replays_the_same_run() {
+    quiet_panics();
+    // Seeds of their own: no other run of this binary uses their names.
+    for seed in u64::MAX - 20..u64::MAX {
+        let plan = Plan::of(seed, usize::MAX);
+        let (_, first) = run(&plan);
+        let (_, second) = run(&plan);
+        let (first, second) = (first.whole_trace(), second.whole_trace());
+        if let Some(at) = first.iter().zip(&second).position(|(a, b)| a != b) {
+            panic!(
+                "seed {seed} ran two ways; from line {at}:\n{}\n---\n{}",
+                first[at..(at + 5).min(first.len())].join("\n"),
+                second[at..(at + 5).min(second.len())].join("\n")
+            );
+        }
+        assert_eq!(first.len(), second.len(), "seed {seed}");
+        assert!(first.len() > 20, "the run did something");
+    }
+}

@@ -5,10 +5,10 @@
 //! The command connection is a [`CommandConnection`]: one multiplexed connection to a standalone
 //! server, or the `redis` crate's async cluster connection, which keeps the slot map, sends each
 //! command and script to the master owning its first key's slot and follows `MOVED`/`ASK`. Which
-//! one is decided when connecting: several URLs are a cluster; one is asked `INFO cluster`. It is
-//! replaced after an IO error, after a `READONLY` reply (a failover behind DNS: a new connection
-//! reaches the new primary), and after [`TIMEOUTS_BEFORE_RECONNECT`] timeouts in a row (a
-//! half-open connection never answers).
+//! one is decided when connecting: several URLs are a cluster; one is asked (`HELLO`, else `INFO
+//! cluster`, else `CLUSTER INFO`, see `mode`). It is replaced after an IO error, after a
+//! `READONLY` reply (a failover behind DNS: a new connection reaches the new primary), and after
+//! [`TIMEOUTS_BEFORE_RECONNECT`] timeouts in a row (a half-open connection never answers).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -21,6 +21,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::time::Instant;
 
 use crate::redis::failure::{Failure, Scope, scope};
+use crate::redis::mode;
 use crate::redis::pubsub::{Shards, Subscriber};
 
 /// Timeouts in a row after which a command connection is replaced.
@@ -130,17 +131,8 @@ impl CommandConnection {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(Failure::Redis)?;
-            let info: String = match redis::cmd("INFO")
-                .arg("cluster")
-                .query_async(&mut connection)
-                .await
-            {
-                Ok(info) => info,
-                // A server that refuses INFO (an ACL without it) is taken to be standalone.
-                Err(error) if error.code().is_some() => String::new(),
-                Err(error) => return Err(Failure::Redis(error)),
-            };
-            if !cluster_enabled(&info) {
+            // HELLO, then INFO, then CLUSTER INFO: a refused INFO is not a standalone server.
+            if !mode::is_cluster(&mut connection).await? {
                 return Ok(CommandConnection::Single(connection));
             }
         }
@@ -185,7 +177,7 @@ fn has_sharded_pubsub(info: &str) -> bool {
 }
 
 /// Whether an `INFO cluster` reply says the server runs in cluster mode.
-fn cluster_enabled(info: &str) -> bool {
+pub(super) fn cluster_enabled(info: &str) -> bool {
     info.lines().any(|line| line.trim() == "cluster_enabled:1")
 }
 

@@ -50,6 +50,7 @@ mod invalidate;
 mod keys;
 mod link;
 mod lock;
+mod mode;
 mod ops;
 mod pubsub;
 mod scripts;

@@ -6,6 +6,8 @@
 //! Every test has its own server (the cluster test its own cluster) and its own connection name.
 
 mod common;
+#[path = "production/telemetry.rs"]
+mod telemetry;
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
@@ -87,6 +89,78 @@ async fn a_password_in_the_url_authenticates_the_default_user() {
 }
 
 #[tokio::test]
+async fn a_wrong_or_missing_password_is_a_clear_error_logged_once_and_counted() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "acl_wrong_password",
+        name = "acl::wrong"
+    )]
+    async fn guarded(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("item {id}")
+    }
+
+    telemetry::install();
+    let server = RedisServer::start_with(Options::default().password("s3cret"));
+    config(&server.url_as("", "not-it"))
+        .cooldown(Duration::ZERO, 1)
+        .install_as("acl_wrong_password");
+    let error = within(stampede::require_redis(Some("acl_wrong_password")))
+        .await
+        .expect_err("a wrong password must not pass the start-up check");
+    assert!(
+        matches!(error, stampede::Error::InvalidConfig { .. }),
+        "a wrong password is a configuration error, not an outage: {error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("acl_wrong_password")
+            && message.contains("refused")
+            && message.contains("password"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("not-it"),
+        "the password is not shown: {message}"
+    );
+
+    // The caches go on serving from this process, loudly: one error, and a counter per refusal.
+    for id in 0..5 {
+        assert_eq!(within(guarded(id)).await, format!("item {id}"));
+    }
+    assert_eq!(LOADS.load(SeqCst), 5);
+    assert!(stampede::stats("acl::wrong").unwrap().degraded >= 1);
+    let errors = telemetry::errors_of("acl_wrong_password");
+    assert_eq!(errors.len(), 1, "logged once at error level: {errors:?}");
+    assert_eq!(
+        errors[0].get("reason").map(String::as_str),
+        Some("credentials")
+    );
+    let refusals = telemetry::counter(
+        "redis_auth_failures_total",
+        &[("redis", "acl_wrong_password"), ("reason", "credentials")],
+    );
+    assert!(
+        refusals >= 2,
+        "every refused attempt is counted: {refusals}"
+    );
+
+    // No password at all where one is required (NOAUTH): the same clear error.
+    config(&server.url()).install_as("acl_no_password");
+    let error = within(stampede::require_redis(Some("acl_no_password")))
+        .await
+        .expect_err("a server that requires a password refuses a client without one");
+    assert!(
+        matches!(error, stampede::Error::InvalidConfig { .. })
+            && error.to_string().contains("password"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
 async fn an_acl_user_restricted_to_the_cache_prefix_and_channels_runs_the_whole_tier() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
     static RELEASE: tokio::sync::Notify = tokio::sync::Notify::const_new();
@@ -158,6 +232,77 @@ async fn an_acl_user_restricted_to_the_cache_prefix_and_channels_runs_the_whole_
     assert_eq!(within(in_b(7)).await, "price 7 v2 loaded by b");
     assert_eq!(within(in_a(7)).await, "price 7 v2 loaded by b");
     assert_eq!(stampede::stats("acl::restricted").unwrap().degraded, 0);
+}
+
+#[tokio::test]
+async fn keys_the_acl_refuses_are_a_clear_error_logged_once_and_counted() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "acl_keys", name = "acl::keys")]
+    async fn guarded(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("stock {id}")
+    }
+
+    telemetry::install();
+    let server = RedisServer::start();
+    // The user may only touch another application's keys: the cache's prefix is `stampede`.
+    set_user(&server, &acl_user("other", "pw", "~other:*", "&stampede:*"));
+    config(&server.url_as("other", "pw"))
+        .cooldown(Duration::ZERO, 1)
+        .install_as("acl_keys");
+    let error = within(stampede::require_redis(Some("acl_keys")))
+        .await
+        .expect_err("a user who may not touch the cache's keys fails the start-up check");
+    assert!(
+        matches!(error, stampede::Error::InvalidConfig { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("NOPERM") && message.contains("stampede:*"),
+        "says what was refused and what to allow: {message}"
+    );
+
+    for id in 0..3 {
+        assert_eq!(within(guarded(id)).await, format!("stock {id}"));
+    }
+    assert!(stampede::stats("acl::keys").unwrap().degraded >= 1);
+    let errors = telemetry::errors_of("acl_keys");
+    assert_eq!(errors.len(), 1, "logged once at error level: {errors:?}");
+    assert_eq!(
+        errors[0].get("reason").map(String::as_str),
+        Some("permission")
+    );
+    assert!(
+        telemetry::counter(
+            "redis_auth_failures_total",
+            &[("redis", "acl_keys"), ("reason", "permission")]
+        ) >= 1
+    );
+}
+
+#[tokio::test]
+async fn channels_the_acl_refuses_are_a_clear_error() {
+    telemetry::install();
+    let server = RedisServer::start();
+    set_user(
+        &server,
+        &acl_user("nochan", "pw", "~stampede:*", "&other:*"),
+    );
+    config(&server.url_as("nochan", "pw")).install_as("acl_channels");
+    let error = within(stampede::require_redis(Some("acl_channels")))
+        .await
+        .expect_err("a user who may not subscribe to the cache's channels fails the check");
+    assert!(
+        matches!(error, stampede::Error::InvalidConfig { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("NOPERM") && message.contains("&stampede:*"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

@@ -26,10 +26,10 @@ use crate::redis::link::{CommandConnection, Commands, Connecting, Link, LinkStat
 use crate::redis::pubsub::{Listener, Settings, Shards, Subscriber};
 
 pub(crate) struct Endpoint {
-    name: String,
+    pub(super) name: String,
     pub(crate) config: RedisConfig,
     links: Mutex<HashMap<runtime::Id, Arc<Link>>>,
-    health: Health,
+    pub(super) health: Health,
     /// This connection, for the tasks it starts (which must not keep it alive).
     me: Weak<Endpoint>,
 }

@@ -248,13 +248,14 @@ impl Endpoint {
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
         let settings = events_needed.then(|| self.subscriber_settings());
         let nodes = self.config.nodes.clone();
+        let tls = self.config.tls.clone();
         let timeout = self.config.connect_timeout;
         let (op_timeout, retry_every) = (self.config.op_timeout, self.config.heartbeat);
         let link = link.clone();
         let task = runtime.spawn(async move {
             let commands = async {
                 let commands = if commands_needed {
-                    let connection = CommandConnection::open(&nodes, timeout).await?;
+                    let connection = CommandConnection::open(&nodes, &tls, timeout).await?;
                     Some(Arc::new(Commands::new(connection)))
                 } else {
                     None
@@ -263,7 +264,7 @@ impl Endpoint {
                     .as_ref()
                     .map_or(known_sharded, |c| c.connection.sharded());
                 let shards = if sharded && shards_needed {
-                    let shards = Shards::open(&nodes, timeout, op_timeout, retry_every)
+                    let shards = Shards::open(&nodes, &tls, timeout, op_timeout, retry_every)
                         .await
                         .map_err(Failure::Redis)?;
                     Some(shards)

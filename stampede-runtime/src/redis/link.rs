@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::redis::failure::{Failure, Scope, scope};
 use crate::redis::mode;
 use crate::redis::pubsub::{Shards, Subscriber};
+use crate::redis::tls::{self, Tls};
 
 /// Timeouts in a row after which a command connection is replaced.
 pub(crate) const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
@@ -119,8 +120,13 @@ impl CommandConnection {
         matches!(self, CommandConnection::Cluster { sharded: true, .. })
     }
 
-    /// Connects to `nodes`: a cluster if there are several or the first says it is one.
-    pub(super) async fn open(nodes: &[redis::Client], timeout: Duration) -> Result<Self, Failure> {
+    /// Connects to `nodes`: a cluster if there are several or the first says it is one. A
+    /// cluster's connections use `tls`'s certificates (the nodes' own clients carry them too).
+    pub(super) async fn open(
+        nodes: &[redis::Client],
+        tls: &Tls,
+        timeout: Duration,
+    ) -> Result<Self, Failure> {
         let first = nodes.first().ok_or(Failure::Unavailable)?;
         if nodes.len() == 1 {
             let config = redis::AsyncConnectionConfig::new()
@@ -136,12 +142,10 @@ impl CommandConnection {
                 return Ok(CommandConnection::Single(connection));
             }
         }
-        let client = redis::cluster::ClusterClientBuilder::new(
-            nodes.iter().map(|node| node.get_connection_info().clone()),
-        )
-        .connection_timeout(timeout)
-        .build()
-        .map_err(Failure::Redis)?;
+        let client = tls::cluster_builder(nodes, tls)
+            .connection_timeout(timeout)
+            .build()
+            .map_err(Failure::Redis)?;
         let mut connection = client
             .get_async_connection()
             .await

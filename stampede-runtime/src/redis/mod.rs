@@ -58,6 +58,7 @@ mod refusal;
 mod scripts;
 mod tags;
 mod telemetry;
+mod tls;
 
 use std::any::type_name;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -89,6 +89,8 @@ impl RedisConfig {
         })
     }
 
+    /// *Needs the `tls` feature.*
+    ///
     /// Trusts only the CA certificate(s) in `pem` (PEM text, `-----BEGIN CERTIFICATE-----`) for
     /// the servers of `rediss://` URLs, instead of the webpki roots: for a private CA, or a
     /// managed service's own one. Every connection of this Redis uses it: commands, pub/sub and,
@@ -112,6 +114,8 @@ impl RedisConfig {
         Ok(self)
     }
 
+    /// *Needs the `tls` feature.*
+    ///
     /// Presents the client certificate (chain) `cert_pem`, whose private key is `key_pem`
     /// (PKCS#8, PKCS#1 or SEC1 PEM), to servers that ask for one (`tls-auth-clients yes`, mutual
     /// TLS). The server's certificate is still checked, against the webpki roots or the CA of

@@ -205,7 +205,8 @@ async fn main() -> Result<(), stampede::Error> {
 
 The Redis support is the `redis` cargo feature, on by default; with
 `default-features = false`, a function that asks for Redis is a compile error naming the
-feature.
+feature. `rediss://` (TLS, with a CA and a client certificate of your own if needed:
+`RedisConfig::tls_root_ca`, `RedisConfig::tls_client_cert`) is the `tls` feature.
 
 "#
 )]

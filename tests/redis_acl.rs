@@ -283,6 +283,29 @@ async fn keys_the_acl_refuses_are_a_clear_error_logged_once_and_counted() {
 }
 
 #[tokio::test]
+async fn a_command_the_acl_refuses_is_a_clear_error() {
+    telemetry::install();
+    let server = RedisServer::start();
+    // Every command of the tier but one that only invalidations of tags run.
+    let mut user = acl_user("notags", "pw", "~stampede:*", "&stampede:*");
+    user.push("-sunionstore".to_owned());
+    set_user(&server, &user);
+    config(&server.url_as("notags", "pw")).install_as("acl_command");
+    let error = within(stampede::require_redis(Some("acl_command")))
+        .await
+        .expect_err("the start-up check runs every command of the tier's scripts");
+    assert!(
+        matches!(error, stampede::Error::InvalidConfig { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("NOPERM") && message.contains("SUNIONSTORE"),
+        "names the refused command: {message}"
+    );
+}
+
+#[tokio::test]
 async fn channels_the_acl_refuses_are_a_clear_error() {
     telemetry::install();
     let server = RedisServer::start();

@@ -25,26 +25,47 @@ use crate::redis::failure::Failure;
 use crate::redis::keys::RedisKeys;
 use crate::redis::refusal;
 
-/// Runs every command of the tier's scripts on keys of one hash tag.
+/// Runs every command of the tier's scripts on keys of one hash tag, each through `pcall`, so
+/// that a refusal names its command: an ACL refusal inside a script is an `ERR The user executing
+/// the script can't ...` naming only a line of the script.
 ///
 /// KEYS: value, fence, a set, another set. ARGV: the publishing command, a channel.
+///
+/// Returns 1, or the first refusal as a `NOPERM <COMMAND>: ...` error (another error as it came).
 static PROBE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-redis.call('TIME')
-redis.call('SET', KEYS[1], '1', 'PX', 10000)
-redis.call('GET', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], 10000)
-redis.call('PTTL', KEYS[1])
-redis.call('EXISTS', KEYS[1])
-redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], 10000)
-redis.call('SADD', KEYS[3], 'probe')
-redis.call('SMEMBERS', KEYS[3])
-redis.call('SUNIONSTORE', KEYS[4], KEYS[3])
-redis.call('SREM', KEYS[4], 'probe')
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-redis.call(ARGV[1], ARGV[2], '')
+local steps = {
+  {'TIME'},
+  {'SET', KEYS[1], '1', 'PX', 10000},
+  {'GET', KEYS[1]},
+  {'PEXPIRE', KEYS[1], 10000},
+  {'PTTL', KEYS[1]},
+  {'EXISTS', KEYS[1]},
+  {'INCR', KEYS[2]},
+  {'PEXPIRE', KEYS[2], 10000},
+  {'SADD', KEYS[3], 'probe'},
+  {'PEXPIRE', KEYS[3], 10000},
+  {'SMEMBERS', KEYS[3]},
+  {'SUNIONSTORE', KEYS[4], KEYS[3]},
+  {'PEXPIRE', KEYS[4], 10000},
+  {'SREM', KEYS[4], 'probe'},
+  {'DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4]},
+  {ARGV[1], ARGV[2], ''},
+}
+for _, step in ipairs(steps) do
+  local reply = redis.pcall(unpack(step))
+  if type(reply) == 'table' and reply.err then
+    redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+    local refused = string.find(reply.err, 'NOPERM', 1, true)
+      or string.find(reply.err, 'can\'t', 1, true)
+      or string.find(reply.err, 'No permissions', 1, true)
+    if refused then
+      return redis.error_reply('NOPERM ' .. step[1] .. ' refused: ' .. reply.err)
+    end
+    return redis.error_reply(reply.err)
+  end
+end
 return 1
 ",
     )

@@ -89,7 +89,7 @@ fn of_text(text: &str) -> Option<Refusal> {
         || text.contains("Password authentication failed")
     {
         Some(Refusal::Credentials)
-    } else if text.contains("NOPERM") {
+    } else if text.contains("NOPERM") || text.contains("The user executing the script can't") {
         Some(Refusal::Permission)
     } else if CERTIFICATE.iter().any(|said| text.contains(said)) {
         Some(Refusal::Certificate)
@@ -122,6 +122,13 @@ mod tests {
         assert_eq!(of_error(&failed), Some(Refusal::Credentials));
         let denied = reply("NOPERM", "No permissions to access a key");
         assert_eq!(of_error(&denied), Some(Refusal::Permission));
+        // An ACL refusal inside a script (Redis 7) is an ERR naming only the script's line.
+        let in_script = reply(
+            "ERR",
+            "The user executing the script can't run this command or subcommand script: 99, on \
+             @user_script:12.",
+        );
+        assert_eq!(of_error(&in_script), Some(Refusal::Permission));
         let tls = redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "invalid peer certificate: UnknownIssuer",

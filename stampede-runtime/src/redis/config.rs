@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::redis::endpoint::Endpoint;
+use crate::redis::tls::{self, Tls};
 
 /// The environment variable read for the default connection when none was installed in code.
 pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
@@ -30,8 +31,12 @@ pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
 /// ```
 ///
 /// A URL is accepted as the `redis` crate accepts it: `redis://[user][:password@]host[:port][/db]`,
-/// `redis+unix:///path`. `rediss://` (TLS) needs one of the `redis` crate's TLS features, which
-/// you enable by depending on `redis` with it next to `stampede`.
+/// `redis+unix:///path`; `user` is an ACL user (Redis 6 and later), and a URL with a password
+/// only authenticates as `default`. `rediss://` (TLS) needs stampede's `tls` feature: the
+/// server's certificate is then checked against the webpki roots, or against the CA given with
+/// [`tls_root_ca`](RedisConfig::tls_root_ca), and [`tls_client_cert`](RedisConfig::tls_client_cert)
+/// presents a client certificate (mutual TLS). Without the feature a `rediss://` URL is an
+/// [`Error::InvalidConfig`] naming it.
 #[derive(Clone)]
 pub struct RedisConfig {
     /// Every node given, in order (one unless a comma-separated list was given): the whole
@@ -46,6 +51,8 @@ pub struct RedisConfig {
     pub(crate) failures_before_cooldown: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) heartbeat: Duration,
+    /// The certificates for `rediss://` nodes (feature `tls`), see `tls`.
+    pub(crate) tls: Tls,
 }
 
 /// The longest any duration of a [`RedisConfig`] is taken to be (24h): longer ones are clamped
@@ -66,20 +73,9 @@ impl RedisConfig {
     /// Fails with [`Error::InvalidConfig`] when a URL does not parse; nothing is connected
     /// until a cache needs Redis.
     pub fn new(url: &str) -> Result<Self, Error> {
-        let nodes = url
-            .split(',')
-            .map(str::trim)
-            .filter(|node| !node.is_empty())
-            .map(open)
-            .collect::<Result<Vec<_>, _>>()?;
-        if nodes.is_empty() {
-            return Err(Error::invalid_config(format!(
-                "`{}` names no Redis node",
-                redact(url)
-            )));
-        }
+        let tls = Tls::default();
         Ok(RedisConfig {
-            nodes,
+            nodes: nodes(url, &tls)?,
             url: url.to_owned(),
             prefix: "stampede".to_owned(),
             op_timeout: Duration::from_millis(250),
@@ -89,7 +85,64 @@ impl RedisConfig {
             failures_before_cooldown: 3,
             connect_timeout: Duration::from_secs(1),
             heartbeat: Duration::from_secs(1),
+            tls,
         })
+    }
+
+    /// *Needs the `tls` feature.*
+    ///
+    /// Trusts only the CA certificate(s) in `pem` (PEM text, `-----BEGIN CERTIFICATE-----`) for
+    /// the servers of `rediss://` URLs, instead of the webpki roots: for a private CA, or a
+    /// managed service's own one. Every connection of this Redis uses it: commands, pub/sub and,
+    /// on a cluster, every node's.
+    ///
+    /// Fails with [`Error::InvalidConfig`] when `pem` holds no usable certificate, or when a URL
+    /// given to [`new`](RedisConfig::new) is not a TLS one (`rediss://`).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// stampede_runtime::RedisConfig::new("rediss://cache.internal:6380/0")?
+    ///     .tls_root_ca(ca)?
+    ///     .install();
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_ca(mut self, pem: impl AsRef<[u8]>) -> Result<Self, Error> {
+        self.tls = self.tls.with_root_ca(pem.as_ref())?;
+        self.nodes = nodes(&self.url, &self.tls)?;
+        Ok(self)
+    }
+
+    /// *Needs the `tls` feature.*
+    ///
+    /// Presents the client certificate (chain) `cert_pem`, whose private key is `key_pem`
+    /// (PKCS#8, PKCS#1 or SEC1 PEM), to servers that ask for one (`tls-auth-clients yes`, mutual
+    /// TLS). The server's certificate is still checked, against the webpki roots or the CA of
+    /// [`tls_root_ca`](RedisConfig::tls_root_ca).
+    ///
+    /// Fails with [`Error::InvalidConfig`] when either does not parse, when the key is not the
+    /// certificate's, or when a URL is not a TLS one.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// stampede_runtime::RedisConfig::new("rediss://cache.internal:6380/0")?
+    ///     .tls_root_ca(std::fs::read("ca.crt")?)?
+    ///     .tls_client_cert(std::fs::read("client.crt")?, std::fs::read("client.key")?)?
+    ///     .install();
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Result<Self, Error> {
+        self.tls = self
+            .tls
+            .with_client_cert(cert_pem.as_ref(), key_pem.as_ref())?;
+        self.nodes = nodes(&self.url, &self.tls)?;
+        Ok(self)
     }
 
     /// The namespace every key starts with, so that several applications can share a Redis.
@@ -202,6 +255,7 @@ impl fmt::Debug for RedisConfig {
             .field("cooldown", &self.cooldown)
             .field("connect_timeout", &self.connect_timeout)
             .field("heartbeat", &self.heartbeat)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -210,19 +264,32 @@ fn clamp(duration: Duration, least: Duration) -> Duration {
     duration.clamp(least, MAX_SETTING)
 }
 
-/// The URL without its password, for messages.
-/// The client of one node's URL.
-fn open(url: &str) -> Result<redis::Client, Error> {
-    redis::Client::open(url).map_err(|e| {
-        let hint = if url.starts_with("rediss://") {
-            " (rediss:// needs a TLS feature of the `redis` crate, e.g. `tokio-rustls-comp`)"
-        } else {
-            ""
-        };
-        Error::invalid_config(format!(
-            "`{}` is not a usable Redis URL: {e}{hint}",
+/// The clients of the nodes of `url` (one URL, or a comma-separated list), with `tls`.
+fn nodes(url: &str, tls: &Tls) -> Result<Vec<redis::Client>, Error> {
+    let nodes = url
+        .split(',')
+        .map(str::trim)
+        .filter(|node| !node.is_empty())
+        .map(|node| open(node, tls))
+        .collect::<Result<Vec<_>, _>>()?;
+    if nodes.is_empty() {
+        return Err(Error::invalid_config(format!(
+            "`{}` names no Redis node",
             redact(url)
-        ))
+        )));
+    }
+    Ok(nodes)
+}
+
+/// The client of one node's URL.
+fn open(url: &str, tls: &Tls) -> Result<redis::Client, Error> {
+    tls::check_scheme(url, &redact(url), cfg!(feature = "tls"))?;
+    #[cfg(feature = "tls")]
+    if tls::is_tls_url(url) {
+        tls::install_crypto_provider();
+    }
+    tls::client(url, tls).map_err(|e| {
+        Error::invalid_config(format!("`{}` is not a usable Redis URL: {e}", redact(url)))
     })
 }
 

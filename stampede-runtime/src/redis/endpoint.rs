@@ -27,10 +27,10 @@ use crate::redis::link::{CommandConnection, Commands, Connecting, Link, LinkStat
 use crate::redis::pubsub::{Listener, Settings, Shards, Subscriber};
 
 pub(crate) struct Endpoint {
-    name: String,
+    pub(super) name: String,
     pub(crate) config: RedisConfig,
     links: Mutex<HashMap<runtime::Id, Arc<Link>>>,
-    health: Health,
+    pub(super) health: Health,
     /// The keys this process changed while Redis could not be used (see `dirty`).
     pub(crate) dirty: Dirty,
     /// This connection, for the tasks it starts (which must not keep it alive).
@@ -252,13 +252,14 @@ impl Endpoint {
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
         let settings = events_needed.then(|| self.subscriber_settings());
         let nodes = self.config.nodes.clone();
+        let tls = self.config.tls.clone();
         let timeout = self.config.connect_timeout;
         let (op_timeout, retry_every) = (self.config.op_timeout, self.config.heartbeat);
         let link = link.clone();
         let task = runtime.spawn(async move {
             let commands = async {
                 let commands = if commands_needed {
-                    let connection = CommandConnection::open(&nodes, timeout).await?;
+                    let connection = CommandConnection::open(&nodes, &tls, timeout).await?;
                     Some(Arc::new(Commands::new(connection)))
                 } else {
                     None
@@ -267,7 +268,7 @@ impl Endpoint {
                     .as_ref()
                     .map_or(known_sharded, |c| c.connection.sharded());
                 let shards = if sharded && shards_needed {
-                    let shards = Shards::open(&nodes, timeout, op_timeout, retry_every)
+                    let shards = Shards::open(&nodes, &tls, timeout, op_timeout, retry_every)
                         .await
                         .map_err(Failure::Redis)?;
                     Some(shards)

@@ -1,7 +1,11 @@
 //! The health of one configured Redis: failures in a row, the cool-down they trigger (Redis is
 //! skipped meanwhile, and the caches load locally), and warnings at most once per interval.
+//! A refusal (a wrong password, an ACL's `NOPERM`, a certificate, see `refusal`) is logged at
+//! error level the first time it happens to this connection (once per kind: the settings that
+//! cause it cannot change without a new `RedisConfig`), then warned about with other failures,
+//! and counted each time in `redis_auth_failures_total`.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -10,6 +14,7 @@ use tokio::time::Instant;
 use crate::clock::after;
 use crate::redis::config::RedisConfig;
 use crate::redis::failure::Failure;
+use crate::redis::refusal;
 
 /// The least time between two warnings that Redis is failing.
 const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -25,6 +30,8 @@ pub(super) struct ConnectionMetrics {
 /// Failures in a row, the cool-down they trigger, and warnings at most once per interval.
 pub(super) struct Health {
     failures: AtomicU32,
+    /// The kinds of refusal logged at error level already, one bit each.
+    refusals_logged: AtomicU8,
     state: Mutex<HealthState>,
     metrics: ConnectionMetrics,
 }
@@ -42,6 +49,7 @@ impl Health {
         let label = [("redis", display_name(name).to_owned())];
         Health {
             failures: AtomicU32::new(0),
+            refusals_logged: AtomicU8::new(0),
             state: Mutex::new(HealthState::default()),
             metrics: ConnectionMetrics {
                 errors: metrics::counter!("redis_error_total", &label),
@@ -73,6 +81,7 @@ impl Health {
         if matches!(failure, Failure::CoolingDown) {
             return;
         }
+        self.note_refusal(name, failure, config);
         // Not reset by the cool-down: a failed probe after it starts the next cool-down at once.
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         self.metrics.errors.increment(1);
@@ -103,6 +112,36 @@ impl Health {
                 redis = display_name(name),
                 error = %failure,
                 "stampede: Redis refused a call about one key; that key is loaded locally"
+            );
+        }
+    }
+
+    /// Counts a refusal, and logs the first of its kind at error level.
+    fn note_refusal(&self, name: &str, failure: &Failure, config: &RedisConfig) {
+        let Some(refusal) = refusal::of(failure) else {
+            return;
+        };
+        static DESCRIBED: std::sync::Once = std::sync::Once::new();
+        DESCRIBED.call_once(|| {
+            metrics::describe_counter!(
+                "redis_auth_failures_total",
+                "Calls and connections Redis refused: credentials, ACL permission or certificate"
+            );
+        });
+        metrics::counter!(
+            "redis_auth_failures_total",
+            "redis" => display_name(name).to_owned(),
+            "reason" => refusal.reason(),
+        )
+        .increment(1);
+        let bit = 1 << refusal as u8;
+        if self.refusals_logged.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+            tracing::error!(
+                redis = display_name(name),
+                reason = refusal.reason(),
+                error = %failure,
+                "stampede: {}; caches load in this process until it is fixed",
+                refusal.fix(&config.prefix)
             );
         }
     }

@@ -5,10 +5,10 @@
 //! The command connection is a [`CommandConnection`]: one multiplexed connection to a standalone
 //! server, or the `redis` crate's async cluster connection, which keeps the slot map, sends each
 //! command and script to the master owning its first key's slot and follows `MOVED`/`ASK`. Which
-//! one is decided when connecting: several URLs are a cluster; one is asked `INFO cluster`. It is
-//! replaced after an IO error, after a `READONLY` reply (a failover behind DNS: a new connection
-//! reaches the new primary), and after [`TIMEOUTS_BEFORE_RECONNECT`] timeouts in a row (a
-//! half-open connection never answers).
+//! one is decided when connecting: several URLs are a cluster; one is asked (`HELLO`, else `INFO
+//! cluster`, else `CLUSTER INFO`, see `mode`). It is replaced after an IO error, after a
+//! `READONLY` reply (a failover behind DNS: a new connection reaches the new primary), and after
+//! [`TIMEOUTS_BEFORE_RECONNECT`] timeouts in a row (a half-open connection never answers).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -21,7 +21,9 @@ use redis::cluster_async::ClusterConnection;
 use tokio::time::Instant;
 
 use crate::redis::failure::{Failure, Scope, scope};
+use crate::redis::mode;
 use crate::redis::pubsub::{Shards, Subscriber};
+use crate::redis::tls::{self, Tls};
 
 /// Timeouts in a row after which a command connection is replaced.
 pub(crate) const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
@@ -118,8 +120,13 @@ impl CommandConnection {
         matches!(self, CommandConnection::Cluster { sharded: true, .. })
     }
 
-    /// Connects to `nodes`: a cluster if there are several or the first says it is one.
-    pub(super) async fn open(nodes: &[redis::Client], timeout: Duration) -> Result<Self, Failure> {
+    /// Connects to `nodes`: a cluster if there are several or the first says it is one. A
+    /// cluster's connections use `tls`'s certificates (the nodes' own clients carry them too).
+    pub(super) async fn open(
+        nodes: &[redis::Client],
+        tls: &Tls,
+        timeout: Duration,
+    ) -> Result<Self, Failure> {
         let first = nodes.first().ok_or(Failure::Unavailable)?;
         if nodes.len() == 1 {
             let config = redis::AsyncConnectionConfig::new()
@@ -130,26 +137,15 @@ impl CommandConnection {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(Failure::Redis)?;
-            let info: String = match redis::cmd("INFO")
-                .arg("cluster")
-                .query_async(&mut connection)
-                .await
-            {
-                Ok(info) => info,
-                // A server that refuses INFO (an ACL without it) is taken to be standalone.
-                Err(error) if error.code().is_some() => String::new(),
-                Err(error) => return Err(Failure::Redis(error)),
-            };
-            if !cluster_enabled(&info) {
+            // HELLO, then INFO, then CLUSTER INFO: a refused INFO is not a standalone server.
+            if !mode::is_cluster(&mut connection).await? {
                 return Ok(CommandConnection::Single(connection));
             }
         }
-        let client = redis::cluster::ClusterClientBuilder::new(
-            nodes.iter().map(|node| node.get_connection_info().clone()),
-        )
-        .connection_timeout(timeout)
-        .build()
-        .map_err(Failure::Redis)?;
+        let client = tls::cluster_builder(nodes, tls)
+            .connection_timeout(timeout)
+            .build()
+            .map_err(Failure::Redis)?;
         let mut connection = client
             .get_async_connection()
             .await
@@ -185,7 +181,7 @@ fn has_sharded_pubsub(info: &str) -> bool {
 }
 
 /// Whether an `INFO cluster` reply says the server runs in cluster mode.
-fn cluster_enabled(info: &str) -> bool {
+pub(super) fn cluster_enabled(info: &str) -> bool {
     info.lines().any(|line| line.trim() == "cluster_enabled:1")
 }
 

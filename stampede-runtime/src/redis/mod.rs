@@ -52,12 +52,16 @@ mod invalidate;
 mod keys;
 mod link;
 mod lock;
+mod mode;
 mod ops;
+mod preflight;
 mod pubsub;
+mod refusal;
 mod scripts;
 mod tags;
 mod telemetry;
 mod tier;
+mod tls;
 
 use std::sync::Arc;
 
@@ -96,15 +100,23 @@ pub enum Busy {
 }
 
 /// Checks at start-up that the Redis connection named `connection` (`None`: the default one,
-/// from [`RedisConfig::install`] or the `STAMPEDE_REDIS_URL` variable) is configured and answers.
+/// from [`RedisConfig::install`] or the `STAMPEDE_REDIS_URL` variable) is configured, answers,
+/// and lets this process run what the caches run: its credentials, its ACL user's keys,
+/// channels and commands, its TLS certificates.
 ///
 /// Caches never need this: without Redis they run on local singleflight, count it and warn
-/// once. Call it where a missing Redis should stop the service instead, before it takes traffic.
-/// Needs a tokio runtime.
+/// once. Call it where a missing or misconfigured Redis should stop the service instead, before
+/// it takes traffic. Needs a tokio runtime.
+///
+/// Fails with [`Error::InvalidConfig`] when the connection is not configured, or when Redis
+/// refuses this process (a wrong or missing password, an ACL `NOPERM` on the cache's keys,
+/// channels or commands, a server certificate that does not verify or a client certificate the
+/// server refuses): waiting will not fix those, and the message says what to change. Fails with
+/// [`Error::RedisUnavailable`] when Redis does not answer in time.
 ///
 /// ```no_run
 /// # async fn start() -> Result<(), stampede::Error> {
-/// stampede::require_redis(None).await?; // fails with the reason: not configured, no answer
+/// stampede::require_redis(None).await?; // fails with the reason: not configured, refused, no answer
 /// # Ok(()) }
 /// ```
 pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
@@ -116,10 +128,16 @@ pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
         )));
     };
     redis
-        .ping()
+        .preflight()
         .await
-        .map_err(|failure| Error::RedisUnavailable {
-            cache: Arc::from(format!("(connection `{shown}`)")),
-            message: failure.to_string().into(),
+        .map_err(|failure| match refusal::of(&failure) {
+            Some(refused) => Error::invalid_config(format!(
+                "the `{shown}` Redis connection: {} ({failure})",
+                refused.fix(&redis.config.prefix)
+            )),
+            None => Error::RedisUnavailable {
+                cache: Arc::from(format!("(connection `{shown}`)")),
+                message: failure.to_string().into(),
+            },
         })
 }

@@ -1,24 +1,75 @@
 //! A real `redis-server` for one test: started on a free loopback port, stopped on drop, and
-//! killable, restartable and pausable for fault tests.
+//! killable, restartable and pausable for fault tests. [`Options`] make it a TLS server
+//! (`--tls-port`, no plain port) or one that requires a password.
+//!
+//! The binary is `redis-server`, or the one named by `STAMPEDE_TEST_SERVER` (e.g.
+//! `valkey-server`): [`binary`].
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::tls::TestCerts;
+
+/// The variable that names the server binary the tests start (default `redis-server`).
+pub const SERVER_VAR: &str = "STAMPEDE_TEST_SERVER";
 
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    options: Options,
+}
+
+/// How a [`RedisServer`] is started beyond the defaults (plain TCP, no password).
+#[derive(Clone, Default)]
+pub struct Options {
+    tls: Option<Arc<TestCerts>>,
+    client_certificates: bool,
+    password: Option<String>,
+    args: Vec<String>,
+}
+
+impl Options {
+    /// TLS only (`--tls-port`, `--port 0`) with `certs`' server certificate; with
+    /// `clients_need_a_certificate`, clients must present one signed by its CA.
+    pub fn tls(mut self, certs: Arc<TestCerts>, clients_need_a_certificate: bool) -> Self {
+        self.tls = Some(certs);
+        self.client_certificates = clients_need_a_certificate;
+        self
+    }
+
+    /// `--requirepass`: the `default` user's password.
+    pub fn password(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// Further `redis-server` arguments.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_owned());
+        self
+    }
 }
 
 impl RedisServer {
     /// Starts a server with no persistence on a free port and waits until it answers.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(Options::default())
+    }
+
+    /// Starts a server with `options` on a free port and waits until it answers.
+    pub fn start_with(options: Options) -> RedisServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("no free loopback port")
             .port();
-        let mut server = RedisServer { port, child: None };
+        let mut server = RedisServer {
+            port,
+            child: None,
+            options,
+        };
         server.spawn();
         server
     }
@@ -27,8 +78,20 @@ impl RedisServer {
         self.port
     }
 
+    /// The URL a cache is given: `rediss://` for a TLS server, without credentials.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.options.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// The URL with `user` (empty: none, the `default` user) and `password`.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        self.url()
+            .replacen("://", &format!("://{user}:{password}@"), 1)
     }
 
     /// Kills the server with SIGKILL, as a crash would.
@@ -45,11 +108,23 @@ impl RedisServer {
         self.spawn();
     }
 
-    /// A connection for the test's own commands (reading keys, writing garbage, pausing).
+    /// A connection for the test's own commands (reading keys, writing garbage, pausing), as
+    /// the `default` user, over TLS with the client certificate for a TLS server.
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
+        self.try_connection()
             .expect("cannot connect to the test's redis-server")
+    }
+
+    fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        let url = match &self.options.password {
+            Some(password) => self.url_as("", password),
+            None => self.url(),
+        };
+        let client = match &self.options.tls {
+            Some(certs) => redis::Client::build_with_tls(url, certs.redis_certificates()),
+            None => redis::Client::open(url),
+        }?;
+        client.get_connection_with_timeout(Duration::from_secs(5))
     }
 
     /// Runs one command and returns its reply.
@@ -74,31 +149,49 @@ impl RedisServer {
 
     fn spawn(&mut self) {
         let port = self.port.to_string();
-        let child = Command::new(binary())
-            .args([
-                "--port",
-                &port,
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+        let mut command = Command::new(binary());
+        match &self.options.tls {
+            Some(certs) => {
+                command.args(["--port", "0", "--tls-port", &port]);
+                command.args(certs.server_args(self.options.client_certificates));
+            }
+            None => {
+                command.args(["--port", &port]);
+            }
+        }
+        if let Some(password) = &self.options.password {
+            command.args(["--requirepass", password]);
+        }
+        let child = command
+            .args(&self.options.args)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--protected-mode", "no", "--loglevel", "warning"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
-            .expect("cannot start redis-server");
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary().display()));
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let answers = TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-                && redis::cmd("PING")
-                    .query::<String>(&mut self.connection())
-                    .is_ok();
+                && self.try_connection().is_ok_and(|mut connection| {
+                    redis::cmd("PING").query::<String>(&mut connection).is_ok()
+                });
             if answers {
                 return;
+            }
+            // A server that refused its options (a build without TLS) says why and exits.
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let mut said = String::new();
+                if let Some(mut stderr) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
+                }
+                panic!(
+                    "{} exited ({status}) instead of answering on port {port}: {said}",
+                    binary().display()
+                );
             }
             assert!(
                 Instant::now() < deadline,
@@ -115,12 +208,52 @@ impl Drop for RedisServer {
     }
 }
 
-/// `redis-server` from `PATH` or the usual places; a missing binary fails the test with the fix.
-fn binary() -> PathBuf {
+/// The server the tests start: `STAMPEDE_TEST_SERVER` (a name in `PATH` or a path) or
+/// `redis-server`, from `PATH` or the usual places; a missing binary fails the test with the fix.
+pub fn binary() -> PathBuf {
+    let name = std::env::var(SERVER_VAR)
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned());
+    find(&name).unwrap_or_else(|| {
+        panic!(
+            "{name} is not installed: run `cargo xtask test`, which installs it when it may, or \
+             `sudo apt-get install {name}`"
+        )
+    })
+}
+
+/// The command-line client that goes with [`binary`]: `valkey-cli` next to `valkey-server`,
+/// else `redis-cli`.
+pub fn cli_binary() -> PathBuf {
+    let server = binary();
+    let name = match server.file_name().and_then(|name| name.to_str()) {
+        Some(name) if name.starts_with("valkey") => "valkey-cli",
+        _ => "redis-cli",
+    };
+    let sibling = server.with_file_name(name);
+    if sibling.is_file() {
+        return sibling;
+    }
+    find(name).unwrap_or_else(|| panic!("{name} is not installed (it comes with the server)"))
+}
+
+/// What [`binary`] says of itself (`--version`), for a test's output.
+pub fn version() -> String {
+    Command::new(binary())
+        .arg("--version")
+        .output()
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn find(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name)).filter(|path| path.is_file());
+    }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/bin", "/usr/sbin", "/usr/local/bin"].map(PathBuf::from))
-        .map(|dir| dir.join("redis-server"))
+        .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
-        .expect("redis-server is not installed: `apt-get install redis-server` (.ci/run does this)")
 }

@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
 
 use super::{Control, Listener, Waits};
+use crate::redis::tls::{self, Tls};
 
 /// The wake-ups of flights on a Redis Cluster: sharded pub/sub, so that a fill's `SPUBLISH`
 /// goes to the shard owning the key's slot (its master and that master's replicas) instead of
@@ -59,19 +60,18 @@ impl Shards {
     /// serving subscriptions on the current runtime.
     pub(crate) async fn open(
         nodes: &[redis::Client],
+        tls: &Tls,
         connect_timeout: Duration,
         op_timeout: Duration,
         retry_every: Duration,
     ) -> Result<Arc<Shards>, redis::RedisError> {
         let (pushed, pushes) = mpsc::unbounded_channel();
-        let client = redis::cluster::ClusterClientBuilder::new(
-            nodes.iter().map(|node| node.get_connection_info().clone()),
-        )
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .push_sender(pushed)
-        .connection_timeout(connect_timeout)
-        .response_timeout(op_timeout)
-        .build()?;
+        let client = tls::cluster_builder(nodes, tls)
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushed)
+            .connection_timeout(connect_timeout)
+            .response_timeout(op_timeout)
+            .build()?;
         let connection = client.get_async_connection().await?;
         let (waits, commands) = Waits::new();
         let (closed_sender, closed) = oneshot::channel();

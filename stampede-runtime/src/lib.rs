@@ -28,6 +28,7 @@
 // default build, which has the tier, still lints dead code.
 #![cfg_attr(not(feature = "redis"), allow(dead_code))]
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod api;
 mod breaker;
@@ -69,6 +70,7 @@ pub use budget::{MAX_REFRESHES_VAR, set_max_refreshes};
 pub use config::{Backend, Config, Lock};
 pub use error::{Error, LoadError, UpstreamError};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{Busy, REDIS_URL_VAR, RedisConfig, require_redis};
 pub use stats::{CacheInfo, HotKey, Stats};
 

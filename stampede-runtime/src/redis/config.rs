@@ -89,8 +89,6 @@ impl RedisConfig {
         })
     }
 
-    /// *Needs the `tls` feature.*
-    ///
     /// Trusts only the CA certificate(s) in `pem` (PEM text, `-----BEGIN CERTIFICATE-----`) for
     /// the servers of `rediss://` URLs, instead of the webpki roots: for a private CA, or a
     /// managed service's own one. Every connection of this Redis uses it: commands, pub/sub and,
@@ -102,20 +100,19 @@ impl RedisConfig {
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
-    /// stampede_runtime::RedisConfig::new("rediss://cache.internal:6380/0")?
+    /// stampede::RedisConfig::new("rediss://cache.internal:6380/0")?
     ///     .tls_root_ca(ca)?
     ///     .install();
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_ca(mut self, pem: impl AsRef<[u8]>) -> Result<Self, Error> {
         self.tls = self.tls.with_root_ca(pem.as_ref())?;
         self.nodes = nodes(&self.url, &self.tls)?;
         Ok(self)
     }
 
-    /// *Needs the `tls` feature.*
-    ///
     /// Presents the client certificate (chain) `cert_pem`, whose private key is `key_pem`
     /// (PKCS#8, PKCS#1 or SEC1 PEM), to servers that ask for one (`tls-auth-clients yes`, mutual
     /// TLS). The server's certificate is still checked, against the webpki roots or the CA of
@@ -126,13 +123,14 @@ impl RedisConfig {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// stampede_runtime::RedisConfig::new("rediss://cache.internal:6380/0")?
+    /// stampede::RedisConfig::new("rediss://cache.internal:6380/0")?
     ///     .tls_root_ca(std::fs::read("ca.crt")?)?
     ///     .tls_client_cert(std::fs::read("client.crt")?, std::fs::read("client.key")?)?
     ///     .install();
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_cert(
         mut self,
         cert_pem: impl AsRef<[u8]>,

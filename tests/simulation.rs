@@ -381,9 +381,11 @@ impl Function {
             shared: config.backend != Backend::Memory,
             no_singleflight: config.lock == Lock::None,
             // Without a lock, loads race: in memory the last to finish stays, in the shared tier
-            // the first to fill does (a later fill read its fence before it): nothing orders
-            // their values without source versions.
-            unordered: config.lock == Lock::None,
+            // the first to fill does (a later fill read its fence before it). With Redis only, a
+            // load without the Redis lock (a companion's refresh, `lock = "local"`) may be
+            // fenced off by another's fill and is kept nowhere, though its callers got it.
+            // Nothing orders those values without source versions.
+            unordered: config.lock == Lock::None || config.backend == Backend::Redis,
             one_load_everywhere: config.lock == Lock::Redis,
         }
     }
@@ -620,6 +622,7 @@ impl World {
             }
             Op::WritePrime(f, p, k) => {
                 let version = oracle.write(f, k);
+                let began = oracle.prime_begins();
                 oracle.detaching(f, k);
                 let value = Val {
                     function: f,
@@ -631,7 +634,7 @@ impl World {
                     .bounded(self.functions[f as usize].cache(p).prime(k, value))
                     .await;
                 if let Some(Ok(())) = done {
-                    oracle.invalidated(f, k, version, Reach::Only(p));
+                    oracle.primed(f, k, version, p, began);
                 }
             }
             Op::WriteInvalidateTag(f, k) => self.invalidate_tag(f, k),

@@ -685,12 +685,9 @@ impl<K: Key, V: Value> Fake<K, V> {
                 state.values.insert(handle.key().clone(), stored);
                 Fetched::Loaded(handle.keep(self.shared(entry)))
             }
-            // Invalidated while it loaded, or fenced off by a newer holder: its callers get it,
-            // nobody keeps it.
-            Ok(value) => {
-                handle.superseded();
-                Fetched::Loaded(value)
-            }
+            // Fenced off (another holder, fill, prime or invalidation since its fence): not in
+            // the store; in memory unless invalidated here.
+            Ok(value) => Fetched::Loaded(handle.fenced_off(value, self.trusted())),
         };
         drop(state);
         store.wake();

@@ -90,11 +90,6 @@ impl<K: Key, V: Value> Memory<K, V> {
         self.store.remove_if(key, |entry| !entry.fail_safe(now));
     }
 
-    /// Drops the key's entry if it was filled before `than`.
-    pub(crate) fn drop_older(&self, key: &K, than: Instant) {
-        self.store.remove_if(key, |entry| entry.filled_at() < than);
-    }
-
     /// Registers a load of `key`, with the key's generation now.
     pub(crate) fn begin(&self, key: &K) -> Loading<'_, K, V> {
         let mut loading = self.loading();

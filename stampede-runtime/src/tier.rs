@@ -226,8 +226,6 @@ pub struct Handle<'a, K: Key, V: Value, L> {
     served: Mutex<Option<V>>,
     /// A value past its stale deadline that the shared store still keeps (`fail_safe`).
     last_good: Mutex<Option<Entry<V>>>,
-    /// When the flight began.
-    began: Instant,
 }
 
 impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
@@ -248,7 +246,6 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             started: AtomicBool::new(false),
             served: Mutex::new(None),
             last_good: Mutex::new(None),
-            began: Instant::now(),
         }
     }
 
@@ -329,13 +326,14 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         value
     }
 
-    /// The shared store refused this flight's value: a newer one was written there since the
-    /// flight read its fence (another process's fill or prime), or the key was invalidated. A
-    /// value this process holds from before the flight began is older than the store's, so it
-    /// is dropped: the next call reads the store, rather than serve an older value after this
-    /// flight's callers got a newer one.
-    pub(crate) fn superseded(&self) {
-        self.core.memory.drop_older(self.key, self.began);
+    /// The shared store refused this flight's value, loaded now: the key's fence moved since the
+    /// flight read it (another process took the lock or filled the key, a prime, an
+    /// invalidation). The value is kept in this process's memory all the same, unless the key was
+    /// invalidated here or announced invalidated since the flight began (then nobody keeps it):
+    /// the flight's callers got it, and a call after them must not get an older one that memory
+    /// or the store still holds. Returns the value.
+    pub(crate) fn fenced_off(&self, value: V, trusted_for: Option<Duration>) -> V {
+        self.keep_loaded(value, trusted_for)
     }
 
     /// Hands a stale value to the flight's waiters now, while the refresh goes on, and keeps it

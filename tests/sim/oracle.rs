@@ -11,8 +11,9 @@
 //! - **age**: a value is no older than its function's options allow (`ttl + stale`, plus
 //!   `fail_safe` when it has one), plus what a load and the store's stalls take;
 //! - **no older value over a newer one**: in one process, a call that began after another ended
-//!   returns a version at least that one's (unless the other overlapped an invalidation or a
-//!   prime of the key, or the cache has `lock = "none"`, whose racing loads nothing orders);
+//!   returns a version at least that one's (unless the other overlapped an invalidation, a
+//!   prime or a fault, or the cache has no lock or keeps nothing in memory: their racing loads
+//!   nothing orders);
 //! - **one load at a time**: at most one load of a key runs at a time in a process (unless an
 //!   invalidation, a prime or a feed event detached the one running, or `lock = "none"`), and
 //!   across processes with `lock = "redis"` (unless a lease lapsed or the store failed);
@@ -45,7 +46,8 @@ pub struct Rules {
     pub shared: bool,
     /// No lock: loads of one key may overlap.
     pub no_singleflight: bool,
-    /// No lock: nothing orders the values of loads that race.
+    /// Nothing orders the values of loads that race (no lock; or Redis only, where a load
+    /// without the Redis lock may be fenced off by another's fill and kept nowhere).
     pub unordered: bool,
     /// `lock = "redis"` (and a lock wait longer than any load): one load across processes.
     pub one_load_everywhere: bool,
@@ -121,8 +123,8 @@ pub struct Call {
     key: u16,
     began: Duration,
     seq: u64,
-    /// The key's detach epoch when it began.
-    detach: u64,
+    /// The key's detach epoch and the run's fault epoch when it began.
+    detach: (u64, u64),
 }
 
 impl Oracle {
@@ -225,6 +227,32 @@ impl Oracle {
         self.history().note(now, line);
     }
 
+    /// A prime of a key begins: its place in the order of events.
+    pub fn prime_begins(&self) -> u64 {
+        self.history().next_seq()
+    }
+
+    /// A prime that began at `began` (see [`Oracle::prime_begins`]) stored `version`. It may
+    /// take effect after an invalidation that completed while it ran (they overlapped: either
+    /// order is theirs), so such invalidations no longer bound the key; the prime does.
+    pub fn primed(&self, function: u8, key: u16, version: u64, process: usize, began: u64) {
+        let done = self.now();
+        let mut history = self.history();
+        let seq = history.next_seq();
+        let floors = history.floors.entry((function, key)).or_default();
+        floors.retain(|floor| floor.seq < began);
+        floors.push(Floor {
+            version,
+            reach: Reach::Only(process),
+            done,
+            seq,
+        });
+        history.note(
+            done,
+            format!("primed f{function} k{key} at v{version} in p{process}"),
+        );
+    }
+
     /// A call begins.
     pub fn call(&self, function: u8, process: usize, key: u16) -> Call {
         let began = self.now();
@@ -235,7 +263,10 @@ impl Oracle {
             key,
             began,
             seq: history.next_seq(),
-            detach: *history.detach.get(&(function, key)).unwrap_or(&0),
+            detach: (
+                *history.detach.get(&(function, key)).unwrap_or(&0),
+                history.faults,
+            ),
         }
     }
 
@@ -313,10 +344,15 @@ impl Oracle {
                 value.version
             ));
         }
-        // A call that overlapped an invalidation or a prime of its key may have got the value
-        // of a flight that detached: ordered before it, not after.
+        // A call that overlapped an invalidation or a prime of its key, or a fault (a feed going
+        // down or up detaches every load), may have got the value of a flight that detached:
+        // ordered before it, not after.
         let ended = history.next_seq();
-        if history.detach.get(&(function, key)).unwrap_or(&0) == &detach {
+        let now_epochs = (
+            *history.detach.get(&(function, key)).unwrap_or(&0),
+            history.faults,
+        );
+        if now_epochs == detach {
             let last = history
                 .last
                 .entry((function, process, key))

@@ -316,12 +316,9 @@ where
             Some(written) if written.written => {
                 Fetched::Loaded(self.keep(entry_of(value, &written)))
             }
-            // Invalidated while it loaded, or fenced off by a newer holder: the callers get it,
-            // nobody keeps it.
-            Some(_) => {
-                self.handle.superseded();
-                Fetched::Loaded(value)
-            }
+            // Fenced off (another holder, fill, prime or invalidation since its fence): not in
+            // Redis; in memory unless invalidated here.
+            Some(_) => Fetched::Loaded(self.handle.fenced_off(value, self.trusted_for())),
             // Redis failed after the load: the value is good, keep it here; Redis drops its own
             // once it answers again.
             None => {

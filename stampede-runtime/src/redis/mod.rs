@@ -52,6 +52,7 @@ mod keys;
 mod link;
 mod lock;
 mod ops;
+mod payload;
 mod pubsub;
 mod scripts;
 mod tags;

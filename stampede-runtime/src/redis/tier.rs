@@ -22,7 +22,8 @@ use crate::redis::{invalidate, tags};
 use crate::stats::Stats;
 use crate::tier::{Direct, Fetched, Handle, Shared, Tier};
 
-/// The Redis tier of one cache: keys written by serde as readable text, values as MessagePack.
+/// The Redis tier of one cache: keys written by serde as readable text, values in the
+/// `payload` form.
 pub struct RedisTier<K, V> {
     /// What names the cache in its Redis keys (see `keys::identity`).
     pub(super) identity: String,

@@ -165,7 +165,10 @@ mod tests {
             tenant: 3,
             tags: vec!["x".into(), "y,z".into()],
         };
-        assert_eq!(args_text(&(filter,)).unwrap(), "[3,[x,y%2Cz]]");
+        // Structs are written with their field names (since issue 22; before, `[3,[x,y%2Cz]]`,
+        // which told no skipped field from another).
+        assert_eq!(args_text(&(filter,)).unwrap(), "{tenant=3,tags=[x,y%2Cz]}");
+        assert_eq!(args_text(&("", 1u8)).unwrap(), "\"\":1");
         assert_eq!(
             args_text(&(Sort::Newest, Sort::By("n".into()), Sort::Range(1, 2))).unwrap(),
             "Newest:By(n):Range(1,2)"
@@ -219,7 +222,232 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_empty_list_and_a_list_of_an_empty_string_differ() {
+        let empty: Vec<String> = vec![];
+        assert_ne!(
+            args_text(&(empty,)).unwrap(),
+            args_text(&(vec![String::new()],)).unwrap()
+        );
+        assert_ne!(
+            args_text(&(String::new(), 1u8)).unwrap(),
+            args_text(&(1u8,)).unwrap()
+        );
+    }
+
+    #[test]
+    fn structs_with_skipped_fields_are_told_apart() {
+        #[derive(Serialize)]
+        struct Query {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            tenant: Option<u32>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            user: Option<u32>,
+        }
+        let by_tenant = Query {
+            tenant: Some(1),
+            user: None,
+        };
+        let by_user = Query {
+            tenant: None,
+            user: Some(1),
+        };
+        assert_ne!(
+            args_text(&(by_tenant,)).unwrap(),
+            args_text(&(by_user,)).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_map_gives_one_key_whatever_order_it_is_written_in() {
+        /// A map whose entries come in the order given (a `HashMap` iterates so).
+        struct Entries(Vec<(&'static str, u8)>);
+        impl Serialize for Entries {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+            }
+        }
+        assert_eq!(
+            args_text(&(Entries(vec![("b", 2), ("a", 1)]),)).unwrap(),
+            args_text(&(Entries(vec![("a", 1), ("b", 2)]),)).unwrap()
+        );
+    }
+
+    #[test]
+    fn equal_floats_give_one_key() {
+        assert_eq!(
+            args_text(&(0.0f64,)).unwrap(),
+            args_text(&(-0.0f64,)).unwrap()
+        );
+        assert_eq!(
+            args_text(&(f64::NAN,)).unwrap(),
+            args_text(&(-f64::from_bits(0x7ff8_0000_0000_0001),)).unwrap()
+        );
+        assert_ne!(
+            args_text(&(0.1f64,)).unwrap(),
+            args_text(&(0.1f32 as f64,)).unwrap()
+        );
+    }
+
+    /// A generated family of keys: every shape serde has, with the texts most likely to run
+    /// into each other (empty, delimiters, escapes).
+    #[derive(Serialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    enum Shape {
+        Unit,
+        Empty(()),
+        Text(String),
+        Texts(Vec<String>),
+        Skips {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            a: Option<u8>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            b: Option<u8>,
+        },
+        Char(char),
+        Int(i64),
+        Wide(u128),
+        Flag(bool),
+        Float(Bits),
+        Bytes(#[serde(with = "as_bytes")] Vec<u8>),
+        Maybe(Option<Box<Shape>>),
+        List(Vec<Shape>),
+        Pair(Box<Shape>, Box<Shape>),
+        Map(BTreeMap<Shape, Shape>),
+        Fields {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            a: Option<Box<Shape>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            b: Option<Box<Shape>>,
+        },
+        Tagged(Tag),
+    }
+
+    #[derive(Serialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    enum Tag {
+        A,
+        B(u8),
+        C(u8, u8),
+        D { x: u8 },
+    }
+
+    /// A float compared as the key text writes it: `-0.0` equals `0.0`, NaNs equal each other.
+    #[derive(Clone, Copy, Debug)]
+    struct Bits(f64);
+
+    impl Bits {
+        fn canonical(self) -> u64 {
+            match self.0 {
+                f if f.is_nan() => f64::NAN.to_bits(),
+                f if f == 0.0 => 0,
+                f => f.to_bits(),
+            }
+        }
+    }
+
+    impl PartialEq for Bits {
+        fn eq(&self, other: &Self) -> bool {
+            self.canonical() == other.canonical()
+        }
+    }
+    impl Eq for Bits {}
+    impl std::hash::Hash for Bits {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            self.canonical().hash(state);
+        }
+    }
+    impl PartialOrd for Bits {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Bits {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.canonical().cmp(&other.canonical())
+        }
+    }
+    impl Serialize for Bits {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_f64(self.0)
+        }
+    }
+
+    mod as_bytes {
+        pub(super) fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(v)
+        }
+    }
+
+    fn shape() -> impl Strategy<Value = Shape> {
+        let text = || "[a,:=%\"\\[\\]{}()+~x0]{0,2}";
+        let small = || proptest::option::of(0u8..2);
+        let leaf = prop_oneof![
+            Just(Shape::Unit),
+            Just(Shape::Empty(())),
+            text().prop_map(Shape::Text),
+            proptest::collection::vec(prop_oneof![Just(String::new()), text()], 0..3)
+                .prop_map(Shape::Texts),
+            (small(), small()).prop_map(|(a, b)| Shape::Skips { a, b }),
+            any::<char>().prop_map(Shape::Char),
+            (-3i64..3).prop_map(Shape::Int),
+            prop_oneof![Just(0u128), Just(u128::MAX)].prop_map(Shape::Wide),
+            any::<bool>().prop_map(Shape::Flag),
+            prop_oneof![
+                Just(0.0),
+                Just(-0.0),
+                Just(f64::NAN),
+                Just(1.0),
+                Just(f64::INFINITY),
+                Just(1e-300),
+                Just(0.1)
+            ]
+            .prop_map(|f| Shape::Float(Bits(f))),
+            proptest::collection::vec(0u8..3, 0..3).prop_map(Shape::Bytes),
+            Just(Shape::Maybe(None)),
+            prop_oneof![
+                Just(Tag::A),
+                Just(Tag::B(0)),
+                Just(Tag::C(0, 1)),
+                Just(Tag::D { x: 0 })
+            ]
+            .prop_map(Shape::Tagged),
+        ];
+        leaf.prop_recursive(3, 16, 3, |inner| {
+            let boxed = || inner.clone().prop_map(Box::new);
+            prop_oneof![
+                boxed().prop_map(|s| Shape::Maybe(Some(s))),
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Shape::List),
+                (boxed(), boxed()).prop_map(|(a, b)| Shape::Pair(a, b)),
+                proptest::collection::btree_map(inner.clone(), inner.clone(), 0..3)
+                    .prop_map(Shape::Map),
+                (proptest::option::of(boxed()), proptest::option::of(boxed()))
+                    .prop_map(|(a, b)| Shape::Fields { a, b }),
+            ]
+        })
+    }
+
     proptest! {
+        /// Among many generated keys, two share a text only if they are equal, and equal keys
+        /// share it.
+        #[test]
+        fn keys_share_a_text_exactly_when_they_are_equal(
+            keys in proptest::collection::vec(
+                prop_oneof![
+                    shape().prop_map(|s| (s, None)),
+                    (shape(), shape()).prop_map(|(a, b)| (a, Some(b))),
+                ],
+                1..64,
+            ),
+        ) {
+            let mut seen: std::collections::HashMap<String, (Shape, Option<Shape>)> = Default::default();
+            for key in keys {
+                let text = args_text(&key).unwrap();
+                prop_assert_eq!(&text, &args_text(&key.clone()).unwrap());
+                if let Some(other) = seen.insert(text.clone(), key.clone()) {
+                    prop_assert_eq!(&other, &key, "one text {} for two keys", text);
+                }
+            }
+        }
+
         #[test]
         fn distinct_string_pairs_get_distinct_keys(a in ".*", b in ".*", c in ".*", d in ".*") {
             prop_assume!((&a, &b) != (&c, &d));

@@ -12,10 +12,11 @@
 //! ```
 //!
 //! The identity is the cache's name, escaped (`%`, `|`, `{`, `}`, spaces and control characters
-//! percent-encoded), then `~` and a digest of the key type, the value type and the key template:
-//! two functions given one `name` with different types or templates never share a key, so they
-//! never decode each other's bytes. The digest uses `std::any::type_name`, which is stable for
-//! one compiler; processes built by different compilers may not share values (they stay correct).
+//! percent-encoded), then `~` and a [`fingerprint`]: a digest of the cache's `version`, its key
+//! template and the *shapes* of its key and value types as serde sees them (`shape`), never
+//! their Rust paths. Two binaries whose caches have one name and one shape share keys; one name
+//! with another shape, template or version is another set of keys, so a process never decodes
+//! another shape's bytes.
 //!
 //! The arguments' text is written by the serializer in `text`.
 
@@ -94,18 +95,26 @@ impl TagKeys {
     }
 }
 
-/// The part of a cache's Redis keys that names the cache: its escaped name, and a digest of
-/// what must match for two processes to share values (key type, value type, key template).
-pub(crate) fn identity(name: &str, shape: &[&str]) -> String {
-    let mut out = String::with_capacity(name.len() + 9);
+/// The part of a cache's Redis keys that names the cache: its escaped name, `~`, and the
+/// [`fingerprint`] of what else must match for two processes to share values.
+pub(crate) fn identity(name: &str, fingerprint: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 1 + fingerprint.len());
     escape_into(&mut out, name);
-    let mut digest = Sha256::new();
-    for part in shape {
-        digest.update(part.as_bytes());
-        digest.update([0]);
-    }
     out.push('~');
-    for byte in &digest.finalize()[..4] {
+    out.push_str(fingerprint);
+    out
+}
+
+/// A digest of `parts` (version, key template, key shape, value shape), 12 hex digits: stable
+/// across builds, compilers and platforms.
+pub(crate) fn fingerprint(parts: &[&str]) -> String {
+    let mut digest = Sha256::new();
+    for part in parts {
+        digest.update((part.len() as u64).to_le_bytes());
+        digest.update(part.as_bytes());
+    }
+    let mut out = String::with_capacity(12);
+    for byte in &digest.finalize()[..6] {
         let _ = write!(out, "{byte:02x}");
     }
     out
@@ -184,24 +193,33 @@ mod tests {
     #[test]
     fn a_name_and_its_arguments_never_run_into_each_other() {
         // Cache `n` with arguments ("", "by_id", 42) and cache `n::by_id` with (42).
+        let f = fingerprint(&[]);
         let a = RedisKeys::new(
             "p",
-            &identity("n", &[]),
+            &identity("n", &f),
             &args_text(&("", "by_id", 42)).unwrap(),
         );
-        let b = RedisKeys::new("p", &identity("n::by_id", &[]), &args_text(&(42,)).unwrap());
+        let b = RedisKeys::new("p", &identity("n::by_id", &f), &args_text(&(42,)).unwrap());
         assert_ne!(a.value, b.value);
         // A name cannot forge the separator or the hash tag.
-        assert!(identity("a|b{c}", &[]).starts_with("a%7Cb%7Bc%7D~"));
+        assert!(identity("a|b{c}", &f).starts_with("a%7Cb%7Bc%7D~"));
     }
 
     #[test]
-    fn one_name_with_other_types_or_templates_is_another_identity() {
-        let user = identity("users", &["u64", "User", "user:{id}"]);
-        assert_ne!(user, identity("users", &["u64", "User", "admin:{id}"]));
-        assert_ne!(user, identity("users", &["u32", "User", "user:{id}"]));
-        assert_ne!(user, identity("users", &["u64", "Admin", "user:{id}"]));
-        assert_eq!(user, identity("users", &["u64", "User", "user:{id}"]));
+    fn other_shapes_templates_or_versions_are_other_fingerprints() {
+        let user = fingerprint(&["", "user:{id}", "(u64)", "struct{}"]);
+        assert_ne!(user, fingerprint(&["", "admin:{id}", "(u64)", "struct{}"]));
+        assert_ne!(user, fingerprint(&["", "user:{id}", "(u32)", "struct{}"]));
+        assert_ne!(
+            user,
+            fingerprint(&["", "user:{id}", "(u64)", "struct{\"a\":u8}"])
+        );
+        assert_ne!(user, fingerprint(&["2", "user:{id}", "(u64)", "struct{}"]));
+        // Parts cannot run into each other.
+        assert_ne!(fingerprint(&["ab", "c"]), fingerprint(&["a", "bc"]));
+        assert_eq!(user, fingerprint(&["", "user:{id}", "(u64)", "struct{}"]));
+        // Pinned: a change here moves every cache to new keys in every deployed Redis.
+        assert_eq!(user, "77e282706b66");
     }
 
     #[test]

@@ -55,6 +55,7 @@ mod ops;
 mod payload;
 mod pubsub;
 mod scripts;
+mod shape;
 mod tags;
 mod telemetry;
 mod tier;

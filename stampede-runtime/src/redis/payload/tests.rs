@@ -97,6 +97,12 @@ fn every_kind_of_value_comes_back_as_it_was() {
     round_trip(Arc::new(String::from("x\"y\n\u{0}\u{1F600}")));
     round_trip(Arc::<str>::from(""));
     round_trip((i128::MIN, u128::MAX, i64::MIN, u64::MAX, -1i8, 0u8));
+    round_trip((
+        4_047_561_100_602_009_770u128,
+        7i128,
+        -7i128,
+        u128::from(u64::MAX),
+    ));
     round_trip((f64::INFINITY, -0.0f64, f32::MIN_POSITIVE, 0.1f32, 1e300f64));
     round_trip(('\'', '\u{10FFFF}', true, false));
     round_trip(vec![Some(Some(Some(()))), None]);

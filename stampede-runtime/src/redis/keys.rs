@@ -354,10 +354,12 @@ mod tests {
 
     impl Bits {
         fn canonical(self) -> u64 {
-            match self.0 {
-                f if f.is_nan() => f64::NAN.to_bits(),
-                f if f == 0.0 => 0,
-                f => f.to_bits(),
+            if self.0.is_nan() {
+                f64::NAN.to_bits()
+            } else if self.0 == 0.0 {
+                0
+            } else {
+                self.0.to_bits()
             }
         }
     }

@@ -46,6 +46,8 @@ mod endpoint;
 mod envelope;
 mod failure;
 mod flow;
+#[cfg(fuzzing)]
+pub mod fuzz;
 mod health;
 mod invalidate;
 mod keys;

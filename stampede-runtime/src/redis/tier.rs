@@ -320,8 +320,12 @@ where
         };
         let args = keys::args_text(handle.key())
             .map_err(|error| Error::invalid_config(error.to_string()))?;
-        let payload =
-            envelope::encode(&value).map_err(|error| Error::invalid_config(error.to_string()))?;
+        let payload = envelope::encode(&value).map_err(|error| {
+            Error::invalid_config(format!(
+                "cache `{}`: the value cannot be stored in Redis: {error}",
+                config.name
+            ))
+        })?;
         let keys = self.keys(&endpoint, &args);
         let unavailable = |message: String| Error::RedisUnavailable {
             cache: config.name.clone(),

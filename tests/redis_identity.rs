@@ -326,3 +326,77 @@ async fn a_value_over_the_size_bound_is_kept_in_memory_and_not_written() {
     assert_eq!(BIG_LOADS.load(SeqCst), 1);
     assert_eq!(server.key("test:{ident::big~*|1}:v"), None);
 }
+
+/// The messages of the events logged, and their level.
+#[derive(Clone, Default)]
+struct Logged(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logged {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message<'a>(&'a mut String);
+        impl tracing::field::Visit for Message<'_> {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                use std::fmt::Write as _;
+                let _ = write!(self.0, " {}={value:?}", field.name());
+            }
+        }
+        let mut text = String::new();
+        event.record(&mut Message(&mut text));
+        let level = *event.metadata().level();
+        self.0.lock().unwrap().push((level, text));
+    }
+}
+
+#[cached(ttl = "60s", lock = "redis", redis = "logged", name = "ident::logged")]
+async fn logged(id: u64) -> Price {
+    Price { sku: id, cents: 1 }
+}
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "logged",
+    name = "ident::logged_untraced"
+)]
+async fn logged_untraced(id: u64) -> Document {
+    serde_json::json!(id)
+}
+
+/// When a cache is built, its identity is logged at debug level; a shape that cannot be traced,
+/// at error level, naming the type and the fix.
+#[test]
+fn the_identity_is_logged_when_the_cache_is_built() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let logged_events = Logged::default();
+    let subscriber = tracing_subscriber::registry().with(logged_events.clone());
+    let server = RedisServer::start();
+    install(&server, "logged");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            within(logged(1)).await;
+            within(logged_untraced(1)).await;
+        })
+    });
+    let events = logged_events.0.lock().unwrap().clone();
+    let identity = identity_of("ident::logged");
+    assert!(
+        events
+            .iter()
+            .any(|(level, text)| *level == tracing::Level::DEBUG
+                && text.contains(&format!("ident::logged~{}", identity.fingerprint))
+                && text.contains(r#"value_shape=struct{"cents":u64,"sku":u64}"#)),
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(level, text)| *level == tracing::Level::ERROR
+                && text.contains("serde_json::value::Value")
+                && text.contains("version = \"...\"")),
+        "{events:#?}"
+    );
+}

@@ -446,6 +446,9 @@ mod tests {
     }
 
     proptest! {
+        // 64 cases of up to 64 keys each: about a second in a debug build.
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
         /// Among many generated keys, two share a text only if they are equal, and equal keys
         /// share it.
         #[test]
@@ -467,6 +470,9 @@ mod tests {
                 }
             }
         }
+    }
+
+    proptest! {
 
         #[test]
         fn distinct_string_pairs_get_distinct_keys(a in ".*", b in ".*", c in ".*", d in ".*") {

@@ -230,7 +230,7 @@ feature. `rediss://` (TLS, with a CA and a client certificate of your own if nee
 
 pub use stampede_macros::cached;
 pub use stampede_runtime::{
-    Backend, CacheInfo, Config, Error, HotKey, LoadError, Lock, MAX_REFRESHES_VAR, Stats,
+    Backend, CacheInfo, Config, Error, HotKey, Identity, LoadError, Lock, MAX_REFRESHES_VAR, Stats,
     UpstreamError, caches, invalidate, invalidate_tag, set_max_refreshes, stats,
 };
 #[cfg(feature = "redis")]

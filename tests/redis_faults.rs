@@ -205,7 +205,7 @@ async fn an_error_about_one_key_loads_it_locally_and_leaves_the_connection_up() 
         .cooldown(Duration::from_secs(60), 1)
         .install_as("key_errors");
     let name = "faults::key_errors";
-    // A first key, to learn the cache's identity in Redis (its name and a digest of its types).
+    // A first key, to learn the cache's identity in Redis (its name and a digest of its shapes).
     assert_eq!(within(price(100)).await.unwrap(), "1000 EUR");
     let first = server.key("test:{faults::key_errors~*|100}:v").unwrap();
     let hash = first.replace("|100}", "|1}");

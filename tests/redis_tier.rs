@@ -148,7 +148,7 @@ async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
 
     let server = RedisServer::start();
     install(&server, "corrupt");
-    // A first key, to learn the cache's identity in Redis (its name and a digest of its types).
+    // A first key, to learn the cache's identity in Redis (its name and a digest of its shapes).
     assert_eq!(within(price(1)).await.unwrap(), "10 EUR");
     let first = server.key("test:{red::corrupt~*|1}:v").unwrap();
     let key_of = |sku: &str| first.replace("|1}", &format!("|{sku}}}"));
@@ -165,15 +165,21 @@ async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
     );
     assert_eq!(stampede::stats("red::corrupt").unwrap().decode_errors, 1);
 
-    // A payload from another version of the type: a valid envelope holding the number 42
-    // (MessagePack `*`) where this version stores a string.
-    let _: () = server.command(&[
-        "SET",
-        &key_of("8"),
-        "S1 99999999999999 99999999999999 0 0 1\n*",
-    ]);
+    // A payload an earlier version wrote (MessagePack: the number 42, `*`), and one of this
+    // version's form holding the number 42 where this cache stores a string.
+    for (sku, payload) in [("8", &b"*"[..]), ("9", b"\xc1\x02\x05\x2a")] {
+        let mut envelope = b"S1 99999999999999 99999999999999 0 0 1\n".to_vec();
+        envelope.extend_from_slice(payload);
+        let _: () = redis::cmd("SET")
+            .arg(key_of(sku))
+            .arg(envelope)
+            .query(&mut server.connection())
+            .unwrap();
+    }
     assert_eq!(within(price(8)).await.unwrap(), "80 EUR");
-    assert_eq!(LOADS.load(SeqCst), 3);
+    assert_eq!(within(price(9)).await.unwrap(), "90 EUR");
+    assert_eq!(LOADS.load(SeqCst), 4);
+    assert_eq!(stampede::stats("red::corrupt").unwrap().decode_errors, 3);
 }
 
 #[tokio::test]

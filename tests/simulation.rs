@@ -212,6 +212,7 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
         breaker,
         breaker_cooldown: ms(rng, 50, 3_000),
         key: None,
+        version: None,
     };
     FunctionPlan {
         config,

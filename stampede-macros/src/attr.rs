@@ -112,6 +112,9 @@ options! {
     "name" => |o, p| put_raw(&mut o.name, p, string(p, "a name such as \"users::by_id\"")?),
         doc: "the cache's name in stats and errors",
         default: "`module::path::fn`, `path::Type::method`";
+    "version" => |o, p| put_raw(&mut o.version, p, string(p, "a version such as \"2\" or \"2024-06-prices-in-cents\"")?),
+        doc: "with Redis, a part of the cache's identity beside its name and the shape of its key and value types: change it when a type's meaning changes and its shape does not (cents where there were euros), or when a type's shape cannot be traced (`serde_json::Value`, untagged or internally tagged enums, `flatten`)",
+        default: "none";
     "companion" => |o, p| put(&mut o.companion, p, boolean(p)?),
         doc: "emit the typed operations on the cache (`invalidate`, `refresh`, `prime`, `peek`, `uncached`): a free function's companion type `product::`, a method's associated functions `Type::method_invalidate` (inherent impls only)",
         default: "`true` on a free function, `false` on a method";
@@ -189,6 +192,7 @@ pub(crate) struct Options {
     /// The tag templates, each with the span of its literal.
     pub(crate) tags: Option<Spanned<Vec<Spanned<KeyTemplate>>>>,
     pub(crate) name: Option<LitStr>,
+    pub(crate) version: Option<LitStr>,
     pub(crate) krate: Option<Spanned<syn::Path>>,
     pub(crate) companion: Option<Spanned<bool>>,
     /// Some option was misspelt or had a bad value: checks of what is missing would mislead.

@@ -52,6 +52,8 @@ checks! {
     KeySync => KeySyncCheck::__stampede_key_sync,
     /// A key part of a cache backed by Redis is `serde::Serialize`.
     KeySerialize => KeySerializeCheck::__stampede_key_serialize,
+    /// A key part of a cache backed by Redis is `serde::Deserialize` (its shape is traced).
+    KeyDeserialize => KeyDeserializeCheck::__stampede_key_deserialize,
     /// An argument the load gets a clone of is `Clone`.
     ArgClone => ArgCloneCheck::__stampede_arg_clone,
     /// An argument the load gets a clone of is `Send`.
@@ -108,7 +110,7 @@ impl Check {
             Check::KeySync,
         ];
         if in_redis {
-            checks.push(Check::KeySerialize);
+            checks.extend([Check::KeySerialize, Check::KeyDeserialize]);
         }
         checks
     }

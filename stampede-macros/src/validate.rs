@@ -38,6 +38,8 @@ pub(crate) struct Settings {
     /// The tag templates, each naming key arguments only, with the span of its literal.
     pub(crate) tags: Vec<Spanned<KeyTemplate>>,
     pub(crate) name: Option<LitStr>,
+    /// `version = ".."`: part of the cache's identity in Redis.
+    pub(crate) version: Option<LitStr>,
     pub(crate) krate: Path,
     /// `companion = ..` as written; the expansion settles the default by the function's shape.
     pub(crate) companion: Option<bool>,
@@ -63,6 +65,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
     without_memory(&options, backend, errors);
     let capacity = capacity(&options, errors);
     name_is_not_empty(&options, errors);
+    version_is_shared(&options, backend, errors);
     Settings {
         ttl: timing.ttl,
         jitter: timing.jitter,
@@ -86,6 +89,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         key_template: options.key.as_ref().map(|key| key.value.canonical()),
         tags,
         name: options.name,
+        version: options.version,
         companion: options.companion.map(|companion| companion.value),
         krate: options
             .krate
@@ -198,6 +202,27 @@ fn name_is_not_empty(options: &Options, errors: &mut Errors) {
             name.span(),
             "`name` cannot be empty",
             "leave `name` out to use the function's path, or give a name such as \"users::by_id\"",
+        ));
+    }
+}
+
+/// `version` is part of the identity a cache has in Redis: not empty, and only on a cache that
+/// has one.
+fn version_is_shared(options: &Options, backend: BackendKind, errors: &mut Errors) {
+    let Some(version) = &options.version else {
+        return;
+    };
+    if version.value().trim().is_empty() {
+        errors.push(error(
+            version.span(),
+            "`version` cannot be empty",
+            "give a version such as \"2\", or leave `version` out",
+        ));
+    } else if backend == BackendKind::Memory {
+        errors.push(error(
+            version.span(),
+            "`version` is part of a cache's identity in Redis, and this cache keeps its values in memory only",
+            "add `lock = \"redis\"` or `backend = \"tiered\"`, or remove `version`",
         ));
     }
 }

@@ -39,9 +39,13 @@ pub fn stats(name: &str) -> Option<Stats> {
 pub fn caches() -> Vec<CacheInfo> {
     registry::all()
         .into_iter()
-        .map(|cache| CacheInfo {
-            config: cache.config().clone(),
-            stats: cache.stats(),
+        .map(|cache| {
+            let stats = cache.stats();
+            CacheInfo {
+                config: cache.config().clone(),
+                identity: stats.identity.clone(),
+                stats,
+            }
         })
         .collect()
 }

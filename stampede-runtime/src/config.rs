@@ -94,6 +94,9 @@ pub struct Config {
     /// The `key` template as written (`"user:{id}"`), if one was; part of the cache's identity
     /// in a shared tier.
     pub key: Option<Arc<str>>,
+    /// `version = ".."` as written, if given: part of the cache's identity in a shared tier,
+    /// beside its name, its key template and the shapes of its key and value types.
+    pub version: Option<Arc<str>>,
 }
 
 impl Config {

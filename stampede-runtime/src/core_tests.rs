@@ -42,6 +42,7 @@ fn config(name: &str) -> Config {
         breaker: None,
         breaker_cooldown: Duration::from_secs(30),
         key: None,
+        version: None,
     }
 }
 

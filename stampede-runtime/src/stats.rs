@@ -1,6 +1,8 @@
 //! What a cache's counters read: [`Stats`] per cache and [`CacheInfo`] per listed cache, as
 //! `stampede::stats` and `stampede::caches` return them.
 
+use std::sync::Arc;
+
 use crate::config::Config;
 pub use crate::hot::HotKey;
 
@@ -52,6 +54,9 @@ pub struct Stats {
     pub waiters: u64,
     /// A sample of the most-hit keys, most hit first, with the age of their values.
     pub hot_keys: Vec<HotKey>,
+    /// How the cache is known in Redis, for a cache backed by Redis (the first one's, when
+    /// caches share a name).
+    pub identity: Option<Identity>,
 }
 
 impl Stats {
@@ -76,7 +81,47 @@ impl Stats {
         self.in_flight += other.in_flight;
         self.waiters += other.waiters;
         self.hot_keys.extend(other.hot_keys.iter().cloned());
+        if self.identity.is_none() {
+            self.identity.clone_from(&other.identity);
+        }
     }
+}
+
+/// How a cache is known in a shared tier (Redis): what two processes, of one binary or of
+/// two, must agree on to share its values, fills, invalidations and tags.
+///
+/// The identity is the cache's name, its `version` (if given), its `key` template (if given)
+/// and the *shapes* of its key and value types as serde sees them (field names, element and
+/// variant shapes, each primitive's kind; not the types' Rust paths or names), traced from the
+/// types' `Deserialize` once, when the cache is built. Its Redis keys start
+/// `{prefix}:{{name~fingerprint|`, the fingerprint a digest of the rest.
+///
+/// ```
+/// for cache in stampede::caches() {
+///     if let Some(identity) = &cache.identity {
+///         println!("{} is {}~{} in Redis", cache.config.name, identity.name, identity.fingerprint);
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Identity {
+    /// The cache's name.
+    pub name: Arc<str>,
+    /// `version = ".."`, if given.
+    pub version: Option<Arc<str>>,
+    /// The digest of the version, the key template and the two shapes, as the cache's Redis
+    /// keys carry it after the name and `~`.
+    pub fingerprint: Arc<str>,
+    /// The key's shape, as traced: `(u64,str)` for the arguments `(id: u64, region: &str)`;
+    /// or why it could not be traced.
+    pub key_shape: Arc<str>,
+    /// The value's shape, as traced, e.g. `struct{"id":u64,"name":str}`; or why it could not
+    /// be traced.
+    pub value_shape: Arc<str>,
+    /// Why the cache shares nothing through Redis (a shape that cannot be traced, and no
+    /// `version`); `None` when it does.
+    pub problem: Option<Arc<str>>,
 }
 
 /// One cache of the process, as [`caches`](crate::caches()) lists it.
@@ -85,6 +130,8 @@ impl Stats {
 pub struct CacheInfo {
     /// The options it was declared with.
     pub config: Config,
+    /// How it is known in Redis, for a cache backed by Redis.
+    pub identity: Option<Identity>,
     /// Its counters now.
     pub stats: Stats,
 }

@@ -37,7 +37,7 @@ use crate::error::Error;
 use crate::flight::Leader;
 use crate::kv::{Key, Value};
 use crate::load::Load;
-use crate::stats::Stats;
+use crate::stats::{Identity, Stats};
 use crate::telemetry::Reason;
 
 /// What a cache shares beyond this process. Chosen statically by the code `#[cached]`
@@ -102,6 +102,12 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
 
     /// The cache has `tags`: a tag's invalidation must reach the shared store this tier uses.
     fn tagged(&self) {}
+
+    /// How the cache is known in the shared store, for [`caches`](crate::caches) and the
+    /// stats; `None` for a tier that shares nothing.
+    fn identity(&self) -> Option<Identity> {
+        None
+    }
 
     /// Adds the tier's own counters to a cache's stats.
     fn add_stats(&self, stats: &mut Stats) {

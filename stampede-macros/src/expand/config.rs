@@ -87,6 +87,12 @@ pub(super) fn config(
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
     };
+    let version = match &settings.version {
+        Some(version) => {
+            quote!(::core::option::Option::Some(::std::sync::Arc::from(#version)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     let key = match &settings.key_template {
         Some(template) => {
             quote!(::core::option::Option::Some(::std::sync::Arc::from(#template)))
@@ -112,6 +118,7 @@ pub(super) fn config(
             breaker: #breaker,
             breaker_cooldown: #breaker_cooldown,
             key: #key,
+            version: #version,
         }
     }
 }

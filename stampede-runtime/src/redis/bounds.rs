@@ -10,7 +10,17 @@ check!(
     impl<T> for (T,) where T: [serde::Serialize],
     message = "`{T}` cannot be part of the key of a cache backed by Redis: it does not implement `serde::Serialize`",
     label = "this argument is part of the Redis key, which is written from the arguments with serde",
-    note = "derive `serde::Serialize` for it, or leave it out of the key with a `key = \"...\"` template",
+    note = "derive `serde::Serialize` and `serde::Deserialize` for it, or leave it out of the key with a `key = \"...\"` template",
+);
+
+check!(
+    /// An argument that is part of the key of a cache backed by Redis has a shape serde can
+    /// trace: the cache's identity in Redis includes it.
+    KeyDeserialize, KeyDeserializeCheck, __stampede_key_deserialize,
+    impl<T> for (T,) where T: [serde::de::DeserializeOwned],
+    message = "`{T}` cannot be part of the key of a cache backed by Redis: it does not implement `serde::Deserialize`",
+    label = "this argument is part of the Redis key; the cache's identity in Redis includes the key's shape, which is read from its `Deserialize`",
+    note = "derive `serde::Deserialize` for it (owning its data), or leave it out of the key with a `key = \"...\"` template",
 );
 
 check!(

@@ -8,8 +8,12 @@
 //! `S1` is the format and its version. The three instants are wall-clock milliseconds of the
 //! Redis server's clock (the scripts read `TIME`), so every process agrees on them whatever its
 //! own clock says; a reader turns them into local deadlines relative to `written_at` or to the
-//! server time its read returned. The payload is the value in MessagePack with named fields
-//! (`rmp-serde`): compact, and a changed type fails to decode instead of decoding as garbage.
+//! server time its read returned. The payload is the value in the form `payload` writes: it
+//! gives every value back exactly, and its reading is bounded in size ([`MAX_VALUE_BYTES`]) and
+//! depth. Its first two bytes (`0xC1 0x02`, never the start of MessagePack) tell it from the
+//! MessagePack payloads that earlier versions wrote under the same `S1` word, so those never
+//! decode as a value; they are not read anyway, since the cache's identity in its keys changed
+//! with the payload (see `keys`).
 
 use std::time::Duration;
 
@@ -19,6 +23,12 @@ use tokio::time::Instant;
 
 use crate::clock::after;
 use crate::entry::Entry;
+use crate::redis::payload::{self, PayloadError};
+
+/// The largest payload written to or read from Redis (8 MiB). A larger value is not written
+/// (kept in memory only, with a warning naming the cache); a larger payload read is a miss,
+/// counted as a decode error.
+pub(crate) const MAX_VALUE_BYTES: usize = 8 << 20;
 
 /// The header's first word. A reader refuses any other.
 pub(crate) const FORMAT: &str = "S1";
@@ -69,14 +79,16 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// Encodes a value as an envelope's payload.
-pub(crate) fn encode<V: Serialize>(value: &V) -> Result<Vec<u8>, rmp_serde::encode::Error> {
-    rmp_serde::to_vec_named(value)
+/// Encodes a value as an envelope's payload; an error for a value over [`MAX_VALUE_BYTES`] or
+/// nested too deep, which is then not written to Redis.
+pub(crate) fn encode<V: Serialize>(value: &V) -> Result<Vec<u8>, PayloadError> {
+    payload::encode(value, MAX_VALUE_BYTES)
 }
 
-/// Decodes an envelope's payload.
-pub(crate) fn decode<V: DeserializeOwned>(payload: &[u8]) -> Result<V, rmp_serde::decode::Error> {
-    rmp_serde::from_slice(payload)
+/// Decodes an envelope's payload; an error for anything but a payload of this form and type,
+/// within the bounds.
+pub(crate) fn decode<V: DeserializeOwned>(payload: &[u8]) -> Result<V, PayloadError> {
+    payload::decode(payload, MAX_VALUE_BYTES)
 }
 
 /// What an envelope read from Redis holds, on this process's clock.
@@ -178,6 +190,43 @@ mod tests {
                 String::from_utf8_lossy(garbage)
             );
         }
+    }
+
+    #[test]
+    fn values_that_encode_as_nothing_inside_options_round_trip() {
+        fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T) {
+            let payload = encode(&value).unwrap();
+            assert_eq!(decode::<T>(&payload).unwrap(), value);
+        }
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct Marker;
+        round_trip(Some(None::<u8>));
+        round_trip(Some(()));
+        round_trip(Some(Some(None::<()>)));
+        round_trip(Some(Marker));
+        round_trip(vec![Some(None::<Marker>), None, Some(Some(Marker))]);
+    }
+
+    /// A payload nested deeper than any reader's stack, in enums (which a decoder may not
+    /// count as nesting): another process, or anyone who can write to Redis, can store it.
+    #[test]
+    fn a_deeply_nested_enum_payload_is_undecodable_not_a_crash() {
+        #[derive(Deserialize, Debug)]
+        #[allow(dead_code)]
+        enum Tree {
+            Leaf,
+            Node(Box<Tree>),
+        }
+        // MessagePack: `{"Node": {"Node": ... "Leaf"}}`, 200_000 levels (the earlier form;
+        // `payload`'s tests nest its own form).
+        let mut payload = Vec::new();
+        for _ in 0..200_000 {
+            payload.extend_from_slice(&[0x81, 0xa4]);
+            payload.extend_from_slice(b"Node");
+        }
+        payload.extend_from_slice(&[0xa4]);
+        payload.extend_from_slice(b"Leaf");
+        assert!(decode::<Tree>(&payload).is_err());
     }
 
     #[test]

@@ -12,10 +12,11 @@
 //! ```
 //!
 //! The identity is the cache's name, escaped (`%`, `|`, `{`, `}`, spaces and control characters
-//! percent-encoded), then `~` and a digest of the key type, the value type and the key template:
-//! two functions given one `name` with different types or templates never share a key, so they
-//! never decode each other's bytes. The digest uses `std::any::type_name`, which is stable for
-//! one compiler; processes built by different compilers may not share values (they stay correct).
+//! percent-encoded), then `~` and a [`fingerprint`]: a digest of the cache's `version`, its key
+//! template and the *shapes* of its key and value types as serde sees them (`shape`), never
+//! their Rust paths. Two binaries whose caches have one name and one shape share keys; one name
+//! with another shape, template or version is another set of keys, so a process never decodes
+//! another shape's bytes.
 //!
 //! The arguments' text is written by the serializer in `text`.
 
@@ -99,18 +100,26 @@ impl TagKeys {
     }
 }
 
-/// The part of a cache's Redis keys that names the cache: its escaped name, and a digest of
-/// what must match for two processes to share values (key type, value type, key template).
-pub(crate) fn identity(name: &str, shape: &[&str]) -> String {
-    let mut out = String::with_capacity(name.len() + 9);
+/// The part of a cache's Redis keys that names the cache: its escaped name, `~`, and the
+/// [`fingerprint`] of what else must match for two processes to share values.
+pub(crate) fn identity(name: &str, fingerprint: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 1 + fingerprint.len());
     escape_into(&mut out, name);
-    let mut digest = Sha256::new();
-    for part in shape {
-        digest.update(part.as_bytes());
-        digest.update([0]);
-    }
     out.push('~');
-    for byte in &digest.finalize()[..4] {
+    out.push_str(fingerprint);
+    out
+}
+
+/// A digest of `parts` (version, key template, key shape, value shape), 12 hex digits: stable
+/// across builds, compilers and platforms.
+pub(crate) fn fingerprint(parts: &[&str]) -> String {
+    let mut digest = Sha256::new();
+    for part in parts {
+        digest.update((part.len() as u64).to_le_bytes());
+        digest.update(part.as_bytes());
+    }
+    let mut out = String::with_capacity(12);
+    for byte in &digest.finalize()[..6] {
         let _ = write!(out, "{byte:02x}");
     }
     out
@@ -170,7 +179,10 @@ mod tests {
             tenant: 3,
             tags: vec!["x".into(), "y,z".into()],
         };
-        assert_eq!(args_text(&(filter,)).unwrap(), "[3,[x,y%2Cz]]");
+        // Structs are written with their field names (since issue 22; before, `[3,[x,y%2Cz]]`,
+        // which told no skipped field from another).
+        assert_eq!(args_text(&(filter,)).unwrap(), "{tenant=3,tags=[x,y%2Cz]}");
+        assert_eq!(args_text(&("", 1u8)).unwrap(), "\"\":1");
         assert_eq!(
             args_text(&(Sort::Newest, Sort::By("n".into()), Sort::Range(1, 2))).unwrap(),
             "Newest:By(n):Range(1,2)"
@@ -186,24 +198,33 @@ mod tests {
     #[test]
     fn a_name_and_its_arguments_never_run_into_each_other() {
         // Cache `n` with arguments ("", "by_id", 42) and cache `n::by_id` with (42).
+        let f = fingerprint(&[]);
         let a = RedisKeys::new(
             "p",
-            &identity("n", &[]),
+            &identity("n", &f),
             &args_text(&("", "by_id", 42)).unwrap(),
         );
-        let b = RedisKeys::new("p", &identity("n::by_id", &[]), &args_text(&(42,)).unwrap());
+        let b = RedisKeys::new("p", &identity("n::by_id", &f), &args_text(&(42,)).unwrap());
         assert_ne!(a.value, b.value);
         // A name cannot forge the separator or the hash tag.
-        assert!(identity("a|b{c}", &[]).starts_with("a%7Cb%7Bc%7D~"));
+        assert!(identity("a|b{c}", &f).starts_with("a%7Cb%7Bc%7D~"));
     }
 
     #[test]
-    fn one_name_with_other_types_or_templates_is_another_identity() {
-        let user = identity("users", &["u64", "User", "user:{id}"]);
-        assert_ne!(user, identity("users", &["u64", "User", "admin:{id}"]));
-        assert_ne!(user, identity("users", &["u32", "User", "user:{id}"]));
-        assert_ne!(user, identity("users", &["u64", "Admin", "user:{id}"]));
-        assert_eq!(user, identity("users", &["u64", "User", "user:{id}"]));
+    fn other_shapes_templates_or_versions_are_other_fingerprints() {
+        let user = fingerprint(&["", "user:{id}", "(u64)", "struct{}"]);
+        assert_ne!(user, fingerprint(&["", "admin:{id}", "(u64)", "struct{}"]));
+        assert_ne!(user, fingerprint(&["", "user:{id}", "(u32)", "struct{}"]));
+        assert_ne!(
+            user,
+            fingerprint(&["", "user:{id}", "(u64)", "struct{\"a\":u8}"])
+        );
+        assert_ne!(user, fingerprint(&["2", "user:{id}", "(u64)", "struct{}"]));
+        // Parts cannot run into each other.
+        assert_ne!(fingerprint(&["ab", "c"]), fingerprint(&["a", "bc"]));
+        assert_eq!(user, fingerprint(&["", "user:{id}", "(u64)", "struct{}"]));
+        // Pinned: a change here moves every cache to new keys in every deployed Redis.
+        assert_eq!(user, "77e282706b66");
     }
 
     #[test]
@@ -224,7 +245,240 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_empty_list_and_a_list_of_an_empty_string_differ() {
+        let empty: Vec<String> = vec![];
+        assert_ne!(
+            args_text(&(empty,)).unwrap(),
+            args_text(&(vec![String::new()],)).unwrap()
+        );
+        assert_ne!(
+            args_text(&(String::new(), 1u8)).unwrap(),
+            args_text(&(1u8,)).unwrap()
+        );
+    }
+
+    #[test]
+    fn structs_with_skipped_fields_are_told_apart() {
+        #[derive(Serialize)]
+        struct Query {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            tenant: Option<u32>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            user: Option<u32>,
+        }
+        let by_tenant = Query {
+            tenant: Some(1),
+            user: None,
+        };
+        let by_user = Query {
+            tenant: None,
+            user: Some(1),
+        };
+        assert_ne!(
+            args_text(&(by_tenant,)).unwrap(),
+            args_text(&(by_user,)).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_map_gives_one_key_whatever_order_it_is_written_in() {
+        /// A map whose entries come in the order given (a `HashMap` iterates so).
+        struct Entries(Vec<(&'static str, u8)>);
+        impl Serialize for Entries {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+            }
+        }
+        assert_eq!(
+            args_text(&(Entries(vec![("b", 2), ("a", 1)]),)).unwrap(),
+            args_text(&(Entries(vec![("a", 1), ("b", 2)]),)).unwrap()
+        );
+    }
+
+    #[test]
+    fn equal_floats_give_one_key() {
+        assert_eq!(
+            args_text(&(0.0f64,)).unwrap(),
+            args_text(&(-0.0f64,)).unwrap()
+        );
+        assert_eq!(
+            args_text(&(f64::NAN,)).unwrap(),
+            args_text(&(-f64::from_bits(0x7ff8_0000_0000_0001),)).unwrap()
+        );
+        assert_ne!(
+            args_text(&(0.1f64,)).unwrap(),
+            args_text(&(0.1f32 as f64,)).unwrap()
+        );
+    }
+
+    /// A generated family of keys: every shape serde has, with the texts most likely to run
+    /// into each other (empty, delimiters, escapes).
+    #[derive(Serialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    enum Shape {
+        Unit,
+        Empty(()),
+        Text(String),
+        Texts(Vec<String>),
+        Skips {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            a: Option<u8>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            b: Option<u8>,
+        },
+        Char(char),
+        Int(i64),
+        Wide(u128),
+        Flag(bool),
+        Float(Bits),
+        Bytes(#[serde(with = "as_bytes")] Vec<u8>),
+        Maybe(Option<Box<Shape>>),
+        List(Vec<Shape>),
+        Pair(Box<Shape>, Box<Shape>),
+        Map(BTreeMap<Shape, Shape>),
+        Fields {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            a: Option<Box<Shape>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            b: Option<Box<Shape>>,
+        },
+        Tagged(Tag),
+    }
+
+    #[derive(Serialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    enum Tag {
+        A,
+        B(u8),
+        C(u8, u8),
+        D { x: u8 },
+    }
+
+    /// A float compared as the key text writes it: `-0.0` equals `0.0`, NaNs equal each other.
+    #[derive(Clone, Copy, Debug)]
+    struct Bits(f64);
+
+    impl Bits {
+        fn canonical(self) -> u64 {
+            if self.0.is_nan() {
+                f64::NAN.to_bits()
+            } else if self.0 == 0.0 {
+                0
+            } else {
+                self.0.to_bits()
+            }
+        }
+    }
+
+    impl PartialEq for Bits {
+        fn eq(&self, other: &Self) -> bool {
+            self.canonical() == other.canonical()
+        }
+    }
+    impl Eq for Bits {}
+    impl std::hash::Hash for Bits {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            self.canonical().hash(state);
+        }
+    }
+    impl PartialOrd for Bits {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Bits {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.canonical().cmp(&other.canonical())
+        }
+    }
+    impl Serialize for Bits {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_f64(self.0)
+        }
+    }
+
+    mod as_bytes {
+        pub(super) fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(v)
+        }
+    }
+
+    fn shape() -> impl Strategy<Value = Shape> {
+        let text = || "[a,:=%\"\\[\\]{}()+~x0]{0,2}";
+        let small = || proptest::option::of(0u8..2);
+        let leaf = prop_oneof![
+            Just(Shape::Unit),
+            Just(Shape::Empty(())),
+            text().prop_map(Shape::Text),
+            proptest::collection::vec(prop_oneof![Just(String::new()), text()], 0..3)
+                .prop_map(Shape::Texts),
+            (small(), small()).prop_map(|(a, b)| Shape::Skips { a, b }),
+            any::<char>().prop_map(Shape::Char),
+            (-3i64..3).prop_map(Shape::Int),
+            prop_oneof![Just(0u128), Just(u128::MAX)].prop_map(Shape::Wide),
+            any::<bool>().prop_map(Shape::Flag),
+            prop_oneof![
+                Just(0.0),
+                Just(-0.0),
+                Just(f64::NAN),
+                Just(1.0),
+                Just(f64::INFINITY),
+                Just(1e-300),
+                Just(0.1)
+            ]
+            .prop_map(|f| Shape::Float(Bits(f))),
+            proptest::collection::vec(0u8..3, 0..3).prop_map(Shape::Bytes),
+            Just(Shape::Maybe(None)),
+            prop_oneof![
+                Just(Tag::A),
+                Just(Tag::B(0)),
+                Just(Tag::C(0, 1)),
+                Just(Tag::D { x: 0 })
+            ]
+            .prop_map(Shape::Tagged),
+        ];
+        leaf.prop_recursive(3, 16, 3, |inner| {
+            let boxed = || inner.clone().prop_map(Box::new);
+            prop_oneof![
+                boxed().prop_map(|s| Shape::Maybe(Some(s))),
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Shape::List),
+                (boxed(), boxed()).prop_map(|(a, b)| Shape::Pair(a, b)),
+                proptest::collection::btree_map(inner.clone(), inner.clone(), 0..3)
+                    .prop_map(Shape::Map),
+                (proptest::option::of(boxed()), proptest::option::of(boxed()))
+                    .prop_map(|(a, b)| Shape::Fields { a, b }),
+            ]
+        })
+    }
+
     proptest! {
+        // 64 cases of up to 64 keys each: about a second in a debug build.
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Among many generated keys, two share a text only if they are equal, and equal keys
+        /// share it.
+        #[test]
+        fn keys_share_a_text_exactly_when_they_are_equal(
+            keys in proptest::collection::vec(
+                prop_oneof![
+                    shape().prop_map(|s| (s, None)),
+                    (shape(), shape()).prop_map(|(a, b)| (a, Some(b))),
+                ],
+                1..64,
+            ),
+        ) {
+            let mut seen: std::collections::HashMap<String, (Shape, Option<Shape>)> = Default::default();
+            for key in keys {
+                let text = args_text(&key).unwrap();
+                prop_assert_eq!(&text, &args_text(&key.clone()).unwrap());
+                if let Some(other) = seen.insert(text.clone(), key.clone()) {
+                    prop_assert_eq!(&other, &key, "one text {} for two keys", text);
+                }
+            }
+        }
+    }
+
+    proptest! {
+
         #[test]
         fn distinct_string_pairs_get_distinct_keys(a in ".*", b in ".*", c in ".*", d in ".*") {
             prop_assume!((&a, &b) != (&c, &d));

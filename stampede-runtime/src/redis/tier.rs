@@ -1,7 +1,6 @@
 //! The Redis tier of one cache ([`RedisTier`]): what the core asks of it, each answered through
 //! the key's [`Flow`](super::flow) or one script, and a local load when Redis cannot be used.
 
-use std::any::type_name;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
@@ -18,18 +17,24 @@ use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Decoded};
 use crate::redis::flow::Flow;
 use crate::redis::keys::{self, RedisKeys};
+use crate::redis::shape::{self, Shape, Untraceable};
 use crate::redis::telemetry::RedisTelemetry;
 use crate::redis::{invalidate, tags};
-use crate::stats::Stats;
+use crate::stats::{Identity, Stats};
 use crate::tier::{Direct, Fetched, Handle, Shared, Tier};
 
 /// Where a key lives in Redis: the endpoint, and the key's Redis keys.
 type Route = (Arc<Endpoint>, RedisKeys);
 
-/// The Redis tier of one cache: keys written by serde as readable text, values as MessagePack.
+/// The Redis tier of one cache: keys written by serde as readable text, values in the
+/// `payload` form.
 pub struct RedisTier<K, V> {
     /// What names the cache in its Redis keys (see `keys::identity`).
     pub(super) identity: String,
+    /// The same, as `caches()` and the stats show it.
+    shown: Identity,
+    /// Why the cache shares nothing through Redis (see [`Identity::problem`]).
+    unshared: Option<Arc<str>>,
     /// The connection's name (`None`: the default connection), looked up at each fill so that
     /// a connection installed after the cache was built is used.
     pub(super) connection: Option<Arc<str>>,
@@ -46,39 +51,94 @@ pub fn redis<K, V>(
     busy: Busy,
 ) -> impl FnOnce(&Config) -> RedisTier<K, V>
 where
-    K: Key + Serialize,
+    K: Key + Serialize + DeserializeOwned,
     V: Value + Serialize + DeserializeOwned,
 {
-    move |config| RedisTier {
-        identity: identity::<K, V>(config),
-        connection: connection.map(Arc::from),
-        busy,
-        telemetry: RedisTelemetry::new(config),
-        _types: std::marker::PhantomData,
+    move |config| {
+        let (identity, shown) = identity(config, shape::trace::<K>(), shape::trace::<V>());
+        RedisTier {
+            identity,
+            unshared: shown.problem.clone(),
+            shown,
+            connection: connection.map(Arc::from),
+            busy,
+            telemetry: RedisTelemetry::new(config),
+            _types: std::marker::PhantomData,
+        }
     }
 }
 
-/// The cache's identity in Redis. Two caches of this process given one name with different
-/// types or key templates get different identities, so they share nothing; the first such pair
-/// is reported, since it is almost always a copied `name = "..."`.
-fn identity<K, V>(config: &Config) -> String {
+/// The cache's identity in Redis (the part of its keys that names it, and what `caches()`
+/// shows): its name, then a digest of its version, key template and the traced shapes of its
+/// key and value types. Computed once, when the cache is built.
+///
+/// A shape that cannot be traced is stood for by the `version`; without one, the cache shares
+/// nothing (it loads locally) and says so at error level, naming the type and the fix. Two
+/// caches of this process given one name with different shapes, templates or versions get
+/// different identities, so they share nothing; the first such pair is reported, since it is
+/// almost always a copied `name = "..."`.
+fn identity(
+    config: &Config,
+    key: Result<Shape, Untraceable>,
+    value: Result<Shape, Untraceable>,
+) -> (String, Identity) {
     static SEEN: Mutex<Vec<(Arc<str>, String)>> = Mutex::new(Vec::new());
-    let template = config.key.as_deref().unwrap_or("");
-    let identity = keys::identity(
-        &config.name,
-        &[type_name::<K>(), type_name::<V>(), template],
-    );
+    let describe = |traced: &Result<Shape, Untraceable>| match traced {
+        Ok(shape) => shape.description.clone(),
+        Err(untraceable) => format!("untraceable: {}", untraceable.reason),
+    };
+    let (key_shape, value_shape) = (describe(&key), describe(&value));
+    let problem = match (&config.version, key.as_ref().err().or(value.as_ref().err())) {
+        (None, Some(untraceable)) => Some(Arc::from(untraceable.to_string())),
+        _ => None,
+    };
+    let version = config.version.as_deref().map(|v| format!("v={v}"));
+    let traced = |traced: &Result<Shape, Untraceable>, shown: &str| match traced {
+        Ok(_) => shown.to_owned(),
+        Err(_) => "opaque".into(), // the version stands for it
+    };
+    let fingerprint = keys::fingerprint(&[
+        version.as_deref().unwrap_or(""),
+        config.key.as_deref().unwrap_or(""),
+        &traced(&key, &key_shape),
+        &traced(&value, &value_shape),
+    ]);
+    let identity = keys::identity(&config.name, &fingerprint);
+    match &problem {
+        Some(problem) => tracing::error!(
+            cache = %config.name,
+            "stampede: {problem}; until then this cache shares nothing through Redis (it loads \
+             locally, and its companion's invalidate and prime fail)"
+        ),
+        None => tracing::debug!(
+            cache = %config.name,
+            version = config.version.as_deref().unwrap_or(""),
+            fingerprint = %fingerprint,
+            key_shape = %key_shape,
+            value_shape = %value_shape,
+            "stampede: the cache's identity in Redis is {identity}"
+        ),
+    }
     let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
     match seen.iter().find(|(name, _)| *name == config.name) {
         Some((_, other)) if *other != identity => tracing::error!(
             cache = %config.name,
-            "stampede: two cached functions share this name with different key or value types \
-             or key templates; they share no values in Redis. Give each its own `name`."
+            "stampede: two cached functions share this name with different key or value \
+             shapes, key templates or versions; they share no values in Redis. Give each its \
+             own `name`."
         ),
         Some(_) => {}
         None => seen.push((config.name.clone(), identity.clone())),
     }
-    identity
+    let shown = Identity {
+        name: config.name.clone(),
+        version: config.version.clone(),
+        fingerprint: fingerprint.into(),
+        key_shape: key_shape.into(),
+        value_shape: value_shape.into(),
+        problem,
+    };
+    (identity, shown)
 }
 
 impl<K, V> Tier<K, V> for RedisTier<K, V>
@@ -126,6 +186,7 @@ where
     }
 
     async fn invalidate(&self, config: &Config, key: &K) -> Result<(), Error> {
+        self.shared()?;
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
             return Ok(()); // nothing shared: the local copy is gone already
         };
@@ -154,6 +215,7 @@ where
     /// `None` for anything else (nothing there, stale, undecodable, Redis unusable or failing),
     /// which the key's flight then handles with the whole protocol.
     async fn read(&self, direct: &Direct<'_, K, V>) -> Option<Shared<V>> {
+        self.shared().ok()?;
         let endpoint = lookup(self.connection.as_deref()).filter(|e| e.usable())?;
         let args = keys::args_text(direct.key()).ok()?;
         let value_key = RedisKeys::value_key(&endpoint.config.prefix, &self.identity, &args);
@@ -168,6 +230,7 @@ where
     }
 
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
+        self.shared().ok()?;
         Some(|key| keys::args_text(key).ok())
     }
 
@@ -175,8 +238,13 @@ where
         tags::used_by_tags(self.connection.clone());
     }
 
+    fn identity(&self) -> Option<Identity> {
+        Some(self.shown.clone())
+    }
+
     fn add_stats(&self, stats: &mut Stats) {
         self.telemetry.add_to(stats);
+        stats.identity = self.identity();
     }
 }
 
@@ -185,6 +253,14 @@ where
     K: Key + Serialize,
     V: Value + Serialize + DeserializeOwned,
 {
+    /// `Ok` when the cache shares through Redis; else the error that says why not.
+    fn shared(&self) -> Result<(), Error> {
+        match &self.unshared {
+            None => Ok(()),
+            Some(problem) => Err(Error::invalid_config(problem.to_string())),
+        }
+    }
+
     /// The endpoint and Redis keys of a flight's key, or (when Redis cannot be used: not
     /// configured, cooling down, a key that cannot be written) the endpoint if there is one.
     fn route<L: Load<K, V>>(
@@ -192,6 +268,9 @@ where
         handle: &Handle<'_, K, V, L>,
     ) -> Result<Route, Option<Arc<Endpoint>>> {
         let config = handle.config();
+        if self.unshared.is_some() {
+            return Err(None);
+        }
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
             self.warn_unconfigured(config);
             return Err(None);
@@ -263,14 +342,22 @@ where
         value: V,
     ) -> Result<(), Error> {
         let config = handle.config();
+        if let Err(error) = self.shared() {
+            handle.keep_loaded(value, None); // nothing shared
+            return Err(error);
+        }
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
             handle.keep_loaded(value, None); // nothing shared
             return Ok(());
         };
         let args = keys::args_text(handle.key())
             .map_err(|error| Error::invalid_config(error.to_string()))?;
-        let payload =
-            envelope::encode(&value).map_err(|error| Error::invalid_config(error.to_string()))?;
+        let payload = envelope::encode(&value).map_err(|error| {
+            Error::invalid_config(format!(
+                "cache `{}`: the value cannot be stored in Redis: {error}",
+                config.name
+            ))
+        })?;
         let keys = self.keys(&endpoint, &args);
         let unavailable = |message: String| Error::RedisUnavailable {
             cache: config.name.clone(),

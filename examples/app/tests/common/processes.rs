@@ -2,6 +2,7 @@
 //! environment variables, their stdout lines collected as they come.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -25,11 +26,24 @@ impl Drop for Process {
 /// receiver as (process index, line).
 pub fn start(count: usize, env: &[(&str, String)]) -> Result<(Vec<Process>, Lines), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    start_exe(&exe, count, env)
+}
+
+/// Starts `count` copies of the binary `exe` with `env` set, as [`start`] does; their stdin is
+/// a pipe the caller may write commands to (`process.child.stdin`).
+pub fn start_exe(
+    exe: &Path,
+    count: usize,
+    env: &[(&str, String)],
+) -> Result<(Vec<Process>, Lines), String> {
     let (lines, received) = mpsc::channel();
     let mut processes = Vec::new();
     for index in 0..count {
-        let mut command = Command::new(&exe);
-        command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut command = Command::new(exe);
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         for (name, value) in env {
             command.env(name, value);
         }

@@ -1,12 +1,23 @@
 //! The text of a key's arguments in its Redis keys, written by a serde serializer.
 //!
-//! Arguments are written by a serde serializer: numbers and booleans as themselves, text with
-//! every character outside `[A-Za-z0-9_.@/-]` percent-encoded (so the delimiters below never
-//! appear in it), `None` as `~` and `Some(x)` as `+x`, sequences, tuples and structs as
-//! `[a,b]`, maps as `{k=v,..}` in iteration order (use a `BTreeMap` for a stable key), enum
-//! variants by name with their fields in parentheses. The arguments of one call are joined by
-//! `:`. For one key type, distinct values give distinct text. Arguments longer than
+//! Numbers and booleans are written as themselves; text with every byte outside
+//! `[A-Za-z0-9_.@/-]` percent-encoded (so the delimiters below never appear in it), and the
+//! empty string as `""`; `None` as `~` and `Some(x)` as `+x`; sequences, tuples and tuple
+//! structs as `[a,b]`; structs as `{field=value,..}` with the name of every field written (a
+//! skipped field is absent, never confused with another); maps as `{k=v,..}` sorted by the
+//! text of their keys (so a map's iteration order does not matter); unit and unit structs as
+//! `()`; enum variants by name, with their fields in `(..)` or, for struct variants, `{..}`;
+//! bytes as `x` and hex. The arguments of one call are joined by `:`. Arguments longer than
 //! [`MAX_ARGS`] bytes keep a readable head and end in `#` and the SHA-256 of the whole text.
+//!
+//! For one key type, equal keys give equal text and distinct keys distinct text (the proptests
+//! check it), provided the type's `Serialize` agrees with its `Eq`: a key that serializes two
+//! unequal values alike (a `#[serde(skip)]` field that `Eq` compares, an untagged enum whose
+//! variants write the same text, a float wrapper whose `Eq` tells `-0.0` from `0.0`) or two
+//! equal values differently (a field `Eq` ignores) is the key type's bug, and shares or splits
+//! Redis entries accordingly. Floats: `-0.0` is written as `0.0` and every NaN as `NaN`, as
+//! the usual `Eq` wrappers of floats (ordered-float) compare them; other floats by their
+//! shortest exact decimal.
 
 use std::fmt::{self, Write as _};
 
@@ -19,7 +30,7 @@ pub(crate) const MAX_ARGS: usize = 200;
 pub(crate) const HEAD: usize = 64;
 
 /// The argument text of a key, bounded in length.
-pub(crate) fn args_text<K: Serialize>(key: &K) -> Result<String, KeyError> {
+pub(crate) fn args_text<K: Serialize + ?Sized>(key: &K) -> Result<String, KeyError> {
     let mut out = String::new();
     key.serialize(TextSerializer {
         out: &mut out,
@@ -60,7 +71,11 @@ impl ser::Error for KeyError {
     }
 }
 
-fn push_escaped(out: &mut String, text: &str) {
+/// Writes text: escaped, and `""` when empty, so that it is never nothing.
+fn push_text(out: &mut String, text: &str) {
+    if text.is_empty() {
+        out.push_str("\"\"");
+    }
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'@' | b'/' | b'-') {
             out.push(byte as char);
@@ -83,43 +98,60 @@ impl<'a> TextSerializer<'a> {
         Ok(())
     }
 
-    fn nested(&mut self) -> TextSerializer<'_> {
-        TextSerializer {
-            out: self.out,
-            top: false,
+    fn float(self, value: f64) -> Result<(), KeyError> {
+        if value.is_nan() {
+            self.out.push_str("NaN");
+        } else if value == 0.0 {
+            self.out.push_str("0.0");
+        } else {
+            let _ = write!(self.out, "{value:?}");
         }
+        Ok(())
     }
 
-    fn open(self, open: &'static str, separator: char, close: &'static str) -> Compound<'a> {
-        let (open, separator, close) = if self.top {
-            ("", ':', "")
-        } else {
-            (open, separator, close)
-        };
+    fn compound(self, open: &'static str, close: &'static str) -> Compound<'a> {
         self.out.push_str(open);
         Compound {
             out: self.out,
-            separator,
+            separator: ',',
             close,
             first: true,
+            entries: None,
         }
     }
 }
 
-/// Elements of a sequence, tuple, struct or map, separated and closed.
+/// Elements of a sequence, tuple, struct or map, separated and closed. A map's entries are
+/// kept until its end, then written sorted.
 struct Compound<'a> {
     out: &'a mut String,
     separator: char,
     close: &'static str,
     first: bool,
+    /// A map's entries, as `key=value` text.
+    entries: Option<Vec<String>>,
 }
 
 impl Compound<'_> {
-    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), KeyError> {
+    fn separate(&mut self) {
         if !self.first {
             self.out.push(self.separator);
         }
         self.first = false;
+    }
+
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), KeyError> {
+        self.separate();
+        value.serialize(TextSerializer {
+            out: self.out,
+            top: false,
+        })
+    }
+
+    fn field<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), KeyError> {
+        self.separate();
+        push_text(self.out, name);
+        self.out.push('=');
         value.serialize(TextSerializer {
             out: self.out,
             top: false,
@@ -127,18 +159,21 @@ impl Compound<'_> {
     }
 
     fn finish(self) -> Result<(), KeyError> {
+        if let Some(mut entries) = self.entries {
+            entries.sort_unstable();
+            self.out.push_str(&entries.join(","));
+        }
         self.out.push_str(self.close);
         Ok(())
     }
 }
 
 macro_rules! compound_impl {
-    ($trait:ident, $method:ident $(, $key:ident)?) => {
+    ($trait:ident, $method:ident) => {
         impl ser::$trait for Compound<'_> {
             type Ok = ();
             type Error = KeyError;
-            fn $method<T: Serialize + ?Sized>(&mut self, $($key: &'static str,)? value: &T) -> Result<(), KeyError> {
-                $(let _ = $key;)?
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), KeyError> {
                 self.element(value)
             }
             fn end(self) -> Result<(), KeyError> {
@@ -152,21 +187,52 @@ compound_impl!(SerializeSeq, serialize_element);
 compound_impl!(SerializeTuple, serialize_element);
 compound_impl!(SerializeTupleStruct, serialize_field);
 compound_impl!(SerializeTupleVariant, serialize_field);
-compound_impl!(SerializeStruct, serialize_field, _name);
-compound_impl!(SerializeStructVariant, serialize_field, _name);
+
+macro_rules! fields_impl {
+    ($trait:ident) => {
+        impl ser::$trait for Compound<'_> {
+            type Ok = ();
+            type Error = KeyError;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                name: &'static str,
+                value: &T,
+            ) -> Result<(), KeyError> {
+                self.field(name, value)
+            }
+            fn end(self) -> Result<(), KeyError> {
+                self.finish()
+            }
+        }
+    };
+}
+
+fields_impl!(SerializeStruct);
+fields_impl!(SerializeStructVariant);
 
 impl ser::SerializeMap for Compound<'_> {
     type Ok = ();
     type Error = KeyError;
 
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), KeyError> {
-        self.element(key)
+        let mut entry = String::new();
+        key.serialize(TextSerializer {
+            out: &mut entry,
+            top: false,
+        })?;
+        entry.push('=');
+        self.entries.get_or_insert_with(Vec::new).push(entry);
+        Ok(())
     }
 
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), KeyError> {
-        self.out.push('=');
+        let entry = self
+            .entries
+            .as_mut()
+            .and_then(|entries| entries.last_mut())
+            .ok_or_else(|| KeyError("a map's value came before its key".into()))?;
         value.serialize(TextSerializer {
-            out: self.out,
+            out: entry,
             top: false,
         })
     }
@@ -221,17 +287,18 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
         self.display(v)
     }
     fn serialize_f32(self, v: f32) -> Result<(), KeyError> {
-        self.display(format_args!("{v:?}"))
+        // Widening is exact, and f64's shortest decimal of a widened f32 is unique to it.
+        self.float(v.into())
     }
     fn serialize_f64(self, v: f64) -> Result<(), KeyError> {
-        self.display(format_args!("{v:?}"))
+        self.float(v)
     }
     fn serialize_char(self, v: char) -> Result<(), KeyError> {
-        push_escaped(self.out, v.encode_utf8(&mut [0; 4]));
+        push_text(self.out, v.encode_utf8(&mut [0; 4]));
         Ok(())
     }
     fn serialize_str(self, v: &str) -> Result<(), KeyError> {
-        push_escaped(self.out, v);
+        push_text(self.out, v);
         Ok(())
     }
     fn serialize_bytes(self, v: &[u8]) -> Result<(), KeyError> {
@@ -253,6 +320,7 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
         })
     }
     fn serialize_unit(self) -> Result<(), KeyError> {
+        // The key of a function without key arguments is empty.
         if !self.top {
             self.out.push_str("()");
         }
@@ -267,7 +335,7 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
         _index: u32,
         variant: &'static str,
     ) -> Result<(), KeyError> {
-        push_escaped(self.out, variant);
+        push_text(self.out, variant);
         Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
@@ -278,30 +346,39 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
         value.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        mut self,
+        self,
         _name: &'static str,
         _index: u32,
         variant: &'static str,
         value: &T,
     ) -> Result<(), KeyError> {
-        push_escaped(self.out, variant);
+        push_text(self.out, variant);
         self.out.push('(');
-        value.serialize(self.nested())?;
+        value.serialize(TextSerializer {
+            out: self.out,
+            top: false,
+        })?;
         self.out.push(')');
         Ok(())
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Compound<'a>, KeyError> {
-        Ok(self.open("[", ',', "]"))
+        Ok(self.compound("[", "]"))
     }
     fn serialize_tuple(self, _len: usize) -> Result<Compound<'a>, KeyError> {
-        Ok(self.open("[", ',', "]"))
+        if self.top {
+            // The arguments: `a:b`, never bracketed.
+            let mut compound = self.compound("", "");
+            compound.separator = ':';
+            return Ok(compound);
+        }
+        Ok(self.compound("[", "]"))
     }
     fn serialize_tuple_struct(
         self,
         _name: &'static str,
         _len: usize,
     ) -> Result<Compound<'a>, KeyError> {
-        Ok(self.open("[", ',', "]"))
+        Ok(self.compound("[", "]"))
     }
     fn serialize_tuple_variant(
         self,
@@ -310,22 +387,16 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
         variant: &'static str,
         _len: usize,
     ) -> Result<Compound<'a>, KeyError> {
-        push_escaped(self.out, variant);
-        Ok(TextSerializer {
-            out: self.out,
-            top: false,
-        }
-        .open("(", ',', ")"))
+        push_text(self.out, variant);
+        Ok(self.compound("(", ")"))
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Compound<'a>, KeyError> {
-        Ok(TextSerializer {
-            out: self.out,
-            top: false,
-        }
-        .open("{", ',', "}"))
+        let mut compound = self.compound("{", "}");
+        compound.entries = Some(Vec::new());
+        Ok(compound)
     }
     fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Compound<'a>, KeyError> {
-        Ok(self.open("[", ',', "]"))
+        Ok(self.compound("{", "}"))
     }
     fn serialize_struct_variant(
         self,
@@ -334,6 +405,7 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
         variant: &'static str,
         _len: usize,
     ) -> Result<Compound<'a>, KeyError> {
-        self.serialize_tuple_variant(_name, _index, variant, _len)
+        push_text(self.out, variant);
+        Ok(self.compound("{", "}"))
     }
 }

@@ -1,0 +1,45 @@
+//! A service: caches products in Redis under the name `rproduct`.
+
+use serde::{Deserialize, Serialize};
+use stampede::cached;
+use stampede_identity_example::{Command, counters, price, serve};
+
+/// This binary's product type.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct Product {
+    id: u64,
+    price_cents: u64,
+}
+
+#[cached(ttl = "60s", lock = "redis", name = "rproduct", tags = ["product:{id}"])]
+async fn rproduct(id: u64) -> Product {
+    Product {
+        id,
+        price_cents: price(id).await,
+    }
+}
+
+fn main() {
+    serve(|command| {
+        Box::pin(async move {
+            match command {
+                Command::Get(id) => {
+                    let product = rproduct(id).await;
+                    Ok(format!(
+                        "price={} {}",
+                        product.price_cents,
+                        counters("rproduct")
+                    ))
+                }
+                Command::Invalidate(id) => rproduct::invalidate(id)
+                    .await
+                    .map(|()| "invalidated".into())
+                    .map_err(|e| e.to_string()),
+                Command::Tag(tag) => stampede::invalidate_tag(&tag)
+                    .await
+                    .map(|()| "tag invalidated".into())
+                    .map_err(|e| e.to_string()),
+            }
+        })
+    });
+}

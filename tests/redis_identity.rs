@@ -1,0 +1,402 @@
+//! A cache's identity in Redis (its name, `version`, and the shapes of its key and value types)
+//! and the bytes it keeps there: every value comes back exactly, bounded in depth and size;
+//! a type whose shape cannot be traced gets a clear answer. Real `redis-server` per test.
+//! (Two binaries sharing one cache: `examples/identity`.)
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+
+use common::redis_server::RedisServer;
+use common::within;
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+use stampede::{Error, RedisConfig, cached};
+
+fn install(server: &RedisServer, name: &str) {
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .install_as(name);
+}
+
+fn identity_of(name: &str) -> stampede::Identity {
+    stampede::caches()
+        .into_iter()
+        .find(|cache| &*cache.config.name == name)
+        .and_then(|cache| cache.identity)
+        .unwrap_or_else(|| panic!("no cache {name} with an identity"))
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq, Clone)]
+struct Marker;
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+enum Kinds {
+    Unit,
+    Newtype(Option<()>),
+    Tuple(u8, Option<Option<u8>>),
+    Struct {
+        x: Option<Marker>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        y: Option<Option<u8>>,
+    },
+}
+
+/// A generated family of values: every kind of value serde has, nested.
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+enum Family {
+    Unit(()),
+    Marker(Marker),
+    Opt(Option<Box<Family>>),
+    Ints(i8, u16, i64, u128),
+    Float(f64),
+    Text(String, char),
+    List(Vec<Family>),
+    Map(BTreeMap<(i32, Option<bool>), Family>),
+    Named {
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        maybe: Option<Option<()>>,
+        inner: Box<Family>,
+        shared: Arc<Family>,
+    },
+    Kinds(Kinds),
+}
+
+fn family() -> impl Strategy<Value = Family> {
+    let kinds = prop_oneof![
+        Just(Kinds::Unit),
+        proptest::option::of(Just(())).prop_map(Kinds::Newtype),
+        (
+            any::<u8>(),
+            proptest::option::of(proptest::option::of(any::<u8>()))
+        )
+            .prop_map(|(a, b)| Kinds::Tuple(a, b)),
+        (
+            proptest::option::of(Just(Marker)),
+            proptest::option::of(proptest::option::of(any::<u8>()))
+        )
+            .prop_map(|(x, y)| Kinds::Struct { x, y }),
+    ];
+    let leaf = prop_oneof![
+        Just(Family::Unit(())),
+        Just(Family::Marker(Marker)),
+        Just(Family::Opt(None)),
+        (any::<i8>(), any::<u16>(), any::<i64>(), any::<u128>())
+            .prop_map(|(a, b, c, d)| Family::Ints(a, b, c, d)),
+        any::<f64>()
+            .prop_filter("NaN is not equal to itself", |f| !f.is_nan())
+            .prop_map(Family::Float),
+        (".*", any::<char>()).prop_map(|(s, c)| Family::Text(s, c)),
+        kinds.prop_map(Family::Kinds),
+    ];
+    leaf.prop_recursive(4, 24, 3, |inner| {
+        prop_oneof![
+            inner.clone().prop_map(|f| Family::Opt(Some(Box::new(f)))),
+            proptest::collection::vec(inner.clone(), 0..3).prop_map(Family::List),
+            proptest::collection::btree_map(
+                (any::<i32>(), proptest::option::of(any::<bool>())),
+                inner.clone(),
+                0..3
+            )
+            .prop_map(Family::Map),
+            (
+                proptest::option::of(proptest::option::of(Just(()))),
+                inner.clone(),
+                inner
+            )
+                .prop_map(|(maybe, a, b)| Family::Named {
+                    maybe,
+                    inner: Box::new(a),
+                    shared: Arc::new(b),
+                }),
+        ]
+    })
+}
+
+/// What the next load of `echo` returns.
+static NEXT: Mutex<Option<Family>> = Mutex::new(None);
+
+#[cached(
+    ttl = "60s",
+    backend = "redis",
+    redis = "round_trip",
+    name = "ident::echo"
+)]
+async fn echo(case: u64) -> Family {
+    let _ = case;
+    // A second load (the value did not come back from Redis) returns what the test cannot
+    // have stored, so the comparison fails with both values shown.
+    NEXT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+        .unwrap_or(Family::Text("loaded again".into(), '!'))
+}
+
+/// Every value stored in Redis through the public API is read back equal: the first call loads
+/// and writes it, the second (the cache keeps nothing in memory) reads Redis.
+#[test]
+fn every_value_comes_back_from_redis_as_it_was_stored() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    install(&server, "round_trip");
+    let case = AtomicUsize::new(0);
+    let config = ProptestConfig {
+        cases: 96,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(value in family())| {
+        let case = case.fetch_add(1, SeqCst) as u64;
+        *NEXT.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value.clone());
+        let before = stampede::stats("ident::echo").map_or(0, |s| s.remote_hits);
+        prop_assert_eq!(runtime.block_on(within(echo(case))), value.clone());
+        prop_assert_eq!(runtime.block_on(within(echo(case))), value);
+        let stats = stampede::stats("ident::echo").unwrap();
+        prop_assert_eq!(stats.identity.and_then(|i| i.problem), None, "the shape was traced");
+        prop_assert_eq!(stats.remote_hits, before + 1, "the second call read Redis");
+        prop_assert_eq!(stats.decode_errors, 0);
+    });
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+struct Price {
+    sku: u64,
+    cents: u64,
+}
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "visible",
+    name = "ident::price",
+    version = "2024-cents",
+    key = "{sku}"
+)]
+async fn price(sku: u64, region: &str) -> Price {
+    let _ = region;
+    Price { sku, cents: 250 }
+}
+
+#[tokio::test]
+async fn the_identity_is_listed_and_names_the_keys() {
+    let server = RedisServer::start();
+    install(&server, "visible");
+    assert_eq!(within(price(7, "eu")).await.cents, 250);
+    let identity = identity_of("ident::price");
+    assert_eq!(&*identity.name, "ident::price");
+    assert_eq!(identity.version.as_deref(), Some("2024-cents"));
+    assert_eq!(&*identity.key_shape, "(u64)");
+    assert_eq!(&*identity.value_shape, r#"struct{"cents":u64,"sku":u64}"#);
+    assert_eq!(identity.fingerprint.len(), 12);
+    assert_eq!(identity.problem, None);
+    assert_eq!(
+        stampede::stats("ident::price").unwrap().identity,
+        Some(identity.clone())
+    );
+    let key = format!("test:{{ident::price~{}|7}}:v", identity.fingerprint);
+    assert_eq!(server.key(&key), Some(key));
+}
+
+/// A type that reads whatever the input holds, as `serde_json::Value` does.
+type Document = serde_json::Value;
+
+static UNTRACED_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "untraced",
+    name = "ident::untraced"
+)]
+async fn untraced(id: u64) -> Document {
+    UNTRACED_LOADS.fetch_add(1, SeqCst);
+    serde_json::json!({ "id": id })
+}
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "untraced",
+    name = "ident::versioned",
+    version = "1"
+)]
+async fn versioned(id: u64) -> Document {
+    serde_json::json!({ "id": id })
+}
+
+#[tokio::test]
+async fn a_type_that_cannot_be_traced_needs_a_version_and_the_error_says_so() {
+    let server = RedisServer::start();
+    install(&server, "untraced");
+
+    // No version: the calls work, locally; nothing reaches Redis; the identity, and the
+    // companion's operations, say why and what to do.
+    assert_eq!(within(untraced(1)).await["id"], 1);
+    assert_eq!(within(untraced(1)).await["id"], 1);
+    assert_eq!(UNTRACED_LOADS.load(SeqCst), 1);
+    let problem = identity_of("ident::untraced").problem.expect("a problem");
+    assert!(problem.contains("serde_json::value::Value"), "{problem}");
+    assert!(problem.contains("version = \"...\""), "{problem}");
+    assert_eq!(server.key("test:{ident::untraced~*"), None);
+    match within(untraced::invalidate(1)).await {
+        Err(Error::InvalidConfig { message }) => {
+            assert!(message.contains("serde_json::value::Value"), "{message}")
+        }
+        other => panic!("expected the error, got {other:?}"),
+    }
+
+    // With a version, the version stands for the shape, and the value is shared.
+    assert_eq!(within(versioned(2)).await["id"], 2);
+    let identity = identity_of("ident::versioned");
+    assert_eq!(identity.problem, None);
+    assert!(identity.value_shape.starts_with("untraceable"));
+    let key = format!("test:{{ident::versioned~{}|2}}:v", identity.fingerprint);
+    assert_eq!(server.key(&key), Some(key));
+    within(versioned::invalidate(2)).await.unwrap();
+}
+
+static DEEP_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+enum Tree {
+    Leaf,
+    Node(Box<Tree>),
+}
+
+#[cached(ttl = "60s", lock = "redis", redis = "hostile", name = "ident::tree")]
+async fn tree(id: u64) -> Tree {
+    DEEP_LOADS.fetch_add(1, SeqCst);
+    let _ = id;
+    Tree::Node(Box::new(Tree::Leaf))
+}
+
+#[tokio::test]
+async fn a_deeply_nested_or_huge_payload_in_redis_is_a_counted_miss() {
+    let server = RedisServer::start();
+    install(&server, "hostile");
+    within(tree(1)).await;
+    let fingerprint = identity_of("ident::tree").fingerprint;
+    let key = |id: u64| format!("test:{{ident::tree~{fingerprint}|{id}}}:v");
+    // 100_000 nested variants in this version's form, then a payload over the size bound.
+    let mut deep = b"S1 99999999999999 99999999999999 0 0 1\n\xc1\x02".to_vec();
+    for _ in 0..100_000 {
+        deep.extend_from_slice(b"\x11\x04Node");
+    }
+    deep.extend_from_slice(b"\x10\x04Leaf");
+    let mut conn = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg(key(2))
+        .arg(&deep)
+        .query(&mut conn)
+        .unwrap();
+    let mut huge = b"S1 99999999999999 99999999999999 0 0 1\n\xc1\x02".to_vec();
+    huge.resize(9 << 20, 0);
+    let _: () = redis::cmd("SET")
+        .arg(key(3))
+        .arg(&huge)
+        .query(&mut conn)
+        .unwrap();
+
+    assert_eq!(within(tree(2)).await, Tree::Node(Box::new(Tree::Leaf)));
+    assert_eq!(within(tree(3)).await, Tree::Node(Box::new(Tree::Leaf)));
+    assert_eq!(DEEP_LOADS.load(SeqCst), 3);
+    assert_eq!(stampede::stats("ident::tree").unwrap().decode_errors, 2);
+}
+
+static BIG_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+#[cached(ttl = "60s", lock = "redis", redis = "big", name = "ident::big")]
+async fn big(id: u64) -> String {
+    BIG_LOADS.fetch_add(1, SeqCst);
+    let _ = id;
+    "x".repeat(9 << 20)
+}
+
+#[tokio::test]
+async fn a_value_over_the_size_bound_is_kept_in_memory_and_not_written() {
+    let server = RedisServer::start();
+    install(&server, "big");
+    assert_eq!(within(big(1)).await.len(), 9 << 20);
+    assert_eq!(within(big(1)).await.len(), 9 << 20);
+    assert_eq!(BIG_LOADS.load(SeqCst), 1);
+    assert_eq!(server.key("test:{ident::big~*|1}:v"), None);
+}
+
+/// The messages of the events logged, and their level.
+#[derive(Clone, Default)]
+struct Logged(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logged {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message<'a>(&'a mut String);
+        impl tracing::field::Visit for Message<'_> {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                use std::fmt::Write as _;
+                let _ = write!(self.0, " {}={value:?}", field.name());
+            }
+        }
+        let mut text = String::new();
+        event.record(&mut Message(&mut text));
+        let level = *event.metadata().level();
+        self.0.lock().unwrap().push((level, text));
+    }
+}
+
+#[cached(ttl = "60s", lock = "redis", redis = "logged", name = "ident::logged")]
+async fn logged(id: u64) -> Price {
+    Price { sku: id, cents: 1 }
+}
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "logged",
+    name = "ident::logged_untraced"
+)]
+async fn logged_untraced(id: u64) -> Document {
+    serde_json::json!(id)
+}
+
+/// When a cache is built, its identity is logged at debug level; a shape that cannot be traced,
+/// at error level, naming the type and the fix.
+#[test]
+fn the_identity_is_logged_when_the_cache_is_built() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let logged_events = Logged::default();
+    let subscriber = tracing_subscriber::registry().with(logged_events.clone());
+    let server = RedisServer::start();
+    install(&server, "logged");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            within(logged(1)).await;
+            within(logged_untraced(1)).await;
+        })
+    });
+    let events = logged_events.0.lock().unwrap().clone();
+    let identity = identity_of("ident::logged");
+    assert!(
+        events
+            .iter()
+            .any(|(level, text)| *level == tracing::Level::DEBUG
+                && text.contains(&format!("ident::logged~{}", identity.fingerprint))
+                && text.contains(r#"value_shape=struct{"cents":u64,"sku":u64}"#)),
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(level, text)| *level == tracing::Level::ERROR
+                && text.contains("serde_json::value::Value")
+                && text.contains("version = \"...\"")),
+        "{events:#?}"
+    );
+}

@@ -26,8 +26,8 @@ pub struct Stats {
     /// Load attempts that ran past the timeout.
     pub timeouts: u64,
     /// Background refreshes that ran a load: of stale values, and early ones past
-    /// `refresh_after` (the metric `cache_refresh_total{reason="stale"|"early"}`). Loads for misses are `misses - shared` at most, and
-    /// every run of the body is in `loads`.
+    /// `refresh_after` (the metric `cache_refresh_total{reason="stale"|"early"}`). Loads for
+    /// misses are `misses - shared` at most, and every run of the body is in `loads`.
     pub refreshes: u64,
     /// Callers that joined a load another caller had started, and shared its result.
     pub shared: u64,

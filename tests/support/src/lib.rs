@@ -1,4 +1,5 @@
-//! Test support shared by the workspace's test suites: [`redis_server::RedisServer`], a real
+//! Test support shared by the workspace's test suites: [`within`] and [`eventually`], the
+//! bounded waits of every test, [`redis_server::RedisServer`], a real
 //! `redis-server` per test on a free loopback port (plain, TLS, or with a password),
 //! [`redis_cluster::Cluster`], a small real Redis Cluster (plain or TLS), [`tls::TestCerts`],
 //! certificates made by the test, and [`fault_proxy::FaultProxy`], a TCP proxy in front of a
@@ -11,6 +12,9 @@ pub mod fault_proxy;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod tls;
+pub mod wait;
+
+pub use wait::{WAIT, eventually, within};
 
 use std::path::PathBuf;
 

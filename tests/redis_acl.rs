@@ -6,14 +6,12 @@
 //! Every test has its own server (the cluster test its own cluster) and its own connection name.
 
 mod common;
-#[path = "production/telemetry.rs"]
-mod telemetry;
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::redis_server::{Options, RedisServer};
-use common::{eventually, within};
+use common::{eventually, telemetry, within};
 use stampede::{RedisConfig, cached};
 use stampede_test_support::redis_cluster::Cluster;
 

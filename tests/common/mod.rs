@@ -4,6 +4,8 @@
 #[allow(unused_imports)] // each test file uses its own subset
 pub use stampede_test_support::{WAIT, eventually, fault_proxy, redis_server, within};
 
+pub mod telemetry;
+
 /// The error type of the test functions: a database failure, or the cache's own error.
 ///
 /// It is `Clone`, so `From<stampede::Error>` can hand every caller the original error of a

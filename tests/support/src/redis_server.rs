@@ -223,21 +223,6 @@ pub fn binary() -> PathBuf {
     })
 }
 
-/// The command-line client that goes with [`binary`]: `valkey-cli` next to `valkey-server`,
-/// else `redis-cli`.
-pub fn cli_binary() -> PathBuf {
-    let server = binary();
-    let name = match server.file_name().and_then(|name| name.to_str()) {
-        Some(name) if name.starts_with("valkey") => "valkey-cli",
-        _ => "redis-cli",
-    };
-    let sibling = server.with_file_name(name);
-    if sibling.is_file() {
-        return sibling;
-    }
-    find(name).unwrap_or_else(|| panic!("{name} is not installed (it comes with the server)"))
-}
-
 /// What [`binary`] says of itself (`--version`), for a test's output.
 pub fn version() -> String {
     Command::new(binary())

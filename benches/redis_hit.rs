@@ -13,8 +13,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use stampede_benches::BenchRedis;
 
 /// The script of stampede's read (`READ_FRESH`: a `GET`, the server's `TIME`, the envelope's
 /// fresh deadline matched and compared), run with `EVALSHA` on the raw connection: what the
@@ -75,7 +74,7 @@ fn median(mut runs: Vec<Duration>) -> Duration {
 
 fn main() {
     let url = std::env::var("STAMPEDE_BENCH_REDIS").ok();
-    let redis = match redis_server::BenchRedis::get(url) {
+    let redis = match BenchRedis::get(url) {
         Ok(redis) => redis,
         Err(why) => {
             eprintln!("no Redis: {why}");

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
+// Every wait of a test is bounded: a hang fails it.
+use stampede_test_support::within;
 use tokio::time::Instant;
 
 use crate::cache::Cache;
@@ -15,13 +17,6 @@ use crate::error::Error;
 use crate::fake_tier::{self, Store};
 use crate::registry;
 use crate::tier::{Local, Tier};
-
-/// Every wait of a test is bounded: a hang fails it.
-async fn within<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(60), future)
-        .await
-        .expect("the call hung")
-}
 
 fn config(name: &str) -> Config {
     Config {

@@ -34,9 +34,9 @@ pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
 /// `redis+unix:///path`; `user` is an ACL user (Redis 6 and later), and a URL with a password
 /// only authenticates as `default`. `rediss://` (TLS) needs stampede's `tls` feature: the
 /// server's certificate is then checked against the webpki roots, or against the CA given with
-/// [`tls_root_ca`](RedisConfig::tls_root_ca), and [`tls_client_cert`](RedisConfig::tls_client_cert)
-/// presents a client certificate (mutual TLS). Without the feature a `rediss://` URL is an
-/// [`Error::InvalidConfig`] naming it.
+/// `tls_root_ca`, and `tls_client_cert` presents a client certificate (mutual TLS); both exist
+/// with the feature. Without the feature a `rediss://` URL is an [`Error::InvalidConfig`] naming
+/// it.
 #[derive(Clone)]
 pub struct RedisConfig {
     /// Every node given, in order (one unless a comma-separated list was given): the whole

@@ -232,6 +232,56 @@ async fn the_watchdog_keeps_the_lock_of_a_load_longer_than_the_lease() {
     assert_eq!(exists, 0, "the holder released its lock");
 }
 
+/// With `lock = "local"` no process holds a Redis lock, but a load's fill is still fenced: the
+/// key's fence must outlive a load longer than the lease, or the fill is refused and the value
+/// never reaches Redis.
+#[tokio::test]
+async fn an_unlocked_load_longer_than_the_lease_still_fills_redis() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "local",
+        backend = "tiered",
+        redis = "unlocked_slow",
+        name = "red::unlocked_slow"
+    )]
+    async fn in_a(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        format!("slow {id}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "local",
+        backend = "tiered",
+        redis = "unlocked_slow",
+        name = "red::unlocked_slow"
+    )]
+    async fn in_b(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("fast {id}")
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .lease(Duration::from_millis(300))
+        .install_as("unlocked_slow");
+    assert_eq!(within(in_a(1)).await, "slow 1");
+    assert_eq!(
+        within(in_b(1)).await,
+        "slow 1",
+        "b read a's value from Redis instead of loading"
+    );
+    assert_eq!(LOADS.load(SeqCst), 1);
+    assert_eq!(
+        stampede::stats("red::unlocked_slow").unwrap().remote_hits,
+        1
+    );
+}
+
 #[tokio::test]
 async fn a_holder_that_lost_its_lease_cannot_release_the_new_holders_lock() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);

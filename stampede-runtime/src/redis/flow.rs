@@ -301,7 +301,7 @@ where
         let started = Instant::now();
         let loaded = match &held {
             Some(held) => held.while_held(self.handle.load()).await,
-            None => self.handle.load().await,
+            None => lock::while_fenced(&self.endpoint, &self.keys, fence, self.handle.load()).await,
         };
         let value = match loaded {
             Ok(value) => value,

@@ -174,6 +174,21 @@ impl Endpoint {
         .await
     }
 
+    /// `KEEP_FENCE`: keeps the key's fence alive while it is still `fence`; `Ok(false)` when it
+    /// moved or is gone.
+    pub(crate) async fn keep_fence(&self, keys: &RedisKeys, fence: u64) -> Result<bool, Failure> {
+        let lease = millis(self.config.lease);
+        self.call(|mut connection| async move {
+            scripts::KEEP_FENCE
+                .key(&keys.fence)
+                .arg(fence)
+                .arg(lease)
+                .invoke_async(&mut connection)
+                .await
+        })
+        .await
+    }
+
     /// Drops a key's value and moves its fence on; announces `message` on the invalidation
     /// channel, unless `None` (a tag's keys: the tag is announced once for all).
     pub(crate) async fn invalidate(

@@ -153,6 +153,24 @@ return 0
     )
 });
 
+/// Keeps the key's fence alive for a load that runs without the lock (`lock = "local"`, or the
+/// `compute` busy policy) while it is still the one the load read: its fill is written only
+/// over that fence. KEYS: fence. ARGV: the fence read, lease ms. Returns 1 if kept, 0 if the
+/// fence moved or is gone (the fill will be refused: nothing to keep).
+pub(crate) static KEEP_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+",
+    )
+});
+
 /// Deletes the value, increments the fence if the key has one (so a load that read it cannot
 /// write back; a key nobody fills gets no state), and announces the invalidation to every
 /// process. KEYS: value, fence. ARGV: the invalidation channel (empty: announce nothing, a

@@ -9,8 +9,8 @@
 //! Redis server's clock (the scripts read `TIME`), so every process agrees on them whatever its
 //! own clock says; a reader turns them into local deadlines relative to `written_at` or to the
 //! server time its read returned. The payload is the value in the form `payload` writes: it
-//! gives every value back exactly, and its reading is bounded in size ([`MAX_VALUE_BYTES`]) and
-//! depth. Its first two bytes (`0xC1 0x02`, never the start of MessagePack) tell it from the
+//! gives every value back exactly, and its reading is bounded in size (the connection's
+//! `max_value_size`, checked by the scripts before a value leaves the server) and depth. Its first two bytes (`0xC1 0x02`, never the start of MessagePack) tell it from the
 //! MessagePack payloads that earlier versions wrote under the same `S1` word, so those never
 //! decode as a value; they are not read anyway, since the cache's identity in its keys changed
 //! with the payload (see `keys`).
@@ -25,10 +25,15 @@ use crate::clock::after;
 use crate::entry::Entry;
 use crate::redis::payload::{self, PayloadError};
 
-/// The largest payload written to or read from Redis (8 MiB). A larger value is not written
-/// (kept in memory only, with a warning naming the cache); a larger payload read is a miss,
-/// counted as a decode error.
-pub(crate) const MAX_VALUE_BYTES: usize = 8 << 20;
+/// The largest payload written to or read from Redis unless the connection says otherwise
+/// (`RedisConfig::max_value_size`): 8 MiB. A larger value is not written (kept in memory only,
+/// with a warning naming the cache); a larger one in Redis is a miss, counted as a decode error,
+/// and the read scripts leave it on the server.
+pub(crate) const DEFAULT_MAX_VALUE_BYTES: usize = 8 << 20;
+
+/// Room for the header on top of the payload's bound: the longest header a script writes (the
+/// format word and five numbers of at most 20 digits, spaced, and the newline) fits in it.
+pub(crate) const HEADER_ROOM: usize = 128;
 
 /// The header's first word. A reader refuses any other.
 pub(crate) const FORMAT: &str = "S1";
@@ -79,16 +84,16 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// Encodes a value as an envelope's payload; an error for a value over [`MAX_VALUE_BYTES`] or
-/// nested too deep, which is then not written to Redis.
-pub(crate) fn encode<V: Serialize>(value: &V) -> Result<Vec<u8>, PayloadError> {
-    payload::encode(value, MAX_VALUE_BYTES)
+/// Encodes a value as an envelope's payload; an error for a value over `max` bytes or nested
+/// too deep, which is then not written to Redis.
+pub(crate) fn encode<V: Serialize>(value: &V, max: usize) -> Result<Vec<u8>, PayloadError> {
+    payload::encode(value, max)
 }
 
 /// Decodes an envelope's payload; an error for anything but a payload of this form and type,
-/// within the bounds.
-pub(crate) fn decode<V: DeserializeOwned>(payload: &[u8]) -> Result<V, PayloadError> {
-    payload::decode(payload, MAX_VALUE_BYTES)
+/// within the bounds (`max` bytes).
+pub(crate) fn decode<V: DeserializeOwned>(payload: &[u8], max: usize) -> Result<V, PayloadError> {
+    payload::decode(payload, max)
 }
 
 /// What an envelope read from Redis holds, on this process's clock.
@@ -102,10 +107,12 @@ pub(crate) enum Decoded<V> {
 }
 
 /// Reads an envelope. Deadlines are turned into this process's instants relative to
-/// `server_now` (the server's clock at the read) or, for a publication, to its writing.
+/// `server_now` (the server's clock at the read) or, for a publication, to its writing. A payload
+/// over `max` bytes is undecodable.
 pub(crate) fn decoded<V: DeserializeOwned>(
     bytes: Option<&[u8]>,
     server_now: Option<u64>,
+    max: usize,
 ) -> Decoded<V> {
     let Some(bytes) = bytes else {
         return Decoded::Nothing;
@@ -113,7 +120,7 @@ pub(crate) fn decoded<V: DeserializeOwned>(
     let Some(envelope) = Envelope::parse(bytes) else {
         return Decoded::Undecodable;
     };
-    let Ok(value) = decode(envelope.payload) else {
+    let Ok(value) = decode(envelope.payload, max) else {
         return Decoded::Undecodable;
     };
     let reference = server_now.unwrap_or(envelope.written_at);
@@ -157,7 +164,7 @@ mod tests {
             name: "Kettle".into(),
             tags: vec!["kitchen".into()],
         };
-        let payload = encode(&product).unwrap();
+        let payload = encode(&product, DEFAULT_MAX_VALUE_BYTES).unwrap();
         let envelope = Envelope {
             fresh_until: 1_700_000_060_000,
             stale_until: 1_700_000_090_000,
@@ -170,7 +177,10 @@ mod tests {
         assert!(bytes.starts_with(b"S1 1700000060000 1700000090000 1700000000000 3 120\n"));
         let parsed = Envelope::parse(&bytes).unwrap();
         assert_eq!(parsed, envelope);
-        assert_eq!(decode::<Product>(parsed.payload).unwrap(), product);
+        assert_eq!(
+            decode::<Product>(parsed.payload, DEFAULT_MAX_VALUE_BYTES).unwrap(),
+            product
+        );
     }
 
     #[test]
@@ -195,8 +205,11 @@ mod tests {
     #[test]
     fn values_that_encode_as_nothing_inside_options_round_trip() {
         fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T) {
-            let payload = encode(&value).unwrap();
-            assert_eq!(decode::<T>(&payload).unwrap(), value);
+            let payload = encode(&value, DEFAULT_MAX_VALUE_BYTES).unwrap();
+            assert_eq!(
+                decode::<T>(&payload, DEFAULT_MAX_VALUE_BYTES).unwrap(),
+                value
+            );
         }
         #[derive(Serialize, Deserialize, Debug, PartialEq)]
         struct Marker;
@@ -226,7 +239,7 @@ mod tests {
         }
         payload.extend_from_slice(&[0xa4]);
         payload.extend_from_slice(b"Leaf");
-        assert!(decode::<Tree>(&payload).is_err());
+        assert!(decode::<Tree>(&payload, DEFAULT_MAX_VALUE_BYTES).is_err());
     }
 
     #[test]
@@ -237,12 +250,15 @@ mod tests {
             id: u64,
             price_cents: u64,
         }
-        let payload = encode(&Product {
-            id: 1,
-            name: "x".into(),
-            tags: vec![],
-        })
+        let payload = encode(
+            &Product {
+                id: 1,
+                name: "x".into(),
+                tags: vec![],
+            },
+            DEFAULT_MAX_VALUE_BYTES,
+        )
         .unwrap();
-        assert!(decode::<ProductV2>(&payload).is_err());
+        assert!(decode::<ProductV2>(&payload, DEFAULT_MAX_VALUE_BYTES).is_err());
     }
 }

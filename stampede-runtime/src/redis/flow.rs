@@ -205,15 +205,20 @@ where
     }
 
     /// The servable entry a read found (`Some(None)`: none); `None` when it found a fresh
-    /// header over bytes that do not decode, which must be read again as missing.
+    /// header over bytes that do not decode, which must be read again as missing. A value over
+    /// the size bound, left on the server, is one that does not decode.
     fn current(&mut self, read: &Read) -> Option<Option<Entry<V>>> {
-        match self.found(read.value.as_deref(), Some(read.now_ms)) {
+        let found = match read.oversized {
+            true => Found::Undecodable,
+            false => self.found(read.value.as_deref(), Some(read.now_ms)),
+        };
+        match found {
             Found::Usable(entry) => Some(Some(entry)),
             Found::Nothing => Some(None),
             Found::Undecodable => {
                 if !self.value_unusable {
                     self.tier.telemetry.decode_errors.bump();
-                    tracing::debug!(key = %self.keys.value, "stampede: value in Redis does not decode; reloading it");
+                    tracing::debug!(key = %self.keys.value, oversized = read.oversized, "stampede: value in Redis does not decode or is over max_value_size; reloading it");
                     self.value_unusable = true;
                 }
                 // In any state but fresh, this read's outcome (a lock taken) stands.
@@ -339,7 +344,7 @@ where
         took: Duration,
     ) -> Option<Written> {
         let config = self.config();
-        let payload = match envelope::encode(value) {
+        let payload = match envelope::encode(value, self.endpoint.config.max_value_bytes) {
             Ok(payload) => payload,
             Err(error) => {
                 tracing::warn!(cache = %config.name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
@@ -429,7 +434,7 @@ where
     /// Reads an envelope (see [`envelope::decoded`]); a value past its stale deadline is
     /// offered as the last good value (kept by Redis for `fail_safe`).
     fn found(&self, bytes: Option<&[u8]>, server_now: Option<u64>) -> Found<V> {
-        match envelope::decoded(bytes, server_now) {
+        match envelope::decoded(bytes, server_now, self.endpoint.config.max_value_bytes) {
             Decoded::Servable(entry) => Found::Usable(entry),
             Decoded::Nothing => Found::Nothing,
             Decoded::Undecodable => Found::Undecodable,

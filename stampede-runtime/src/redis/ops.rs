@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::redis::endpoint::Endpoint;
+use crate::redis::envelope;
 use crate::redis::failure::Failure;
 use crate::redis::keys::RedisKeys;
 use crate::redis::scripts;
@@ -16,6 +17,8 @@ pub(crate) struct Read {
     pub(crate) now_ms: u64,
     /// The key's fence: the one this flow took with the lock, else the current one.
     pub(crate) fence: u64,
+    /// The value in Redis is over the connection's size bound, and was left there unread.
+    pub(crate) oversized: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +73,7 @@ impl Endpoint {
         self.call(|mut connection| async move {
             scripts::READ_FRESH
                 .key(value_key)
+                .arg(self.most_read())
                 .invoke_async(&mut connection)
                 .await
         })
@@ -84,7 +88,8 @@ impl Endpoint {
     ) -> Result<Read, Failure> {
         let token = token.unwrap_or("");
         let lease = millis(self.config.lease);
-        let (value, state, now_ms, fence, pttl): (Option<Vec<u8>>, String, u64, u64, i64) = self
+        type Reply = (Option<Vec<u8>>, String, u64, u64, i64, u8);
+        let (value, state, now_ms, fence, pttl, oversized): Reply = self
             .call(|mut connection| async move {
                 scripts::READ_OR_LOCK
                     .key(&keys.value)
@@ -93,6 +98,7 @@ impl Endpoint {
                     .arg(token)
                     .arg(lease)
                     .arg(if value_unusable { "1" } else { "0" })
+                    .arg(self.most_read())
                     .invoke_async(&mut connection)
                     .await
             })
@@ -109,7 +115,13 @@ impl Endpoint {
             state,
             now_ms,
             fence,
+            oversized: oversized == 1,
         })
+    }
+
+    /// The longest envelope the read scripts return: the payload's bound and its header.
+    fn most_read(&self) -> usize {
+        self.config.max_value_bytes + envelope::HEADER_ROOM
     }
 
     /// Writes a loaded value (`FILL`): fenced, published, and the lock released.

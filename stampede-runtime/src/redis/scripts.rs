@@ -21,12 +21,15 @@ use redis::Script;
 /// Reads the value if it is fresh, and nothing else: a call's read on its own task, which serves
 /// a fresh value and leaves anything else to the key's flight (`READ_OR_LOCK`).
 ///
-/// KEYS: value.
+/// KEYS: value. ARGV: the largest value to return, in bytes (a larger one stays on the server).
 ///
 /// Returns `{value, now_ms}` when the value is fresh, else nil.
 pub(crate) static READ_FRESH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then
+  return false
+end
 local value = redis.call('GET', KEYS[1])
 if not value then
   return false
@@ -46,21 +49,28 @@ return false
 /// lock.
 ///
 /// KEYS: value, lock, fence. ARGV: token (empty: do not lock), lease ms, `1` to treat a present
-/// value as unusable (it failed to decode).
+/// value as unusable (it failed to decode), the largest value to return in bytes (a larger one
+/// stays on the server and is unusable).
 ///
-/// Returns `{value or nil, state, now_ms, fence, lock_pttl}` where state is `fresh`, `locked`
-/// (this caller holds the lock now, with the fence returned), `busy` (another holder has it) or
-/// `nolock`.
+/// Returns `{value or nil, state, now_ms, fence, lock_pttl, oversized (0 or 1)}` where state is
+/// `fresh`, `locked` (this caller holds the lock now, with the fence returned), `busy` (another
+/// holder has it) or `nolock`.
 pub(crate) static READ_OR_LOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local value = redis.call('GET', KEYS[1])
+local oversized = 0
+local value = false
+if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[4]) then
+  oversized = 1
+else
+  value = redis.call('GET', KEYS[1])
+end
 if value and ARGV[3] ~= '1' then
   local fresh = tonumber(string.match(value, '^S1 (%d+) '))
   if fresh and fresh > now then
-    return {value, 'fresh', now, 0, 0}
+    return {value, 'fresh', now, 0, 0, 0}
   end
 end
 local fence = redis.call('GET', KEYS[3])
@@ -71,12 +81,12 @@ elseif redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
 end
 if ARGV[1] == '' then
-  return {value or false, 'nolock', now, fence, 0}
+  return {value, 'nolock', now, fence, 0, oversized}
 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {value or false, 'locked', now, redis.call('INCR', KEYS[3]), 0}
+  return {value, 'locked', now, redis.call('INCR', KEYS[3]), 0, oversized}
 end
-return {value or false, 'busy', now, fence, redis.call('PTTL', KEYS[2])}
+return {value, 'busy', now, fence, redis.call('PTTL', KEYS[2]), oversized}
 ",
     )
 });

@@ -223,7 +223,8 @@ where
             return None; // the flight drops what Redis holds first
         }
         let (value, now_ms) = endpoint.read_fresh(&value_key).await.ok()??;
-        let Decoded::Servable(entry) = envelope::decoded(Some(&value), Some(now_ms)) else {
+        let most = endpoint.config.max_value_bytes;
+        let Decoded::Servable(entry) = envelope::decoded(Some(&value), Some(now_ms), most) else {
             return None;
         };
         Some(Shared::new(entry, endpoint.memory_trusted_for()))
@@ -352,12 +353,13 @@ where
         };
         let args = keys::args_text(handle.key())
             .map_err(|error| Error::invalid_config(error.to_string()))?;
-        let payload = envelope::encode(&value).map_err(|error| {
-            Error::invalid_config(format!(
-                "cache `{}`: the value cannot be stored in Redis: {error}",
-                config.name
-            ))
-        })?;
+        let payload =
+            envelope::encode(&value, endpoint.config.max_value_bytes).map_err(|error| {
+                Error::invalid_config(format!(
+                    "cache `{}`: the value cannot be stored in Redis: {error}",
+                    config.name
+                ))
+            })?;
         let keys = self.keys(&endpoint, &args);
         let unavailable = |message: String| Error::RedisUnavailable {
             cache: config.name.clone(),

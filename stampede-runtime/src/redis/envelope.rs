@@ -2,18 +2,18 @@
 //! `redis-cli` shows and a Lua script can read, then the payload.
 //!
 //! ```text
-//! S1 <fresh_until> <stale_until> <written_at> <fence> <load_ms>\n<payload>
+//! S2 <fresh_until> <stale_until> <written_at> <fence> <load_ms> <source_version or ->\n<payload>
 //! ```
 //!
-//! `S1` is the format and its version. The three instants are wall-clock milliseconds of the
-//! Redis server's clock (the scripts read `TIME`), so every process agrees on them whatever its
-//! own clock says; a reader turns them into local deadlines relative to `written_at` or to the
-//! server time its read returned. The payload is the value in the form `payload` writes: it
-//! gives every value back exactly, and its reading is bounded in size (the connection's
-//! `max_value_size`, checked by the scripts before a value leaves the server) and depth. Its first two bytes (`0xC1 0x02`, never the start of MessagePack) tell it from the
-//! MessagePack payloads that earlier versions wrote under the same `S1` word, so those never
-//! decode as a value; they are not read anyway, since the cache's identity in its keys changed
-//! with the payload (see `keys`).
+//! `S2` is the format and its version (`S1`, without the source version, held MessagePack
+//! payloads; a reader refuses it). The three instants are wall-clock milliseconds of the Redis
+//! server's clock (the scripts read `TIME`), so every process agrees on them whatever its own
+//! clock says; a reader turns them into local deadlines relative to `written_at` or to the
+//! server time its read returned. The source version (`-` for a cache without
+//! `source_version`) is what `FILL` compares a newer fill's with. The payload is the value in the
+//! form `payload` writes: it gives every value back exactly, and its reading is bounded in size
+//! (the connection's `max_value_size`, checked by the scripts before a value leaves the server)
+//! and depth.
 
 use std::time::Duration;
 
@@ -32,11 +32,11 @@ use crate::redis::payload::{self, PayloadError};
 pub(crate) const DEFAULT_MAX_VALUE_BYTES: usize = 8 << 20;
 
 /// Room for the header on top of the payload's bound: the longest header a script writes (the
-/// format word and five numbers of at most 20 digits, spaced, and the newline) fits in it.
+/// format word and six numbers of at most 20 digits, spaced, and the newline) fits in it.
 pub(crate) const HEADER_ROOM: usize = 128;
 
 /// The header's first word. A reader refuses any other.
-pub(crate) const FORMAT: &str = "S1";
+pub(crate) const FORMAT: &str = "S2";
 
 /// A parsed envelope; the payload still encoded.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,6 +47,8 @@ pub(crate) struct Envelope<'a> {
     /// The fence of the fill that wrote it.
     pub(crate) fence: u64,
     pub(crate) load_ms: u64,
+    /// The value's source version, for a cache with `source_version`.
+    pub(crate) source_version: Option<u64>,
     pub(crate) payload: &'a [u8],
 }
 
@@ -60,12 +62,19 @@ impl<'a> Envelope<'a> {
             return None;
         }
         let mut number = || words.next()?.parse::<u64>().ok();
+        let (fresh_until, stale_until, written_at, fence, load_ms) =
+            (number()?, number()?, number()?, number()?, number()?);
+        let source_version = match words.next()? {
+            "-" => None,
+            version => Some(version.parse().ok()?),
+        };
         let envelope = Envelope {
-            fresh_until: number()?,
-            stale_until: number()?,
-            written_at: number()?,
-            fence: number()?,
-            load_ms: number()?,
+            fresh_until,
+            stale_until,
+            written_at,
+            fence,
+            load_ms,
+            source_version,
             payload: &bytes[newline + 1..],
         };
         (words.next().is_none() && envelope.fresh_until <= envelope.stale_until).then_some(envelope)
@@ -74,8 +83,11 @@ impl<'a> Envelope<'a> {
     /// The header a script writes, for tests of the format.
     #[cfg(test)]
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let source_version = self
+            .source_version
+            .map_or_else(|| "-".to_owned(), |version| version.to_string());
         let mut bytes = format!(
-            "{FORMAT} {} {} {} {} {}\n",
+            "{FORMAT} {} {} {} {} {} {source_version}\n",
             self.fresh_until, self.stale_until, self.written_at, self.fence, self.load_ms
         )
         .into_bytes();
@@ -171,10 +183,11 @@ mod tests {
             written_at: 1_700_000_000_000,
             fence: 3,
             load_ms: 120,
+            source_version: Some(41),
             payload: &payload,
         };
         let bytes = envelope.to_bytes();
-        assert!(bytes.starts_with(b"S1 1700000060000 1700000090000 1700000000000 3 120\n"));
+        assert!(bytes.starts_with(b"S2 1700000060000 1700000090000 1700000000000 3 120 41\n"));
         let parsed = Envelope::parse(&bytes).unwrap();
         assert_eq!(parsed, envelope);
         assert_eq!(
@@ -188,10 +201,12 @@ mod tests {
         for garbage in [
             &b""[..],
             b"hello",
+            b"S1 1 2 3 4 5\nx",
             b"S2 1 2 3 4 5\nx",
-            b"S1 1 2 3 4\nx",
-            b"S1 9 2 3 4 5\nx",
-            b"S1 a 2 3 4 5\n",
+            b"S2 1 2 3 4 5 x\nx",
+            b"S2 1 2 3 4 5 - 6\nx",
+            b"S2 9 2 3 4 5 -\nx",
+            b"S2 a 2 3 4 5 -\n",
         ] {
             assert_eq!(
                 Envelope::parse(garbage),

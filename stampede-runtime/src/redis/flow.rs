@@ -321,6 +321,15 @@ where
             Some(written) if written.written => {
                 Fetched::Loaded(self.keep(entry_of(value, &written)))
             }
+            // Redis holds a newer source version: its callers get that one.
+            Some(Written {
+                newer: Some(stored),
+                now_ms,
+                ..
+            }) => {
+                self.handle.older_than_stored();
+                Fetched::Loaded(self.newer(stored.as_deref(), now_ms).unwrap_or(value))
+            }
             // Fenced off (another holder, fill, prime or invalidation since its fence): not in
             // Redis; in memory unless invalidated here.
             Some(_) => Fetched::Loaded(self.handle.fenced_off(value, self.trusted_for())),
@@ -355,7 +364,8 @@ where
             }
         };
         let token = self.token.as_deref().filter(|_| held.is_some());
-        let write = write_of(config, token.unwrap_or(""), fence, &payload).loaded_in(took);
+        let version = self.handle.source_version(value);
+        let write = write_of(config, token.unwrap_or(""), fence, version, &payload).loaded_in(took);
         let written = self.endpoint.write(&self.keys, write).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
@@ -374,10 +384,15 @@ where
             self.handle.keep_loaded(value, self.trusted_for());
             return Err("the value's tags could not be written".into());
         }
-        let write = write_of(self.config(), "", fence, payload);
+        let version = self.handle.source_version(&value);
+        let write = write_of(self.config(), "", fence, version, payload);
         match self.endpoint.write(&self.keys, write).await {
             Ok(written) if written.written => {
                 self.keep(entry_of(value, &written));
+                Ok(())
+            }
+            Ok(written) if written.newer.is_some() => {
+                self.handle.older_than_stored();
                 Ok(())
             }
             // Invalidated, or filled by a newer load, between the read and the write: that
@@ -398,6 +413,15 @@ where
     /// [`Endpoint::memory_trusted_for`]).
     fn trusted_for(&self) -> Option<Duration> {
         self.endpoint.memory_trusted_for()
+    }
+
+    /// The value of a newer source version that `FILL` found stored, kept in memory; `None` if
+    /// it is not servable (or over the size bound, left unread).
+    fn newer(&self, stored: Option<&[u8]>, server_now: u64) -> Option<V> {
+        match self.found(stored, Some(server_now)) {
+            Found::Usable(entry) => Some(self.keep(entry)),
+            Found::Nothing | Found::Undecodable => None,
+        }
     }
 
     /// Keeps an entry read from or written to Redis in memory, and returns its value.
@@ -449,7 +473,13 @@ where
 
 /// What `FILL` writes for a value loaded with the cache's options: fresh for a jittered
 /// `ttl`, then stale, then kept in Redis for `fail_safe`.
-fn write_of<'a>(config: &Config, token: &'a str, fence: u64, payload: &'a [u8]) -> Write<'a> {
+fn write_of<'a>(
+    config: &Config,
+    token: &'a str,
+    fence: u64,
+    source_version: Option<u64>,
+    payload: &'a [u8],
+) -> Write<'a> {
     Write {
         token,
         fresh: jittered_ttl(config.ttl, config.jitter),
@@ -457,6 +487,7 @@ fn write_of<'a>(config: &Config, token: &'a str, fence: u64, payload: &'a [u8]) 
         keep_for: config.fail_safe.unwrap_or_default(),
         load: Duration::ZERO,
         fence,
+        source_version,
         payload,
     }
 }

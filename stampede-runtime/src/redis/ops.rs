@@ -35,8 +35,11 @@ pub(crate) enum ReadState {
 
 /// What `FILL` did.
 pub(crate) struct Written {
-    /// False when the key was invalidated since it was read: nothing was written.
+    /// False when the key was invalidated since it was read, or the value stored has a newer
+    /// source version: nothing was written.
     pub(crate) written: bool,
+    /// The value stored has a newer source version: this envelope, when it fits the bound.
+    pub(crate) newer: Option<Option<Vec<u8>>>,
     pub(crate) now_ms: u64,
     pub(crate) fresh_until: u64,
     pub(crate) stale_until: u64,
@@ -52,6 +55,8 @@ pub(crate) struct Write<'a> {
     pub(crate) load: Duration,
     /// The fence the read returned: the fill is refused unless it is still the key's fence.
     pub(crate) fence: u64,
+    /// The value's source version: the fill is refused if the value stored has a newer one.
+    pub(crate) source_version: Option<u64>,
     pub(crate) payload: &'a [u8],
 }
 
@@ -130,7 +135,12 @@ impl Endpoint {
         keys: &RedisKeys,
         write: Write<'_>,
     ) -> Result<Written, Failure> {
-        let (written, now_ms, fresh_until, stale_until): (u8, u64, u64, u64) = self
+        type Reply = (u8, u64, u64, u64, Option<Vec<u8>>);
+        let source_version = write
+            .source_version
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let (written, now_ms, fresh_until, stale_until, stored): Reply = self
             .call(|mut connection| async move {
                 scripts::FILL
                     .key(&keys.value)
@@ -145,12 +155,15 @@ impl Endpoint {
                     .arg(&keys.channel)
                     .arg(millis(write.keep_for))
                     .arg(connection.publish_command())
+                    .arg(&source_version)
+                    .arg(self.most_read())
                     .invoke_async(&mut connection)
                     .await
             })
             .await?;
         Ok(Written {
             written: written == 1,
+            newer: (written == 2).then_some(stored),
             now_ms,
             fresh_until,
             stale_until,
@@ -203,16 +216,17 @@ impl Endpoint {
 
     /// Drops a key's value and moves its fence on; announces `message` on the invalidation
     /// channel, unless `None` (a tag's keys: the tag is announced once for all).
+    /// Whether Redis held a value for the key.
     pub(crate) async fn invalidate(
         &self,
         keys: &RedisKeys,
         message: Option<&[u8]>,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let (channel, message) = match message {
             Some(message) => (self.invalidations_channel(), message),
             None => (String::new(), &[][..]),
         };
-        let _: i64 = self
+        let deleted: i64 = self
             .call(|mut connection| async move {
                 scripts::INVALIDATE
                     .key(&keys.value)
@@ -223,7 +237,7 @@ impl Endpoint {
                     .await
             })
             .await?;
-        Ok(())
+        Ok(deleted == 1)
     }
 }
 

@@ -185,10 +185,10 @@ where
         self.prime_value(handle, value).await
     }
 
-    async fn invalidate(&self, config: &Config, key: &K) -> Result<(), Error> {
+    async fn invalidate(&self, config: &Config, key: &K) -> Result<bool, Error> {
         self.shared()?;
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
-            return Ok(()); // nothing shared: the local copy is gone already
+            return Ok(false); // nothing shared: the local copy is gone already
         };
         let args =
             keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;

@@ -35,11 +35,13 @@ pub(crate) enum ReadState {
 
 /// What `FILL` did.
 pub(crate) struct Written {
-    /// False when the key was invalidated since it was read, or the value stored has a newer
-    /// source version: nothing was written.
+    /// False when the key's fence moved since it was read (another holder, fill, prime or an
+    /// invalidation), or the value stored has a newer source version: nothing was written.
     pub(crate) written: bool,
-    /// The value stored has a newer source version: this envelope, when it fits the bound.
-    pub(crate) newer: Option<Option<Vec<u8>>>,
+    /// Nothing was written because the value stored has a newer source version.
+    pub(crate) newer: bool,
+    /// When nothing was written: the envelope Redis holds instead, if any and within the bound.
+    pub(crate) stored: Option<Vec<u8>>,
     pub(crate) now_ms: u64,
     pub(crate) fresh_until: u64,
     pub(crate) stale_until: u64,
@@ -163,7 +165,8 @@ impl Endpoint {
             .await?;
         Ok(Written {
             written: written == 1,
-            newer: (written == 2).then_some(stored),
+            newer: written == 2,
+            stored,
             now_ms,
             fresh_until,
             stale_until,

@@ -38,11 +38,11 @@
 //! before it was heard, whatever becomes of the other nodes or of the cluster bus between them:
 //! a lost path (that master dead or unreachable, its slot moved, the subscription dropped) stops
 //! the heartbeats as well, and is noticed within the documented bound. An invalidation costs a
-//! second round trip there (its script runs on the key's master), and the cluster bus carries
-//! it to that master's replicas only. The subscriber finds that master by asking the nodes known
-//! in turn for the slot map (`CLUSTER SLOTS`): the nodes given, then every node the cluster
-//! named, through which the links connect too, so a process given one node's URL finds the
-//! feed, and the cluster, again once that node is gone.
+//! second round trip there (its script runs on the key's master), and with `SPUBLISH` the
+//! cluster bus carries it to that master's replicas only. The subscriber finds that master by
+//! asking the nodes known in turn for the slot map (`CLUSTER SLOTS`): the nodes given, then every
+//! node the cluster named, through which the links connect too, so a process given one node's
+//! URL finds the feed, and the cluster, again once that node is gone.
 //!
 //! Every process of a service must run a version that agrees on all this: one that publishes
 //! fills with plain `PUBLISH` does not wake waiters that `SSUBSCRIBE`d (they read again when the

@@ -18,7 +18,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use common::{WAIT, eventually, within};
+use common::{WAIT, eventually, misses, until, within};
 use stampede::{RedisConfig, cached};
 use stampede_test_support::redis_cluster::{Cluster, Options};
 use tokio::sync::mpsc;
@@ -77,26 +77,6 @@ async fn cut_item(id: u64) -> String {
 #[cached(ttl = "60s", lock = "redis", redis = "feed_seed", name = "feed::seed")]
 async fn seed_item(id: u64) -> String {
     format!("seed {id} v{}", version())
-}
-
-/// Calls `attempt` every 20 ms until it returns `Some`, failing the test after `bound`.
-async fn until<T, F, Fut>(what: &str, bound: Duration, mut attempt: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(found) = within(attempt()).await {
-            return found;
-        }
-        assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn misses(name: &str) -> u64 {
-    stampede::stats(name).map_or(0, |stats| stats.misses)
 }
 
 /// The masters that the heartbeats of this cluster's subscribers are published on: the owners
@@ -343,14 +323,12 @@ where
     let kept = item(witness).await;
     let kept_at = Instant::now();
     writer.invalidate(name, key).await.ok()?;
-    let started = Instant::now();
-    while item(key).await == old {
-        assert!(
-            started.elapsed() < STALENESS_BOUND + SLACK,
-            "key {key} was served after its invalidation"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(
+        &format!("key {key} to be served no more after its invalidation"),
+        STALENESS_BOUND + SLACK,
+        || async { (item(key).await != old).then_some(()) },
+    )
+    .await;
     // Memory is trusted longer than the bound only while the feed is known to be live: the
     // witness, kept before the invalidation, is still served from memory past the bound.
     tokio::time::sleep_until((kept_at + STALENESS_BOUND + Duration::from_millis(200)).into()).await;
@@ -416,5 +394,25 @@ async fn the_feed_comes_back_when_the_one_node_given_dies() {
         "killed node {given}, the one URL given: failed over in {failed_over_in:?}; an \
          invalidation arrived through the feed again in round {rounds}, {:?} after the kill",
         killed_at.elapsed()
+    );
+
+    // A runtime started now makes connections of its own (they are per runtime), through the
+    // nodes the cluster named: the one URL given is dead.
+    let before = stampede::stats("feed::seed").unwrap();
+    let value = std::thread::spawn(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async { within(seed_item(5_000)).await })
+    })
+    .join()
+    .unwrap();
+    let after = stampede::stats("feed::seed").unwrap();
+    assert!(value.starts_with("seed 5000 "));
+    assert_eq!(
+        (after.degraded, after.lock_acquired),
+        (before.degraded, before.lock_acquired + 1),
+        "a new runtime's call went through the cluster, locked and filled there: {after:?}"
     );
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::redis::endpoint::Endpoint;
+use crate::redis::envelope;
 use crate::redis::failure::Failure;
 use crate::redis::invalidate;
 use crate::redis::keys::RedisKeys;
@@ -18,6 +19,8 @@ pub(crate) struct Read {
     pub(crate) now_ms: u64,
     /// The key's fence: the one this flow took with the lock, else the current one.
     pub(crate) fence: u64,
+    /// The value in Redis is over the connection's size bound, and was left there unread.
+    pub(crate) oversized: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,8 +37,11 @@ pub(crate) enum ReadState {
 
 /// What `FILL` did.
 pub(crate) struct Written {
-    /// False when the key was invalidated since it was read: nothing was written.
+    /// False when the key was invalidated since it was read, or the value stored has a newer
+    /// source version: nothing was written.
     pub(crate) written: bool,
+    /// The value stored has a newer source version: this envelope, when it fits the bound.
+    pub(crate) newer: Option<Option<Vec<u8>>>,
     pub(crate) now_ms: u64,
     pub(crate) fresh_until: u64,
     pub(crate) stale_until: u64,
@@ -51,6 +57,8 @@ pub(crate) struct Write<'a> {
     pub(crate) load: Duration,
     /// The fence the read returned: the fill is refused unless it is still the key's fence.
     pub(crate) fence: u64,
+    /// The value's source version: the fill is refused if the value stored has a newer one.
+    pub(crate) source_version: Option<u64>,
     pub(crate) payload: &'a [u8],
 }
 
@@ -72,6 +80,7 @@ impl Endpoint {
         self.call(|mut connection| async move {
             scripts::READ_FRESH
                 .key(value_key)
+                .arg(self.most_read())
                 .invoke_async(&mut connection)
                 .await
         })
@@ -86,7 +95,8 @@ impl Endpoint {
     ) -> Result<Read, Failure> {
         let token = token.unwrap_or("");
         let lease = millis(self.config.lease);
-        let (value, state, now_ms, fence, pttl): (Option<Vec<u8>>, String, u64, u64, i64) = self
+        type Reply = (Option<Vec<u8>>, String, u64, u64, i64, u8);
+        let (value, state, now_ms, fence, pttl, oversized): Reply = self
             .call(|mut connection| async move {
                 scripts::READ_OR_LOCK
                     .key(&keys.value)
@@ -95,6 +105,7 @@ impl Endpoint {
                     .arg(token)
                     .arg(lease)
                     .arg(if value_unusable { "1" } else { "0" })
+                    .arg(self.most_read())
                     .invoke_async(&mut connection)
                     .await
             })
@@ -111,7 +122,13 @@ impl Endpoint {
             state,
             now_ms,
             fence,
+            oversized: oversized == 1,
         })
+    }
+
+    /// The longest envelope the read scripts return: the payload's bound and its header.
+    fn most_read(&self) -> usize {
+        self.config.max_value_bytes + envelope::HEADER_ROOM
     }
 
     /// Writes a loaded value (`FILL`): fenced, published, and the lock released.
@@ -120,7 +137,12 @@ impl Endpoint {
         keys: &RedisKeys,
         write: Write<'_>,
     ) -> Result<Written, Failure> {
-        let (written, now_ms, fresh_until, stale_until): (u8, u64, u64, u64) = self
+        type Reply = (u8, u64, u64, u64, Option<Vec<u8>>);
+        let source_version = write
+            .source_version
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let (written, now_ms, fresh_until, stale_until, stored): Reply = self
             .call(|mut connection| async move {
                 scripts::FILL
                     .key(&keys.value)
@@ -135,12 +157,15 @@ impl Endpoint {
                     .arg(&keys.channel)
                     .arg(millis(write.keep_for))
                     .arg(connection.publish_command())
+                    .arg(&source_version)
+                    .arg(self.most_read())
                     .invoke_async(&mut connection)
                     .await
             })
             .await?;
         Ok(Written {
             written: written == 1,
+            newer: (written == 2).then_some(stored),
             now_ms,
             fresh_until,
             stale_until,
@@ -176,15 +201,31 @@ impl Endpoint {
         .await
     }
 
+    /// `KEEP_FENCE`: keeps the key's fence alive while it is still `fence`; `Ok(false)` when it
+    /// moved or is gone.
+    pub(crate) async fn keep_fence(&self, keys: &RedisKeys, fence: u64) -> Result<bool, Failure> {
+        let lease = millis(self.config.lease);
+        self.call(|mut connection| async move {
+            scripts::KEEP_FENCE
+                .key(&keys.fence)
+                .arg(fence)
+                .arg(lease)
+                .invoke_async(&mut connection)
+                .await
+        })
+        .await
+    }
+
     /// Drops a key's value and moves its fence on; announces `message` on the invalidation
     /// channel, unless `None` (a tag's keys: the tag is announced once for all). On a standalone
     /// server the script announces it (one round trip); on a cluster the announcement follows
-    /// on the feed's master (see `invalidate`), once the value is gone.
+    /// on the feed's master (see `invalidate`), once the value is gone. Whether Redis held a
+    /// value for the key.
     pub(crate) async fn invalidate(
         &self,
         keys: &RedisKeys,
         message: Option<&[u8]>,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
             let mode = Mode::of(&connection);
@@ -194,17 +235,17 @@ impl Endpoint {
                 Some(_) => (channel.as_str(), None),
                 None => ("", None),
             };
-            scripts::INVALIDATE
+            let deleted: i64 = scripts::INVALIDATE
                 .key(&keys.value)
                 .key(&keys.fence)
                 .arg(in_script)
                 .arg(message.unwrap_or_default())
-                .invoke_async::<i64>(&mut connection)
+                .invoke_async(&mut connection)
                 .await?;
             if let Some(message) = after {
                 invalidate::publish(&mut connection, &channel, message).await?;
             }
-            Ok(())
+            Ok(deleted == 1)
         })
         .await
     }

@@ -295,8 +295,8 @@ async fn a_holder_that_lost_its_lease_cannot_write_over_the_newer_value() {
 
     assert_eq!(
         within(a).await.unwrap(),
-        "old from a 1",
-        "a's callers still get a's load"
+        "new from b 1",
+        "a's fill is refused: its callers get what Redis holds, written since a's read"
     );
     let after: Vec<u8> = cluster.keyed(&["GET", &value]);
     assert!(

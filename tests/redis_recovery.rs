@@ -307,6 +307,79 @@ async fn a_fill_fenced_off_by_another_process_s_prime_gives_way_to_the_primed_va
     assert_eq!(within(other(1)).await, "1 v2", "the other process");
 }
 
+/// A prime is the latest write. A load without the Redis lock (`lock = "local"` on a tiered
+/// cache) read the source before another process wrote it and primed the new value; the load's
+/// fill lands in Redis while the prime is on its way (its link is slow). The prime must win:
+/// Redis and the priming process end with the primed value (the loading process keeps what its
+/// load returned until it expires, as other processes keep their copies after a prime).
+#[tokio::test]
+async fn a_prime_wins_over_an_unlocked_fill_that_lands_while_it_is_on_its_way() {
+    let _serial = serial().await;
+    static VERSION: AtomicUsize = AtomicUsize::new(1);
+    static GATE: Semaphore = Semaphore::const_new(0);
+    static LOADING: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        backend = "tiered",
+        lock = "local",
+        redis = "rec_prime_loader",
+        name = "recovery::prime"
+    )]
+    async fn loader(id: u64) -> String {
+        let read = format!("{id} v{}", VERSION.load(SeqCst));
+        LOADING.fetch_add(1, SeqCst);
+        GATE.acquire().await.unwrap().forget();
+        read
+    }
+    #[cached(
+        ttl = "60s",
+        backend = "tiered",
+        lock = "local",
+        redis = "rec_prime_writer",
+        name = "recovery::prime"
+    )]
+    async fn writer(id: u64) -> String {
+        format!("{id} v{}", VERSION.load(SeqCst))
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    install(&server.url(), "rec_prime_loader");
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .heartbeat(HEARTBEAT)
+        .op_timeout(Duration::from_secs(3))
+        .install_as("rec_prime_writer");
+    within(writer(0)).await; // connected
+
+    let load = tokio::spawn(loader(1));
+    common::eventually("the load to read the source", || LOADING.load(SeqCst) == 1).await;
+    VERSION.store(2, SeqCst);
+    proxy.delay(Duration::from_millis(400));
+    let prime = tokio::spawn(writer::prime(1, "1 v2".to_owned()));
+    // The prime's first command reaches Redis after 400 ms, its answer comes back after 800:
+    // the load's fill lands in between.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    GATE.add_permits(1);
+    let loaded = within(load).await.unwrap();
+    within(prime).await.unwrap().unwrap();
+    proxy.pass();
+
+    let key = server
+        .key("test:{recovery::prime~*|1}:v")
+        .expect("a value in Redis");
+    let stored: Vec<u8> = server.command(&["GET", &key]);
+    assert!(
+        String::from_utf8_lossy(&stored).ends_with("1 v2"),
+        "Redis holds {:?}",
+        String::from_utf8_lossy(&stored)
+    );
+    println!("the load's callers got {loaded:?}");
+    assert_eq!(within(writer(1)).await, "1 v2", "the priming process");
+}
+
 /// With `refresh_after`, a value read from Redis is refreshed early by one process. Its fill
 /// time is translated from the server's clock through a round trip; when the round trip of the
 /// refresh's read is longer than the first read's, the same value must still be recognised as

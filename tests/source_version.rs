@@ -238,3 +238,56 @@ async fn without_memory_an_older_refresh_leaves_the_newer_value_in_redis() {
     assert_eq!(within(only_in_redis(1)).await.version, 3);
     assert_eq!(older_versions("versions::only_redis"), 1);
 }
+
+static STALE_MEMORY: AtomicU64 = AtomicU64::new(3);
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "versions_stale_a",
+    source_version = "row_version",
+    name = "versions::stale_memory"
+)]
+async fn holds_v3(id: u64) -> Row {
+    Row {
+        id,
+        version: STALE_MEMORY.load(SeqCst),
+    }
+}
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "versions_stale_b",
+    source_version = "row_version",
+    name = "versions::stale_memory"
+)]
+async fn primes_v5(id: u64) -> Row {
+    Row {
+        id,
+        version: STALE_MEMORY.load(SeqCst),
+    }
+}
+
+/// A process holds version 3 in memory; another primes version 5; the first then primes
+/// version 4 (its write raced the other's). Redis keeps 5 and refuses 4, and the first process
+/// must not go on serving the 3 its memory held before its own prime: it serves 5.
+#[tokio::test]
+async fn a_prime_refused_for_a_newer_version_does_not_leave_the_older_value_in_memory() {
+    let server = RedisServer::start();
+    install(&server, "versions_stale_a");
+    install(&server, "versions_stale_b");
+    assert_eq!(within(holds_v3(1)).await.version, 3);
+    within(primes_v5::prime(1, Row { id: 1, version: 5 }))
+        .await
+        .unwrap();
+    within(holds_v3::prime(1, Row { id: 1, version: 4 }))
+        .await
+        .unwrap();
+    assert_eq!(older_versions("versions::stale_memory"), 1);
+    assert_eq!(
+        within(holds_v3(1)).await.version,
+        5,
+        "not the 3 memory held before the prime"
+    );
+}

@@ -538,8 +538,14 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         }
         self.clean(handle.key(), &handle.config().name);
         let mut state = self.store.state();
-        if state.newer(handle, &value).is_some() {
+        if let Some(newer) = state.newer(handle, &value) {
+            // Memory keeps the newer value, never what it held before the prime.
             handle.older_than_stored();
+            drop(state);
+            match newer.servable(Instant::now()) {
+                true => drop(handle.keep(self.shared(newer))),
+                false => handle.forget(),
+            }
             return Ok(());
         }
         let fence = state.bump(handle.key());

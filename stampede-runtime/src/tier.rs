@@ -356,6 +356,11 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         self.keep_loaded(value, trusted_for)
     }
 
+    /// Drops the key's value from memory (a refused `prime`: what memory held is older).
+    pub(crate) fn forget(&self) {
+        self.core.memory.invalidate(self.key());
+    }
+
     /// Hands a stale value to the flight's waiters now, while the refresh goes on, and keeps it
     /// in memory; if the load fails, the waiters keep it (stale-if-error). A waiter takes it only
     /// while it is servable; past its deadline, waiters wait for the refresh.

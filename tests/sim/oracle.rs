@@ -67,6 +67,8 @@ pub enum Reach {
 #[derive(Clone, Debug)]
 struct Floor {
     version: u64,
+    /// Set by a prime (else an invalidation).
+    prime: bool,
     reach: Reach,
     done: Duration,
     /// Its place in the run's order of events (two at one instant are still ordered).
@@ -100,6 +102,10 @@ struct History {
     /// Per (function, process, key): the version of the last call that ended, and when (its
     /// place in the order of events).
     last: HashMap<(u8, usize, u16), (u64, u64)>,
+    /// Per (function, key): the versions of the primes running (or whose write may still land).
+    priming: HashMap<(u8, u16), Vec<u64>>,
+    /// Per (function, key): the versions of primes that raced each other.
+    raced: HashMap<(u8, u16), Vec<u64>>,
     /// The order of events.
     seq: u64,
     trace: Vec<String>,
@@ -215,10 +221,44 @@ impl Oracle {
             .or_default()
             .push(Floor {
                 version,
+                prime: false,
                 reach,
                 done,
                 seq,
             });
+    }
+
+    /// An invalidation that began at `began` (a place in the order of events, see
+    /// [`Oracle::prime_begins`]) completed, while primes of the key may have run: a prime that
+    /// overlapped it may land after it (either order is theirs), so the lowest of their versions
+    /// bounds the key.
+    pub fn invalidated_racing_primes(
+        &self,
+        function: u8,
+        key: u16,
+        version: u64,
+        reach: Reach,
+        began: u64,
+    ) {
+        let lowest = {
+            let history = self.history();
+            let running = history
+                .priming
+                .get(&(function, key))
+                .into_iter()
+                .flatten()
+                .copied();
+            let completed = history
+                .floors
+                .get(&(function, key))
+                .into_iter()
+                .flatten()
+                .filter(|floor| floor.prime && floor.seq >= began)
+                .map(|floor| floor.version);
+            running.chain(completed).min()
+        };
+        let version = lowest.map_or(version, |lowest| lowest.min(version));
+        self.invalidated(function, key, version, reach);
     }
 
     /// Notes a line in the trace.
@@ -232,6 +272,24 @@ impl Oracle {
         self.history().next_seq()
     }
 
+    /// A prime of `version` runs (its write may land from now on).
+    pub fn prime_running(&self, function: u8, key: u16, version: u64) {
+        let mut history = self.history();
+        history
+            .priming
+            .entry((function, key))
+            .or_default()
+            .push(version);
+    }
+
+    /// The prime of `version` is over: its write landed, or never will.
+    pub fn prime_over(&self, function: u8, key: u16, version: u64) {
+        let mut history = self.history();
+        if let Some(running) = history.priming.get_mut(&(function, key)) {
+            running.retain(|&other| other != version);
+        }
+    }
+
     /// A prime that began at `began` (see [`Oracle::prime_begins`]) stored `version`. It may
     /// take effect after an invalidation that completed while it ran (they overlapped: either
     /// order is theirs), so such invalidations no longer bound the key; the prime does.
@@ -239,14 +297,48 @@ impl Oracle {
         let done = self.now();
         let mut history = self.history();
         let seq = history.next_seq();
+        // Primes still running overlap it: their writes may land after its own.
+        let running: Vec<u64> = history
+            .priming
+            .get(&(function, key))
+            .map(|running| {
+                running
+                    .iter()
+                    .copied()
+                    .filter(|&other| other != version)
+                    .collect()
+            })
+            .unwrap_or_default();
         let floors = history.floors.entry((function, key)).or_default();
+        // Those that completed while it ran overlapped it too: either may take effect last (two
+        // primes' writes reach the store in either order), so the lowest of them bounds the key.
+        let overlapped: Vec<&Floor> = floors.iter().filter(|floor| floor.seq >= began).collect();
+        let lowest = overlapped
+            .iter()
+            .map(|floor| floor.version)
+            .chain(running.iter().copied())
+            .min();
+        // Racing primes of one key: nothing orders their versions (the store keeps the last
+        // write, which may be the older version), so a process may see one after the other.
+        let raced: Vec<u64> = overlapped
+            .iter()
+            .filter(|floor| floor.prime)
+            .map(|floor| floor.version)
+            .chain(running)
+            .collect();
         floors.retain(|floor| floor.seq < began);
         floors.push(Floor {
-            version,
+            version: lowest.map_or(version, |lowest| lowest.min(version)),
+            prime: true,
             reach: Reach::Only(process),
             done,
             seq,
         });
+        if !raced.is_empty() {
+            let versions = history.raced.entry((function, key)).or_default();
+            versions.extend(raced);
+            versions.push(version);
+        }
         history.note(
             done,
             format!("primed f{function} k{key} at v{version} in p{process}"),
@@ -338,6 +430,10 @@ impl Oracle {
             && let Some(&(last, ended)) = history.last.get(&(function, process, key))
             && ended < began_seq
             && value.version < last
+            && !history
+                .raced
+                .get(&(function, key))
+                .is_some_and(|raced| raced.contains(&last) && raced.contains(&value.version))
         {
             history.violate(now, format!(
                 "{what} of p{process} f{function} k{key} returned v{} after an earlier call had returned v{last}",

@@ -280,6 +280,11 @@ where
         }
         let wait = lease_left.min(self.give_up_at - now) + Duration::from_millis(1);
         match tokio::time::timeout(wait, listener.next()).await {
+            // Only a fill at the fence read or later: a subscriber that lags may hand this
+            // listener a fill published before it subscribed, older than an invalidation
+            // since.
+            Ok(Some(payload))
+                if envelope::Envelope::parse(&payload).is_none_or(|e| e.fence < fence) => {}
             Ok(Some(payload)) => {
                 if let Found::Usable(entry) = self.found(Some(&payload), None) {
                     self.record("published");
@@ -373,7 +378,8 @@ where
         };
         let token = self.token.as_deref().filter(|_| held.is_some());
         let version = self.handle.source_version(value);
-        let write = write_of(config, token.unwrap_or(""), fence, version, &payload).loaded_in(took);
+        let write =
+            write_of(config, token.unwrap_or(""), Some(fence), version, &payload).loaded_in(took);
         let written = self.endpoint.write(&self.keys, write).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
@@ -385,27 +391,33 @@ where
         written
     }
 
-    /// Writes a value given for the key (a companion's `prime`) with the fence read before, and
-    /// keeps it in memory; the failure's message when Redis could not be written.
-    pub(super) async fn prime(&self, value: V, payload: &[u8], fence: u64) -> Result<(), String> {
+    /// Writes a value given for the key (a companion's `prime`), whatever the fence (which the
+    /// write moves on, fencing off every load running), and keeps it in memory; the failure's
+    /// message when Redis could not be written.
+    pub(super) async fn prime(&self, value: V, payload: &[u8]) -> Result<(), String> {
         if !self.tag().await {
             self.handle.keep_loaded(value, self.trusted_for());
             return Err("the value's tags could not be written".into());
         }
         let version = self.handle.source_version(&value);
-        let write = write_of(self.config(), "", fence, version, payload);
+        let write = write_of(self.config(), "", None, version, payload);
         match self.endpoint.write(&self.keys, write).await {
             Ok(written) if written.written => {
                 self.keep(entry_of(value, &written));
                 Ok(())
             }
-            Ok(written) if written.newer => {
+            // Refused: Redis holds a newer source version. Memory keeps that one (or nothing,
+            // if it is not servable), never what it held before the prime.
+            Ok(written) => {
                 self.handle.older_than_stored();
+                if self
+                    .stored(written.stored.as_deref(), written.now_ms)
+                    .is_none()
+                {
+                    self.handle.forget();
+                }
                 Ok(())
             }
-            // Invalidated, or filled by a newer load, between the read and the write: that
-            // stands.
-            Ok(_) => Ok(()),
             Err(failure) => {
                 self.handle.keep_loaded(value, self.trusted_for());
                 Err(failure.to_string())
@@ -492,7 +504,7 @@ where
 fn write_of<'a>(
     config: &Config,
     token: &'a str,
-    fence: u64,
+    fence: Option<u64>,
     source_version: Option<u64>,
     payload: &'a [u8],
 ) -> Write<'a> {

@@ -58,7 +58,9 @@ pub(crate) struct Write<'a> {
     pub(crate) keep_for: Duration,
     pub(crate) load: Duration,
     /// The fence the read returned: the fill is refused unless it is still the key's fence.
-    pub(crate) fence: u64,
+    /// `None` for a prime, the latest write by definition: written whatever the fence, which it
+    /// moves on, so that no load running now fills after it.
+    pub(crate) fence: Option<u64>,
     /// The value's source version: the fill is refused if the value stored has a newer one.
     pub(crate) source_version: Option<u64>,
     pub(crate) payload: &'a [u8],
@@ -154,7 +156,12 @@ impl Endpoint {
                     .arg(millis(write.fresh).max(1))
                     .arg(millis(write.stale))
                     .arg(millis(write.load))
-                    .arg(write.fence)
+                    .arg(
+                        write
+                            .fence
+                            .map(|fence| fence.to_string())
+                            .unwrap_or_default(),
+                    )
                     .arg(write.payload)
                     .arg(&keys.channel)
                     .arg(millis(write.keep_for))

@@ -97,7 +97,7 @@ return {value, 'busy', now, fence, redis.call('PTTL', KEYS[2]), oversized}
 /// caller still holds it (compare-and-delete).
 ///
 /// KEYS: value, lock, fence. ARGV: token (may be empty), fresh ms, stale ms, load ms, the
-/// fence read, the payload, the channel, how long to keep the value past its stale deadline
+/// fence read (empty for a prime: written whatever the fence, which it moves on), the payload, the channel, how long to keep the value past its stale deadline
 /// (the cache's `fail_safe`, ms), the publishing command (`SPUBLISH` on a cluster, else
 /// `PUBLISH`), the value's source version (decimal; empty for none), the largest value to
 /// return in bytes.
@@ -127,7 +127,15 @@ if ARGV[10] ~= '' then
     return refused(2)
   end
 end
-if redis.call('GET', KEYS[3]) ~= ARGV[5] then
+local fence = ARGV[5]
+if fence == '' then
+  -- A prime: written whatever the fence, which moves on below, fencing off every load running.
+  fence = redis.call('GET', KEYS[3])
+  if not fence then
+    fence = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('SET', KEYS[3], fence)
+  end
+elseif redis.call('GET', KEYS[3]) ~= fence then
   return refused(0)
 end
 if ARGV[1] == '' then
@@ -139,7 +147,7 @@ local version = ARGV[10]
 if version == '' then
   version = '-'
 end
-local envelope = string.format('S2 %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, ARGV[5], ARGV[4], version) .. ARGV[6]
+local envelope = string.format('S2 %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, fence, ARGV[4], version) .. ARGV[6]
 local ttl = math.max(1, stale - now + tonumber(ARGV[8]))
 redis.call('SET', KEYS[1], envelope, 'PX', ttl)
 if redis.call('PTTL', KEYS[3]) < ttl then

@@ -365,16 +365,8 @@ where
             cache: config.name.clone(),
             message: message.into(),
         };
-        let read = match endpoint.read_or_lock(&keys, None, true).await {
-            Ok(read) => read,
-            Err(failure) => {
-                handle.keep_loaded(value, endpoint.memory_trusted_for());
-                self.changed_while_down(&endpoint, handle.key(), config);
-                return Err(unavailable(failure.to_string()));
-            }
-        };
         let flow = Flow::new(self, endpoint.clone(), keys, handle);
-        let primed = flow.prime(value, &payload, read.fence).await;
+        let primed = flow.prime(value, &payload).await;
         if primed.is_err() {
             self.changed_while_down(&endpoint, handle.key(), config);
         }

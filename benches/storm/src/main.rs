@@ -35,7 +35,7 @@ target/storm in the workspace).
 
   --quick        the short plan (24 s per contender instead of 37 s)
   --rate N       requests per second over all instances (default 1000)
-  --zipf S       the Zipf exponent over the 100,000 products (default 1.1)
+  --zipf S       the Zipf exponent over the 100,000 products (default 1.2)
   --seed N       the key sequence's seed (default 25)
   --instances N  instances per contender (default 4)
   --pool N       PostgreSQL connections per instance (default 10)
@@ -47,7 +47,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         quick: false,
         load: LoadConfig {
             rate: 1000.0,
-            zipf: 1.1,
+            zipf: 1.2,
             seed: 25,
         },
         instances: 4,

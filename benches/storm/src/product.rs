@@ -19,6 +19,8 @@ pub struct Product {
     pub in_category: i64,
     /// The category's average price.
     pub average_cents: i64,
+    /// The category's median price.
+    pub median_cents: i64,
     /// Products of the category that are cheaper.
     pub cheaper: i64,
 }

@@ -39,6 +39,8 @@ pub struct PhaseFigures {
     pub errors: u64,
     /// Latency quantiles from the intended send time, microseconds: p50, p99, p99.9, max.
     pub latency_us: [u64; 4],
+    /// Of the requests of hot keys: p99 and max, microseconds.
+    pub hot_latency_us: [u64; 2],
     /// Product queries PostgreSQL executed (`pg_stat_statements`).
     pub db_queries: u64,
     /// The most it executed in one second of the phase.
@@ -131,6 +133,10 @@ pub fn phase_figures(
             quantile(0.99),
             quantile(0.999),
             load.latency.max(),
+        ],
+        hot_latency_us: [
+            load.hot_latency.value_at_quantile(0.99),
+            load.hot_latency.max(),
         ],
         db_queries: to.db.calls.saturating_sub(from.db.calls),
         db_peak: peak_per_second(samples, from.at, to.at),

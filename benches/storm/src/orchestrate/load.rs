@@ -23,7 +23,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Zipf};
 
-use crate::plan::Plan;
+use crate::plan::{HOT_KEYS, Plan};
 use crate::schema::PRODUCTS;
 
 /// The width of one point of the timeline.
@@ -47,6 +47,8 @@ pub struct LoadConfig {
 pub struct PhaseLoad {
     /// Latency of every request intended in the phase, failed ones included, in microseconds.
     pub latency: Histogram<u64>,
+    /// The same, of the requests of hot keys only.
+    pub hot_latency: Histogram<u64>,
     /// Requests answered with an error status.
     pub error_status: u64,
     /// Requests not answered within [`REQUEST_TIMEOUT`].
@@ -60,6 +62,7 @@ impl PhaseLoad {
         PhaseLoad {
             // 1 µs to 60 s, 3 significant digits.
             latency: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
+            hot_latency: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
             error_status: 0,
             timeouts: 0,
             io_errors: 0,
@@ -108,7 +111,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn record(&self, intended: Instant, outcome: Outcome) {
+    fn record(&self, intended: Instant, hot: bool, outcome: Outcome) {
         let offset = intended.saturating_duration_since(self.start);
         let took = u64::try_from(intended.elapsed().as_micros()).unwrap_or(u64::MAX);
         let phase = self.plan.phase_at(offset);
@@ -116,6 +119,9 @@ impl Shared {
         let mut recorded = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
         let load = &mut recorded.phases[phase];
         load.latency.saturating_record(took.max(1));
+        if hot {
+            load.hot_latency.saturating_record(took.max(1));
+        }
         match outcome {
             Outcome::Ok => {}
             Outcome::Status => load.error_status += 1,
@@ -196,7 +202,7 @@ pub fn start(config: &LoadConfig, plan: &Plan, targets: &[SocketAddr]) -> Result
                 shared.in_flight.fetch_add(1, Relaxed);
                 runtime.spawn(async move {
                     let outcome = request(&client, &uri).await;
-                    shared.record(intended, outcome);
+                    shared.record(intended, id <= HOT_KEYS as i32, outcome);
                     shared.in_flight.fetch_sub(1, Relaxed);
                 });
             }

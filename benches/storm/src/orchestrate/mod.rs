@@ -156,7 +156,7 @@ impl Bench<'_> {
             cpu: fleet.cpu(),
             db_cpu: tree_cpu_seconds(self.postgres.pid()),
             db,
-            redis: self.redis.commands().await,
+            redis: Some(self.redis.commands()),
         }
     }
 
@@ -171,7 +171,7 @@ impl Bench<'_> {
                 self.db.set_extra_ms(extra).await
             }
             Action::KillRedis => {
-                self.redis.kill().await;
+                self.redis.kill();
                 Ok(())
             }
             Action::StartRedis => self.redis.restart().await,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::{Client, NoTls};
 
 use crate::orchestrate::{cleanup, free_port, setup};
-use crate::schema::{PRODUCT_QUERY, QUERY_MARK, SETUP};
+use crate::schema::{ANALYZE, PRODUCT_QUERY, QUERY_MARK, SETUP};
 
 /// A running cluster.
 pub struct Postgres {
@@ -183,12 +183,16 @@ impl Postgres {
         admin
             .batch_execute("CREATE DATABASE storm")
             .await
-            .map_err(|e| format!("CREATE DATABASE storm: {e}"))?;
+            .map_err(|e| format!("CREATE DATABASE storm: {}", pg_error(&e)))?;
         let client = self.connect("storm").await?;
         client
             .batch_execute(SETUP)
             .await
-            .map_err(|e| format!("seeding the products: {e}"))?;
+            .map_err(|e| format!("seeding the products: {}", pg_error(&e)))?;
+        client
+            .batch_execute(ANALYZE)
+            .await
+            .map_err(|e| format!("{ANALYZE}: {}", pg_error(&e)))?;
         Ok(client)
     }
 
@@ -244,7 +248,7 @@ impl Database {
                 &[&QUERY_MARK],
             )
             .await
-            .map_err(|e| format!("reading pg_stat_statements: {e}"))?;
+            .map_err(|e| format!("reading pg_stat_statements: {}", pg_error(&e)))?;
         Ok(QueryCount {
             calls: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
             total_ms: row.get(1),
@@ -257,7 +261,7 @@ impl Database {
             .execute("UPDATE storm_knobs SET extra_ms = $1", &[&extra_ms])
             .await
             .map(drop)
-            .map_err(|e| format!("setting the slowdown: {e}"))
+            .map_err(|e| format!("setting the slowdown: {}", pg_error(&e)))
     }
 
     /// Runs the product query `count` times over ids spread across the table, one at a time,
@@ -268,7 +272,7 @@ impl Database {
             .client
             .prepare(PRODUCT_QUERY)
             .await
-            .map_err(|e| format!("preparing the product query: {e}"))?;
+            .map_err(|e| format!("preparing the product query: {}", pg_error(&e)))?;
         let before = self.product_queries().await?;
         let mut times = Vec::with_capacity(count as usize);
         for i in 0..count {
@@ -277,7 +281,7 @@ impl Database {
             self.client
                 .query_opt(&statement, &[&id])
                 .await
-                .map_err(|e| format!("the product query: {e}"))?;
+                .map_err(|e| format!("the product query: {}", pg_error(&e)))?;
             times.push(started.elapsed());
         }
         let after = self.product_queries().await?;
@@ -299,11 +303,19 @@ impl Database {
                     &[],
                 )
                 .await
-                .map_err(|e| format!("reading pg_stat_activity: {e}"))?;
+                .map_err(|e| format!("reading pg_stat_activity: {}", pg_error(&e)))?;
             if row.get::<_, i64>(0) == 0 || Instant::now() > deadline {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// The server's message when there is one (tokio-postgres displays only "db error").
+pub fn pg_error(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => error.to_string(),
     }
 }

@@ -1,10 +1,19 @@
 //! The run's Redis: a `redis-server` on a free loopback port, without persistence, which the
-//! plan kills (SIGKILL) and starts again, empty, on the same port; and the commands it served
-//! (`INFO commandstats`), summed over its lives.
+//! plan kills (SIGKILL) and starts again, empty, on the same port; and the commands its clients
+//! sent, summed over its lives.
+//!
+//! The commands are counted through `MONITOR`, which marks those a Lua script ran (`[0 lua]`):
+//! `INFO commandstats` counts a script's own `GET`s and `SET`s too, so a script call, one round
+//! trip, would count as several. A client's command is one round trip at most (fewer when
+//! pipelined).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::orchestrate::{cleanup, free_port};
 
@@ -14,12 +23,12 @@ pub struct RedisServer {
     /// Its port on 127.0.0.1.
     pub port: u16,
     child: Option<Child>,
-    /// Commands served by its earlier lives.
-    retired: u64,
+    /// Client commands seen so far, over every life.
+    commands: Arc<AtomicU64>,
 }
 
 /// Commands the orchestrator sends itself, left out of the count.
-const OURS: [&str; 3] = ["cmdstat_info", "cmdstat_flushall", "cmdstat_config"];
+const OURS: [&str; 3] = ["flushall", "info", "ping"];
 
 impl RedisServer {
     /// Starts `binary` on a free port.
@@ -28,7 +37,7 @@ impl RedisServer {
             binary,
             port: free_port()?,
             child: None,
-            retired: 0,
+            commands: Arc::new(AtomicU64::new(0)),
         };
         server.spawn().await?;
         Ok(server)
@@ -54,7 +63,7 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if self.connection().await.is_ok() {
-                return Ok(());
+                return self.monitor().await;
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 return Err(format!(
@@ -83,24 +92,39 @@ impl RedisServer {
             .map_err(|e| format!("Redis on port {}: {e}", self.port))
     }
 
+    /// Counts the clients' commands of this life, until the server goes.
+    async fn monitor(&self) -> Result<(), String> {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .map_err(|e| format!("MONITOR connection: {e}"))?;
+        stream
+            .write_all(b"MONITOR\r\n")
+            .await
+            .map_err(|e| format!("MONITOR: {e}"))?;
+        let mut lines = BufReader::new(stream).lines();
+        match lines.next_line().await {
+            Ok(Some(line)) if line == "+OK" => {}
+            other => return Err(format!("MONITOR answered {other:?}")),
+        }
+        let commands = Arc::clone(&self.commands);
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if counts(&line) {
+                    commands.fetch_add(1, Relaxed);
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// Whether it runs.
     pub fn is_up(&self) -> bool {
         self.child.is_some()
     }
 
-    /// Commands served so far, over every life (the orchestrator's own left out). `None` while
-    /// it is down.
-    pub async fn commands(&self) -> Option<u64> {
-        if !self.is_up() {
-            return Some(self.retired);
-        }
-        let mut connection = self.connection().await.ok()?;
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut connection)
-            .await
-            .ok()?;
-        Some(self.retired + served(&info))
+    /// Client commands so far, over every life (the orchestrator's own left out).
+    pub fn commands(&self) -> u64 {
+        self.commands.load(Relaxed)
     }
 
     /// Empties it (between contenders).
@@ -113,10 +137,7 @@ impl RedisServer {
     }
 
     /// Kills it: SIGKILL, as a crashed or lost server (no goodbye to its clients).
-    pub async fn kill(&mut self) {
-        if let Some(served) = self.commands().await {
-            self.retired = served;
-        }
+    pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -142,16 +163,23 @@ impl RedisServer {
     }
 }
 
-/// The calls in an `INFO commandstats` reply (`cmdstat_get:calls=12,usec=...`), less ours.
-fn served(info: &str) -> u64 {
-    info.lines()
-        .filter_map(|line| line.split_once(':'))
-        .filter(|(name, _)| name.starts_with("cmdstat_") && !OURS.contains(name))
-        .filter_map(|(_, fields)| {
-            fields
-                .split(',')
-                .find_map(|field| field.strip_prefix("calls="))
-                .and_then(|calls| calls.parse::<u64>().ok())
-        })
-        .sum()
+/// Whether a `MONITOR` line (`+1700000000.123456 [0 127.0.0.1:5000] "get" "k"`) is a client's
+/// command other than the orchestrator's: not run by a script (`[0 lua]`), not one of [`OURS`].
+fn counts(line: &str) -> bool {
+    let Some((source, command)) = line
+        .split_once(" [")
+        .and_then(|(_, rest)| rest.split_once("] "))
+    else {
+        return false;
+    };
+    if source.ends_with(" lua") {
+        return false;
+    }
+    let name = command
+        .trim_start_matches('"')
+        .split('"')
+        .next()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    !OURS.contains(&name.as_str())
 }

@@ -73,10 +73,12 @@ fn row(out: &mut String, label: &str, figures: &PhaseFigures) {
         .map_or("-".to_owned(), |trips| format!("{trips:.2}"));
     let _ = writeln!(
         out,
-        "| {label} | {} | {} | {p50} | {p99} | {p999} | {max} | {} | {} | {} | {} ({}) | {} / {} | {} ({}) | {redis} | {:.0}% | {:.0}% |",
+        "| {label} | {} | {} | {} | {p50} | {p99} | {p999} | {max} | {} / {} | {} | {} | {} ({}) | {} / {} | {} ({}) | {redis} | {:.0}% | {:.0}% |",
         figures.phase.label(),
         figures.requests,
         figures.errors,
+        micros(figures.hot_latency_us[0]),
+        micros(figures.hot_latency_us[1]),
         figures.db_queries,
         figures.db_peak,
         figures.hot_max,
@@ -126,10 +128,10 @@ pub fn markdown(setting: &Setting, runs: &[ContenderRun]) -> String {
     );
     let _ = writeln!(
         out,
-        "| contender | phase | requests | errors | p50 | p99 | p99.9 | max | DB queries | peak/s | \
+        "| contender | phase | requests | errors | p50 | p99 | p99.9 | max | hot keys p99 / max | DB queries | peak/s | \
          per hot key, max (keys) | pool wait mean / max | waits (hot) | Redis cmds/req | CPU/instance | DB CPU |"
     );
-    let _ = writeln!(out, "|{}", "---|".repeat(16));
+    let _ = writeln!(out, "|{}", "---|".repeat(17));
     for run in runs {
         for figures in &run.phases {
             row(&mut out, run.contender.label(), figures);
@@ -137,9 +139,10 @@ pub fn markdown(setting: &Setting, runs: &[ContenderRun]) -> String {
     }
     let _ = writeln!(
         out,
-        "\nLatency from each request's intended send time, failed requests included. DB queries and \
+        "\nLatency from each request's intended send time, failed requests included; hot keys: the \
+         requests of the {HOT_KEYS} hottest products alone. DB queries and \
          peak/s: PostgreSQL's `pg_stat_statements` on the product query. Per hot key: the most \
-         queries one of the {HOT_KEYS} hottest products cost across the instances in the phase (and \
+         queries one of them cost across the instances in the phase (and \
          how many of them were queried). Waits: requests whose cache call took at least {} in the \
          service (a wait for a load; a hit descheduled that long counts too), and of those, of hot \
          keys. CPU: percent of one core, per instance (mean) and PostgreSQL's (all its processes).\n",

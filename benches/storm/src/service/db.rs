@@ -110,11 +110,11 @@ impl Db {
         let statement = client
             .prepare_cached(PRODUCT_QUERY)
             .await
-            .map_err(|e| format!("prepare: {e}"))?;
+            .map_err(|e| format!("prepare: {}", crate::orchestrate::postgres::pg_error(&e)))?;
         let row = client
             .query_opt(&statement, &[&id])
             .await
-            .map_err(|e| format!("query: {e}"))?;
+            .map_err(|e| format!("query: {}", crate::orchestrate::postgres::pg_error(&e)))?;
         row.map(|row| {
             Ok(Product {
                 id: row.try_get("id")?,
@@ -124,6 +124,7 @@ impl Db {
                 category: row.try_get("category")?,
                 in_category: row.try_get("in_category")?,
                 average_cents: row.try_get("average_cents")?,
+                median_cents: row.try_get("median_cents")?,
                 cheaper: row.try_get("cheaper")?,
             })
         })

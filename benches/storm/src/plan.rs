@@ -31,15 +31,6 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// Every phase, in the order they run.
-    pub const ALL: [Phase; 5] = [
-        Phase::Cold,
-        Phase::Steady,
-        Phase::Expiry,
-        Phase::SlowDb,
-        Phase::RedisRestart,
-    ];
-
     /// Its name in the report.
     pub fn label(self) -> &'static str {
         match self {

@@ -115,3 +115,22 @@ pub async fn on_signal() {
     tokio::task::spawn_blocking(run).await.ok();
     std::process::exit(code);
 }
+
+/// How much lower the servers' scheduling priority is than the load generator's (`nice`): on a
+/// machine whose cores the servers can saturate (the no-cache contender does), the load
+/// generator keeps sending on time and measuring, as if it ran on a machine of its own.
+pub const SERVER_NICENESS: libc::c_int = 5;
+
+/// Makes `command`'s process (and every thread and process it starts) run at
+/// [`SERVER_NICENESS`].
+pub fn lower_priority(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and makes one async-signal-safe
+    // system call, touching no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setpriority(libc::PRIO_PROCESS, 0, SERVER_NICENESS);
+            Ok(())
+        });
+    }
+}

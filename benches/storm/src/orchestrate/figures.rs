@@ -31,8 +31,6 @@ pub struct Snapshot {
 pub struct PhaseFigures {
     /// Which phase.
     pub phase: Phase,
-    /// Its length.
-    pub seconds: f64,
     /// Requests intended in it.
     pub requests: u64,
     /// Of them, failed (error status, timeout, no connection).
@@ -125,7 +123,6 @@ pub fn phase_figures(
     let quantile = |q: f64| load.latency.value_at_quantile(q);
     PhaseFigures {
         phase,
-        seconds,
         requests: load.latency.len(),
         errors: load.errors(),
         latency_us: [

@@ -55,7 +55,9 @@ impl Fleet {
             client: Client::builder(TokioExecutor::new()).build_http(),
         };
         for index in 0..count {
-            let mut command = Command::new(&exe);
+            let mut std_command = std::process::Command::new(&exe);
+            cleanup::lower_priority(&mut std_command);
+            let mut command = Command::from(std_command);
             command
                 .arg("service")
                 .args(["--contender", launch.contender.name()])
@@ -65,12 +67,16 @@ impl Fleet {
                     "--wait-threshold-us",
                     &launch.wait_threshold.as_micros().to_string(),
                 ])
-                .env(stampede::REDIS_URL_VAR, launch.redis_url)
-                .env("CACHED_REDIS_CONNECTION_STRING", launch.redis_url)
+                .env_remove(stampede::REDIS_URL_VAR)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .kill_on_drop(true);
+            if launch.contender.uses_redis() {
+                command
+                    .env(stampede::REDIS_URL_VAR, launch.redis_url)
+                    .env("CACHED_REDIS_CONNECTION_STRING", launch.redis_url);
+            }
             let mut child = command
                 .spawn()
                 .map_err(|e| format!("cannot start instance {index}: {e}"))?;

@@ -116,6 +116,7 @@ impl Postgres {
             .stderr(log_file)
             .current_dir(&folder);
         as_user(&mut postgres);
+        cleanup::lower_priority(&mut postgres);
         let child = postgres
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.join("postgres").display()))?;

@@ -49,7 +49,9 @@ impl RedisServer {
     }
 
     async fn spawn(&mut self) -> Result<(), String> {
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        cleanup::lower_priority(&mut command);
+        let child = command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .args(["--loglevel", "warning"])

@@ -50,15 +50,21 @@ pub fn micros(us: u64) -> String {
 /// A few lines on one contender, printed as the run goes.
 pub fn short(run: &ContenderRun) -> String {
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  (the pacing thread was {} late at worst)",
+        micros(run.pacing_lag_max_us)
+    );
     for figures in &run.phases {
         let _ = writeln!(
             out,
-            "  {:<14} p99 {:>8}  max {:>8}  errors {:>6}  db queries {:>6} (peak {}/s, hot key max {})",
+            "  {:<14} p99 {:>8}  max {:>8}  errors {:>6}  db queries {:>6} (sent {}, peak {}/s, hot key max {})",
             figures.phase.label(),
             micros(figures.latency_us[1]),
             micros(figures.latency_us[3]),
             figures.errors,
             figures.db_queries,
+            figures.sent_queries,
             figures.db_peak,
             figures.hot_max,
         );

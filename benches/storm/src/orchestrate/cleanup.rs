@@ -24,7 +24,9 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 });
 
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
-    REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    REGISTRY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Registers a process this run started; `signal` asks it to stop (SIGKILL follows if it has

@@ -184,7 +184,11 @@ pub fn cpu_seconds(pid: u32, children: bool) -> f64 {
 pub fn tree_cpu_seconds(pid: u32) -> f64 {
     let mut total = cpu_seconds(pid, true);
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {

@@ -249,7 +249,11 @@ impl Running {
         while self.shared.in_flight.load(Relaxed) > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let mut recorded = self.shared.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recorded = self
+            .shared
+            .recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let mut taken = std::mem::replace(
             &mut *recorded,
             Recorded {

@@ -109,14 +109,14 @@ pub fn draw(path: &Path, setting: &Setting, runs: &[ContenderRun]) -> Result<(),
                     )
                 }),
         )?;
-        let y_label = if index == 0 { top / 12.0 } else { top / 2.0 };
+        // The contender's name in the bottom right corner, below the requests' times.
         chart.draw_series(std::iter::once(Text::new(
             run.contender.label().to_owned(),
-            (seconds * 0.99, y_label),
+            (seconds * 0.99, bottom * 1.3),
             ("sans-serif", 14)
                 .into_font()
                 .color(&BLACK)
-                .pos(Pos::new(HPos::Right, VPos::Top)),
+                .pos(Pos::new(HPos::Right, VPos::Bottom)),
         )))?;
     }
     root.present()?;

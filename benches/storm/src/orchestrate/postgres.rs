@@ -58,7 +58,8 @@ impl Postgres {
         let user = server_user()?;
         let folder = std::env::temp_dir().join(format!("stampede-storm-{}", std::process::id()));
         let data = folder.join("data");
-        fs::create_dir_all(&folder).map_err(|e| format!("cannot make {}: {e}", folder.display()))?;
+        fs::create_dir_all(&folder)
+            .map_err(|e| format!("cannot make {}: {e}", folder.display()))?;
         cleanup::track_folder(folder.clone());
         fs::set_permissions(&folder, fs::Permissions::from_mode(0o755))
             .map_err(|e| format!("cannot open {} to the server: {e}", folder.display()))?;
@@ -126,7 +127,9 @@ impl Postgres {
             folder,
             child,
         };
-        server.wait_until_it_answers(Duration::from_secs(30)).await?;
+        server
+            .wait_until_it_answers(Duration::from_secs(30))
+            .await?;
         Ok(server)
     }
 

@@ -35,10 +35,10 @@ pub fn binaries() -> Result<Binaries, String> {
     let extension = postgres
         .parent()
         .map(|version| version.join("lib/pg_stat_statements.so"));
-    if let Some(extension) = extension.filter(|path| path.parent().is_some_and(Path::is_dir)) {
-        if !extension.is_file() {
-            install(&["postgresql-contrib"])?;
-        }
+    if let Some(extension) = extension.filter(|path| path.parent().is_some_and(Path::is_dir))
+        && !extension.is_file()
+    {
+        install(&["postgresql-contrib"])?;
     }
     let redis = redis_server().ok_or("redis-server is not found, even after installing it")?;
     Ok(Binaries { postgres, redis })

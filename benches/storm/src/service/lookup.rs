@@ -147,4 +147,3 @@ async fn stampede_redis(id: i32) -> Result<Option<Product>, LookupError> {
 async fn stampede_refresh(id: i32) -> Result<Option<Product>, LookupError> {
     query(id).await
 }
-

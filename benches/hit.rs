@@ -33,7 +33,7 @@
 //! cache is first called), with it. This group runs last: the recorder is process-global.
 //!
 //! Run: `cargo bench -p stampede-benches --bench hit` (add `-- --quick` for a shorter run; keep
-//! `-p`, see `scenarios.rs`). After criterion's own
+//! `-p`, see `scenarios/main.rs`). After criterion's own
 //! report, a summary prints every hit as a ratio to raw moka `get` and to the
 //! `RwLock<HashMap>` floor.
 //!
@@ -49,10 +49,8 @@ use std::sync::{LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
+use stampede_benches::BenchRedis;
 use tokio::runtime::{Builder, Runtime};
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
 
 /// The warm key every hit asks for.
 const KEY: u64 = 42;
@@ -731,9 +729,9 @@ fn summary(home: &std::path::Path) {
 }
 
 /// The Redis of the tiered row, installed as the `bench` connection; `None` leaves the row out.
-fn bench_redis() -> Option<redis_server::BenchRedis> {
+fn bench_redis() -> Option<BenchRedis> {
     let url = std::env::var("STAMPEDE_BENCH_REDIS").ok();
-    match redis_server::BenchRedis::get(url).and_then(|redis| {
+    match BenchRedis::get(url).and_then(|redis| {
         redis.install()?;
         Ok(redis)
     }) {

@@ -13,21 +13,23 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use stampede_benches::BenchRedis;
 
-/// The script of stampede's read (`READ_FRESH`: a `GET`, the server's `TIME`, the envelope's
-/// fresh deadline matched and compared), run with `EVALSHA` on the raw connection: what the
+/// The script of stampede's read (`READ_FRESH`: the size checked, a `GET`, the server's `TIME`,
+/// the envelope's fresh deadline matched and compared), run with `EVALSHA` on the raw connection: what the
 /// server's side of stampede's round trip costs, without the runtime. A copy of the script in
 /// `stampede-runtime/src/redis/scripts.rs` (the runtime keeps its scripts private): change both.
 const READ_SHAPE: &str = r"
+if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then
+  return false
+end
 local value = redis.call('GET', KEYS[1])
 if not value then
   return false
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+local fresh = tonumber(string.match(value, '^S2 (%d+) '))
 if fresh and fresh > now then
   return {value, now}
 end
@@ -75,7 +77,7 @@ fn median(mut runs: Vec<Duration>) -> Duration {
 
 fn main() {
     let url = std::env::var("STAMPEDE_BENCH_REDIS").ok();
-    let redis = match redis_server::BenchRedis::get(url) {
+    let redis = match BenchRedis::get(url) {
         Ok(redis) => redis,
         Err(why) => {
             eprintln!("no Redis: {why}");
@@ -145,6 +147,7 @@ fn main() {
                     async move {
                         script
                             .key(key)
+                            .arg(8 << 20)
                             .invoke_async::<redis::Value>(&mut raw)
                             .await
                             .expect("EVALSHA")

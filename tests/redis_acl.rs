@@ -6,21 +6,19 @@
 //! Every test has its own server (the cluster test its own cluster) and its own connection name.
 
 mod common;
-#[path = "production/telemetry.rs"]
-mod telemetry;
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::redis_server::{Options, RedisServer};
-use common::{eventually, within};
+use common::{eventually, telemetry, within};
 use stampede::{RedisConfig, cached};
-use stampede_test_support::redis_cluster::Cluster;
+use stampede_test_support::redis_cluster::{self, Cluster};
 
 /// What the Redis tier runs, and nothing else (no `INFO`, no `CLUSTER INFO`): the command list of
 /// an ACL user for stampede, as the README gives it. `HELLO` and `AUTH` need no permission; the
 /// client's `CLIENT SETINFO` (Redis 7.2 and later) may be refused, it is ignored.
-const TIER_COMMANDS: &str = "-@all +ping +evalsha +script|load +get +set +del \
+const TIER_COMMANDS: &str = "-@all +ping +evalsha +script|load +get +getrange +strlen +set +del \
      +exists +incr +pexpire +pttl +sadd +srem +smembers +sunionstore +time +publish +spublish \
      +subscribe +unsubscribe +ssubscribe +sunsubscribe +cluster|slots";
 
@@ -353,7 +351,7 @@ async fn info_refused_by_an_acl_does_not_make_a_cluster_node_look_standalone() {
         format!("cart {id} loaded by b")
     }
 
-    let cluster = Cluster::start(3, None);
+    let cluster = Cluster::start(redis_cluster::Options::masters(3));
     let user = acl_user("cache", "pw", "~stampede:*", "&stampede:*");
     cluster.on_every_node(&user.iter().map(String::as_str).collect::<Vec<_>>());
     // One node's URL: whether it is a cluster is asked of it, and it refuses INFO.

@@ -7,20 +7,20 @@
 //! proved by publishing on another node than the one subscribed to.
 
 mod common;
-#[path = "common/redis_cluster.rs"]
-mod redis_cluster;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::{eventually, within};
-use redis_cluster::RedisCluster;
 use stampede::{RedisConfig, cached};
+use stampede_test_support::redis_cluster::{Cluster, Options};
 
-/// The shared cluster, with how long it took to come up printed once.
-fn cluster() -> &'static RedisCluster {
-    let cluster = redis_cluster::shared();
+/// This file's cluster, started by the first test that asks for it, with how long it took to
+/// come up printed once.
+fn cluster() -> &'static Cluster {
+    static CLUSTER: std::sync::OnceLock<Cluster> = std::sync::OnceLock::new();
+    let cluster = CLUSTER.get_or_init(|| Cluster::start(Options::masters(3).replicas(1)));
     static PRINTED: std::sync::Once = std::sync::Once::new();
     PRINTED.call_once(|| {
         println!(
@@ -324,7 +324,7 @@ impl std::ops::Sub for Bus {
     }
 }
 
-fn bus_messages(cluster: &RedisCluster) -> Bus {
+fn bus_messages(cluster: &Cluster) -> Bus {
     let mut bus = Bus::default();
     for port in cluster.ports() {
         let info: String = cluster.command(port, &["CLUSTER", "INFO"]);
@@ -341,7 +341,7 @@ fn bus_messages(cluster: &RedisCluster) -> Bus {
 
 /// [`bus_messages`] once it has stopped changing for 200 ms: every message sent so far, and
 /// those its receivers sent on, counted.
-async fn settled_bus(cluster: &RedisCluster) -> Bus {
+async fn settled_bus(cluster: &Cluster) -> Bus {
     within(async {
         let mut last = bus_messages(cluster);
         loop {
@@ -357,7 +357,7 @@ async fn settled_bus(cluster: &RedisCluster) -> Bus {
 }
 
 /// The sharded channels subscribed on every master whose name starts with `prefix`.
-fn shard_channels(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+fn shard_channels(cluster: &Cluster, prefix: &str) -> Vec<String> {
     cluster
         .masters()
         .into_iter()
@@ -604,8 +604,8 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
     eventually("the restarted node to rejoin as a replica", || {
         let role = cluster.try_command::<String>(victim, &["INFO", "replication"]);
         let state = cluster.try_command::<String>(victim, &["CLUSTER", "INFO"]);
-        role.is_some_and(|role| role.contains("role:slave"))
-            && state.is_some_and(|state| state.contains("cluster_state:ok"))
+        role.is_ok_and(|role| role.contains("role:slave"))
+            && state.is_ok_and(|state| state.contains("cluster_state:ok"))
     })
     .await;
     let rejoined_in = restarted_at.elapsed();

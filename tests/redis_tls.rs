@@ -6,15 +6,13 @@
 //! Every test has its own server and its own connection name.
 
 mod common;
-#[path = "production/telemetry.rs"]
-mod telemetry;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::redis_server::{Options, RedisServer};
-use common::{eventually, within};
+use common::{eventually, telemetry, within};
 use stampede::{RedisConfig, cached};
 use stampede_test_support::tls::TestCerts;
 

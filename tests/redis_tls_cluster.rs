@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{eventually, within};
 use stampede::{RedisConfig, cached};
-use stampede_test_support::redis_cluster::Cluster;
+use stampede_test_support::redis_cluster::{Cluster, Options};
 use stampede_test_support::tls::TestCerts;
 
 #[tokio::test]
@@ -45,7 +45,7 @@ async fn a_tls_cluster_with_client_certificates_serves_values_wake_ups_and_inval
     }
 
     let certs = Arc::new(TestCerts::generate("stampede cluster CA"));
-    let cluster = Cluster::start(3, Some(certs.clone()));
+    let cluster = Cluster::start(Options::masters(3).tls(certs.clone()));
     println!("TLS cluster of 3 masters ready in {:?}", cluster.ready_in);
     // One node's URL: the cluster is detected, and the slot map's other nodes are reached with
     // the same certificates.

@@ -1,6 +1,6 @@
 //! Many processes, one Redis, one cold key: the processes are copies of this program run by
-//! `examples/app/src/multi_instance.rs` (included by `scenarios.rs`), and the Redis round trip
-//! they are judged against is measured here, in the same run.
+//! `stampede_examples::multi_instance` (`examples/app/src/multi_instance.rs`), and the Redis
+//! round trip they are judged against is measured here, in the same run.
 
 use std::time::Duration;
 

@@ -91,9 +91,12 @@ options! {
     "soft_timeout" => |o, p| put(&mut o.soft_timeout, p, duration(p)?),
         doc: "with `fail_safe`, a caller waiting for a load gets the last good value after this; the load goes on and stores its result",
         default: "off";
-    "retry_if" => |o, p| put(&mut o.retry_if, p, fn_path(p)?),
+    "retry_if" => |o, p| put(&mut o.retry_if, p, fn_path(p, RETRY_IF)?),
         doc: "path of a `fn(&E) -> bool`: only errors it accepts are retried (timeouts always are)",
         default: "every error";
+    "source_version" => |o, p| put(&mut o.source_version, p, fn_path(p, SOURCE_VERSION)?),
+        doc: "path of a `fn(&T) -> u64` giving the source version a value was read at (a row version, an `updated_at`): a load, refresh or `prime` of an older version than the value stored is not stored, in memory or in Redis",
+        default: "off";
     "breaker" => |o, p| put(&mut o.breaker, p, int(p, "5")?),
         doc: "after this many consecutive failed loads of the cache, skip the source for `breaker_cooldown` (the fail-safe value, else `stampede::Error::CircuitOpen` at once), then one probe",
         default: "off";
@@ -186,6 +189,7 @@ pub(crate) struct Options {
     pub(crate) fail_safe_throttle: Option<Spanned<Duration>>,
     pub(crate) soft_timeout: Option<Spanned<Duration>>,
     pub(crate) retry_if: Option<Spanned<syn::Path>>,
+    pub(crate) source_version: Option<Spanned<syn::Path>>,
     pub(crate) breaker: Option<Spanned<u32>>,
     pub(crate) breaker_cooldown: Option<Spanned<Duration>>,
     pub(crate) key: Option<Spanned<KeyTemplate>>,
@@ -472,17 +476,45 @@ fn crate_path(pair: &Pair) -> syn::Result<syn::Path> {
     })
 }
 
+/// What an option that names a function expects of it: its signature, and an example.
+struct FnOption {
+    name: &'static str,
+    signature: &'static str,
+    example: &'static str,
+    example_fn: &'static str,
+}
+
+const RETRY_IF: FnOption = FnOption {
+    name: "retry_if",
+    signature: "fn(&E) -> bool",
+    example: "is_transient",
+    example_fn: "fn is_transient(e: &MyError) -> bool",
+};
+
+const SOURCE_VERSION: FnOption = FnOption {
+    name: "source_version",
+    signature: "fn(&T) -> u64",
+    example: "row_version",
+    example_fn: "fn row_version(p: &Product) -> u64",
+};
+
 /// The path of a function in scope of the cached one, `"is_transient"` or `"errors::retryable"`.
-fn fn_path(pair: &Pair) -> syn::Result<syn::Path> {
+fn fn_path(pair: &Pair, option: FnOption) -> syn::Result<syn::Path> {
     let path = string(
         pair,
-        "the path of a `fn(&E) -> bool`, e.g. \"is_transient\"",
+        &format!(
+            "the path of a `{}`, e.g. \"{}\"",
+            option.signature, option.example
+        ),
     )?;
     let mut parsed: syn::Path = path.parse().map_err(|_| {
         error(
             path.span(),
             format!("`{}` is not a path", path.value()),
-            "name a function in scope, e.g. `retry_if = \"is_transient\"` for `fn is_transient(e: &MyError) -> bool`",
+            format!(
+                "name a function in scope, e.g. `{} = \"{}\"` for `{}`",
+                option.name, option.example, option.example_fn
+            ),
         )
     })?;
     // Errors about the function (it does not resolve, its signature does not fit) point at the

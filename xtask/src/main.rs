@@ -4,9 +4,9 @@
 //! - `cargo xtask test [ARGS...]`: makes sure the test servers are installed, then runs
 //!   `cargo test --workspace --features stampede/tls ARGS...` (the `tls` feature so that the
 //!   TLS tests run too). The Redis tests start their own `redis-server` (or the
-//!   server named by `STAMPEDE_TEST_SERVER`, e.g. `valkey-server`) on a free loopback port, and
-//!   the cluster tests use `redis-cli --cluster create`, so both binaries must be there. When one
-//!   is missing it is installed through `apt-get` if this user may (root, or `sudo` without a
+//!   server named by `STAMPEDE_TEST_SERVER`, e.g. `valkey-server`) on free loopback ports, the
+//!   nodes of their clusters too (joined with cluster commands, no `redis-cli`). When it is
+//!   missing it is installed through `apt-get` if this user may (root, or `sudo` without a
 //!   password prompt); otherwise the command stops at once and prints the one command to run.
 //! - `cargo xtask setup`: only the installation step.
 //!
@@ -75,19 +75,13 @@ struct Needed {
     package: Option<&'static str>,
 }
 
-/// The binaries the tests start: `redis-server` and `redis-cli` (the cluster fixture), and the
-/// server named by `STAMPEDE_TEST_SERVER` when it is another.
+/// The binaries the tests start: `redis-server`, and the server named by
+/// `STAMPEDE_TEST_SERVER` when it is another.
 fn needed() -> Vec<Needed> {
-    let mut needed = vec![
-        Needed {
-            binary: "redis-server".to_owned(),
-            package: Some("redis-server"),
-        },
-        Needed {
-            binary: "redis-cli".to_owned(),
-            package: Some("redis-tools"),
-        },
-    ];
+    let mut needed = vec![Needed {
+        binary: "redis-server".to_owned(),
+        package: Some("redis-server"),
+    }];
     if let Some(server) = env::var_os(SERVER_VAR).filter(|server| !server.is_empty()) {
         let server = server.to_string_lossy().into_owned();
         if server != "redis-server" {

@@ -8,8 +8,8 @@
 //! carries the value.
 //!
 //! `examples/multi_instance.rs` prints what the processes saw, `tests/multi_process.rs` asserts
-//! it, and the benchmarks' scenario runner (`benches/scenarios.rs`, 4 processes x 250 callers)
-//! includes this file to measure it: it uses nothing of this package but this file.
+//! it, and the benchmarks' scenario runner (`benches/scenarios/main.rs`, 4 processes x 250
+//! callers) measures it through this package's library.
 
 use std::path::Path;
 use std::process::{Command, Stdio};

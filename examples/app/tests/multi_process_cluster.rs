@@ -7,20 +7,17 @@
 //! does: `STAMPEDE_REDIS_URL`, here the comma-separated list of every node's URL. Figures are
 //! printed as it goes.
 
-#[path = "common/processes.rs"]
-mod processes;
-#[path = "../../../tests/common/redis_cluster.rs"]
-mod redis_cluster;
+mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use processes::{Lines, Process, check, finish};
-use redis_cluster::RedisCluster;
+use common::processes::{self, Lines, Process, check, finish};
 use stampede::{RedisConfig, cached};
+use stampede_test_support::redis_cluster::{Cluster, Options};
 
 const ROLE: &str = "MPC_ROLE";
-type Scenario = fn(&RedisCluster) -> Result<(), String>;
+type Scenario = fn(&Cluster) -> Result<(), String>;
 /// Every wait of the parent on its children.
 const WAIT: Duration = Duration::from_secs(60);
 /// Cold keys per stampede, and concurrent callers of each key in each process.
@@ -33,7 +30,7 @@ fn main() {
         child(&role);
         return;
     }
-    let cluster = RedisCluster::start();
+    let cluster = Cluster::start(Options::masters(3).replicas(1));
     println!(
         "cluster of 6 nodes up (cluster_state:ok on every node) in {:.1}s",
         cluster.ready_in.as_secs_f64()
@@ -196,7 +193,7 @@ fn env<T: std::str::FromStr>(name: &str) -> T {
 fn start(
     role: &str,
     count: usize,
-    cluster: &RedisCluster,
+    cluster: &Cluster,
     env: &[(&str, String)],
 ) -> Result<(Vec<Process>, Lines), String> {
     let mut all = vec![
@@ -228,10 +225,7 @@ fn next_line(
 
 /// Runs a cold stampede of 4 processes on the keys `base..base + KEYS`; returns the loads in
 /// all processes together and the values per master.
-fn stampede_of_four(
-    cluster: &RedisCluster,
-    base: u64,
-) -> Result<(usize, Vec<(u16, usize)>), String> {
+fn stampede_of_four(cluster: &Cluster, base: u64) -> Result<(usize, Vec<(u16, usize)>), String> {
     let start_at = unix_ms() + 1_500; // time for every process to start and connect
     let (mut processes, lines) = start(
         "storm",
@@ -276,7 +270,7 @@ fn stampede_of_four(
     Ok((loads, per_master))
 }
 
-fn cold_stampede(cluster: &RedisCluster) -> Result<(), String> {
+fn cold_stampede(cluster: &Cluster) -> Result<(), String> {
     let started = Instant::now();
     let (loads, per_master) = stampede_of_four(cluster, 1_000)?;
     println!(
@@ -297,7 +291,7 @@ fn cold_stampede(cluster: &RedisCluster) -> Result<(), String> {
     )
 }
 
-fn invalidation_across_processes(cluster: &RedisCluster) -> Result<(), String> {
+fn invalidation_across_processes(cluster: &Cluster) -> Result<(), String> {
     let (mut reader, reader_lines) = start("reader", 1, cluster, &[])?;
     let mut seen = Vec::new();
     let (_, read) = next_line(&reader_lines, "READ ", &mut seen)?;
@@ -333,7 +327,7 @@ fn invalidation_across_processes(cluster: &RedisCluster) -> Result<(), String> {
     })
 }
 
-fn master_killed(cluster: &RedisCluster) -> Result<(), String> {
+fn master_killed(cluster: &Cluster) -> Result<(), String> {
     let stop = std::env::temp_dir().join(format!("stampede-mpc-stop-{}", std::process::id()));
     let _ = std::fs::remove_file(&stop);
     let stop_path = stop.display().to_string();

@@ -46,6 +46,7 @@ impl Expansion<'_> {
             None => quote!(""),
         };
         let tags = self.tags();
+        let values = self.values();
         quote! {
             #private::Recipe {
                 slot: #slot,
@@ -53,7 +54,20 @@ impl Expansion<'_> {
                 config: #config,
                 tier: #tier,
                 tags: #tags,
+                values: #values,
                 rules: #rules,
+            }
+        }
+    }
+
+    /// What the runtime knows of the values (`Values`): `source_version` the option's function,
+    /// checked to be a `fn(&T) -> u64` at the option's span.
+    fn values(&self) -> TokenStream {
+        let private = &self.private;
+        let source_version = optional_fn(self.settings.source_version.as_ref());
+        quote! {
+            #private::Values {
+                source_version: #source_version,
             }
         }
     }
@@ -65,16 +79,7 @@ impl Expansion<'_> {
     fn rules(&self) -> TokenStream {
         let private = &self.private;
         let output = &self.function.output;
-        let retry_if = match &self.settings.retry_if {
-            Some(path) => {
-                let span = path
-                    .segments
-                    .last()
-                    .map_or(Span::call_site(), |s| s.ident.span());
-                quote_spanned!(span=> ::core::option::Option::Some(#path))
-            }
-            None => quote!(::core::option::Option::None),
-        };
+        let retry_if = optional_fn(self.settings.retry_if.as_ref());
         quote! {
             #private::ErrorRules {
                 clone: {
@@ -286,5 +291,20 @@ impl Expansion<'_> {
                 })
             }
         }
+    }
+}
+
+/// `Some(path)` for an option that names a function, spanned at the option's value so that a
+/// function whose signature does not fit is reported there; `None` without the option.
+fn optional_fn(path: Option<&syn::Path>) -> TokenStream {
+    match path {
+        Some(path) => {
+            let span = path
+                .segments
+                .last()
+                .map_or(Span::call_site(), |s| s.ident.span());
+            quote_spanned!(span=> ::core::option::Option::Some(#path))
+        }
+        None => quote!(::core::option::Option::None),
     }
 }

@@ -1,6 +1,8 @@
-//! Test support shared by the workspace's test suites: [`redis_server::RedisServer`], a real
+//! Test support shared by the workspace's test suites: [`within`] and [`eventually`], the
+//! bounded waits of every test, [`redis_server::RedisServer`], a real
 //! `redis-server` per test on a free loopback port (plain, TLS, or with a password),
-//! [`redis_cluster::Cluster`], a small real Redis Cluster (plain or TLS), [`tls::TestCerts`],
+//! [`redis_cluster::Cluster`], a real Redis Cluster (masters, with or without replicas, plain
+//! or TLS) whose nodes fault tests kill, restart and move slots between, [`tls::TestCerts`],
 //! certificates made by the test, and [`fault_proxy::FaultProxy`], a TCP proxy in front of a
 //! server that delays, blackholes or cuts connections.
 //!
@@ -11,6 +13,9 @@ pub mod fault_proxy;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod tls;
+pub mod wait;
+
+pub use wait::{WAIT, eventually, within};
 
 use std::path::PathBuf;
 

@@ -1,15 +1,19 @@
-//! A small real Redis Cluster on loopback: `masters` nodes without replicas, plain or TLS only
-//! (`--tls-port`, `--port 0`, `--tls-cluster yes`: the cluster bus is TLS too), made with
-//! `CLUSTER ADDSLOTS` and `CLUSTER MEET` (no `redis-cli` needed). For the tests of what a
-//! production cluster asks of a client (TLS, ACL users); `tests/common/redis_cluster.rs` has the
-//! 6-node one with replicas that the failover and resharding tests use.
+//! A real Redis Cluster on loopback: [`Options::masters`] masters, each with
+//! [`Options::replicas`] replicas (every replica synced before the cluster is handed out), plain
+//! or TLS only ([`Options::tls`]: `--tls-port`, `--port 0`, `--tls-cluster yes` and
+//! `--tls-replication yes`, so the cluster bus and the replication links are TLS too). The nodes
+//! are the server [`binary`] names (`STAMPEDE_TEST_SERVER`, e.g. `valkey-server`), joined with
+//! cluster commands (`CLUSTER ADDSLOTS`, `MEET`, `REPLICATE`): no command-line client is needed.
 //!
-//! A test file starts one and shares it (a `static`); since a `static` is never dropped, a
-//! watchdog shell stops the nodes and deletes their directory at most half a second after the
-//! test process is gone.
+//! Fault tests [`kill`](Cluster::kill) and [`restart`](Cluster::restart) nodes, find the
+//! [`owner`](Cluster::owner) of a key and [`move_slot`](Cluster::move_slot)s between masters.
+//!
+//! One cluster per test file: a test file starts one and shares it among its tests (a `static`),
+//! or starts one in its only test. Since a `static` is never dropped, a watchdog shell stops the
+//! nodes and deletes their directory at most half a second after the test process is gone.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,34 +26,73 @@ const SLOTS: u16 = 16_384;
 /// The bound on the cluster coming up.
 const UP_WITHIN: Duration = Duration::from_secs(60);
 
-/// A running cluster of masters.
+/// How a [`Cluster`] is made: how many masters, replicas per master, plain or TLS.
+#[derive(Clone)]
+pub struct Options {
+    masters: usize,
+    replicas: usize,
+    tls: Option<Arc<TestCerts>>,
+}
+
+impl Options {
+    /// `count` masters (at least 1), each serving an equal share of the slots, no replicas.
+    pub fn masters(count: usize) -> Options {
+        Options {
+            masters: count.max(1),
+            replicas: 0,
+            tls: None,
+        }
+    }
+
+    /// `per_master` replicas of each master, which take over its slots when it dies.
+    pub fn replicas(mut self, per_master: usize) -> Options {
+        self.replicas = per_master;
+        self
+    }
+
+    /// TLS only, clients needing a certificate signed by `certs`' CA.
+    pub fn tls(mut self, certs: Arc<TestCerts>) -> Options {
+        self.tls = Some(certs);
+        self
+    }
+
+    fn nodes(&self) -> usize {
+        self.masters * (1 + self.replicas)
+    }
+}
+
+/// A running cluster.
 pub struct Cluster {
+    /// The masters' first, then the replicas'.
     ports: Vec<u16>,
     dir: PathBuf,
+    options: Options,
+    /// One per port, in the same order.
     children: Mutex<Vec<Child>>,
-    tls: Option<Arc<TestCerts>>,
+    /// Ports of nodes killed by a test.
+    killed: Mutex<Vec<u16>>,
     /// From the first node spawned to `cluster_state:ok` on every node.
     pub ready_in: Duration,
 }
 
 impl Cluster {
-    /// Starts `masters` nodes (at least 1), gives each an equal share of the slots and joins
-    /// them; with `tls`, TLS only, clients needing a certificate signed by its CA. Returns once
-    /// every node reports `cluster_state:ok`.
-    pub fn start(masters: usize, tls: Option<Arc<TestCerts>>) -> Cluster {
-        let masters = masters.max(1);
+    /// Starts the nodes, gives each master an equal share of the slots, joins them and makes
+    /// the replicas. Returns once every node reports `cluster_state:ok`, sees every master and
+    /// replica, and every replica is synced with its master.
+    pub fn start(options: Options) -> Cluster {
         let dir = crate::temp_dir("stampede-cluster");
-        let ports = free_ports(masters);
+        let ports = free_ports(options.nodes());
         let began = Instant::now();
         let children = ports
             .iter()
-            .map(|port| spawn_node(&dir, *port, tls.as_deref()))
+            .map(|port| spawn_node(&dir, *port, options.tls.as_deref()))
             .collect();
         let mut cluster = Cluster {
             ports,
             dir,
+            options,
             children: Mutex::new(children),
-            tls,
+            killed: Mutex::new(Vec::new()),
             ready_in: Duration::ZERO,
         };
         cluster.watchdog();
@@ -58,8 +101,23 @@ impl Cluster {
                 cluster.try_command::<String>(*port, &["PING"]).is_ok()
             });
         }
+        cluster.join();
+        cluster.ready_in = began.elapsed();
+        cluster
+    }
+
+    /// Makes a cluster of the started nodes, as `redis-cli --cluster create` does: a config
+    /// epoch of its own for each node, the slots shared among the masters, every node met,
+    /// each replica set to replicate its master; then waits until every node agrees.
+    fn join(&self) {
+        let masters = self.options.masters;
+        let (master_ports, replica_ports) = self.ports.split_at(masters);
+        for (index, port) in self.ports.iter().enumerate() {
+            let epoch = (index + 1).to_string();
+            let _: String = self.command(*port, &["CLUSTER", "SET-CONFIG-EPOCH", &epoch]);
+        }
         let share = SLOTS / masters as u16;
-        for (index, port) in cluster.ports.iter().enumerate() {
+        for (index, port) in master_ports.iter().enumerate() {
             let first = share * index as u16;
             let last = if index + 1 == masters {
                 SLOTS - 1
@@ -69,23 +127,50 @@ impl Cluster {
             let slots: Vec<String> = (first..=last).map(|slot| slot.to_string()).collect();
             let mut args = vec!["CLUSTER", "ADDSLOTS"];
             args.extend(slots.iter().map(String::as_str));
-            let _: String = cluster.command(*port, &args);
+            let _: String = self.command(*port, &args);
         }
-        let first = cluster.ports[0];
-        for port in &cluster.ports[1..] {
+        let first = self.ports[0];
+        for port in &self.ports[1..] {
             let _: String =
-                cluster.command(first, &["CLUSTER", "MEET", "127.0.0.1", &port.to_string()]);
+                self.command(first, &["CLUSTER", "MEET", "127.0.0.1", &port.to_string()]);
         }
-        let known = format!("cluster_known_nodes:{masters}");
-        for port in &cluster.ports {
-            wait_for(&format!("node {port} to report cluster_state:ok"), || {
-                cluster
-                    .try_command::<String>(*port, &["CLUSTER", "INFO"])
-                    .is_ok_and(|info| info.contains("cluster_state:ok") && info.contains(&known))
+        for (index, port) in replica_ports.iter().enumerate() {
+            let master = master_ports[index % masters];
+            let id: String = self.command(master, &["CLUSTER", "MYID"]);
+            // Refused ("Unknown node") until the replica has heard of its master.
+            wait_for(&format!("node {port} to replicate node {master}"), || {
+                self.try_command::<String>(*port, &["CLUSTER", "REPLICATE", &id])
+                    .is_ok()
             });
         }
-        cluster.ready_in = began.elapsed();
-        cluster
+        let known = format!("cluster_known_nodes:{}", self.ports.len());
+        let replicas = replica_ports.len();
+        for port in &self.ports {
+            wait_for(&format!("node {port} to report cluster_state:ok"), || {
+                self.try_command::<String>(*port, &["CLUSTER", "INFO"])
+                    .is_ok_and(|info| info.contains("cluster_state:ok") && info.contains(&known))
+                    && self
+                        .try_command::<String>(*port, &["CLUSTER", "NODES"])
+                        .is_ok_and(|nodes| {
+                            masters_in(&nodes).len() == masters
+                                && nodes
+                                    .lines()
+                                    .filter(|l| {
+                                        l.split(' ').nth(2).is_some_and(|f| f.contains("slave"))
+                                    })
+                                    .count()
+                                    == replicas
+                        })
+            });
+        }
+        // A replica that has not synced with its master yet cannot be promoted: a failover test
+        // needs every replica's link up.
+        for port in replica_ports {
+            wait_for(&format!("node {port} to be a synced replica"), || {
+                self.try_command::<String>(*port, &["INFO", "replication"])
+                    .is_ok_and(|info| info.contains("master_link_status:up"))
+            });
+        }
     }
 
     /// Every node's URL, comma-separated, as `RedisConfig::new` takes it (`rediss://` with TLS).
@@ -96,33 +181,155 @@ impl Cluster {
             .join(",")
     }
 
-    /// One node's URL.
+    /// One node's URL (the masters are the first nodes).
     pub fn url(&self, node: usize) -> String {
-        let scheme = if self.tls.is_some() {
+        self.url_of(self.ports[node])
+    }
+
+    fn url_of(&self, port: u16) -> String {
+        let scheme = if self.options.tls.is_some() {
             "rediss"
         } else {
             "redis"
         };
-        format!("{scheme}://127.0.0.1:{}/", self.ports[node])
+        format!("{scheme}://127.0.0.1:{port}/")
     }
 
-    /// The nodes' ports.
-    pub fn ports(&self) -> &[u16] {
-        &self.ports
-    }
-
-    /// The keys matching `pattern` on each node, by port.
-    pub fn keys_by_node(&self, pattern: &str) -> Vec<(u16, Vec<String>)> {
+    /// The ports of the nodes not killed.
+    pub fn ports(&self) -> Vec<u16> {
+        let killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
         self.ports
             .iter()
-            .map(|port| (*port, self.command(*port, &["KEYS", pattern])))
+            .copied()
+            .filter(|port| !killed.contains(port))
             .collect()
     }
 
-    /// Runs one command on every node (an `ACL SETUSER`: ACLs are per node).
+    /// Kills the node at `port` with SIGKILL, as a crash would.
+    pub fn kill(&self, port: u16) {
+        let index = self.index(port);
+        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = children[index].kill();
+        let _ = children[index].wait();
+        self.killed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(port);
+    }
+
+    /// Starts the node at `port` again, killed before, with its cluster configuration: it
+    /// rejoins the cluster (a killed master as a replica of the one that took its slots).
+    pub fn restart(&self, port: u16) {
+        let index = self.index(port);
+        let child = spawn_node(&self.dir, port, self.options.tls.as_deref());
+        self.guard(&[child.id()], false);
+        self.children.lock().unwrap_or_else(|e| e.into_inner())[index] = child;
+        self.killed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|killed| *killed != port);
+        wait_for(&format!("node {port} to answer again"), || {
+            self.try_command::<String>(port, &["PING"]).is_ok()
+        });
+    }
+
+    fn index(&self, port: u16) -> usize {
+        self.ports
+            .iter()
+            .position(|p| *p == port)
+            .unwrap_or_else(|| panic!("no node of this cluster has port {port}"))
+    }
+
+    /// The ports of the masters that serve slots, from `CLUSTER NODES`, in ascending order.
+    pub fn masters(&self) -> Vec<u16> {
+        masters_in(&self.command::<String>(self.ports()[0], &["CLUSTER", "NODES"]))
+    }
+
+    /// The port of the master that owns `key`'s slot.
+    pub fn owner(&self, key: &str) -> u16 {
+        let node = self.ports()[0];
+        let slot: i64 = self.command(node, &["CLUSTER", "KEYSLOT", key]);
+        let slots: redis::Value = self.command(node, &["CLUSTER", "SLOTS"]);
+        let redis::Value::Array(ranges) = slots else {
+            panic!("unexpected CLUSTER SLOTS reply {slots:?}");
+        };
+        for range in ranges {
+            let redis::Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(redis::Value::Int(start)), Some(redis::Value::Int(end))) =
+                (fields.first(), fields.get(1))
+            else {
+                continue;
+            };
+            if (*start..=*end).contains(&slot)
+                && let Some(redis::Value::Array(master)) = fields.get(2)
+                && let Some(redis::Value::Int(port)) = master.get(1)
+            {
+                return u16::try_from(*port).expect("a port");
+            }
+        }
+        panic!("no master owns slot {slot}");
+    }
+
+    /// Moves `slot` from the master at `from` to the master at `to`, as `redis-cli --cluster
+    /// reshard` does: `SETSLOT IMPORTING` on the target, `MIGRATING` on the source, `MIGRATE`
+    /// of its keys in batches, then `SETSLOT NODE` on the target, the source and the other
+    /// masters. Each of the three stages (migrating, keys moved, reassigned) is held `pause`.
+    /// Returns how many keys were migrated.
+    pub fn move_slot(&self, slot: i64, from: u16, to: u16, pause: Duration) -> usize {
+        let slot = slot.to_string();
+        let from_id: String = self.command(from, &["CLUSTER", "MYID"]);
+        let to_id: String = self.command(to, &["CLUSTER", "MYID"]);
+        let _: String = self.command(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+        let _: String = self.command(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+        std::thread::sleep(pause);
+        let mut moved = 0;
+        loop {
+            let keys: Vec<String> = self.command(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            // NOKEY when every key expired meanwhile: nothing left to move.
+            let _: redis::RedisResult<String> = self.try_command(from, &args);
+            moved += keys.len();
+        }
+        std::thread::sleep(pause);
+        for port in [to, from] {
+            let _: String = self.command(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        }
+        for port in self.masters() {
+            if port != to && port != from {
+                let _: String = self.command(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+            }
+        }
+        std::thread::sleep(pause);
+        moved
+    }
+
+    /// The keys matching `pattern` on every master.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.masters()
+            .into_iter()
+            .flat_map(|port| self.command::<Vec<String>>(port, &["KEYS", pattern]))
+            .collect()
+    }
+
+    /// The keys matching `pattern` on each node not killed, by port.
+    pub fn keys_by_node(&self, pattern: &str) -> Vec<(u16, Vec<String>)> {
+        self.ports()
+            .into_iter()
+            .map(|port| (port, self.command(port, &["KEYS", pattern])))
+            .collect()
+    }
+
+    /// Runs one command on every node not killed (an `ACL SETUSER`: ACLs are per node).
     pub fn on_every_node(&self, args: &[&str]) {
-        for port in &self.ports {
-            let _: redis::Value = self.command(*port, args);
+        for port in self.ports() {
+            let _: redis::Value = self.command(port, args);
         }
     }
 
@@ -132,21 +339,21 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("the test's command {args:?} on node {port} failed: {e}"))
     }
 
-    /// Runs one command on the node at `port`.
+    /// Runs one command on the master that owns `key` (the command's first argument after its
+    /// name is taken to be the key).
+    pub fn keyed<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        self.command(self.owner(args[1]), args)
+    }
+
+    /// Runs one command on the node at `port`; an error if it fails (a node down or loading,
+    /// a refusal).
     pub fn try_command<T: redis::FromRedisValue>(
         &self,
         port: u16,
         args: &[&str],
     ) -> redis::RedisResult<T> {
-        let url = format!(
-            "{}://127.0.0.1:{port}/",
-            if self.tls.is_some() {
-                "rediss"
-            } else {
-                "redis"
-            }
-        );
-        let client = match &self.tls {
+        let url = self.url_of(port);
+        let client = match &self.options.tls {
             Some(certs) => redis::Client::build_with_tls(url, certs.redis_certificates()),
             None => redis::Client::open(url),
         }?;
@@ -160,19 +367,30 @@ impl Cluster {
 
     /// A shell that kills the nodes and deletes their directory once this process is gone.
     fn watchdog(&self) {
-        let pids: Vec<String> = self
+        let pids: Vec<u32> = self
             .children
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|child| child.id().to_string())
+            .map(Child::id)
             .collect();
+        self.guard(&pids, true);
+    }
+
+    /// Kills `pids` (and with `remove_dir` deletes the cluster's directory) when this test
+    /// process ends, however it ends: a shared cluster is a static, never dropped.
+    fn guard(&self, pids: &[u32], remove_dir: bool) {
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let remove = if remove_dir {
+            format!("rm -rf '{}'", self.dir.display())
+        } else {
+            String::from("true")
+        };
         let script = format!(
             "while kill -0 {parent} 2>/dev/null; do sleep 0.5; done; kill -9 {pids} 2>/dev/null; \
-             rm -rf '{dir}'",
+             {remove}",
             parent = std::process::id(),
             pids = pids.join(" "),
-            dir = self.dir.display(),
         );
         let _ = Command::new("sh")
             .args(["-c", &script])
@@ -190,12 +408,13 @@ impl Drop for Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+        children.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 /// One node, with its cluster configuration file in `dir`.
-fn spawn_node(dir: &std::path::Path, port: u16, tls: Option<&TestCerts>) -> Child {
+fn spawn_node(dir: &Path, port: u16, tls: Option<&TestCerts>) -> Child {
     let conf = dir.join(format!("nodes-{port}.conf"));
     let mut command = Command::new(binary());
     command
@@ -204,7 +423,7 @@ fn spawn_node(dir: &std::path::Path, port: u16, tls: Option<&TestCerts>) -> Chil
     match tls {
         Some(certs) => {
             command.args(["--port", "0", "--tls-port", &port.to_string()]);
-            command.args(["--tls-cluster", "yes"]);
+            command.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
             command.args(certs.server_args(true));
         }
         None => {
@@ -212,22 +431,32 @@ fn spawn_node(dir: &std::path::Path, port: u16, tls: Option<&TestCerts>) -> Chil
         }
     }
     command
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-        ])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
         .arg(dir)
         .args(["--protected-mode", "no", "--loglevel", "warning"])
+        // A dead master is failed over after about 2 s instead of 15.
         .args(["--cluster-node-timeout", "2000"])
+        // A replica's first sync starts at once, not after 5 s of waiting for others.
+        .args(["--repl-diskless-sync-delay", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary().display()))
+}
+
+/// The masters serving slots in a `CLUSTER NODES` reply (fields: id, address, flags, master,
+/// ping, pong, epoch, link state, slots...).
+fn masters_in(nodes: &str) -> Vec<u16> {
+    let mut masters: Vec<u16> = nodes
+        .lines()
+        .map(|line| line.split(' ').collect::<Vec<_>>())
+        .filter(|fields| fields.len() > 8 && fields[2].contains("master"))
+        .filter(|fields| !fields[2].contains("fail"))
+        .filter_map(|fields| fields[1].split(['@', ':']).nth(1)?.parse().ok())
+        .collect();
+    masters.sort_unstable();
+    masters
 }
 
 /// `count` free loopback ports whose cluster bus ports (+10000) are free too.

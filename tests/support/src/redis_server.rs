@@ -61,17 +61,24 @@ impl RedisServer {
 
     /// Starts a server with `options` on a free port and waits until it answers.
     pub fn start_with(options: Options) -> RedisServer {
+        RedisServer::try_start_with(options).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`RedisServer::start_with`], or why there is no server (none installed, or it did not
+    /// start or answer), for a program that goes on without one (the benchmarks).
+    pub fn try_start_with(options: Options) -> Result<RedisServer, String> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
-            .expect("no free loopback port")
+            .map_err(|e| format!("no free loopback port: {e}"))?
             .port();
         let mut server = RedisServer {
             port,
             child: None,
             options,
         };
-        server.spawn();
-        server
+        // Dropped on failure, which stops the server.
+        server.spawn()?;
+        Ok(server)
     }
 
     pub fn port(&self) -> u16 {
@@ -105,7 +112,7 @@ impl RedisServer {
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn().unwrap_or_else(|why| panic!("{why}"));
     }
 
     /// A connection for the test's own commands (reading keys, writing garbage, pausing), as
@@ -139,17 +146,19 @@ impl RedisServer {
     }
 
     /// The one key that matches a glob `pattern`, if there is one. The runtime names a cache's
-    /// keys `{prefix}:{{name}~{digest}|{args}}:{v|l|f|c}`, where the digest covers the key and
-    /// value types, so tests find them by pattern: `test:{red::shared~*|42}:v`.
+    /// keys `{prefix}:{{name}~{fingerprint}|{args}}:{v|l|f|c}`, where the fingerprint covers the
+    /// cache's version and the shapes of its key and value, so tests find them by pattern:
+    /// `test:{red::shared~*|42}:v`.
     pub fn key(&self, pattern: &str) -> Option<String> {
         let mut keys: Vec<String> = self.command(&["KEYS", pattern]);
         assert!(keys.len() <= 1, "{pattern} matches several keys: {keys:?}");
         keys.pop()
     }
 
-    fn spawn(&mut self) {
+    fn spawn(&mut self) -> Result<(), String> {
+        let binary = find_binary()?;
         let port = self.port.to_string();
-        let mut command = Command::new(binary());
+        let mut command = Command::new(&binary);
         match &self.options.tls {
             Some(certs) => {
                 command.args(["--port", "0", "--tls-port", &port]);
@@ -169,7 +178,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary().display()));
+            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -178,7 +187,7 @@ impl RedisServer {
                     redis::cmd("PING").query::<String>(&mut connection).is_ok()
                 });
             if answers {
-                return;
+                return Ok(());
             }
             // A server that refused its options (a build without TLS) says why and exits.
             if let Some(child) = self.child.as_mut()
@@ -188,15 +197,17 @@ impl RedisServer {
                 if let Some(mut stderr) = child.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
                 }
-                panic!(
+                return Err(format!(
                     "{} exited ({status}) instead of answering on port {port}: {said}",
-                    binary().display()
-                );
+                    binary.display()
+                ));
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not answer on port {port} within 10 s"
-            );
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{} did not answer on port {port} within 10 s",
+                    binary.display()
+                ));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -211,31 +222,21 @@ impl Drop for RedisServer {
 /// The server the tests start: `STAMPEDE_TEST_SERVER` (a name in `PATH` or a path) or
 /// `redis-server`, from `PATH` or the usual places; a missing binary fails the test with the fix.
 pub fn binary() -> PathBuf {
+    find_binary().unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// [`binary`], or why there is none: it is not installed, and how to install it.
+pub fn find_binary() -> Result<PathBuf, String> {
     let name = std::env::var(SERVER_VAR)
         .ok()
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "redis-server".to_owned());
-    find(&name).unwrap_or_else(|| {
-        panic!(
+    find(&name).ok_or_else(|| {
+        format!(
             "{name} is not installed: run `cargo xtask test`, which installs it when it may, or \
              `sudo apt-get install {name}`"
         )
     })
-}
-
-/// The command-line client that goes with [`binary`]: `valkey-cli` next to `valkey-server`,
-/// else `redis-cli`.
-pub fn cli_binary() -> PathBuf {
-    let server = binary();
-    let name = match server.file_name().and_then(|name| name.to_str()) {
-        Some(name) if name.starts_with("valkey") => "valkey-cli",
-        _ => "redis-cli",
-    };
-    let sibling = server.with_file_name(name);
-    if sibling.is_file() {
-        return sibling;
-    }
-    find(name).unwrap_or_else(|| panic!("{name} is not installed (it comes with the server)"))
 }
 
 /// What [`binary`] says of itself (`--version`), for a test's output.

@@ -1,9 +1,7 @@
 //! What the production-server tests (`redis_acl.rs`, `redis_tls.rs`, ...) read of a cache's
 //! telemetry: one metrics recorder and one tracing layer for the whole test binary (both are
 //! process-wide), from which each test reads only its own connection's counters and errors.
-//! Included with `#[path]` by each such test file.
-
-#![allow(dead_code)] // each test file uses its own subset
+//! Installed only by the tests that call [`install`].
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;

@@ -28,20 +28,10 @@
 //!   (`examples/app/src/multi_instance.rs`): loads in all, and how long after the fill the last
 //!   caller of each waiting process returned, against a Redis round trip measured in the same run.
 
-#[path = "scenarios/contenders.rs"]
 mod contenders;
-#[path = "scenarios/drive.rs"]
 mod drive;
-#[path = "scenarios/many.rs"]
 mod many;
-// The processes of the many-processes scenario are copies of this program.
-#[path = "../examples/app/src/multi_instance.rs"]
-mod multi_instance;
-#[path = "support/redis_server.rs"]
-mod redis_server;
-#[path = "scenarios/report.rs"]
 mod report;
-#[path = "scenarios/timeline.rs"]
 mod timeline;
 
 use std::path::PathBuf;
@@ -50,8 +40,10 @@ use std::time::{Duration, Instant};
 
 use contenders::for_each;
 use drive::{Cold, Keys, Loop, Run};
-use redis_server::BenchRedis;
 use report::{Extra, latency, table, thousands};
+use stampede_benches::BenchRedis;
+// The processes of the many-processes scenario are copies of this program.
+use stampede_examples::multi_instance;
 
 const USAGE: &str = "usage: cargo bench --bench scenarios -- [--quick] \
                      [--only cold,expiry,zipf,many] [--svg PATH] [--redis URL | --no-redis] \

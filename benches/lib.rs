@@ -1,0 +1,48 @@
+//! What the benchmarks share: [`BenchRedis`], their Redis.
+
+use stampede_test_support::redis_server::{Options, RedisServer};
+
+/// The name of the Redis connection the benchmarks' `lock = "redis"` functions use.
+pub const CONNECTION: &str = "bench";
+
+/// Where the benchmarks' Redis is: the URL given on the command line, or a server of their own
+/// (the test support's [`RedisServer`]: `redis-server`, or `STAMPEDE_TEST_SERVER`'s), started on
+/// a free loopback port with no persistence and stopped when this is dropped.
+pub struct BenchRedis {
+    pub url: String,
+    /// How it came to be, for the printed header.
+    pub origin: &'static str,
+    /// The server this process started, if it started one.
+    _server: Option<RedisServer>,
+}
+
+impl BenchRedis {
+    /// `url` when one is given; otherwise a server of our own when the binary is found.
+    /// `Err` says why there is no Redis (the Redis rows are then left out).
+    pub fn get(url: Option<String>) -> Result<BenchRedis, String> {
+        if let Some(url) = url {
+            return Ok(BenchRedis {
+                url,
+                origin: "given with --redis",
+                _server: None,
+            });
+        }
+        let server = RedisServer::try_start_with(Options::default())
+            .map_err(|why| format!("{why} (or pass a Redis URL); the Redis rows are left out"))?;
+        Ok(BenchRedis {
+            url: server.url(),
+            origin: "a redis-server of its own",
+            _server: Some(server),
+        })
+    }
+
+    /// Installs this Redis as the [`CONNECTION`], its keys under a prefix of this process's
+    /// own, so that a Redis given with `--redis` holds no value from an earlier run for them.
+    pub fn install(&self) -> Result<(), String> {
+        stampede::RedisConfig::new(&self.url)
+            .map_err(|e| e.to_string())?
+            .prefix(format!("stampede-bench-{}", std::process::id()))
+            .install_as(CONNECTION);
+        Ok(())
+    }
+}

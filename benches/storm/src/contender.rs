@@ -58,6 +58,16 @@ impl Contender {
         }
     }
 
+    /// The `name` of its `#[stampede::cached]` function, for a stampede contender.
+    pub fn stampede_name(self) -> Option<&'static str> {
+        match self {
+            Contender::StampedeLocal => Some("storm::local"),
+            Contender::StampedeRedis => Some("storm::redis"),
+            Contender::StampedeRefresh => Some("storm::refresh"),
+            _ => None,
+        }
+    }
+
     /// Whether its instances talk to Redis.
     pub fn uses_redis(self) -> bool {
         matches!(

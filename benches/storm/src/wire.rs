@@ -26,6 +26,57 @@ pub struct InstanceStats {
     pub waits: u64,
     /// The same, for requests of a hot key.
     pub hot_waits: u64,
+    /// The cache's own counters (`stampede::stats`), for a stampede contender.
+    #[serde(default)]
+    pub cache: CacheCounters,
+}
+
+/// What `stampede::stats` counts, of one instance's cache: the library's own account of why a
+/// request waited (a miss) or did not (a hit, a stale value served).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct CacheCounters {
+    /// Calls answered with a fresh value.
+    pub hits: u64,
+    /// Calls that found no servable value and waited for a load.
+    pub misses: u64,
+    /// Calls answered with a stale value while a refresh ran.
+    pub stale_served: u64,
+    /// Values read from Redis because the instance's memory had none.
+    pub remote_hits: u64,
+    /// Loads that ran without Redis (down, slow).
+    pub degraded: u64,
+    /// Background refreshes (stale, or early past `refresh_after`).
+    pub refreshes: u64,
+    /// Calls answered with the last good value for a failed load.
+    pub fail_safe_served: u64,
+}
+
+impl CacheCounters {
+    /// `self - earlier`, counter by counter.
+    pub fn since(&self, earlier: &CacheCounters) -> CacheCounters {
+        CacheCounters {
+            hits: self.hits.saturating_sub(earlier.hits),
+            misses: self.misses.saturating_sub(earlier.misses),
+            stale_served: self.stale_served.saturating_sub(earlier.stale_served),
+            remote_hits: self.remote_hits.saturating_sub(earlier.remote_hits),
+            degraded: self.degraded.saturating_sub(earlier.degraded),
+            refreshes: self.refreshes.saturating_sub(earlier.refreshes),
+            fail_safe_served: self.fail_safe_served.saturating_sub(earlier.fail_safe_served),
+        }
+    }
+
+    /// The sum of two instances' counters.
+    pub fn plus(&self, other: &CacheCounters) -> CacheCounters {
+        CacheCounters {
+            hits: self.hits + other.hits,
+            misses: self.misses + other.misses,
+            stale_served: self.stale_served + other.stale_served,
+            remote_hits: self.remote_hits + other.remote_hits,
+            degraded: self.degraded + other.degraded,
+            refreshes: self.refreshes + other.refreshes,
+            fail_safe_served: self.fail_safe_served + other.fail_safe_served,
+        }
+    }
 }
 
 /// The line an instance prints on its standard output once it listens.

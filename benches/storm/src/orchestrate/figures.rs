@@ -7,7 +7,7 @@ use crate::contender::Contender;
 use crate::orchestrate::load::{Bucket, PhaseLoad};
 use crate::orchestrate::postgres::QueryCount;
 use crate::plan::Phase;
-use crate::wire::InstanceStats;
+use crate::wire::{CacheCounters, InstanceStats};
 
 /// What was read at one moment of the run.
 #[derive(Clone, Debug)]
@@ -55,6 +55,8 @@ pub struct PhaseFigures {
     pub pool_wait_max_us: u64,
     /// Requests whose cache call took at least the wait threshold, and of those of hot keys.
     pub waits: (u64, u64),
+    /// The cache's own counters over the phase, summed over the instances (stampede only).
+    pub cache: CacheCounters,
     /// Redis commands per request answered.
     pub redis_per_request: Option<f64>,
     /// Mean CPU per instance, in percent of one core.
@@ -152,6 +154,13 @@ pub fn phase_figures(
             .max()
             .unwrap_or(0),
         waits: (sum(|s| s.waits), sum(|s| s.hot_waits)),
+        cache: to
+            .instances
+            .iter()
+            .zip(&from.instances)
+            .fold(CacheCounters::default(), |total, (to, from)| {
+                total.plus(&to.cache.since(&from.cache))
+            }),
         redis_per_request: match (from.redis, to.redis) {
             (Some(from), Some(to)) if answered > 0 => {
                 Some(to.saturating_sub(from) as f64 / answered as f64)

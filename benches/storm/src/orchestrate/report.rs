@@ -154,8 +154,49 @@ pub fn markdown(setting: &Setting, runs: &[ContenderRun]) -> String {
          keys. CPU: percent of one core, per instance (mean) and PostgreSQL's (all its processes).\n",
         micros(setting.wait_threshold.as_micros() as u64)
     );
+    counters(&mut out, runs);
     goals(&mut out, runs);
     out
+}
+
+/// The stampede contenders' own counters per phase (`stampede::stats`, summed over the
+/// instances): why requests waited (misses) and what answered the others.
+fn counters(out: &mut String, runs: &[ContenderRun]) {
+    let stampede: Vec<&ContenderRun> = runs
+        .iter()
+        .filter(|run| run.contender.stampede_name().is_some())
+        .collect();
+    if stampede.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### The cache's own counters
+
+         `stampede::stats` of each instance, summed over the 4, per phase: calls answered fresh          from memory (hits), with a stale value while one refresh ran, from Redis (the instance          had none); calls that waited for a load (misses); background refreshes; loads run          without Redis (degraded: down or slow); the last good value served for a failed load.
+
+         | contender | phase | hits | stale served | from Redis | misses | refreshes | degraded | fail-safe served |
+         |---|---|---|---|---|---|---|---|---|"
+    );
+    for run in stampede {
+        for figures in &run.phases {
+            let c = &figures.cache;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                run.contender.label(),
+                figures.phase.label(),
+                c.hits,
+                c.stale_served,
+                c.remote_hits,
+                c.misses,
+                c.refreshes,
+                c.degraded,
+                c.fail_safe_served,
+            );
+        }
+    }
+    let _ = writeln!(out);
 }
 
 fn p99(run: &ContenderRun, phase: Phase) -> Option<u64> {

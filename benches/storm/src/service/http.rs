@@ -15,7 +15,7 @@ use crate::contender::Contender;
 use crate::plan::HOT_KEYS;
 use crate::service::db::Db;
 use crate::service::lookup;
-use crate::wire::InstanceStats;
+use crate::wire::{CacheCounters, InstanceStats};
 
 /// What the handlers share.
 pub struct App {
@@ -76,5 +76,19 @@ async fn stats(State(app): State<Arc<App>>) -> Json<InstanceStats> {
         pool_wait_max_us: db.pool_wait_max_us.swap(0, Relaxed),
         waits: app.waits.load(Relaxed),
         hot_waits: app.hot_waits.load(Relaxed),
+        cache: app
+            .contender
+            .stampede_name()
+            .and_then(stampede::stats)
+            .map(|stats| CacheCounters {
+                hits: stats.hits,
+                misses: stats.misses,
+                stale_served: stats.stale_served,
+                remote_hits: stats.remote_hits,
+                degraded: stats.degraded,
+                refreshes: stats.refreshes,
+                fail_safe_served: stats.fail_safe_served,
+            })
+            .unwrap_or_default(),
     })
 }

@@ -171,11 +171,14 @@ fn counters(out: &mut String, runs: &[ContenderRun]) {
     }
     let _ = writeln!(
         out,
-        "### The cache's own counters
-
-         `stampede::stats` of each instance, summed over the 4, per phase: calls answered fresh          from memory (hits), with a stale value while one refresh ran, from Redis (the instance          had none); calls that waited for a load (misses); background refreshes; loads run          without Redis (degraded: down or slow); the last good value served for a failed load.
-
-         | contender | phase | hits | stale served | from Redis | misses | refreshes | degraded | fail-safe served |
+        "### The cache's own counters\n\n\
+         `stampede::stats` of each instance, summed over the 4, per phase: calls answered fresh \
+         from memory (hits) and with a stale value while one refresh ran; calls that found no \
+         servable value in the instance's memory (misses), and of them those answered by a \
+         value read from Redis (from Redis); the others waited for a load. Background refreshes; \
+         loads run without Redis (degraded: down or slow); the last good value served for a \
+         failed load.\n\n\
+         | contender | phase | hits | stale served | misses | of them from Redis | refreshes | degraded | fail-safe served |\n\
          |---|---|---|---|---|---|---|---|---|"
     );
     for run in stampede {
@@ -188,8 +191,8 @@ fn counters(out: &mut String, runs: &[ContenderRun]) {
                 figures.phase.label(),
                 c.hits,
                 c.stale_served,
-                c.remote_hits,
                 c.misses,
+                c.remote_hits,
                 c.refreshes,
                 c.degraded,
                 c.fail_safe_served,

@@ -90,7 +90,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 Freshness::Fresh | Freshness::Early => {
                     let hit = core.telemetry.hits.bump();
                     core.hot
-                        .hit(hit, key, entry.filled_nanos(), &core.telemetry.key_age);
+                        .hit(hit, key, || entry.filled_nanos(), &core.telemetry.key_age);
                     (freshness == Freshness::Early).then_some(Reason::Early)
                 }
                 Freshness::Stale if core.config.lock != Lock::None => {

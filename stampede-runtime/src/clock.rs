@@ -120,6 +120,12 @@ impl Nanos {
     pub(crate) fn plus(self, nanos: u64) -> Nanos {
         Nanos(self.0.saturating_add(nanos))
     }
+
+    /// The point `nanos` before `point`.
+    #[inline]
+    pub(crate) fn before(point: Nanos, nanos: u64) -> Nanos {
+        Nanos(point.0.saturating_sub(nanos))
+    }
 }
 
 /// Whether tokio's clock is surely still before `deadline`. May say no while it is, within the

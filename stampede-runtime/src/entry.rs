@@ -11,17 +11,23 @@ use crate::tags::Stamp;
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
 ///
 /// The deadline a hit checks, `refresh_at`, is a point on the [`clock`], which a hit compares
-/// with the coarse clock's reading and nothing else. The others are kept as [`Offset`]s after
-/// `filled_at`, 4 bytes each, read only past `refresh_at`: an entry of a 24-byte value is 56
-/// bytes rather than 104 (64 with the optional tag stamp), most of what the memory tier adds
-/// per entry to the store's own (issue 14).
+/// with the coarse clock's reading and nothing else. The fill time is kept as an [`Offset`]
+/// before it (`filled_behind`), and the other deadlines as offsets after the fill, 4 bytes
+/// each, read only past `refresh_at`: an entry of a 24-byte value is 48 bytes rather than 104
+/// (56 with the optional tag stamp), most of what the memory tier adds per entry to the
+/// store's own (issues 14 and 25).
+///
+/// The fill time is `refresh_at - filled_behind` exactly; whenever `refresh_at` moves, the
+/// other offsets are counted again from the fill time that results, rounded down, so that no
+/// deadline ever moves later than the one asked for (at most a millisecond earlier).
 #[derive(Clone, Debug)]
 pub(crate) struct Entry<V> {
     pub(crate) value: V,
-    /// When the value was loaded, for its age in the stats; the deadlines count from it.
-    filled_at: Nanos,
     /// Past this (at most `fresh_until`), a hit also starts one refresh (`refresh_after`).
     refresh_at: Nanos,
+    /// When the value was loaded (for its age in the stats; the deadlines count from it), as
+    /// the time before `refresh_at`: to the millisecond, never before the real fill.
+    filled_behind: Offset,
     fresh_until: Offset,
     stale_until: Offset,
     /// Until then, past `stale_until`, the value is served when a load fails (`fail_safe`).
@@ -43,11 +49,16 @@ impl Offset {
 
     /// `deadline` as an offset after `from` (zero for a deadline before it).
     fn between(from: Instant, deadline: Instant) -> Self {
-        let after = deadline.saturating_duration_since(from);
-        match u32::try_from(after.as_millis()) {
+        Self::of_nanos(Nanos::of(deadline).since(Nanos::of(from)))
+    }
+
+    /// `nanos` as an offset, rounded down.
+    fn of_nanos(nanos: u64) -> Self {
+        let millis = nanos / 1_000_000;
+        match u32::try_from(millis) {
             Ok(millis) if millis < Self::SECONDS => Offset(millis),
             _ => {
-                let seconds = after.as_secs().min(u64::from(Self::SECONDS - 1));
+                let seconds = (nanos / 1_000_000_000).min(u64::from(Self::SECONDS - 1));
                 Offset(Self::SECONDS | seconds as u32)
             }
         }
@@ -65,14 +76,6 @@ impl Offset {
 
     fn duration(self) -> Duration {
         Duration::from_nanos(self.nanos())
-    }
-
-    fn min(self, other: Self) -> Self {
-        if other.nanos() < self.nanos() {
-            other
-        } else {
-            self
-        }
     }
 }
 
@@ -98,11 +101,10 @@ impl<V> Entry<V> {
     ) -> Self {
         let fresh_until = Offset::between(filled_at, fresh_until);
         let stale_until = Offset::between(filled_at, stale_until);
-        let filled_at = Nanos::of(filled_at);
         Entry {
             value,
-            filled_at,
-            refresh_at: filled_at.plus(fresh_until.nanos()),
+            refresh_at: Nanos::of(filled_at).plus(fresh_until.nanos()),
+            filled_behind: fresh_until,
             fresh_until,
             stale_until,
             fail_safe_until: stale_until,
@@ -124,7 +126,7 @@ impl<V> Entry<V> {
 
     /// When the value was loaded.
     pub(crate) fn filled_at(&self) -> Instant {
-        self.filled_at.instant()
+        self.filled_nanos().instant()
     }
 
     /// When the value stops being fresh.
@@ -139,9 +141,10 @@ impl<V> Entry<V> {
         self.at(self.stale_until).instant()
     }
 
-    /// When the value was loaded, on the entry's own clock (cheaper to copy on a hit).
+    /// When the value was loaded, on the entry's own clock.
+    #[inline]
     pub(crate) fn filled_nanos(&self) -> Nanos {
-        self.filled_at
+        Nanos::before(self.refresh_at, self.filled_behind.nanos())
     }
 
     /// A value loaded at `now`: fresh for `fresh`, then stale for `stale`.
@@ -152,18 +155,49 @@ impl<V> Entry<V> {
 
     /// The point `offset` after the fill.
     fn at(&self, offset: Offset) -> Nanos {
-        self.filled_at.plus(offset.nanos())
+        self.filled_nanos().plus(offset.nanos())
     }
 
     /// `deadline` as an offset after the fill.
     fn offset(&self, deadline: Instant) -> Offset {
-        Offset::between(self.filled_at(), deadline)
+        Offset::of_nanos(Nanos::of(deadline).since(self.filled_nanos()))
+    }
+
+    /// The entry with its deadlines as given (points on the clock): the hit's `refresh_at`
+    /// exactly, the fill time as close before it as an offset says (or `refresh_at` itself,
+    /// when that is earlier than the fill), the others counted again from that fill time,
+    /// rounded down (never later than given).
+    fn with_deadlines(
+        mut self,
+        refresh_at: Nanos,
+        fresh_until: Nanos,
+        stale_until: Nanos,
+        fail_safe_until: Nanos,
+    ) -> Self {
+        let filled = self.filled_nanos();
+        self.refresh_at = refresh_at;
+        self.filled_behind = Offset::of_nanos(refresh_at.since(filled));
+        let filled = self.filled_nanos();
+        self.fresh_until = Offset::of_nanos(fresh_until.since(filled));
+        self.stale_until = Offset::of_nanos(stale_until.since(filled));
+        self.fail_safe_until = Offset::of_nanos(fail_safe_until.since(filled));
+        self
+    }
+
+    /// The deadlines past `refresh_at`, as points on the clock.
+    fn deadlines(&self) -> (Nanos, Nanos, Nanos) {
+        (
+            self.at(self.fresh_until),
+            self.at(self.stale_until),
+            self.at(self.fail_safe_until),
+        )
     }
 
     /// The entry, refreshed early from `at` on (never later than its fresh deadline).
-    pub(crate) fn refreshing_from(mut self, at: Instant) -> Self {
-        self.refresh_at = Nanos::of(at).min(self.at(self.fresh_until));
-        self
+    pub(crate) fn refreshing_from(self, at: Instant) -> Self {
+        let (fresh, stale, fail_safe) = self.deadlines();
+        let refresh_at = Nanos::of(at).min(fresh);
+        self.with_deadlines(refresh_at, fresh, stale, fail_safe)
     }
 
     /// The entry, kept as the last good value for `fail_safe` past its stale deadline.
@@ -180,22 +214,23 @@ impl<V> Entry<V> {
 
     /// The last good value served for a failed load: fresh again for `throttle`, so the
     /// failing source is asked again at most once per `throttle`, within its fail-safe window.
-    pub(crate) fn throttled(mut self, now: Instant, throttle: Duration) -> Self {
-        let until = self.offset(after(now, throttle)).min(self.fail_safe_until);
-        self.refresh_at = self.at(until);
-        self.fresh_until = until;
-        self.stale_until = until;
-        self
+    pub(crate) fn throttled(self, now: Instant, throttle: Duration) -> Self {
+        let (_, _, fail_safe) = self.deadlines();
+        let until = Nanos::of(after(now, throttle)).min(fail_safe);
+        self.with_deadlines(until, until, until, fail_safe)
     }
 
     /// The entry, servable until `until` at the latest.
-    pub(crate) fn capped(mut self, until: Instant) -> Self {
-        self.refresh_at = self.refresh_at.min(Nanos::of(until));
-        let until = self.offset(until);
-        self.fresh_until = self.fresh_until.min(until);
-        self.stale_until = self.stale_until.min(until);
-        self.fail_safe_until = self.fail_safe_until.min(until);
-        self
+    pub(crate) fn capped(self, until: Instant) -> Self {
+        let until = Nanos::of(until);
+        let (fresh, stale, fail_safe) = self.deadlines();
+        let refresh_at = self.refresh_at.min(until);
+        self.with_deadlines(
+            refresh_at,
+            fresh.min(until),
+            stale.min(until),
+            fail_safe.min(until),
+        )
     }
 
     /// Whether the entry may still be served, fresh or stale.
@@ -205,7 +240,7 @@ impl<V> Entry<V> {
 
     /// Nanoseconds from the fill to `now` (zero before it).
     fn elapsed(&self, now: Instant) -> u64 {
-        Nanos::of(now).since(self.filled_at)
+        Nanos::of(now).since(self.filled_nanos())
     }
 
     /// Whether the entry is surely fresh now, read from the coarse clock: a hit's one check.
@@ -220,7 +255,7 @@ impl<V> Entry<V> {
         if now < self.refresh_at {
             return Freshness::Fresh;
         }
-        let elapsed = now.since(self.filled_at);
+        let elapsed = now.since(self.filled_nanos());
         if elapsed < self.fresh_until.nanos() {
             Freshness::Early
         } else if elapsed < self.stale_until.nanos() {
@@ -282,9 +317,55 @@ mod tests {
         assert!(long.servable(now + Duration::from_secs(20 * 365 * 86_400)));
         assert_eq!(
             size_of::<Entry<String>>(),
-            64,
-            "56, and the optional tag stamp"
+            56,
+            "48, and the optional tag stamp"
         );
+    }
+
+    #[test]
+    fn moving_the_refresh_point_keeps_the_fill_and_never_moves_a_deadline_later() {
+        let now = Instant::now();
+        let ms = Duration::from_millis(1);
+        let ten = Duration::from_secs(10);
+        // A fill off the millisecond grid of its refresh point, as a Redis fill time is.
+        let filled = now + Duration::from_micros(300);
+        let entry = Entry::new((), filled, filled + ten, filled + ten * 7).failing_safe_for(ten);
+        assert_eq!(entry.filled_at(), filled, "exact while the refresh point is the fresh one");
+        let early = entry.clone().refreshing_from(filled + Duration::from_micros(5_000_700));
+        assert!(early.filled_at() >= filled && early.filled_at() <= filled + ms);
+        assert!(early.fresh_until() <= filled + ten && early.fresh_until() + ms >= filled + ten);
+        assert!(early.stale_until() <= filled + ten * 7);
+        assert_eq!(
+            early.freshness(filled + Duration::from_micros(5_000_699)),
+            Freshness::Fresh
+        );
+        assert_eq!(
+            early.freshness(filled + Duration::from_micros(5_000_700)),
+            Freshness::Early
+        );
+        assert_eq!(early.freshness(filled + ten), Freshness::Stale);
+        assert!(early.fail_safe(filled + ten * 8 - ms) && !early.fail_safe(filled + ten * 8));
+        // Capped before the fill (a fill time ahead of this clock): nothing servable past it.
+        let capped = entry.clone().capped(now);
+        assert_eq!(capped.freshness(now), Freshness::Expired);
+        assert!(!capped.servable(now) && !capped.fail_safe(now));
+        assert_eq!(capped.freshness(now - ms), Freshness::Fresh);
+        // Capped inside the stale window: every deadline at the cap or earlier, the fill kept.
+        let cap = filled + ten * 2 + Duration::from_micros(400);
+        let capped = entry.clone().capped(cap);
+        assert!(capped.filled_at() >= filled && capped.filled_at() <= filled + ms);
+        assert_eq!(capped.fresh_until(), capped.at(capped.fresh_until).instant());
+        assert!(capped.servable(cap - ms) && !capped.servable(cap));
+        assert!(!capped.fail_safe(cap));
+        // Throttled: fresh again until the throttle ends, within the fail-safe window.
+        let at = filled + ten * 7 + Duration::from_micros(123);
+        let throttled = entry.throttled(at, Duration::from_secs(2));
+        assert_eq!(throttled.freshness(at), Freshness::Fresh);
+        assert_eq!(
+            throttled.freshness(at + Duration::from_secs(2)),
+            Freshness::Expired
+        );
+        assert!(throttled.fail_safe(at + Duration::from_secs(2) - ms));
     }
 
     #[test]

@@ -56,12 +56,18 @@ impl<K: Key> HotKeys<K> {
         }
     }
 
-    /// Counts hit number `hit` of `key`, whose value was filled at `filled_at`, if it is sampled;
-    /// a sampled hit also records the value's age in `ages` (`cache_key_age_seconds`).
+    /// Counts hit number `hit` of `key`, if it is sampled; a sampled hit also records the age
+    /// of its value, filled at `filled_at()` (asked only then), in `ages` (`cache_key_age_seconds`).
     #[inline]
-    pub(crate) fn hit(&self, hit: u64, key: &K, filled_at: Nanos, ages: &metrics::Histogram) {
+    pub(crate) fn hit(
+        &self,
+        hit: u64,
+        key: &K,
+        filled_at: impl FnOnce() -> Nanos,
+        ages: &metrics::Histogram,
+    ) {
         if hit.is_multiple_of(SAMPLE_EVERY) {
-            self.sample(key, filled_at.instant(), ages);
+            self.sample(key, filled_at().instant(), ages);
         }
     }
 
@@ -124,7 +130,7 @@ mod tests {
         for round in 0..2_000u64 {
             for key in [1, 100 + round] {
                 hit += SAMPLE_EVERY;
-                hot.hit(hit, &key, now, &metrics::Histogram::noop());
+                hot.hit(hit, &key, || now, &metrics::Histogram::noop());
             }
         }
         let sample = hot.snapshot(hit);

@@ -213,6 +213,8 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
         breaker_cooldown: ms(rng, 50, 3_000),
         key: None,
         version: None,
+        ttl_from: None,
+        batch_max: None,
     };
     FunctionPlan {
         config,

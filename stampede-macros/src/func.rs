@@ -134,6 +134,7 @@ fn starts_like_fn(input: ParseStream) -> syn::Result<bool> {
 }
 
 /// One argument, bound to a plain name.
+#[derive(Clone)]
 pub(crate) struct Arg {
     pub(crate) ident: Ident,
     pub(crate) mutability: Option<Token![mut]>,
@@ -316,7 +317,7 @@ fn check_boxed_error(returns: &Returns, errors: &mut Errors) {
 
 /// A type or path as the user wrote it, for a message: its tokens without the spaces `quote`
 /// puts around punctuation.
-fn written(tokens: impl quote::ToTokens) -> String {
+pub(crate) fn written(tokens: impl quote::ToTokens) -> String {
     tokens
         .to_token_stream()
         .to_string()

@@ -76,10 +76,16 @@ impl<K: Key, V: Value> Core<K, V> {
         self.tags.map(|render| Stamp::new(render(key)))
     }
 
-    /// An entry loaded now with the cache's deadlines: fresh for a jittered `ttl`, then stale.
+    /// An entry loaded now with the cache's deadlines: fresh for a jittered `ttl` (or the
+    /// value's own, `ttl_from`), then stale.
     pub(crate) fn loaded(&self, value: V) -> Entry<V> {
-        let fresh = jittered_ttl(self.config.ttl, self.config.jitter);
+        let fresh = self.fresh_for(&value);
         Entry::loaded(value, Instant::now(), fresh, self.config.stale)
+    }
+
+    /// How long `value`, loaded now, is fresh: its time (`ttl` or `ttl_from`), jittered.
+    pub(crate) fn fresh_for(&self, value: &V) -> Duration {
+        jittered_ttl(self.config.ttl_of(value), self.config.jitter)
     }
 
     /// `entry` as the cache's options have it kept: refreshed early past `refresh_after`, kept

@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::clock::after;
 use crate::config::{Config, Lock};
-use crate::entry::{Entry, jittered_ttl};
+use crate::entry::Entry;
 use crate::kv::{Key, Value};
 use crate::load::Load;
 use crate::redis::endpoint::Endpoint;
@@ -350,7 +350,8 @@ where
             }
         };
         let token = self.token.as_deref().filter(|_| held.is_some());
-        let write = write_of(config, token.unwrap_or(""), fence, &payload).loaded_in(took);
+        let fresh = self.handle.fresh_for(value);
+        let write = write_of(config, fresh, token.unwrap_or(""), fence, &payload).loaded_in(took);
         let written = self.endpoint.write(&self.keys, write).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
@@ -369,7 +370,8 @@ where
             self.handle.keep_loaded(value, self.trusted_for());
             return Err("the value's tags could not be written".into());
         }
-        let write = write_of(self.config(), "", fence, payload);
+        let fresh = self.handle.fresh_for(&value);
+        let write = write_of(self.config(), fresh, "", fence, payload);
         match self.endpoint.write(&self.keys, write).await {
             Ok(written) if written.written => {
                 self.keep(entry_of(value, &written));
@@ -442,12 +444,18 @@ where
     }
 }
 
-/// What `FILL` writes for a value loaded with the cache's options: fresh for a jittered
-/// `ttl`, then stale, then kept in Redis for `fail_safe`.
-fn write_of<'a>(config: &Config, token: &'a str, fence: u64, payload: &'a [u8]) -> Write<'a> {
+/// What `FILL` writes for a value loaded with the cache's options: fresh for `fresh` (its
+/// jittered `ttl`, see `Handle::fresh_for`), then stale, then kept in Redis for `fail_safe`.
+pub(super) fn write_of<'a>(
+    config: &Config,
+    fresh: Duration,
+    token: &'a str,
+    fence: u64,
+    payload: &'a [u8],
+) -> Write<'a> {
     Write {
         token,
-        fresh: jittered_ttl(config.ttl, config.jitter),
+        fresh,
         stale: config.stale,
         keep_for: config.fail_safe.unwrap_or_default(),
         load: Duration::ZERO,

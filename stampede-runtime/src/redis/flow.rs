@@ -465,7 +465,7 @@ pub(super) fn write_of<'a>(
 }
 
 /// The entry of a value `FILL` wrote, with its deadlines on this process's clock.
-fn entry_of<V>(value: V, written: &Written) -> Entry<V> {
+pub(super) fn entry_of<V>(value: V, written: &Written) -> Entry<V> {
     let now = Instant::now();
     Entry::new(
         value,

@@ -15,18 +15,21 @@ use std::time::{Duration, Instant};
 
 use stampede_benches::BenchRedis;
 
-/// The script of stampede's read (`READ_FRESH`: a `GET`, the server's `TIME`, the envelope's
-/// fresh deadline matched and compared), run with `EVALSHA` on the raw connection: what the
+/// The script of stampede's read (`READ_FRESH`: the size checked, a `GET`, the server's `TIME`,
+/// the envelope's fresh deadline matched and compared), run with `EVALSHA` on the raw connection: what the
 /// server's side of stampede's round trip costs, without the runtime. A copy of the script in
 /// `stampede-runtime/src/redis/scripts.rs` (the runtime keeps its scripts private): change both.
 const READ_SHAPE: &str = r"
+if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then
+  return false
+end
 local value = redis.call('GET', KEYS[1])
 if not value then
   return false
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+local fresh = tonumber(string.match(value, '^S2 (%d+) '))
 if fresh and fresh > now then
   return {value, now}
 end
@@ -144,6 +147,7 @@ fn main() {
                     async move {
                         script
                             .key(key)
+                            .arg(8 << 20)
                             .invoke_async::<redis::Value>(&mut raw)
                             .await
                             .expect("EVALSHA")

@@ -393,7 +393,7 @@ async fn the_own_error_of_a_load_with_one_caller_comes_back_as_itself() {
     #[derive(Debug)]
     enum Failure {
         Source(NotClone),
-        Cache(stampede::Error),
+        Cache(#[allow(dead_code, reason = "only shown through Debug")] stampede::Error),
     }
     impl std::fmt::Display for Failure {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -621,4 +621,66 @@ async fn ttl_from_gives_each_value_its_own_fresh_time_within_ttl() {
     );
     within(tokens(vec![2])).await;
     assert_eq!(LOADS.load(SeqCst), 200, "the 2 s token expired");
+}
+
+/// `source_version` on a batch function: a refresh or a prime that read an older version of a
+/// key never replaces the newer value memory holds, and its caller gets the newer one, as for a
+/// single-key function; a key the function now leaves out (a deleted row) has no version, and
+/// replaces what was held.
+#[tokio::test]
+async fn a_batch_never_replaces_a_newer_source_version_in_memory() {
+    use std::sync::atomic::AtomicU64;
+    static VERSION: AtomicU64 = AtomicU64::new(5);
+    static DELETED: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Row {
+        id: u64,
+        version: u64,
+    }
+    fn row_version(row: &Row) -> u64 {
+        row.version
+    }
+    #[cached(ttl = "60s", batch = ids, source_version = row_version, name = "batch::versions")]
+    async fn rows(ids: Vec<u64>) -> HashMap<u64, Row> {
+        let version = VERSION.load(SeqCst);
+        ids.into_iter()
+            .filter(|&id| id != DELETED.load(SeqCst))
+            .map(|id| (id, Row { id, version }))
+            .collect()
+    }
+    let versions = |found: HashMap<u64, Row>| {
+        let mut versions: Vec<(u64, u64)> =
+            found.into_values().map(|r| (r.id, r.version)).collect();
+        versions.sort_unstable();
+        versions
+    };
+
+    assert_eq!(versions(within(rows(vec![1, 2])).await), [(1, 5), (2, 5)]);
+    VERSION.store(4, SeqCst); // the replica the load reads lags
+    assert_eq!(
+        versions(within(rows::refresh(vec![1, 2])).await),
+        [(1, 5), (2, 5)],
+        "the newer values memory holds"
+    );
+    assert_eq!(
+        rows::peek(1).map(|row| row.map(|row| row.version)),
+        Some(Some(5))
+    );
+    assert_eq!(
+        stampede::stats("batch::versions").unwrap().older_versions,
+        2
+    );
+    within(rows::prime(1, Row { id: 1, version: 3 }))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows::peek(1).map(|row| row.map(|row| row.version)),
+        Some(Some(5))
+    );
+
+    VERSION.store(6, SeqCst);
+    DELETED.store(2, SeqCst);
+    assert_eq!(versions(within(rows::refresh(vec![1, 2])).await), [(1, 6)]);
+    assert_eq!(rows::peek(2), Some(None), "the deleted row is absent now");
 }

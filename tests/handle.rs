@@ -1,5 +1,6 @@
-//! A cached free function's companion: `product::invalidate`, `refresh`, `prime`, `peek` and
-//! `uncached`, on a memory cache and across two caches of one name over Redis (two processes).
+//! A cached free function's companion: `product::invalidate`, `invalidate_found`, `refresh`,
+//! `prime`, `peek` and `uncached`, on a memory cache and across two caches of one name over Redis
+//! (two processes).
 
 mod common;
 
@@ -364,4 +365,23 @@ mod redis {
         );
         common::eventually("the writer dropped its copy", || writer::peek(9).is_none()).await;
     }
+}
+
+#[tokio::test]
+async fn invalidate_found_tells_whether_memory_held_a_value() {
+    #[cached(ttl = "60s", name = "handle::found")]
+    async fn price(id: u64) -> u64 {
+        id * 10
+    }
+
+    assert!(
+        !within(price::invalidate_found(1)).await.unwrap(),
+        "never loaded"
+    );
+    assert_eq!(within(price(1)).await, 10);
+    assert!(within(price::invalidate_found(1)).await.unwrap());
+    assert!(
+        !within(price::invalidate_found(1)).await.unwrap(),
+        "gone already"
+    );
 }

@@ -18,7 +18,7 @@ use stampede_test_support::redis_cluster::{self, Cluster};
 /// What the Redis tier runs, and nothing else (no `INFO`, no `CLUSTER INFO`): the command list of
 /// an ACL user for stampede, as the README gives it. `HELLO` and `AUTH` need no permission; the
 /// client's `CLIENT SETINFO` (Redis 7.2 and later) may be refused, it is ignored.
-const TIER_COMMANDS: &str = "-@all +ping +evalsha +script|load +get +set +del \
+const TIER_COMMANDS: &str = "-@all +ping +evalsha +script|load +get +getrange +strlen +set +del \
      +exists +incr +pexpire +pttl +sadd +srem +smembers +sunionstore +time +publish +spublish \
      +subscribe +unsubscribe +ssubscribe +sunsubscribe +cluster|slots";
 

@@ -480,3 +480,149 @@ async fn on_a_cluster_each_slot_has_its_script_and_each_key_loads_once() {
     }
     println!("4 processes x a cold batch of 100 keys on 3 masters: {evalsha} scripts");
 }
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Row {
+    id: u64,
+    /// The row's version in the database, bumped by every update.
+    version: u64,
+}
+
+fn row_version(row: &Row) -> u64 {
+    row.version
+}
+
+/// The source version in the header of the envelope Redis holds at `key` (`-` for none).
+fn stored_version(server: &RedisServer, key: &str) -> String {
+    let stored: Vec<u8> = server.command(&["GET", key]);
+    let header = stored.split(|&b| b == b'\n').next().unwrap();
+    let header = String::from_utf8(header.to_vec()).unwrap();
+    header.rsplit(' ').next().unwrap().to_owned()
+}
+
+/// With `lock = "local"`, two processes may load the keys of one batch at once. The one that
+/// read a lagging replica fills last: Redis keeps the newer versions, and that process serves
+/// them too, as a single-key call would. A key the source no longer has is written as absent
+/// over a versioned value: a missing key has no version to compare.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_read_older_versions_leaves_the_newer_ones_in_redis_and_serves_them() {
+    use std::sync::atomic::AtomicU64;
+    static PRIMARY: AtomicU64 = AtomicU64::new(5);
+    static REPLICA: AtomicU64 = AtomicU64::new(4);
+    static DELETED: AtomicU64 = AtomicU64::new(u64::MAX);
+    static REPLICA_GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+    static CALLS: Calls = Calls::new();
+
+    fn rows(ids: Vec<u64>, version: u64) -> HashMap<u64, Row> {
+        ids.into_iter()
+            .filter(|&id| id != DELETED.load(SeqCst))
+            .map(|id| (id, Row { id, version }))
+            .collect()
+    }
+    #[cached(ttl = "60s", lock = "local", backend = "tiered", redis = "versions_a", batch = ids, source_version = row_version, name = "rb::versions")]
+    async fn on_primary(ids: Vec<u64>) -> Result<HashMap<u64, Row>, AppError> {
+        CALLS.record(0, &ids);
+        Ok(rows(ids, PRIMARY.load(SeqCst)))
+    }
+    #[cached(ttl = "60s", lock = "local", backend = "tiered", redis = "versions_b", batch = ids, source_version = row_version, name = "rb::versions")]
+    async fn on_replica(ids: Vec<u64>) -> Result<HashMap<u64, Row>, AppError> {
+        CALLS.record(1, &ids);
+        REPLICA_GATE.acquire().await.unwrap().forget();
+        Ok(rows(ids, REPLICA.load(SeqCst)))
+    }
+    let versions = |found: &HashMap<u64, Row>| {
+        let mut versions: Vec<(u64, u64)> =
+            found.values().map(|row| (row.id, row.version)).collect();
+        versions.sort_unstable();
+        versions
+    };
+
+    let server = RedisServer::start();
+    install(&server.url(), "versions_a");
+    install(&server.url(), "versions_b");
+    let name = "rb::versions";
+    let lagging = tokio::spawn(on_replica(vec![1, 2, 3]));
+    eventually("the replica's batch to start", || {
+        stampede::stats(name).is_some_and(|stats| stats.in_flight == 3)
+    })
+    .await;
+    let filled = within(on_primary(vec![1, 2, 3])).await.unwrap();
+    assert_eq!(versions(&filled), [(1, 5), (2, 5), (3, 5)], "filled first");
+    REPLICA_GATE.add_permits(1);
+    let lagging = within(lagging).await.unwrap().unwrap();
+    assert_eq!(
+        versions(&lagging),
+        [(1, 5), (2, 5), (3, 5)],
+        "the newer values Redis holds, not the replica's"
+    );
+    let again = within(on_replica(vec![1, 2, 3])).await.unwrap();
+    assert_eq!(versions(&again), [(1, 5), (2, 5), (3, 5)], "kept in memory");
+    assert_eq!(CALLS.all().len(), 2, "{:?}", CALLS.all());
+    assert_eq!(stampede::stats(name).unwrap().older_versions, 3);
+    let stored = server.key("test:{rb::versions~*|1}:v").unwrap();
+    assert_eq!(stored_version(&server, &stored), "5");
+
+    // Row 2 is deleted and row 1 updated: a refresh writes both, row 2 as absent.
+    DELETED.store(2, SeqCst);
+    PRIMARY.store(6, SeqCst);
+    let refreshed = within(on_primary::refresh(vec![1, 2])).await.unwrap();
+    assert_eq!(versions(&refreshed), [(1, 6)], "{:?}", CALLS.all());
+    assert_eq!(on_primary::peek(2), Some(None), "absent, in memory");
+    let stored = server.key("test:{rb::versions~*|2}:v").unwrap();
+    assert_eq!(stored_version(&server, &stored), "-", "absent, in Redis");
+    let stored = server.key("test:{rb::versions~*|1}:v").unwrap();
+    assert_eq!(stored_version(&server, &stored), "6");
+}
+
+/// A value over `max_value_size` in Redis (another process's bound was larger) is, for a batch
+/// as for a single-key call, left on the server: a counted miss, loaded and overwritten; the
+/// other keys of the batch are read as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_leaves_an_oversized_value_on_the_server_and_loads_its_key() {
+    static CALLS: Calls = Calls::new();
+
+    #[cached(ttl = "60s", lock = "redis", redis = "oversized", batch = ids, name = "rb::oversized")]
+    async fn sized(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("small {id}")))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_secs(2))
+        .max_value_size(64 << 10)
+        .install_as("oversized");
+    assert_eq!(within(sized(vec![1, 2])).await.unwrap().len(), 2);
+    let key = server.key("test:{rb::oversized~*|1}:v").unwrap();
+    let mut value = b"S2 99999999999999 99999999999999 0 0 1 -\n".to_vec();
+    value.resize(100 << 10, b'x');
+    within(sized::invalidate(1)).await.unwrap();
+    let mut redis = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&value)
+        .query(&mut redis)
+        .unwrap();
+
+    let found = within(sized(vec![1, 2])).await.unwrap();
+    assert_eq!(found[&1], "small 1");
+    assert_eq!(found[&2], "small 2");
+    assert_eq!(
+        CALLS.all().last().unwrap(),
+        &(0, vec![1]),
+        "{:?}",
+        CALLS.all()
+    );
+    let stats = stampede::stats("rb::oversized").unwrap();
+    assert_eq!((stats.decode_errors, stats.degraded), (1, 0), "{stats:?}");
+    let stored: usize = server.command(&["STRLEN", &key]);
+    assert!(
+        stored < 1 << 10,
+        "the load overwrote the value: {stored} bytes"
+    );
+}

@@ -240,6 +240,71 @@ async fn an_error_about_one_key_loads_it_locally_and_leaves_the_connection_up() 
     assert_eq!(LOADS.load(SeqCst), 5);
 }
 
+/// A value far over the size bound sits in Redis (written by a process configured with a larger
+/// bound, or by hand). Reading it must not move it over the wire: each read is a counted miss
+/// that loads the key, no call times out, and the connection stays up for every other cache.
+#[tokio::test]
+async fn a_huge_value_in_redis_is_a_counted_miss_and_the_connection_stays_up() {
+    let _serial = serial().await;
+
+    #[cached(ttl = "60s", lock = "redis", redis = "huge", name = "faults::huge")]
+    async fn huge(id: u64) -> String {
+        format!("{id} small")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "huge",
+        name = "faults::neighbour"
+    )]
+    async fn neighbour(id: u64) -> String {
+        format!("{id} next door")
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("huge");
+    assert_eq!(within(huge(0)).await, "0 small");
+    assert_eq!(within(neighbour(1)).await, "1 next door");
+    let key = server
+        .key("test:{faults::huge~*|0}:v")
+        .unwrap()
+        .replace("|0}", "|1}");
+    let mut value = b"S2 99999999999999 99999999999999 0 0 1 -\n\xc1\x02".to_vec();
+    value.resize(100 << 20, b'x');
+    let connections = proxy.accepted();
+
+    let mut redis = server.connection();
+    for round in 1..=3 {
+        within(huge::invalidate(1)).await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .query(&mut redis)
+            .unwrap();
+        let started = Instant::now();
+        assert_eq!(within(huge(1)).await, "1 small");
+        println!("round {round}: {:?}", started.elapsed());
+        assert_eq!(within(neighbour(1)).await, "1 next door");
+    }
+    let stats = stampede::stats("faults::huge").unwrap();
+    assert_eq!(
+        (stats.decode_errors, stats.degraded, stats.timeouts),
+        (3, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(stampede::stats("faults::neighbour").unwrap().degraded, 0);
+    assert_eq!(proxy.accepted(), connections, "no connection was replaced");
+    let stored: usize = server.command(&["STRLEN", &key]);
+    assert!(
+        stored < 1 << 10,
+        "the load overwrote the huge value: {stored} bytes"
+    );
+}
+
 #[tokio::test]
 async fn a_killed_invalidation_feed_drops_memory_and_resubscribes_by_itself() {
     let _serial = serial().await;

@@ -283,7 +283,7 @@ async fn a_deeply_nested_or_huge_payload_in_redis_is_a_counted_miss() {
     let fingerprint = identity_of("ident::tree").fingerprint;
     let key = |id: u64| format!("test:{{ident::tree~{fingerprint}|{id}}}:v");
     // 100_000 nested variants in this version's form, then a payload over the size bound.
-    let mut deep = b"S1 99999999999999 99999999999999 0 0 1\n\xc1\x02".to_vec();
+    let mut deep = b"S2 99999999999999 99999999999999 0 0 1 -\n\xc1\x02".to_vec();
     for _ in 0..100_000 {
         deep.extend_from_slice(b"\x11\x04Node");
     }
@@ -294,7 +294,7 @@ async fn a_deeply_nested_or_huge_payload_in_redis_is_a_counted_miss() {
         .arg(&deep)
         .query(&mut conn)
         .unwrap();
-    let mut huge = b"S1 99999999999999 99999999999999 0 0 1\n\xc1\x02".to_vec();
+    let mut huge = b"S2 99999999999999 99999999999999 0 0 1 -\n\xc1\x02".to_vec();
     huge.resize(9 << 20, 0);
     let _: () = redis::cmd("SET")
         .arg(key(3))
@@ -325,6 +325,65 @@ async fn a_value_over_the_size_bound_is_kept_in_memory_and_not_written() {
     assert_eq!(within(big(1)).await.len(), 9 << 20);
     assert_eq!(BIG_LOADS.load(SeqCst), 1);
     assert_eq!(server.key("test:{ident::big~*|1}:v"), None);
+}
+
+static BOUNDED_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "bounded",
+    name = "ident::bounded"
+)]
+async fn bounded(id: u64) -> String {
+    BOUNDED_LOADS.fetch_add(1, SeqCst);
+    "x".repeat(id as usize)
+}
+
+/// `max_value_size` bounds both ways: a value over it is served and kept in memory but not
+/// written, and one over it found in Redis (another process's bound was larger) is a counted
+/// miss, reloaded and overwritten.
+#[tokio::test]
+async fn a_configured_max_value_size_bounds_what_is_written_and_read() {
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .max_value_size(64 << 10)
+        .install_as("bounded");
+    let big = 100 << 10;
+    assert_eq!(within(bounded(big)).await.len(), big as usize);
+    assert_eq!(
+        within(bounded(big)).await.len(),
+        big as usize,
+        "from memory"
+    );
+    assert_eq!(BOUNDED_LOADS.load(SeqCst), 1);
+    assert_eq!(
+        server.key(&format!("test:{{ident::bounded~*|{big}}}:v")),
+        None
+    );
+
+    let small = 1 << 10;
+    assert_eq!(within(bounded(small)).await.len(), small as usize);
+    let key = server
+        .key(&format!("test:{{ident::bounded~*|{small}}}:v"))
+        .expect("a value under the bound is written");
+    // The key is invalidated, then another process, with a larger bound, writes a longer value.
+    let mut longer = b"S2 99999999999999 99999999999999 0 0 1 -\n\xc1\x02".to_vec();
+    longer.resize(80 << 10, b'x');
+    within(bounded::invalidate(small)).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&longer)
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(within(bounded(small)).await.len(), small as usize);
+    let stats = stampede::stats("ident::bounded").unwrap();
+    assert_eq!((stats.decode_errors, stats.degraded), (1, 0), "{stats:?}");
+    assert_eq!(BOUNDED_LOADS.load(SeqCst), 3);
+    let stored: usize = server.command(&["STRLEN", &key]);
+    assert!(stored < 2 << 10, "overwritten by the load: {stored} bytes");
 }
 
 /// The messages of the events logged, and their level.

@@ -64,15 +64,22 @@ async fn a_value_loaded_in_one_process_is_read_from_redis_by_another() {
     let header =
         String::from_utf8_lossy(&stored[..stored.iter().position(|b| *b == b'\n').unwrap()])
             .into_owned();
-    let fields: Vec<u64> = header
-        .split(' ')
-        .skip(1)
-        .map(|f| f.parse().unwrap())
-        .collect();
-    let [fresh_until, stale_until, written_at, fence, _load_ms] = fields[..] else {
+    let fields: Vec<&str> = header.split(' ').skip(1).collect();
+    let [
+        fresh_until,
+        stale_until,
+        written_at,
+        fence,
+        _load_ms,
+        version,
+    ] = fields[..]
+    else {
         panic!("unexpected header {header}")
     };
-    assert!(header.starts_with("S1 "), "{header}");
+    assert_eq!(version, "-", "no source version configured: {header}");
+    let [fresh_until, stale_until, written_at, fence] =
+        [fresh_until, stale_until, written_at, fence].map(|f| f.parse::<u64>().unwrap());
+    assert!(header.starts_with("S2 "), "{header}");
     let fresh_for = fresh_until - written_at;
     assert!(
         (54_000..=60_000).contains(&fresh_for),
@@ -159,7 +166,7 @@ async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
     assert_eq!(LOADS.load(SeqCst), 2);
     let stored: Vec<u8> = server.command(&["GET", &key]);
     assert!(
-        stored.starts_with(b"S1 "),
+        stored.starts_with(b"S2 "),
         "the value was rewritten: {:?}",
         String::from_utf8_lossy(&stored)
     );
@@ -168,7 +175,7 @@ async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
     // A payload an earlier version wrote (MessagePack: the number 42, `*`), and one of this
     // version's form holding the number 42 where this cache stores a string.
     for (sku, payload) in [("8", &b"*"[..]), ("9", b"\xc1\x02\x05\x2a")] {
-        let mut envelope = b"S1 99999999999999 99999999999999 0 0 1\n".to_vec();
+        let mut envelope = b"S2 99999999999999 99999999999999 0 0 1 -\n".to_vec();
         envelope.extend_from_slice(payload);
         let _: () = redis::cmd("SET")
             .arg(key_of(sku))
@@ -230,6 +237,56 @@ async fn the_watchdog_keeps_the_lock_of_a_load_longer_than_the_lease() {
     assert_eq!(LOADS.load(SeqCst), 1);
     let exists: i64 = server.command(&["EXISTS", &lock]);
     assert_eq!(exists, 0, "the holder released its lock");
+}
+
+/// With `lock = "local"` no process holds a Redis lock, but a load's fill is still fenced: the
+/// key's fence must outlive a load longer than the lease, or the fill is refused and the value
+/// never reaches Redis.
+#[tokio::test]
+async fn an_unlocked_load_longer_than_the_lease_still_fills_redis() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "local",
+        backend = "tiered",
+        redis = "unlocked_slow",
+        name = "red::unlocked_slow"
+    )]
+    async fn in_a(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        format!("slow {id}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "local",
+        backend = "tiered",
+        redis = "unlocked_slow",
+        name = "red::unlocked_slow"
+    )]
+    async fn in_b(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("fast {id}")
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .lease(Duration::from_millis(300))
+        .install_as("unlocked_slow");
+    assert_eq!(within(in_a(1)).await, "slow 1");
+    assert_eq!(
+        within(in_b(1)).await,
+        "slow 1",
+        "b read a's value from Redis instead of loading"
+    );
+    assert_eq!(LOADS.load(SeqCst), 1);
+    assert_eq!(
+        stampede::stats("red::unlocked_slow").unwrap().remote_hits,
+        1
+    );
 }
 
 #[tokio::test]
@@ -506,6 +563,53 @@ async fn invalidation_drops_the_key_from_redis_and_from_every_process() {
     );
 }
 
+/// An admin process that never called the function tells whether its invalidation reached a
+/// value in Redis; a cache of another shape under the same name reaches none.
+#[tokio::test]
+async fn invalidate_found_tells_whether_redis_held_the_key() {
+    #[cached(ttl = "60s", lock = "redis", redis = "found", name = "red::found")]
+    async fn node(id: u64) -> String {
+        format!("profile {id}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "found_admin",
+        name = "red::found"
+    )]
+    async fn admin(id: u64) -> String {
+        format!("profile {id}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "found_admin",
+        name = "red::found"
+    )]
+    async fn reshaped(id: u64) -> u64 {
+        id
+    }
+
+    let server = RedisServer::start();
+    install(&server, "found");
+    install(&server, "found_admin");
+    assert_eq!(within(node(5)).await, "profile 5");
+    assert!(
+        !within(reshaped::invalidate_found(5)).await.unwrap(),
+        "another value shape is another cache in Redis"
+    );
+    assert!(within(admin::invalidate_found(5)).await.unwrap());
+    assert_eq!(server.key("test:{red::found~*|5}:v"), None);
+    assert!(
+        !within(admin::invalidate_found(5)).await.unwrap(),
+        "gone already"
+    );
+    assert!(
+        !within(admin::invalidate_found(6)).await.unwrap(),
+        "never filled"
+    );
+}
+
 #[tokio::test]
 async fn a_load_running_during_an_invalidation_does_not_write_its_value_back() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
@@ -674,7 +778,7 @@ async fn a_flow_that_holds_the_lock_over_undecodable_bytes_loads_at_once() {
     assert_eq!(within(rate(2)).await.unwrap(), "rate 2");
     assert_eq!(LOADS.load(SeqCst), 2);
     let stored: Vec<u8> = server.command(&["GET", &key]);
-    assert!(stored.starts_with(b"S1 "), "overwritten by the holder");
+    assert!(stored.starts_with(b"S2 "), "overwritten by the holder");
 }
 
 #[tokio::test]
@@ -788,6 +892,7 @@ async fn a_last_good_value_outlives_its_stale_deadline_in_redis_for_fail_safe() 
         ttl = "200ms",
         jitter = 0,
         fail_safe = "1h",
+        long_windows = true,
         lock = "redis",
         redis = "fail_safe",
         name = "red::fail_safe"
@@ -799,6 +904,7 @@ async fn a_last_good_value_outlives_its_stale_deadline_in_redis_for_fail_safe() 
         ttl = "200ms",
         jitter = 0,
         fail_safe = "1h",
+        long_windows = true,
         lock = "redis",
         redis = "fail_safe",
         name = "red::fail_safe"

@@ -35,7 +35,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use sim::oracle::{Oracle, Reach, Rules, Val};
-use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, tier_of};
+use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, Values, tier_of};
 use stampede_runtime::{Backend, Config, Lock};
 
 type Key = u16;
@@ -69,6 +69,8 @@ struct Plan {
 struct FunctionPlan {
     config: Config,
     tagged: bool,
+    /// `source_version`: the version the source read is the value's.
+    versioned: bool,
     busy_error: bool,
     lock_wait: Duration,
     /// Per mille of loads that fail, panic, stall past the timeout.
@@ -216,8 +218,14 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
         ttl_from: None,
         batch_max: None,
     };
+    // Drawn apart from the rest, so that the plans of the seeds replayed in CI stay as they were.
+    let versioned = chance(
+        &mut SmallRng::seed_from_u64(seed ^ 0x5eed_0000 ^ index as u64),
+        400,
+    );
     FunctionPlan {
         config,
+        versioned,
         tagged: chance(rng, 400),
         busy_error: lock == Lock::Redis && chance(rng, 300),
         // Longer than any load, so that a flight gives up waiting only when a lease lapsed.
@@ -302,6 +310,11 @@ struct Source {
 }
 
 /// The tags of a key of a tagged function: its parity and all keys, named by run.
+/// A value's source version (`source_version`): the version of the source its load read.
+fn version_of(value: &Val) -> u64 {
+    value.version
+}
+
 fn tags_of(key: &Key) -> Vec<String> {
     RUN.with(|run| {
         let run = run.get();
@@ -387,8 +400,10 @@ impl Function {
             // the first to fill does (a later fill read its fence before it). With Redis only, a
             // load without the Redis lock (a companion's refresh, `lock = "local"`) may be
             // fenced off by another's fill and is kept nowhere, though its callers got it.
-            // Nothing orders those values without source versions.
-            unordered: config.lock == Lock::None || config.backend == Backend::Redis,
+            // Nothing orders those values without source versions; with them, memory keeps
+            // the newest, so only Redis only is left unordered.
+            unordered: (config.lock == Lock::None && !plan.versioned)
+                || config.backend == Backend::Redis,
             one_load_everywhere: config.lock == Lock::Redis,
         }
     }
@@ -443,7 +458,7 @@ impl Cache {
         }
     }
 
-    async fn invalidate(self, key: Key) -> Result<(), stampede::Error> {
+    async fn invalidate(self, key: Key) -> Result<bool, stampede::Error> {
         match self {
             Cache::Local(cache) => cache.invalidate(key).await,
             Cache::Shared(cache) => cache.invalidate(key).await,
@@ -538,15 +553,20 @@ impl World {
                     (0..plan.processes).map(|_| store.process()).collect::<Vec<_>>()
                 });
                 let tags = fplan.tagged.then_some(tags_of as fn(&Key) -> Vec<String>);
+                let values = Values {
+                    source_version: fplan
+                        .versioned
+                        .then_some((|value| Some(version_of(value))) as fn(&Val) -> Option<u64>),
+                };
                 let caches = (0..plan.processes)
                     .map(|p| match (&store, &processes) {
                         (Some(store), Some(processes)) => {
                             let mut tier = tier_of(store, processes[p]);
                             tier.lock_wait = fplan.lock_wait;
                             tier.busy_error = fplan.busy_error;
-                            Cache::Shared(SimCache::shared(fplan.config.clone(), tier, tags))
+                            Cache::Shared(SimCache::shared(fplan.config.clone(), tier, tags, values))
                         }
-                        _ => Cache::Local(SimCache::new(fplan.config.clone(), Local, tags)),
+                        _ => Cache::Local(SimCache::new(fplan.config.clone(), Local, tags, values)),
                     })
                     .collect();
                 let source = Arc::new(Source {
@@ -619,7 +639,7 @@ impl World {
                 // An invalidation forgets the key again once the shared tier answered: a flight
                 // begun meanwhile is detached too.
                 oracle.detaching(f, k);
-                if let Some(Ok(())) = done {
+                if let Some(Ok(_found)) = done {
                     oracle.invalidated(f, k, version, Reach::From(p));
                 }
             }

@@ -115,6 +115,9 @@ options! {
     "batch_window" => |o, p| put(&mut o.batch_window, p, duration(p)?),
         doc: "with `batch_loader`: single-key calls that must load within this window of each other are loaded by one call of the batch function (DataLoader's pattern)",
         default: "off: each call loads its key alone";
+    "source_version" => |o, p| put(&mut o.source_version, p, fn_path(p, "a `fn(&T) -> u64`", "row_version")?),
+        doc: "path of a `fn(&T) -> u64` giving the source version a value was read at (a row version, an `updated_at`): a load, refresh or `prime` of an older version than the value stored is not stored, in memory or in Redis",
+        default: "off";
     "breaker" => |o, p| put(&mut o.breaker, p, int(p, "5")?),
         doc: "after this many consecutive failed loads of the cache, skip the source for `breaker_cooldown` (the fail-safe value, else `stampede::Error::CircuitOpen` at once), then one probe",
         default: "off";
@@ -207,6 +210,7 @@ pub(crate) struct Options {
     pub(crate) fail_safe_throttle: Option<Spanned<Duration>>,
     pub(crate) soft_timeout: Option<Spanned<Duration>>,
     pub(crate) retry_if: Option<Spanned<syn::Path>>,
+    pub(crate) source_version: Option<Spanned<syn::Path>>,
     pub(crate) breaker: Option<Spanned<u32>>,
     pub(crate) breaker_cooldown: Option<Spanned<Duration>>,
     pub(crate) key: Option<Spanned<KeyTemplate>>,

@@ -30,6 +30,8 @@ pub(crate) struct Settings {
     pub(crate) fail_safe_throttle: Duration,
     pub(crate) soft_timeout: Option<Duration>,
     pub(crate) retry_if: Option<Path>,
+    /// `source_version = ".."`: the function giving a value's source version.
+    pub(crate) source_version: Option<Path>,
     pub(crate) breaker: Option<u32>,
     pub(crate) breaker_cooldown: Duration,
     /// The arguments that form the key, in the order the key holds them.
@@ -94,6 +96,10 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         fail_safe_throttle: policies.fail_safe_throttle,
         soft_timeout: policies.soft_timeout,
         retry_if: policies.retry_if,
+        source_version: options
+            .source_version
+            .as_ref()
+            .map(|path| path.value.clone()),
         breaker: policies.breaker,
         breaker_cooldown: policies.breaker_cooldown,
         key_args,

@@ -13,12 +13,13 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 
 use crate::config::{Config, Lock};
-use crate::core::{Core, Tags};
+use crate::core::{Core, Tags, Values};
 use crate::entry::Freshness;
 use crate::error::Error;
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
 use crate::load::Load;
+use crate::memory::Kept;
 use crate::telemetry::Reason;
 use crate::tier::{Direct, Run, Shared, Start, Tier};
 
@@ -56,12 +57,12 @@ struct Miss<P> {
 }
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
-    pub(crate) fn new(config: Config, tier: T, tags: Tags<K>) -> Self {
+    pub(crate) fn new(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
         if tags.is_some() {
             tier.tagged();
         }
         Cache {
-            core: Core::new(config, tags, tier.key_name()),
+            core: Core::new(config, tags, values, tier.key_name()),
             tier,
             window: batch::Window::default(),
         }
@@ -263,8 +264,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             return None;
         }
         let (value, filled_at) = (entry.value.clone(), entry.filled_at());
-        if !direct.begun.keep(entry) {
-            return None; // invalidated while it was read
+        if !matches!(direct.begun.keep(entry), Kept::Stored) {
+            // Invalidated while it was read, or memory holds a newer source version.
+            return None;
         }
         drop(direct);
         self.core.telemetry.remote_hits.bump();
@@ -304,10 +306,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         &self.core
     }
 
-    /// Drops this process's copy of `key` and detaches its running load (which stores
-    /// nothing): after this returns, no call here returns a value whose load began before it.
-    pub(crate) fn forget(&self, key: &K) {
+    /// Drops this process's copy of `key` (whether there was one) and detaches its running load
+    /// (which stores nothing): after this returns, no call here returns a value whose load began
+    /// before it.
+    pub(crate) fn forget(&self, key: &K) -> bool {
         self.core.flights.forget(key);
-        self.core.memory.invalidate(key);
+        self.core.memory.invalidate(key)
     }
 }

@@ -15,7 +15,7 @@ use crate::entry::{Entry, jittered_ttl};
 use crate::flight::Flights;
 use crate::hot::HotKeys;
 use crate::kv::{Key, Value};
-use crate::memory::{Loading, Memory};
+use crate::memory::{Kept, Loading, Memory};
 use crate::tags::Stamp;
 use crate::telemetry::{Labels, Telemetry};
 
@@ -25,6 +25,37 @@ pub type Tags<K> = Option<fn(&K) -> Vec<String>>;
 /// The tags of a cache whose keys render them with `render`.
 pub fn tagged<K>(render: fn(&K) -> Vec<String>) -> Tags<K> {
     Some(render)
+}
+
+/// What the attribute says of a cache's values beyond their type.
+pub struct Values<V> {
+    /// `source_version = "path"`: the version of the source each value was read at (a row
+    /// version, an `updated_at`). A value of an older version never replaces one of a newer
+    /// version, in memory or in the shared tier. A value without one (`None`: a key a batch
+    /// function's map left out) is unversioned: it replaces any value, and any value replaces
+    /// it, as a fill without the option does.
+    pub source_version: Option<fn(&V) -> Option<u64>>,
+}
+
+impl<V> Clone for Values<V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<V> Copy for Values<V> {}
+
+impl<V> Values<V> {
+    /// The values of a cache the attribute says nothing more of.
+    pub const NONE: Values<V> = Values {
+        source_version: None,
+    };
+}
+
+/// `source_version`'s function applied to a value: what the code generated for the option
+/// calls, so that the function is checked to be a `fn(&T) -> u64` where the user named it.
+pub fn version_of<V>(version: fn(&V) -> u64, value: &V) -> u64 {
+    version(value)
 }
 
 /// What every tier's flights use of a cache. A tier reaches it only through the handle it is
@@ -39,21 +70,23 @@ pub(crate) struct Core<K: Key, V: Value> {
     pub(crate) breaker: Option<Breaker>,
     /// How a key's tags are rendered, for a cache with `tags`.
     pub(crate) tags: Tags<K>,
+    pub(crate) values: Values<V>,
 }
 
 impl<K: Key, V: Value> Core<K, V> {
-    /// The core of a cache with these options and tags; `key_name`: how its tier names a key to
-    /// other processes, when it does.
+    /// The core of a cache with these options, tags and values; `key_name`: how its tier names
+    /// a key to other processes, when it does.
     pub(crate) fn new(
         config: Config,
         tags: Tags<K>,
+        values: Values<V>,
         key_name: Option<fn(&K) -> Option<String>>,
     ) -> Self {
         if tags.is_some() {
             crate::tags::keep_marks_for(config.longest_use());
         }
         Core {
-            memory: Memory::new(config.capacity, key_name),
+            memory: Memory::new(config.capacity, key_name, values.source_version),
             breaker: config.breaker.map(|threshold| {
                 let open = metrics::gauge!("cache_breaker_open", Labels::new(&config).cache());
                 Breaker::new(threshold, config.breaker_cooldown, open)
@@ -63,6 +96,7 @@ impl<K: Key, V: Value> Core<K, V> {
             flights: Flights::new(),
             hot: HotKeys::new(),
             tags,
+            values,
         }
     }
 
@@ -161,12 +195,18 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
     }
 
     /// Keeps `entry` in memory (unless values live only in the shared tier) if the key was not
-    /// invalidated since this began; whether it was not.
-    pub(crate) fn keep(&self, entry: Entry<V>) -> bool {
-        if self.core.config.in_memory() {
-            self.core.memory.keep(&self.loading, entry)
-        } else {
-            self.core.memory.is_current(&self.loading)
+    /// invalidated since this began and memory holds no newer source version (counted).
+    pub(crate) fn keep(&self, entry: Entry<V>) -> Kept<V> {
+        if !self.core.config.in_memory() {
+            return match self.core.memory.is_current(&self.loading) {
+                true => Kept::Stored,
+                false => Kept::Invalidated,
+            };
         }
+        let kept = self.core.memory.keep(&self.loading, entry);
+        if let Kept::Newer(_) = kept {
+            self.core.telemetry.older_versions.bump();
+        }
+        kept
     }
 }

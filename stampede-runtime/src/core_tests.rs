@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::cache::Cache;
 use crate::config::{Backend, Config, Lock};
+use crate::core::Values;
 use crate::entry::Entry;
 use crate::error::Error;
 use crate::fake_tier::{self, Store};
@@ -45,7 +46,7 @@ fn config(name: &str) -> Config {
 
 /// A cache that lives as long as the test process, listed in the registry.
 fn leak<T: Tier<u64, String>>(config: Config, tier: T) -> &'static Cache<u64, String, T> {
-    let cache = Box::leak(Box::new(Cache::new(config, tier, None)));
+    let cache = Box::leak(Box::new(Cache::new(config, tier, None, Values::NONE)));
     registry::register(cache);
     cache
 }
@@ -694,7 +695,7 @@ fn the_trust_cap_bounds_every_window_the_options_give_an_entry() {
         let mut options = config("core::kept");
         options.fail_safe = Some(Duration::from_secs(3_600));
         options.refresh_after = Some(Duration::from_secs(5));
-        let core = crate::core::Core::<u64, String>::new(options, None, None);
+        let core = crate::core::Core::<u64, String>::new(options, None, Values::NONE, None);
         let bound = Duration::from_secs(2);
         let entry = core.kept(core.loaded("v".to_owned()), Some(bound));
         let past = Instant::now() + bound;

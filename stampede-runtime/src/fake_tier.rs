@@ -355,6 +355,19 @@ impl<K: Key, V: Value> Store<K, V> {
     }
 }
 
+impl<K: Key, V: Value> State<K, V> {
+    /// The entry the store keeps for the flight's key, if it has a newer source version than
+    /// `value` (the check of Redis's `FILL`).
+    fn newer<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>, value: &V) -> Option<Entry<V>> {
+        let ours = handle.source_version(value)?;
+        let stored = self
+            .values
+            .get(handle.key())
+            .filter(|stored| stored.kept(Instant::now()))?;
+        (handle.source_version(&stored.value)? > ours).then(|| stored.entry())
+    }
+}
+
 impl<K: Key, V> State<K, V> {
     fn token(&mut self) -> u64 {
         self.next_token += 1;
@@ -373,6 +386,11 @@ impl<K: Key, V> State<K, V> {
 }
 
 impl<V: Clone> Stored<V> {
+    /// Whether it is still in the store (Redis's key has not expired).
+    fn kept(&self, now: Instant) -> bool {
+        now < self.kept_until
+    }
+
     fn entry(&self) -> Entry<V> {
         Entry::new(
             self.value.clone(),
@@ -514,6 +532,10 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         }
         self.clean(handle.key(), &handle.config().name);
         let mut state = self.store.state();
+        if state.newer(handle, &value).is_some() {
+            handle.older_than_stored();
+            return Ok(());
+        }
         state.bump(handle.key());
         for tag in handle.tags() {
             state
@@ -531,7 +553,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         Ok(())
     }
 
-    async fn invalidate(&self, config: &Config, key: &K) -> Result<(), Error> {
+    async fn invalidate(&self, config: &Config, key: &K) -> Result<bool, Error> {
         self.store.stall().await;
         if self.store.down() {
             lock(&self.dirty).insert(key.clone());
@@ -539,11 +561,11 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         }
         lock(&self.dirty).remove(key);
         let mut state = self.store.state();
-        state.values.remove(key);
+        let held = state.values.remove(key).is_some();
         state.bump(key);
         drop(state);
         self.store.announce(&config.name, format!("{key:?}"));
-        Ok(())
+        Ok(held)
     }
 
     fn reads(&self) -> bool {
@@ -668,15 +690,27 @@ impl<K: Key, V: Value> Fake<K, V> {
         {
             state.locks.remove(handle.key());
         }
-        let fetched = match loaded {
-            Err(error) => Fetched::Failed(error),
+        let newer = match &loaded {
+            Ok(value) => state.newer(handle, value),
+            Err(_) => None,
+        };
+        let fetched = match (loaded, newer) {
+            (Err(error), _) => Fetched::Failed(error),
             // The store went down meanwhile: the value is good, kept here.
-            Ok(value) if store.down() => {
+            (Ok(value), _) if store.down() => {
                 drop(state);
                 lock(&self.dirty).insert(handle.key().clone());
                 return Fetched::Loaded(handle.keep_loaded(value, self.trusted()));
             }
-            Ok(value) if state.fence(handle.key()) == fence => {
+            // The store holds a newer source version: its callers get that one, if servable.
+            (Ok(value), Some(newer)) => {
+                handle.older_than_stored();
+                match newer.servable(Instant::now()) {
+                    true => Fetched::Loaded(handle.keep(self.shared(newer))),
+                    false => Fetched::Loaded(value),
+                }
+            }
+            (Ok(value), None) if state.fence(handle.key()) == fence => {
                 if token.is_none() {
                     state.bump(handle.key());
                 }
@@ -687,7 +721,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             }
             // Fenced off (another holder, fill, prime or invalidation since its fence): not in
             // the store; in memory unless invalidated here.
-            Ok(value) => Fetched::Loaded(handle.fenced_off(value, self.trusted())),
+            (Ok(value), None) => Fetched::Loaded(handle.fenced_off(value, self.trusted())),
         };
         drop(state);
         store.wake();

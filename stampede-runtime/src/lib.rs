@@ -18,7 +18,7 @@
 //! cache (lookup, miss, run, settle, ops)                the path of a call; every policy
 //! redis (a Tier)                                        a shared tier, beside the cache
 //! tier (Tier, Handle, Direct, Fetched, Local)           what a tier reports, and is lent
-//! core (Core, Begun, Tags)                              the state lent to tiers
+//! core (Core, Begun, Tags, Values)                      the state lent to tiers
 //! registry, memory, flight, load, breaker, budget, hot, telemetry, entry, tags, stats,
 //! checks, clock, config, error, kv                      the leaves
 //! ```
@@ -91,7 +91,7 @@ pub mod __private {
         pub use crate::redis::bounds::*;
     }
     pub use crate::config::{Backend, Config, Lock, TtlFrom};
-    pub use crate::core::{Tags, tagged};
+    pub use crate::core::{Tags, Values, tagged, version_of};
     pub use crate::kv::{Key, Value};
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};

@@ -24,6 +24,8 @@ use crate::kv::{Key, Value};
 
 pub(crate) struct Memory<K, V> {
     store: quick_cache::sync::Cache<K, Entry<V>>,
+    /// `source_version`: an entry is not replaced by one of an older version.
+    version: Option<fn(&V) -> Option<u64>>,
     /// The generations of the keys with a load running.
     loading: Mutex<HashMap<K, Generation>>,
     /// For a cache whose tier names its keys to other processes: each stored key by its name,
@@ -46,6 +48,22 @@ struct Generation {
     loads: usize,
 }
 
+/// What [`Memory::keep`] did with an entry.
+pub(crate) enum Kept<V> {
+    Stored,
+    /// The key was invalidated since the load began: nothing stored.
+    Invalidated,
+    /// The entry stored has a newer source version: it stays, and is this.
+    Newer(Entry<V>),
+}
+
+impl<V> Kept<V> {
+    /// Whether the key was not invalidated since the load began.
+    pub(crate) fn current(&self) -> bool {
+        !matches!(self, Kept::Invalidated)
+    }
+}
+
 /// A load of one key, registered with the memory tier; unregistered on drop.
 pub(crate) struct Loading<'a, K: Key, V: Value> {
     memory: &'a Memory<K, V>,
@@ -55,8 +73,13 @@ pub(crate) struct Loading<'a, K: Key, V: Value> {
 
 impl<K: Key, V: Value> Memory<K, V> {
     /// A store of at most `capacity` entries (at least one). `name_of`: how the tier names a
-    /// key to other processes, when it does ([`Memory::invalidate_named`]).
-    pub(crate) fn new(capacity: u64, name_of: Option<fn(&K) -> Option<String>>) -> Self {
+    /// key to other processes, when it does ([`Memory::invalidate_named`]); `version`: the
+    /// values' source version, when the cache has one.
+    pub(crate) fn new(
+        capacity: u64,
+        name_of: Option<fn(&K) -> Option<String>>,
+        version: Option<fn(&V) -> Option<u64>>,
+    ) -> Self {
         let capacity = capacity.max(1);
         // The estimate only sizes the ghost (recently evicted) list; the store allocates as
         // it fills, so a large capacity reserves nothing up front.
@@ -69,6 +92,7 @@ impl<K: Key, V: Value> Memory<K, V> {
                 quick_cache::DefaultHashBuilder::default(),
                 quick_cache::sync::DefaultLifecycle::default(),
             ),
+            version,
             loading: Mutex::new(HashMap::new()),
             names: name_of.map(|name_of| Names {
                 name_of,
@@ -119,11 +143,20 @@ impl<K: Key, V: Value> Memory<K, V> {
         })
     }
 
-    /// Stores `entry` unless the key was invalidated since `load` began. Returns whether it did.
-    pub(crate) fn keep(&self, load: &Loading<'_, K, V>, entry: Entry<V>) -> bool {
+    /// Stores `entry` unless the key was invalidated since `load` began, or (with a source
+    /// version) the entry stored has a newer version than `entry`'s.
+    pub(crate) fn keep(&self, load: &Loading<'_, K, V>, entry: Entry<V>) -> Kept<V> {
         let loading = self.loading();
         if !is_current(&loading, load) {
-            return false;
+            return Kept::Invalidated;
+        }
+        if let Some(version) = self.version
+            && let Some(stored) = self.store.get(&load.key).filter(Entry::current)
+            && let (Some(stored_version), Some(version)) =
+                (version(&stored.value), version(&entry.value))
+            && stored_version > version
+        {
+            return Kept::Newer(stored);
         }
         if let Some(names) = &self.names
             && let Some(name) = (names.name_of)(&load.key)
@@ -135,7 +168,7 @@ impl<K: Key, V: Value> Memory<K, V> {
             }
         }
         self.store.insert(load.key.clone(), entry);
-        true
+        Kept::Stored
     }
 
     /// Whether the key was not invalidated since `load` began.
@@ -143,13 +176,23 @@ impl<K: Key, V: Value> Memory<K, V> {
         is_current(&self.loading(), load)
     }
 
-    /// Drops the key's value; loads of it running now will not store theirs.
-    pub(crate) fn invalidate(&self, key: &K) {
+    /// Drops the key's value (whether there was one); loads of it running now will not store
+    /// theirs.
+    pub(crate) fn invalidate(&self, key: &K) -> bool {
         let mut loading = self.loading();
+        Self::detach_in(&mut loading, key);
+        self.store.remove(key).is_some()
+    }
+
+    /// Loads of the key running now will not store their value; the value stored stays.
+    pub(crate) fn detach(&self, key: &K) {
+        Self::detach_in(&mut self.loading(), key);
+    }
+
+    fn detach_in(loading: &mut HashMap<K, Generation>, key: &K) {
         if let Some(generation) = loading.get_mut(key) {
             generation.value += 1;
         }
-        self.store.remove(key);
     }
 
     /// Drops the value of the key named `name` (an invalidation another process announced); a
@@ -249,24 +292,27 @@ mod tests {
 
     #[tokio::test]
     async fn an_invalidation_stops_only_the_loads_of_its_own_key() {
-        let memory = Memory::<u32, u32>::new(100, None);
+        let memory = Memory::<u32, u32>::new(100, None, None);
         let (one, two) = (memory.begin(&1), memory.begin(&2));
         memory.invalidate(&1);
-        assert!(!memory.keep(&one, entry(10)), "key 1 was invalidated");
-        assert!(memory.keep(&two, entry(20)), "key 2 was not");
+        assert!(
+            !memory.keep(&one, entry(10)).current(),
+            "key 1 was invalidated"
+        );
+        assert!(memory.keep(&two, entry(20)).current(), "key 2 was not");
         assert!(memory.get(&1).is_none());
         assert_eq!(memory.get(&2).map(|e| e.value), Some(20));
     }
 
     #[tokio::test]
     async fn a_load_that_began_after_the_invalidation_stores_its_value() {
-        let memory = Memory::<u32, u32>::new(100, None);
+        let memory = Memory::<u32, u32>::new(100, None, None);
         let old = memory.begin(&1);
         memory.invalidate(&1);
         let new = memory.begin(&1);
-        assert!(memory.keep(&new, entry(2)));
+        assert!(memory.keep(&new, entry(2)).current());
         assert!(
-            !memory.keep(&old, entry(1)),
+            !memory.keep(&old, entry(1)).current(),
             "the old load never overwrites"
         );
         assert_eq!(memory.get(&1).map(|e| e.value), Some(2));
@@ -278,7 +324,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_generation_outlives_the_loads_of_its_key() {
-        let memory = Memory::<u32, u32>::new(100, Some(named));
+        let memory = Memory::<u32, u32>::new(100, Some(named), None);
         for key in 0..1_000 {
             let load = memory.begin(&key);
             memory.invalidate_named(&format!("k{}", key / 2 * 2));
@@ -289,7 +335,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_never_holds_more_than_its_capacity() {
-        let memory = Memory::<u32, u32>::new(1_000, None);
+        let memory = Memory::<u32, u32>::new(1_000, None, None);
         for key in 0..100_000 {
             let load = memory.begin(&key);
             memory.keep(&load, entry(key));
@@ -300,13 +346,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_name_drops_its_key_and_only_it() {
-        let memory = Memory::<u32, u32>::new(100, Some(named));
+        let memory = Memory::<u32, u32>::new(100, Some(named), None);
         for key in 0..10 {
             memory.keep(&memory.begin(&key), entry(key));
         }
         let running = memory.begin(&4);
         memory.invalidate_named("k4");
-        assert!(!memory.keep(&running, entry(4)), "its load stores nothing");
+        assert!(
+            !memory.keep(&running, entry(4)).current(),
+            "its load stores nothing"
+        );
         memory.invalidate_named("k7");
         assert_eq!(memory.entry_count(), 8);
         assert!((0..10).all(|key| memory.get(&key).is_some() == (key != 4 && key != 7)));
@@ -314,7 +363,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_index_of_names_stays_bounded_and_finds_every_stored_key() {
-        let memory = Memory::<u32, u32>::new(100, Some(named));
+        let memory = Memory::<u32, u32>::new(100, Some(named), None);
         for key in 0..100_000 {
             memory.keep(&memory.begin(&key), entry(key));
         }
@@ -338,12 +387,40 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn reclaim_drops_only_an_entry_past_every_use() {
-        let memory = Memory::<u32, u32>::new(100, None);
+        let memory = Memory::<u32, u32>::new(100, None, None);
         memory.keep(&memory.begin(&1), entry(1));
         memory.reclaim(&1, Instant::now());
         assert!(memory.get(&1).is_some(), "still fresh");
         tokio::time::advance(Duration::from_secs(61)).await;
         memory.reclaim(&1, Instant::now());
         assert!(memory.get(&1).is_none(), "expired: dropped");
+    }
+
+    #[tokio::test]
+    async fn with_a_source_version_an_older_value_does_not_replace_a_newer_one() {
+        let memory =
+            Memory::<u32, u32>::new(100, None, Some(|value: &u32| Some(u64::from(*value))));
+        assert!(matches!(
+            memory.keep(&memory.begin(&1), entry(5)),
+            Kept::Stored
+        ));
+        match memory.keep(&memory.begin(&1), entry(4)) {
+            Kept::Newer(newer) => assert_eq!(newer.value, 5),
+            _ => panic!("version 4 replaced version 5"),
+        }
+        assert!(matches!(
+            memory.keep(&memory.begin(&1), entry(5)),
+            Kept::Stored
+        ));
+        assert!(matches!(
+            memory.keep(&memory.begin(&1), entry(6)),
+            Kept::Stored
+        ));
+        memory.invalidate(&1);
+        assert!(matches!(
+            memory.keep(&memory.begin(&1), entry(2)),
+            Kept::Stored
+        ));
+        assert_eq!(memory.get(&1).map(|e| e.value), Some(2));
     }
 }

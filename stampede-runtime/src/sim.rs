@@ -13,6 +13,7 @@ use crate::registry::{self, AnyCache as _};
 use crate::stats::Stats;
 use crate::tier::Tier;
 
+pub use crate::core::Values;
 pub use crate::fake_tier::{Event, Fake, Process, Store, tier, tier_of};
 pub use crate::tier::Local;
 
@@ -43,8 +44,8 @@ pub struct Leftovers {
 impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
     /// A cache with these options over `tier`, listed in the registry, living until
     /// [`SimCache::free`].
-    pub fn new(config: Config, tier: T, tags: Tags<K>) -> Self {
-        let cache = Box::leak(Box::new(Cache::new(config, tier, tags)));
+    pub fn new(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
+        let cache = Box::leak(Box::new(Cache::new(config, tier, tags, values)));
         registry::register(cache);
         SimCache { cache }
     }
@@ -73,8 +74,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
         self.cache.refresh(key, move || load)
     }
 
-    /// The companion's `invalidate`.
-    pub async fn invalidate(self, key: K) -> Result<(), Error> {
+    /// The companion's `invalidate`; whether a value was held for the key.
+    pub async fn invalidate(self, key: K) -> Result<bool, Error> {
         self.cache.invalidate(&key).await
     }
 
@@ -125,9 +126,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
 impl<K: Key, V: Value> SimCache<K, V, Fake<K, V>> {
     /// A cache over the fake shared tier, attached to the tier's process (it hears the
     /// invalidations announced to that process).
-    pub fn shared(config: Config, tier: Fake<K, V>, tags: Tags<K>) -> Self {
+    pub fn shared(config: Config, tier: Fake<K, V>, tags: Tags<K>, values: Values<V>) -> Self {
         let (store, process) = (tier.store.clone(), tier.process);
-        let cache = SimCache::new(config, tier, tags);
+        let cache = SimCache::new(config, tier, tags, values);
         store.attach(process, cache.cache);
         cache
     }

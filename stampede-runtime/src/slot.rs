@@ -7,7 +7,7 @@ use std::sync::{OnceLock, PoisonError, RwLock};
 
 use crate::cache::Cache;
 use crate::config::Config;
-use crate::core::Tags;
+use crate::core::{Tags, Values};
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
 use crate::load::RetryIf;
@@ -50,6 +50,7 @@ impl Slot {
         config: C,
         tier: S,
         tags: Tags<K>,
+        values: Values<V>,
     ) -> &'static Cache<K, V, T>
     where
         K: Key,
@@ -61,7 +62,7 @@ impl Slot {
         let mut build = Some((config, tier));
         let (first_site, first) = *self.first.get_or_init(|| {
             let (config, tier) = build.take().expect("built once");
-            (site, leak(config(), tier, tags))
+            (site, leak(config(), tier, tags, values))
         });
         if same_site(first_site, site)
             && let Some(cache) = first.downcast_ref()
@@ -69,7 +70,7 @@ impl Slot {
             return cache;
         }
         let (config, tier) = build.expect("the cache just built has the caller's site and types");
-        self.other(site, config, tier, tags)
+        self.other(site, config, tier, tags, values)
     }
 
     /// The cache of a further instantiation or (key, value) type pair, in a generic impl.
@@ -80,6 +81,7 @@ impl Slot {
         config: C,
         tier: S,
         tags: Tags<K>,
+        values: Values<V>,
     ) -> &'static Cache<K, V, T>
     where
         K: Key,
@@ -116,7 +118,7 @@ impl Slot {
             )
             .into();
         }
-        let cache = leak(config, tier, tags);
+        let cache = leak(config, tier, tags, values);
         others.push((site, cache));
         cache
             .downcast_ref()
@@ -125,9 +127,9 @@ impl Slot {
 }
 
 /// Everything the code generated for one cached function hands the runtime but the key and the
-/// load: where its cache lives, how to build it (options, tier, tags) and what is known of its
-/// error type. Every entry point of the generated code takes one.
-pub struct Recipe<C, S, K, R = ()> {
+/// load: where its cache lives, how to build it (options, tier, tags, values) and what is known
+/// of its error type. Every entry point of the generated code takes one.
+pub struct Recipe<C, S, K, V, R = ()> {
     /// The function's slot, which holds its cache.
     pub slot: &'static Slot,
     /// `type_name::<Self>()` for a method (`""` for a free function): a generic impl's
@@ -139,14 +141,16 @@ pub struct Recipe<C, S, K, R = ()> {
     pub tier: S,
     /// How a key's tags are rendered.
     pub tags: Tags<K>,
+    /// What the attribute says of the values (`source_version`).
+    pub values: Values<V>,
     /// What is known of the function's error type ([`ErrorRules`]); `()` for a function that
     /// returns a plain value, and for the companion's operations.
     pub rules: R,
 }
 
-impl<C, S, K, R> Recipe<C, S, K, R> {
+impl<C, S, K, V, R> Recipe<C, S, K, V, R> {
     /// The function's cache, built at the first call; and the rules.
-    pub(crate) fn cache<V, T>(self) -> (&'static Cache<K, V, T>, R)
+    pub(crate) fn cache<T>(self) -> (&'static Cache<K, V, T>, R)
     where
         K: Key,
         V: Value,
@@ -156,12 +160,12 @@ impl<C, S, K, R> Recipe<C, S, K, R> {
     {
         let cache = self
             .slot
-            .cache(self.site, self.config, self.tier, self.tags);
+            .cache(self.site, self.config, self.tier, self.tags, self.values);
         (cache, self.rules)
     }
 }
 
-impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
+impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
     /// A call of a function returning `Result<V, E>`: only `Ok` values are cached. The
     /// function's own error reaches a caller as itself when that caller was the only one of the
     /// load, or when `E` is `Clone`; as `E::from(stampede::Error::Upstream(..))` (the original
@@ -170,7 +174,7 @@ impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
     ///
     /// `call` says which: a call of the function, or its companion's `refresh` (loads the key
     /// now through its flight, joining the load running for it, if any, and stores the value).
-    pub async fn result<V, T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> Result<V, E>
+    pub async fn result<T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> Result<V, E>
     where
         K: Key,
         V: Value,
@@ -196,11 +200,11 @@ impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
     }
 }
 
-impl<C, S, K> Recipe<C, S, K> {
+impl<C, S, K, V> Recipe<C, S, K, V> {
     /// A call of a function returning a plain value (an `Option` included), or its companion's
     /// `refresh`. Such a function has no error channel: a load that panics or times out makes
     /// every waiting caller panic.
-    pub async fn value<V, T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> V
+    pub async fn value<T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> V
     where
         K: Key,
         V: Value,
@@ -227,8 +231,9 @@ impl<C, S, K> Recipe<C, S, K> {
     }
 
     /// A companion's `invalidate`: drops `key` here, in the tier and in every other process's
-    /// memory (see `stampede::invalidate`). Builds the cache if this process never called it.
-    pub async fn invalidate<V, T>(self, key: K) -> Result<(), Error>
+    /// memory (see `stampede::invalidate`); whether a value was held for it, here or in the
+    /// tier. Builds the cache if this process never called it.
+    pub async fn invalidate<T>(self, key: K) -> Result<bool, Error>
     where
         K: Key,
         V: Value,
@@ -236,12 +241,12 @@ impl<C, S, K> Recipe<C, S, K> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        let (cache, ()) = self.cache::<V, T>();
+        let (cache, ()) = self.cache::<T>();
         cache.invalidate(&key).await
     }
 
     /// A companion's `prime`: stores `value` for `key` as if it had been loaded now.
-    pub async fn prime<V, T>(self, key: K, value: V) -> Result<(), Error>
+    pub async fn prime<T>(self, key: K, value: V) -> Result<(), Error>
     where
         K: Key,
         V: Value,
@@ -249,12 +254,12 @@ impl<C, S, K> Recipe<C, S, K> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        let (cache, ()) = self.cache::<V, T>();
+        let (cache, ()) = self.cache::<T>();
         cache.prime(key, value).await
     }
 
     /// A companion's `peek`: the value held in this process's memory for `key`, if servable.
-    pub fn peek<V, T>(self, key: &K) -> Option<V>
+    pub fn peek<T>(self, key: &K) -> Option<V>
     where
         K: Key,
         V: Value,
@@ -262,13 +267,13 @@ impl<C, S, K> Recipe<C, S, K> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        let (cache, ()) = self.cache::<V, T>();
+        let (cache, ()) = self.cache::<T>();
         cache.peek(key)
     }
 
     /// Builds a free function's cache if this process has not yet (see
     /// [`crate::registry::Linked`]).
-    pub fn build<V, T>(self)
+    pub fn build<T>(self)
     where
         K: Key,
         V: Value,
@@ -276,7 +281,7 @@ impl<C, S, K> Recipe<C, S, K> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        self.cache::<V, T>();
+        self.cache::<T>();
     }
 }
 
@@ -318,7 +323,7 @@ fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E
 }
 
 /// Builds a cache that lives as long as the process, and lists it in the registry.
-fn leak<K, V, S, T>(config: Config, tier: S, tags: Tags<K>) -> Erased
+fn leak<K, V, S, T>(config: Config, tier: S, tags: Tags<K>, values: Values<V>) -> Erased
 where
     K: Key,
     V: Value,
@@ -328,7 +333,8 @@ where
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(crate::telemetry::describe);
     let tier = tier(&config);
-    let cache: &'static Cache<K, V, T> = Box::leak(Box::new(Cache::new(config, tier, tags)));
+    let cache: &'static Cache<K, V, T> =
+        Box::leak(Box::new(Cache::new(config, tier, tags, values)));
     registry::register(cache);
     cache
 }

@@ -38,6 +38,10 @@ pub struct Stats {
     pub breaker_open: bool,
     /// Values read from Redis (L2) because this process had none.
     pub remote_hits: u64,
+    /// Loaded, refreshed or primed values not stored (in memory, or in Redis) because the
+    /// value stored had a newer source version (`source_version`); the metric
+    /// `cache_older_version_total`.
+    pub older_versions: u64,
     /// Redis locks this process took to load a key.
     pub lock_acquired: u64,
     /// Times a key's Redis lock was held by another process.
@@ -73,6 +77,7 @@ impl Stats {
         self.fail_safe_served += other.fail_safe_served;
         self.breaker_open |= other.breaker_open;
         self.remote_hits += other.remote_hits;
+        self.older_versions += other.older_versions;
         self.lock_acquired += other.lock_acquired;
         self.lock_busy += other.lock_busy;
         self.degraded += other.degraded;

@@ -162,6 +162,9 @@ pub(crate) struct Telemetry {
     pub(crate) fail_safe_served: Count,
     /// Values read from a shared tier because this process had none.
     pub(crate) remote_hits: Count,
+    /// Values not stored, in memory or in the shared tier, because the one stored has a newer
+    /// source version.
+    pub(crate) older_versions: Count,
     miss_loads: Counter,
     stale_loads: Counter,
     early_loads: Counter,
@@ -186,6 +189,7 @@ impl Telemetry {
             shared: Count::new("singleflight_shared_result_total", &labels),
             fail_safe_served: Count::new("cache_fail_safe_served_total", &labels),
             remote_hits: Count::new("cache_remote_hit_total", &labels),
+            older_versions: Count::new("cache_older_version_total", &labels),
             miss_loads: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Miss)),
             stale_loads: metrics::counter!(
                 "cache_refresh_total",

@@ -37,6 +37,7 @@ use crate::error::Error;
 use crate::flight::Leader;
 use crate::kv::{Key, Value};
 use crate::load::Load;
+use crate::memory::Kept;
 use crate::stats::{Identity, Stats};
 use crate::telemetry::Reason;
 
@@ -75,13 +76,13 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         std::future::ready(Ok(()))
     }
 
-    /// Drops `key` from the shared store and from every other process's memory. This process's
-    /// memory has dropped it already.
+    /// Drops `key` from the shared store and from every other process's memory (this process's
+    /// memory has dropped it already); whether the shared store held a value for it.
     fn invalidate(
         &self,
         config: &Config,
         key: &K,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
 
     /// Gets the values of many keys this process has no usable value for, as [`Tier::fetch`]
     /// does for one, with one load of the keys it must load here: a batch function's call, or
@@ -183,8 +184,8 @@ impl<K: Key, V: Value> Tier<K, V> for Local {
         handle.load_here(None).await
     }
 
-    async fn invalidate(&self, _config: &Config, _key: &K) -> Result<(), Error> {
-        Ok(())
+    async fn invalidate(&self, _config: &Config, _key: &K) -> Result<bool, Error> {
+        Ok(false)
     }
 }
 
@@ -337,6 +338,20 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         }
     }
 
+    /// The value's source version, for a cache with `source_version`.
+    pub(crate) fn source_version(&self, value: &V) -> Option<u64> {
+        self.core
+            .values
+            .source_version
+            .and_then(|version| version(value))
+    }
+
+    /// The shared store kept its value of a newer source version instead of this flight's: it
+    /// is counted.
+    pub(crate) fn older_than_stored(&self) {
+        self.core.telemetry.older_versions.bump();
+    }
+
     /// Keeps a value loaded now in memory for a jittered `ttl`, then `stale` (unless the key was
     /// invalidated since the flight began), and returns it.
     pub(crate) fn keep_loaded(&self, value: V, trusted_for: Option<Duration>) -> V {
@@ -346,10 +361,9 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// Keeps an entry in memory, unless the key was invalidated since the flight began (or
     /// values live only in the shared tier), and returns its value.
     pub(crate) fn keep(&self, shared: Shared<V>) -> V {
-        let entry = self.begun.entry(shared.entry, shared.trusted_for);
-        let value = entry.value.clone();
-        self.begun.keep(entry);
-        value
+        // Its callers get the newer value memory holds, if any: never an older one after it.
+        self.newest(self.begun.entry(shared.entry, shared.trusted_for))
+            .value
     }
 
     /// The shared store refused this flight's value, loaded now: the key's fence moved since the
@@ -366,13 +380,20 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// in memory; if the load fails, the waiters keep it (stale-if-error). A waiter takes it only
     /// while it is servable; past its deadline, waiters wait for the refresh.
     pub(crate) fn serve(&self, shared: Shared<V>) {
-        let entry = self.begun.entry(shared.entry, shared.trusted_for);
+        let entry = self.newest(self.begun.entry(shared.entry, shared.trusted_for));
         if let Some(leader) = self.leader {
             leader.serve(entry.clone());
         }
-        let value = entry.value.clone();
-        self.begun.keep(entry);
-        *lock(&self.served) = Some(value);
+        *lock(&self.served) = Some(entry.value);
+    }
+
+    /// Keeps `entry` in memory, and returns it, or the entry of a newer source version that
+    /// memory holds instead.
+    fn newest(&self, entry: Entry<V>) -> Entry<V> {
+        match self.begun.keep(entry.clone()) {
+            Kept::Newer(newer) => newer,
+            Kept::Stored | Kept::Invalidated => entry,
+        }
     }
 
     /// Offers a value past its stale deadline that the shared store still keeps for
@@ -382,11 +403,10 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         if self.core.config.fail_safe.is_none() {
             return;
         }
-        let entry = self.begun.entry(shared.entry, shared.trusted_for);
+        let entry = self.newest(self.begun.entry(shared.entry, shared.trusted_for));
         if let Some(leader) = self.leader {
             leader.offer(entry.clone());
         }
-        self.begun.keep(entry.clone());
         *lock(&self.last_good) = Some(entry);
     }
 
@@ -412,7 +432,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             return false;
         }
         let throttled = entry.throttled(now, self.core.config.fail_safe_throttle);
-        self.begun.keep(throttled) && self.begun.current()
+        self.begun.keep(throttled).current() && self.begun.current()
     }
 }
 

@@ -20,7 +20,7 @@ impl<V: Value> Witness<V> {
     #[inline(always)]
     pub fn value<C, S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K>,
+        recipe: Recipe<C, S, K, V>,
         call: Call,
         key: K,
         prepare: P,
@@ -49,7 +49,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     #[inline(always)]
     pub fn result<C, S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, ErrorRules<E>>,
+        recipe: Recipe<C, S, K, V, ErrorRules<E>>,
         call: Call,
         key: K,
         prepare: P,
@@ -82,23 +82,23 @@ impl<V: Value> Companion<V> {
     #[inline(always)]
     pub fn invalidate<C, S, K, T>(
         self,
-        recipe: Recipe<C, S, K>,
+        recipe: Recipe<C, S, K, V>,
         key: K,
-    ) -> impl Future<Output = Result<(), Error>>
+    ) -> impl Future<Output = Result<bool, Error>>
     where
         K: Key,
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        recipe.invalidate::<V, T>(key)
+        recipe.invalidate::<T>(key)
     }
 
     /// Calls [`Recipe::prime`].
     #[inline(always)]
     pub fn prime<C, S, K, T>(
         self,
-        recipe: Recipe<C, S, K>,
+        recipe: Recipe<C, S, K, V>,
         key: K,
         value: V,
     ) -> impl Future<Output = Result<(), Error>>
@@ -113,20 +113,20 @@ impl<V: Value> Companion<V> {
 
     /// Calls [`Recipe::peek`].
     #[inline(always)]
-    pub fn peek<C, S, K, T>(self, recipe: Recipe<C, S, K>, key: K) -> Option<V>
+    pub fn peek<C, S, K, T>(self, recipe: Recipe<C, S, K, V>, key: K) -> Option<V>
     where
         K: Key,
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        recipe.peek::<V, T>(&key)
+        recipe.peek::<T>(&key)
     }
 
     /// Builds the cache, if not built yet (a linked function looked up by name). `key`, the
     /// key made from the tuple of its arguments, is never called: its type says the key's.
     #[inline(always)]
-    pub fn build<C, S, K, T, A, F>(self, recipe: Recipe<C, S, K>, key: F)
+    pub fn build<C, S, K, T, A, F>(self, recipe: Recipe<C, S, K, V>, key: F)
     where
         K: Key,
         C: FnOnce() -> Config,
@@ -135,7 +135,7 @@ impl<V: Value> Companion<V> {
         F: FnOnce(A) -> K,
     {
         let _ = key;
-        recipe.build::<V, T>();
+        recipe.build::<T>();
     }
 }
 

@@ -46,6 +46,7 @@ impl Expansion<'_> {
             None => quote!(""),
         };
         let tags = self.tags();
+        let values = self.values();
         quote! {
             #private::Recipe {
                 slot: #slot,
@@ -53,7 +54,47 @@ impl Expansion<'_> {
                 config: #config,
                 tier: #tier,
                 tags: #tags,
+                values: #values,
                 rules: #rules,
+            }
+        }
+    }
+
+    /// What the runtime knows of the values (`Values`): `source_version` the option's function,
+    /// checked to be a `fn(&T) -> u64` at the option's span; for a batch function, whose cache
+    /// holds `Option<T>`, a key its map left out has no version.
+    fn values(&self) -> TokenStream {
+        let private = &self.private;
+        let some = quote!(::core::option::Option::Some);
+        let source_version = match &self.settings.source_version {
+            None => quote!(::core::option::Option::None),
+            Some(path) => {
+                let span = path
+                    .segments
+                    .last()
+                    .map_or(Span::call_site(), |s| s.ident.span());
+                // Every token at the option's span, so that a function of another type is
+                // reported there, not at the attribute.
+                let private = respan(private.clone(), span);
+                let version = quote_spanned!(span=> #private::version_of(#path, __stampede_value));
+                match self.settings.batch {
+                    None => quote! {
+                        #some(|__stampede_value| #some(#version))
+                    },
+                    Some(_) => quote! {
+                        #some(|__stampede_value| {
+                            ::core::option::Option::map(
+                                ::core::option::Option::as_ref(__stampede_value),
+                                |__stampede_value| #version,
+                            )
+                        })
+                    },
+                }
+            }
+        };
+        quote! {
+            #private::Values {
+                source_version: #source_version,
             }
         }
     }
@@ -65,16 +106,7 @@ impl Expansion<'_> {
     pub(super) fn rules(&self) -> TokenStream {
         let private = &self.private;
         let output = &self.function.output;
-        let retry_if = match &self.settings.retry_if {
-            Some(path) => {
-                let span = path
-                    .segments
-                    .last()
-                    .map_or(Span::call_site(), |s| s.ident.span());
-                quote_spanned!(span=> ::core::option::Option::Some(#path))
-            }
-            None => quote!(::core::option::Option::None),
-        };
+        let retry_if = optional_fn(self.settings.retry_if.as_ref());
         quote! {
             #private::ErrorRules {
                 clone: {
@@ -314,5 +346,38 @@ impl Expansion<'_> {
                 #body
             })
         }
+    }
+}
+
+/// `Some(path)` for an option that names a function, spanned at the option's value so that a
+/// function whose signature does not fit is reported there; `None` without the option.
+/// `tokens` with every token (and group) at `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = proc_macro2::TokenTree::Group(inner);
+            } else {
+                token.set_span(span);
+            }
+            token
+        })
+        .collect()
+}
+
+fn optional_fn(path: Option<&syn::Path>) -> TokenStream {
+    match path {
+        Some(path) => {
+            let span = path
+                .segments
+                .last()
+                .map_or(Span::call_site(), |s| s.ident.span());
+            quote_spanned!(span=> ::core::option::Option::Some(#path))
+        }
+        None => quote!(::core::option::Option::None),
     }
 }

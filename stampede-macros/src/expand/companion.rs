@@ -1,5 +1,5 @@
-//! The companion of a cached function: the operations on its cache (`invalidate`, `refresh`,
-//! `prime`, `peek`, `uncached`) with the key's arguments as the function takes them, and the
+//! The companion of a cached function: the operations on its cache (`invalidate`,
+//! `invalidate_found`, `refresh`, `prime`, `peek`, `uncached`) with the key's arguments as the function takes them, and the
 //! hidden items they share with the function (its slot, its options, its body). For a free
 //! function they are associated functions of a type of the function's name; for a method with
 //! `companion = true`, associated functions named after it in its impl.
@@ -12,7 +12,14 @@ use super::{Call, Expansion, Holder, with_elided_lifetimes};
 use crate::func::{Arg, Returns};
 
 /// The operations of a companion, by the name they end in.
-const OPERATIONS: [&str; 5] = ["invalidate", "refresh", "prime", "peek", "uncached"];
+const OPERATIONS: [&str; 6] = [
+    "invalidate",
+    "invalidate_found",
+    "refresh",
+    "prime",
+    "peek",
+    "uncached",
+];
 
 impl Expansion<'_> {
     /// A free function's companion type (types and functions live in different namespaces), or
@@ -33,8 +40,9 @@ impl Expansion<'_> {
         let fn_name = self.function.sig.ident.to_string();
         let doc = format!(
             "The cache of [`{fn_name}()`](fn@{fn_name}), reachable without calling it (generated \
-             by `#[stampede::cached]`): `{fn_name}::invalidate`, `refresh`, `prime`, `peek` and \
-             `uncached`, which take the arguments of the key as the function does."
+             by `#[stampede::cached]`): `{fn_name}::invalidate`, `invalidate_found`, `refresh`, \
+             `prime`, `peek` and `uncached`, which take the arguments of the key as the function \
+             does."
         );
         // Named at the attribute: the name is the function's, in the style of a function, and
         // the lints of type names are for the types a user writes.
@@ -177,9 +185,17 @@ impl Expansion<'_> {
             ),
         };
         let body = companion.path("body");
-        let [invalidate, refresh_fn, prime, peek, uncached] = OPERATIONS.map(|op| companion.op(op));
+        let [
+            invalidate,
+            invalidate_found,
+            refresh_fn,
+            prime,
+            peek,
+            uncached,
+        ] = OPERATIONS.map(|op| companion.op(op));
         let [
             doc_invalidate,
+            doc_invalidate_found,
             doc_refresh,
             doc_prime,
             doc_peek,
@@ -189,6 +205,12 @@ impl Expansion<'_> {
             #[doc = #doc_invalidate]
             #attrs
             #vis async fn #invalidate #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #on.invalidate(#recipe, #key).await.map(|_found| ())
+            }
+
+            #[doc = #doc_invalidate_found]
+            #attrs
+            #vis async fn #invalidate_found #generics (#(#key_inputs),*) -> ::core::result::Result<bool, #krate::Error> #where_clause {
                 #on.invalidate(#recipe, #key).await
             }
 
@@ -221,7 +243,7 @@ impl Expansion<'_> {
     }
 
     /// The operations' doc comments, in the order of [`OPERATIONS`].
-    fn docs(&self, companion: &Holder) -> [String; 5] {
+    fn docs(&self, companion: &Holder) -> [String; 6] {
         let fn_name = self.function.sig.ident.to_string();
         let shown = match companion {
             Holder::Type(_) => format!("[`{fn_name}()`](fn@{fn_name})"),
@@ -232,6 +254,12 @@ impl Expansion<'_> {
                 "Drops the value {shown} holds for these arguments, in this process and, for a \
                  cache backed by Redis, in Redis and in every other process's memory. After it \
                  returns, no call here returns a value whose load began before it."
+            ),
+            format!(
+                "Invalidates {shown} as `invalidate` does, and tells whether the cache held a \
+                 value for these arguments: in this process's memory, or in Redis for a cache \
+                 backed by it. `false` means the invalidation reached no value, which an admin \
+                 tool can check (a wrong key, or another cache's name or value shape)."
             ),
             format!(
                 "Loads the value of {shown} for these arguments now, whatever value is held, \

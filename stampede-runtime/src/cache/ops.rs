@@ -43,8 +43,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// load that read the key before cannot write its value over it).
     pub(crate) async fn prime(&self, key: K, value: V) -> Result<(), Error> {
         // A load of the key running now read its source before this value was given: it must
-        // not store its value over it.
-        self.forget(&key);
+        // not store its value over it. The value held stays until this one replaces it (or, of
+        // a newer source version, is kept).
+        self.core.flights.forget(&key);
+        self.core.memory.detach(&key);
         let handle = Handle::new(&self.core, &key, &NoLoad, Start::miss(Run::Get), None);
         self.tier.prime(&handle, value).await
     }
@@ -75,15 +77,16 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     }
 
     /// Drops this process's copy of `key` and detaches its running load (which stores
-    /// nothing); then drops it from the tier.
-    pub(crate) async fn invalidate(&self, key: &K) -> Result<(), Error> {
-        self.forget(key);
+    /// nothing); then drops it from the tier. Whether a value was held for it, here or in the
+    /// shared tier.
+    pub(crate) async fn invalidate(&self, key: &K) -> Result<bool, Error> {
+        let here = self.forget(key);
         let dropped = self.tier.invalidate(&self.core.config, key).await;
         // A call meanwhile may have read the old value from a shared tier before it was dropped
         // there, and kept it: forget again, rather than wait for the announcement's echo.
         if self.tier.key_name().is_some() {
             self.forget(key);
         }
-        dropped
+        dropped.map(|shared| here || shared)
     }
 }

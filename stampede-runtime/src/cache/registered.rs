@@ -31,6 +31,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
             shared: t.shared.get(),
             fail_safe_served: t.fail_safe_served.get(),
             remote_hits: t.remote_hits.get(),
+            older_versions: t.older_versions.get(),
             entries: core.memory.entry_count(),
             in_flight: core.flights.len() as u64,
             waiters: t.waiters.get(),
@@ -47,7 +48,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
         key: &'a (dyn Any + Send + Sync),
     ) -> Option<BoxFuture<'a, Result<(), Error>>> {
         let key = key.downcast_ref::<K>()?;
-        Some(Box::pin(Cache::invalidate(self, key)))
+        Some(Box::pin(async move {
+            Cache::invalidate(self, key).await.map(|_found| ())
+        }))
     }
 
     fn forget_named(&self, name: &str) {

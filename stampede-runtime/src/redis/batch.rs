@@ -45,7 +45,7 @@ use crate::redis::envelope::{self, Decoded};
 use crate::redis::flow::entry_of;
 use crate::redis::keys::{self, RedisKeys};
 use crate::redis::lock;
-use crate::redis::ops::{Read, ReadState};
+use crate::redis::ops::{Read, ReadState, Written};
 use crate::redis::pubsub::Listener;
 use crate::redis::tags::set_lifetime;
 use crate::redis::tier::RedisTier;
@@ -141,6 +141,7 @@ where
             endpoint,
             batch,
             token,
+            refresh,
         };
         flow.run(&mut parts, &mut outcomes).await;
         finished(outcomes, batch)
@@ -222,7 +223,11 @@ where
         };
         let trusted_for = endpoint.memory_trusted_for();
         for (at, (value, now_ms)) in places.into_iter().zip(values) {
-            if let Decoded::Servable(entry) = envelope::decoded(value.as_deref(), Some(now_ms)) {
+            if let Decoded::Servable(entry) = envelope::decoded(
+                value.as_deref(),
+                Some(now_ms),
+                endpoint.config.max_value_bytes,
+            ) {
                 found[at] = Some(Shared::new(entry, trusted_for));
             }
         }
@@ -272,6 +277,9 @@ struct BatchFlow<'a, 'b, K: Key, V: Value, L> {
     token: Option<String>,
     /// Past this, a key waiting for another process's fill is loaded here.
     give_up_at: Instant,
+    /// A companion's `refresh`: its callers get what it loads, never the value it replaces (as
+    /// `RedisTier::refresh` does for one key).
+    refresh: bool,
 }
 
 impl<K, V, L> BatchFlow<'_, '_, K, V, L>
@@ -348,12 +356,18 @@ where
         outcomes: &mut [Option<Fetched<V>>],
     ) -> Step {
         let handle = &self.batch.handles()[at];
-        let current = match self.found(handle, read.value.as_deref(), Some(read.now_ms)) {
+        // A value over the size bound, left on the server, is one that does not decode.
+        let found = match read.oversized {
+            true => Found::Undecodable,
+            false => self.found(handle, read.value.as_deref(), Some(read.now_ms)),
+        };
+        let current = match found {
             Found::Usable(entry) => Some(entry),
             Found::Nothing => None,
             Found::Undecodable => {
                 if !part.value_unusable {
                     self.tier.telemetry.decode_errors.bump();
+                    tracing::debug!(key = %part.keys.value, oversized = read.oversized, "stampede: value in Redis does not decode or is over max_value_size; reloading it");
                     part.value_unusable = true;
                 }
                 // A fresh header over bytes that do not decode: read again as missing.
@@ -599,7 +613,7 @@ where
         for (&(at, locked, fence), loaded) in fill.iter().zip(filled) {
             let handle = &batch.handles()[at];
             match loaded {
-                Ok(value) => match envelope::encode(value) {
+                Ok(value) => match envelope::encode(value, self.endpoint.config.max_value_bytes) {
                     Ok(payload) => fills.push((at, locked, fence, value.clone(), payload)),
                     Err(error) => {
                         tracing::warn!(cache = %batch.config().name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
@@ -635,6 +649,7 @@ where
                 keep_for: config.fail_safe.unwrap_or_default(),
                 load: took,
                 fence: *fence,
+                source_version: batch.handles()[*at].source_version(value),
                 payload: payload.clone(),
             })
             .collect();
@@ -645,11 +660,24 @@ where
             Ok(written) => {
                 for ((at, _, _, value, _), written) in fills.into_iter().zip(written) {
                     let handle = &batch.handles()[at];
-                    outcomes[at] = Some(Fetched::Loaded(match written.written {
-                        true => self.keep(handle, entry_of(value, &written)),
+                    outcomes[at] = Some(Fetched::Loaded(match written {
+                        written if written.written => self.keep(handle, entry_of(value, &written)),
+                        // Redis holds a newer source version: its callers get that one (as
+                        // `Flow::hold` does).
+                        Written {
+                            newer: Some(stored),
+                            now_ms,
+                            ..
+                        } => {
+                            handle.older_than_stored();
+                            match self.found(handle, stored.as_deref(), Some(now_ms)) {
+                                Found::Usable(entry) => self.keep(handle, entry),
+                                Found::Nothing | Found::Undecodable => value,
+                            }
+                        }
                         // Fenced off (another holder, fill, prime or invalidation since its
                         // fence): not in Redis; in memory unless invalidated here.
-                        false => handle.fenced_off(value, self.endpoint.memory_trusted_for()),
+                        _ => handle.fenced_off(value, self.endpoint.memory_trusted_for()),
                     }));
                 }
             }
@@ -702,6 +730,7 @@ where
     ) {
         if let Some(entry) = current
             && !part.served
+            && !self.refresh
         {
             handle.serve(Shared::new(entry, self.endpoint.memory_trusted_for()));
             part.served = true;
@@ -716,7 +745,7 @@ where
         bytes: Option<&[u8]>,
         server_now: Option<u64>,
     ) -> Found<V> {
-        match envelope::decoded(bytes, server_now) {
+        match envelope::decoded(bytes, server_now, self.endpoint.config.max_value_bytes) {
             Decoded::Servable(entry) => Found::Usable(entry),
             Decoded::Nothing => Found::Nothing,
             Decoded::Undecodable => Found::Undecodable,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::redis::endpoint::Endpoint;
+use crate::redis::envelope;
 use crate::redis::tls::{self, Tls};
 
 /// The environment variable read for the default connection when none was installed in code.
@@ -51,6 +52,8 @@ pub struct RedisConfig {
     pub(crate) failures_before_cooldown: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) heartbeat: Duration,
+    /// The largest value payload written to or read from Redis, in bytes.
+    pub(crate) max_value_bytes: usize,
     /// The certificates for `rediss://` nodes (feature `tls`), see `tls`.
     pub(crate) tls: Tls,
 }
@@ -85,6 +88,7 @@ impl RedisConfig {
             failures_before_cooldown: 3,
             connect_timeout: Duration::from_secs(1),
             heartbeat: Duration::from_secs(1),
+            max_value_bytes: envelope::DEFAULT_MAX_VALUE_BYTES,
             tls,
         })
     }
@@ -223,6 +227,18 @@ impl RedisConfig {
         self
     }
 
+    /// The largest value, encoded, that a cache writes to or reads from this Redis (default
+    /// 8 MiB; clamped to [1 KiB, 512 MiB], Redis's own limit). A larger value that a load
+    /// returns is served and kept in this process's memory only, with a warning naming the
+    /// cache (`prime` returns [`Error::InvalidConfig`] naming it). A larger value found in
+    /// Redis, written by a process with a larger bound or by hand, is a miss counted as a
+    /// decode error: the read scripts leave it on the server, so it never slows the
+    /// connection that the other caches share, and the key's load overwrites it.
+    pub fn max_value_size(mut self, bytes: usize) -> Self {
+        self.max_value_bytes = bytes.clamp(1 << 10, 512 << 20);
+        self
+    }
+
     /// How long after an invalidation this process may still serve the old value from memory
     /// if it missed that invalidation: `2 × heartbeat + op_timeout`.
     pub(crate) fn staleness_bound(&self) -> Duration {
@@ -253,6 +269,7 @@ impl fmt::Debug for RedisConfig {
             .field("cooldown", &self.cooldown)
             .field("connect_timeout", &self.connect_timeout)
             .field("heartbeat", &self.heartbeat)
+            .field("max_value_bytes", &self.max_value_bytes)
             .field("tls", &self.tls)
             .finish_non_exhaustive()
     }

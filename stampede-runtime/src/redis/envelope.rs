@@ -2,18 +2,18 @@
 //! `redis-cli` shows and a Lua script can read, then the payload.
 //!
 //! ```text
-//! S1 <fresh_until> <stale_until> <written_at> <fence> <load_ms>\n<payload>
+//! S2 <fresh_until> <stale_until> <written_at> <fence> <load_ms> <source_version or ->\n<payload>
 //! ```
 //!
-//! `S1` is the format and its version. The three instants are wall-clock milliseconds of the
-//! Redis server's clock (the scripts read `TIME`), so every process agrees on them whatever its
-//! own clock says; a reader turns them into local deadlines relative to `written_at` or to the
-//! server time its read returned. The payload is the value in the form `payload` writes: it
-//! gives every value back exactly, and its reading is bounded in size ([`MAX_VALUE_BYTES`]) and
-//! depth. Its first two bytes (`0xC1 0x02`, never the start of MessagePack) tell it from the
-//! MessagePack payloads that earlier versions wrote under the same `S1` word, so those never
-//! decode as a value; they are not read anyway, since the cache's identity in its keys changed
-//! with the payload (see `keys`).
+//! `S2` is the format and its version (`S1`, without the source version, held MessagePack
+//! payloads; a reader refuses it). The three instants are wall-clock milliseconds of the Redis
+//! server's clock (the scripts read `TIME`), so every process agrees on them whatever its own
+//! clock says; a reader turns them into local deadlines relative to `written_at` or to the
+//! server time its read returned. The source version (`-` for a cache without
+//! `source_version`) is what `FILL` compares a newer fill's with. The payload is the value in the
+//! form `payload` writes: it gives every value back exactly, and its reading is bounded in size
+//! (the connection's `max_value_size`, checked by the scripts before a value leaves the server)
+//! and depth.
 
 use std::time::Duration;
 
@@ -25,13 +25,18 @@ use crate::clock::after;
 use crate::entry::Entry;
 use crate::redis::payload::{self, PayloadError};
 
-/// The largest payload written to or read from Redis (8 MiB). A larger value is not written
-/// (kept in memory only, with a warning naming the cache); a larger payload read is a miss,
-/// counted as a decode error.
-pub(crate) const MAX_VALUE_BYTES: usize = 8 << 20;
+/// The largest payload written to or read from Redis unless the connection says otherwise
+/// (`RedisConfig::max_value_size`): 8 MiB. A larger value is not written (kept in memory only,
+/// with a warning naming the cache); a larger one in Redis is a miss, counted as a decode error,
+/// and the read scripts leave it on the server.
+pub(crate) const DEFAULT_MAX_VALUE_BYTES: usize = 8 << 20;
+
+/// Room for the header on top of the payload's bound: the longest header a script writes (the
+/// format word and six numbers of at most 20 digits, spaced, and the newline) fits in it.
+pub(crate) const HEADER_ROOM: usize = 128;
 
 /// The header's first word. A reader refuses any other.
-pub(crate) const FORMAT: &str = "S1";
+pub(crate) const FORMAT: &str = "S2";
 
 /// A parsed envelope; the payload still encoded.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,6 +47,8 @@ pub(crate) struct Envelope<'a> {
     /// The fence of the fill that wrote it.
     pub(crate) fence: u64,
     pub(crate) load_ms: u64,
+    /// The value's source version, for a cache with `source_version`.
+    pub(crate) source_version: Option<u64>,
     pub(crate) payload: &'a [u8],
 }
 
@@ -55,12 +62,19 @@ impl<'a> Envelope<'a> {
             return None;
         }
         let mut number = || words.next()?.parse::<u64>().ok();
+        let (fresh_until, stale_until, written_at, fence, load_ms) =
+            (number()?, number()?, number()?, number()?, number()?);
+        let source_version = match words.next()? {
+            "-" => None,
+            version => Some(version.parse().ok()?),
+        };
         let envelope = Envelope {
-            fresh_until: number()?,
-            stale_until: number()?,
-            written_at: number()?,
-            fence: number()?,
-            load_ms: number()?,
+            fresh_until,
+            stale_until,
+            written_at,
+            fence,
+            load_ms,
+            source_version,
             payload: &bytes[newline + 1..],
         };
         (words.next().is_none() && envelope.fresh_until <= envelope.stale_until).then_some(envelope)
@@ -69,8 +83,11 @@ impl<'a> Envelope<'a> {
     /// The header a script writes, for tests of the format.
     #[cfg(test)]
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let source_version = self
+            .source_version
+            .map_or_else(|| "-".to_owned(), |version| version.to_string());
         let mut bytes = format!(
-            "{FORMAT} {} {} {} {} {}\n",
+            "{FORMAT} {} {} {} {} {} {source_version}\n",
             self.fresh_until, self.stale_until, self.written_at, self.fence, self.load_ms
         )
         .into_bytes();
@@ -79,16 +96,16 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// Encodes a value as an envelope's payload; an error for a value over [`MAX_VALUE_BYTES`] or
-/// nested too deep, which is then not written to Redis.
-pub(crate) fn encode<V: Serialize>(value: &V) -> Result<Vec<u8>, PayloadError> {
-    payload::encode(value, MAX_VALUE_BYTES)
+/// Encodes a value as an envelope's payload; an error for a value over `max` bytes or nested
+/// too deep, which is then not written to Redis.
+pub(crate) fn encode<V: Serialize>(value: &V, max: usize) -> Result<Vec<u8>, PayloadError> {
+    payload::encode(value, max)
 }
 
 /// Decodes an envelope's payload; an error for anything but a payload of this form and type,
-/// within the bounds.
-pub(crate) fn decode<V: DeserializeOwned>(payload: &[u8]) -> Result<V, PayloadError> {
-    payload::decode(payload, MAX_VALUE_BYTES)
+/// within the bounds (`max` bytes).
+pub(crate) fn decode<V: DeserializeOwned>(payload: &[u8], max: usize) -> Result<V, PayloadError> {
+    payload::decode(payload, max)
 }
 
 /// What an envelope read from Redis holds, on this process's clock.
@@ -102,10 +119,12 @@ pub(crate) enum Decoded<V> {
 }
 
 /// Reads an envelope. Deadlines are turned into this process's instants relative to
-/// `server_now` (the server's clock at the read) or, for a publication, to its writing.
+/// `server_now` (the server's clock at the read) or, for a publication, to its writing. A payload
+/// over `max` bytes is undecodable.
 pub(crate) fn decoded<V: DeserializeOwned>(
     bytes: Option<&[u8]>,
     server_now: Option<u64>,
+    max: usize,
 ) -> Decoded<V> {
     let Some(bytes) = bytes else {
         return Decoded::Nothing;
@@ -113,7 +132,7 @@ pub(crate) fn decoded<V: DeserializeOwned>(
     let Some(envelope) = Envelope::parse(bytes) else {
         return Decoded::Undecodable;
     };
-    let Ok(value) = decode(envelope.payload) else {
+    let Ok(value) = decode(envelope.payload, max) else {
         return Decoded::Undecodable;
     };
     let reference = server_now.unwrap_or(envelope.written_at);
@@ -157,20 +176,24 @@ mod tests {
             name: "Kettle".into(),
             tags: vec!["kitchen".into()],
         };
-        let payload = encode(&product).unwrap();
+        let payload = encode(&product, DEFAULT_MAX_VALUE_BYTES).unwrap();
         let envelope = Envelope {
             fresh_until: 1_700_000_060_000,
             stale_until: 1_700_000_090_000,
             written_at: 1_700_000_000_000,
             fence: 3,
             load_ms: 120,
+            source_version: Some(41),
             payload: &payload,
         };
         let bytes = envelope.to_bytes();
-        assert!(bytes.starts_with(b"S1 1700000060000 1700000090000 1700000000000 3 120\n"));
+        assert!(bytes.starts_with(b"S2 1700000060000 1700000090000 1700000000000 3 120 41\n"));
         let parsed = Envelope::parse(&bytes).unwrap();
         assert_eq!(parsed, envelope);
-        assert_eq!(decode::<Product>(parsed.payload).unwrap(), product);
+        assert_eq!(
+            decode::<Product>(parsed.payload, DEFAULT_MAX_VALUE_BYTES).unwrap(),
+            product
+        );
     }
 
     #[test]
@@ -178,10 +201,12 @@ mod tests {
         for garbage in [
             &b""[..],
             b"hello",
+            b"S1 1 2 3 4 5\nx",
             b"S2 1 2 3 4 5\nx",
-            b"S1 1 2 3 4\nx",
-            b"S1 9 2 3 4 5\nx",
-            b"S1 a 2 3 4 5\n",
+            b"S2 1 2 3 4 5 x\nx",
+            b"S2 1 2 3 4 5 - 6\nx",
+            b"S2 9 2 3 4 5 -\nx",
+            b"S2 a 2 3 4 5 -\n",
         ] {
             assert_eq!(
                 Envelope::parse(garbage),
@@ -195,8 +220,11 @@ mod tests {
     #[test]
     fn values_that_encode_as_nothing_inside_options_round_trip() {
         fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T) {
-            let payload = encode(&value).unwrap();
-            assert_eq!(decode::<T>(&payload).unwrap(), value);
+            let payload = encode(&value, DEFAULT_MAX_VALUE_BYTES).unwrap();
+            assert_eq!(
+                decode::<T>(&payload, DEFAULT_MAX_VALUE_BYTES).unwrap(),
+                value
+            );
         }
         #[derive(Serialize, Deserialize, Debug, PartialEq)]
         struct Marker;
@@ -226,7 +254,7 @@ mod tests {
         }
         payload.extend_from_slice(&[0xa4]);
         payload.extend_from_slice(b"Leaf");
-        assert!(decode::<Tree>(&payload).is_err());
+        assert!(decode::<Tree>(&payload, DEFAULT_MAX_VALUE_BYTES).is_err());
     }
 
     #[test]
@@ -237,12 +265,15 @@ mod tests {
             id: u64,
             price_cents: u64,
         }
-        let payload = encode(&Product {
-            id: 1,
-            name: "x".into(),
-            tags: vec![],
-        })
+        let payload = encode(
+            &Product {
+                id: 1,
+                name: "x".into(),
+                tags: vec![],
+            },
+            DEFAULT_MAX_VALUE_BYTES,
+        )
         .unwrap();
-        assert!(decode::<ProductV2>(&payload).is_err());
+        assert!(decode::<ProductV2>(&payload, DEFAULT_MAX_VALUE_BYTES).is_err());
     }
 }

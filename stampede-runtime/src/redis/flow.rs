@@ -205,15 +205,20 @@ where
     }
 
     /// The servable entry a read found (`Some(None)`: none); `None` when it found a fresh
-    /// header over bytes that do not decode, which must be read again as missing.
+    /// header over bytes that do not decode, which must be read again as missing. A value over
+    /// the size bound, left on the server, is one that does not decode.
     fn current(&mut self, read: &Read) -> Option<Option<Entry<V>>> {
-        match self.found(read.value.as_deref(), Some(read.now_ms)) {
+        let found = match read.oversized {
+            true => Found::Undecodable,
+            false => self.found(read.value.as_deref(), Some(read.now_ms)),
+        };
+        match found {
             Found::Usable(entry) => Some(Some(entry)),
             Found::Nothing => Some(None),
             Found::Undecodable => {
                 if !self.value_unusable {
                     self.tier.telemetry.decode_errors.bump();
-                    tracing::debug!(key = %self.keys.value, "stampede: value in Redis does not decode; reloading it");
+                    tracing::debug!(key = %self.keys.value, oversized = read.oversized, "stampede: value in Redis does not decode or is over max_value_size; reloading it");
                     self.value_unusable = true;
                 }
                 // In any state but fresh, this read's outcome (a lock taken) stands.
@@ -301,7 +306,7 @@ where
         let started = Instant::now();
         let loaded = match &held {
             Some(held) => held.while_held(self.handle.load()).await,
-            None => self.handle.load().await,
+            None => lock::while_fenced(&self.endpoint, &self.keys, fence, self.handle.load()).await,
         };
         let value = match loaded {
             Ok(value) => value,
@@ -315,6 +320,15 @@ where
         match self.write(&value, held, fence, started.elapsed()).await {
             Some(written) if written.written => {
                 Fetched::Loaded(self.keep(entry_of(value, &written)))
+            }
+            // Redis holds a newer source version: its callers get that one.
+            Some(Written {
+                newer: Some(stored),
+                now_ms,
+                ..
+            }) => {
+                self.handle.older_than_stored();
+                Fetched::Loaded(self.newer(stored.as_deref(), now_ms).unwrap_or(value))
             }
             // Fenced off (another holder, fill, prime or invalidation since its fence): not in
             // Redis; in memory unless invalidated here.
@@ -339,7 +353,7 @@ where
         took: Duration,
     ) -> Option<Written> {
         let config = self.config();
-        let payload = match envelope::encode(value) {
+        let payload = match envelope::encode(value, self.endpoint.config.max_value_bytes) {
             Ok(payload) => payload,
             Err(error) => {
                 tracing::warn!(cache = %config.name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
@@ -351,7 +365,9 @@ where
         };
         let token = self.token.as_deref().filter(|_| held.is_some());
         let fresh = self.handle.fresh_for(value);
-        let write = write_of(config, fresh, token.unwrap_or(""), fence, &payload).loaded_in(took);
+        let version = self.handle.source_version(value);
+        let write =
+            write_of(config, fresh, token.unwrap_or(""), fence, version, &payload).loaded_in(took);
         let written = self.endpoint.write(&self.keys, write).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
@@ -371,10 +387,15 @@ where
             return Err("the value's tags could not be written".into());
         }
         let fresh = self.handle.fresh_for(&value);
-        let write = write_of(self.config(), fresh, "", fence, payload);
+        let version = self.handle.source_version(&value);
+        let write = write_of(self.config(), fresh, "", fence, version, payload);
         match self.endpoint.write(&self.keys, write).await {
             Ok(written) if written.written => {
                 self.keep(entry_of(value, &written));
+                Ok(())
+            }
+            Ok(written) if written.newer.is_some() => {
+                self.handle.older_than_stored();
                 Ok(())
             }
             // Invalidated, or filled by a newer load, between the read and the write: that
@@ -395,6 +416,15 @@ where
     /// [`Endpoint::memory_trusted_for`]).
     fn trusted_for(&self) -> Option<Duration> {
         self.endpoint.memory_trusted_for()
+    }
+
+    /// The value of a newer source version that `FILL` found stored, kept in memory; `None` if
+    /// it is not servable (or over the size bound, left unread).
+    fn newer(&self, stored: Option<&[u8]>, server_now: u64) -> Option<V> {
+        match self.found(stored, Some(server_now)) {
+            Found::Usable(entry) => Some(self.keep(entry)),
+            Found::Nothing | Found::Undecodable => None,
+        }
     }
 
     /// Keeps an entry read from or written to Redis in memory, and returns its value.
@@ -431,7 +461,7 @@ where
     /// Reads an envelope (see [`envelope::decoded`]); a value past its stale deadline is
     /// offered as the last good value (kept by Redis for `fail_safe`).
     fn found(&self, bytes: Option<&[u8]>, server_now: Option<u64>) -> Found<V> {
-        match envelope::decoded(bytes, server_now) {
+        match envelope::decoded(bytes, server_now, self.endpoint.config.max_value_bytes) {
             Decoded::Servable(entry) => Found::Usable(entry),
             Decoded::Nothing => Found::Nothing,
             Decoded::Undecodable => Found::Undecodable,
@@ -451,6 +481,7 @@ pub(super) fn write_of<'a>(
     fresh: Duration,
     token: &'a str,
     fence: u64,
+    source_version: Option<u64>,
     payload: &'a [u8],
 ) -> Write<'a> {
     Write {
@@ -460,6 +491,7 @@ pub(super) fn write_of<'a>(
         keep_for: config.fail_safe.unwrap_or_default(),
         load: Duration::ZERO,
         fence,
+        source_version,
         payload,
     }
 }

@@ -4,23 +4,23 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::redis::envelope::{self, Envelope};
+use crate::redis::envelope::{self, DEFAULT_MAX_VALUE_BYTES, Envelope};
 use crate::redis::keys;
 
 /// Parses `bytes` as an envelope read from Redis and decodes its payload as a `V`.
 pub fn decode_envelope<V: DeserializeOwned>(bytes: &[u8]) -> Option<V> {
     let envelope = Envelope::parse(bytes)?;
-    envelope::decode(envelope.payload).ok()
+    envelope::decode(envelope.payload, DEFAULT_MAX_VALUE_BYTES).ok()
 }
 
 /// Decodes a payload as a `V`.
 pub fn decode<V: DeserializeOwned>(payload: &[u8]) -> Option<V> {
-    envelope::decode(payload).ok()
+    envelope::decode(payload, DEFAULT_MAX_VALUE_BYTES).ok()
 }
 
 /// Encodes `value` as a payload.
 pub fn encode<V: Serialize>(value: &V) -> Option<Vec<u8>> {
-    envelope::encode(value).ok()
+    envelope::encode(value, DEFAULT_MAX_VALUE_BYTES).ok()
 }
 
 /// The text of a key's arguments in its Redis keys.

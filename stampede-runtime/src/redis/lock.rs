@@ -1,11 +1,12 @@
 //! The holder's side of a key's Redis lock: its token, and the watchdog that renews the lease
-//! while the load runs.
+//! while the load runs; for a load without the lock, the watchdog that keeps its fence alive.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::redis::endpoint::Endpoint;
+use crate::redis::failure::Failure;
 use crate::redis::keys::RedisKeys;
 
 /// A token no other holder will ever use: the lock's value, checked on renewal and release.
@@ -38,21 +39,9 @@ impl Held {
     /// and the release will not delete its lock); a renewal that fails is tried again next
     /// period.
     pub(crate) async fn while_held<F: Future>(&self, work: F) -> F::Output {
-        let period = self.connection.config.lease / 3;
-        let watchdog = async {
-            loop {
-                tokio::time::sleep(period.max(Duration::from_millis(10))).await;
-                if let Ok(false) = self.connection.extend(&self.keys, &self.token).await {
-                    tracing::warn!(lock = %self.keys.lock, "stampede: lost a Redis lock's lease while loading");
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        tokio::select! {
-            biased;
-            output = work => output,
-            () = watchdog => unreachable!("the watchdog loops until the work ends"),
-        }
+        let renew = || self.connection.extend(&self.keys, &self.token);
+        let lost = || tracing::warn!(lock = %self.keys.lock, "stampede: lost a Redis lock's lease while loading");
+        renewing(&self.connection, renew, lost, work).await
     }
 
     /// Releases the lock if this flow still holds it (compare-and-delete).
@@ -72,6 +61,50 @@ impl Drop for Held {
         if !self.done {
             release_later(&self.connection, &self.keys, &self.token);
         }
+    }
+}
+
+/// Runs a load that holds no lock while keeping alive the key's fence it read, every third of
+/// the lease: its fill is written only over that fence, which would otherwise expire with the
+/// lease during a longer load. Once the fence moved (another fill, a prime, an invalidation)
+/// the fill will be refused, and the renewals stop.
+pub(crate) async fn while_fenced<F: Future>(
+    connection: &Endpoint,
+    keys: &RedisKeys,
+    fence: u64,
+    work: F,
+) -> F::Output {
+    let renew = || connection.keep_fence(keys, fence);
+    renewing(connection, renew, || {}, work).await
+}
+
+/// Runs `work` while `renew` runs every third of the lease, until it answers `Ok(false)`
+/// (`lost` is called, and the renewals stop); a renewal that fails is tried again next period.
+async fn renewing<F, R, Renewed>(
+    connection: &Endpoint,
+    renew: R,
+    lost: impl Fn(),
+    work: F,
+) -> F::Output
+where
+    F: Future,
+    R: Fn() -> Renewed,
+    Renewed: Future<Output = Result<bool, Failure>>,
+{
+    let period = connection.config.lease / 3;
+    let watchdog = async {
+        loop {
+            tokio::time::sleep(period.max(Duration::from_millis(10))).await;
+            if let Ok(false) = renew().await {
+                lost();
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        output = work => output,
+        () = watchdog => unreachable!("the watchdog loops until the work ends"),
     }
 }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::redis::endpoint::Endpoint;
+use crate::redis::envelope;
 use crate::redis::failure::Failure;
 use crate::redis::keys::RedisKeys;
 use crate::redis::scripts;
@@ -16,6 +17,8 @@ pub(crate) struct Read {
     pub(crate) now_ms: u64,
     /// The key's fence: the one this flow took with the lock, else the current one.
     pub(crate) fence: u64,
+    /// The value in Redis is over the connection's size bound, and was left there unread.
+    pub(crate) oversized: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,8 +35,11 @@ pub(crate) enum ReadState {
 
 /// What `FILL` did.
 pub(crate) struct Written {
-    /// False when the key was invalidated since it was read: nothing was written.
+    /// False when the key was invalidated since it was read, or the value stored has a newer
+    /// source version: nothing was written.
     pub(crate) written: bool,
+    /// The value stored has a newer source version: this envelope, when it fits the bound.
+    pub(crate) newer: Option<Option<Vec<u8>>>,
     pub(crate) now_ms: u64,
     pub(crate) fresh_until: u64,
     pub(crate) stale_until: u64,
@@ -49,6 +55,8 @@ pub(crate) struct Write<'a> {
     pub(crate) load: Duration,
     /// The fence the read returned: the fill is refused unless it is still the key's fence.
     pub(crate) fence: u64,
+    /// The value's source version: the fill is refused if the value stored has a newer one.
+    pub(crate) source_version: Option<u64>,
     pub(crate) payload: &'a [u8],
 }
 
@@ -70,6 +78,7 @@ impl Endpoint {
         self.call(|mut connection| async move {
             scripts::READ_FRESH
                 .key(value_key)
+                .arg(self.most_read())
                 .invoke_async(&mut connection)
                 .await
         })
@@ -84,7 +93,8 @@ impl Endpoint {
     ) -> Result<Read, Failure> {
         let token = token.unwrap_or("");
         let lease = millis(self.config.lease);
-        let (value, state, now_ms, fence, pttl): (Option<Vec<u8>>, String, u64, u64, i64) = self
+        type Reply = (Option<Vec<u8>>, String, u64, u64, i64, u8);
+        let (value, state, now_ms, fence, pttl, oversized): Reply = self
             .call(|mut connection| async move {
                 scripts::READ_OR_LOCK
                     .key(&keys.value)
@@ -93,6 +103,7 @@ impl Endpoint {
                     .arg(token)
                     .arg(lease)
                     .arg(if value_unusable { "1" } else { "0" })
+                    .arg(self.most_read())
                     .invoke_async(&mut connection)
                     .await
             })
@@ -109,7 +120,13 @@ impl Endpoint {
             state,
             now_ms,
             fence,
+            oversized: oversized == 1,
         })
+    }
+
+    /// The longest envelope the read scripts return: the payload's bound and its header.
+    pub(crate) fn most_read(&self) -> usize {
+        self.config.max_value_bytes + envelope::HEADER_ROOM
     }
 
     /// Writes a loaded value (`FILL`): fenced, published, and the lock released.
@@ -118,7 +135,12 @@ impl Endpoint {
         keys: &RedisKeys,
         write: Write<'_>,
     ) -> Result<Written, Failure> {
-        let (written, now_ms, fresh_until, stale_until): (u8, u64, u64, u64) = self
+        type Reply = (u8, u64, u64, u64, Option<Vec<u8>>);
+        let source_version = write
+            .source_version
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let (written, now_ms, fresh_until, stale_until, stored): Reply = self
             .call(|mut connection| async move {
                 scripts::FILL
                     .key(&keys.value)
@@ -133,12 +155,15 @@ impl Endpoint {
                     .arg(&keys.channel)
                     .arg(millis(write.keep_for))
                     .arg(connection.publish_command())
+                    .arg(&source_version)
+                    .arg(self.most_read())
                     .invoke_async(&mut connection)
                     .await
             })
             .await?;
         Ok(Written {
             written: written == 1,
+            newer: (written == 2).then_some(stored),
             now_ms,
             fresh_until,
             stale_until,
@@ -174,18 +199,34 @@ impl Endpoint {
         .await
     }
 
+    /// `KEEP_FENCE`: keeps the key's fence alive while it is still `fence`; `Ok(false)` when it
+    /// moved or is gone.
+    pub(crate) async fn keep_fence(&self, keys: &RedisKeys, fence: u64) -> Result<bool, Failure> {
+        let lease = millis(self.config.lease);
+        self.call(|mut connection| async move {
+            scripts::KEEP_FENCE
+                .key(&keys.fence)
+                .arg(fence)
+                .arg(lease)
+                .invoke_async(&mut connection)
+                .await
+        })
+        .await
+    }
+
     /// Drops a key's value and moves its fence on; announces `message` on the invalidation
     /// channel, unless `None` (a tag's keys: the tag is announced once for all).
+    /// Whether Redis held a value for the key.
     pub(crate) async fn invalidate(
         &self,
         keys: &RedisKeys,
         message: Option<&[u8]>,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let (channel, message) = match message {
             Some(message) => (self.invalidations_channel(), message),
             None => (String::new(), &[][..]),
         };
-        let _: i64 = self
+        let deleted: i64 = self
             .call(|mut connection| async move {
                 scripts::INVALIDATE
                     .key(&keys.value)
@@ -196,7 +237,7 @@ impl Endpoint {
                     .await
             })
             .await?;
-        Ok(())
+        Ok(deleted == 1)
     }
 }
 

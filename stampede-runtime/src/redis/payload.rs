@@ -40,10 +40,11 @@
 //! and `flatten`), an option stays an option, a unit variant is its name and another variant a
 //! map of one entry, as serde expects.
 //!
-//! Bounds: a payload is at most the size its caller gives (`envelope::MAX_VALUE_BYTES`),
-//! checked when writing (the value is not written) and when reading (a counted miss); nesting (options, sequences, maps, structs and
-//! enum variants alike) is at most [`MAX_DEPTH`] deep, checked both ways, so what is written can
-//! be read and a hostile payload is an error, never a stack overflow.
+//! Bounds: a payload is at most the size its caller gives (the connection's `max_value_size`),
+//! checked when writing (the value is not written) and when reading (a counted miss); nesting
+//! (options, sequences, maps, structs and enum variants alike) is at most [`MAX_DEPTH`] deep,
+//! checked both ways, so what is written can be read and a hostile payload is an error, never a
+//! stack overflow.
 
 mod read;
 mod write;

@@ -6,8 +6,8 @@
 //! 1. The link is made and answers `PING`: authentication, TLS, the cluster's slot map, the
 //!    subscriber's first session (it subscribes the invalidation and heartbeat channels).
 //! 2. One script on a probe key of the cache's prefix runs every command the tier's scripts run
-//!    (`GET`, `SET`, `PEXPIRE`, `PTTL`, `EXISTS`, `INCR`, `SADD`, `SMEMBERS`, `SUNIONSTORE`,
-//!    `SREM`, `DEL`, `TIME`, and the fill's `PUBLISH` or, on a cluster, `SPUBLISH`), through
+//!    (`GET`, `GETRANGE`, `STRLEN`, `SET`, `PEXPIRE`, `PTTL`, `EXISTS`, `INCR`, `SADD`,
+//!    `SMEMBERS`, `SUNIONSTORE`, `SREM`, `DEL`, `TIME`, and the fill's `PUBLISH` or, on a cluster, `SPUBLISH`), through
 //!    `EVALSHA` and `SCRIPT LOAD` as the tier does; then a plain `PUBLISH`, as heartbeats and
 //!    invalidations are sent; then a subscription to the probe key's channel, as a waiter's.
 //! 3. When the link does not come up and nothing said why, a subscription of the invalidation
@@ -39,6 +39,8 @@ local steps = {
   {'TIME'},
   {'SET', KEYS[1], '1', 'PX', 10000},
   {'GET', KEYS[1]},
+  {'GETRANGE', KEYS[1], 0, 160},
+  {'STRLEN', KEYS[1]},
   {'PEXPIRE', KEYS[1], 10000},
   {'PTTL', KEYS[1]},
   {'EXISTS', KEYS[1]},

@@ -21,19 +21,22 @@ use redis::Script;
 /// Reads the value if it is fresh, and nothing else: a call's read on its own task, which serves
 /// a fresh value and leaves anything else to the key's flight (`READ_OR_LOCK`).
 ///
-/// KEYS: value.
+/// KEYS: value. ARGV: the largest value to return, in bytes (a larger one stays on the server).
 ///
 /// Returns `{value, now_ms}` when the value is fresh, else nil.
 pub(crate) static READ_FRESH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then
+  return false
+end
 local value = redis.call('GET', KEYS[1])
 if not value then
   return false
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+local fresh = tonumber(string.match(value, '^S2 (%d+) '))
 if fresh and fresh > now then
   return {value, now}
 end
@@ -46,21 +49,28 @@ return false
 /// lock.
 ///
 /// KEYS: value, lock, fence. ARGV: token (empty: do not lock), lease ms, `1` to treat a present
-/// value as unusable (it failed to decode).
+/// value as unusable (it failed to decode), the largest value to return in bytes (a larger one
+/// stays on the server and is unusable).
 ///
-/// Returns `{value or nil, state, now_ms, fence, lock_pttl}` where state is `fresh`, `locked`
-/// (this caller holds the lock now, with the fence returned), `busy` (another holder has it) or
-/// `nolock`.
+/// Returns `{value or nil, state, now_ms, fence, lock_pttl, oversized (0 or 1)}` where state is
+/// `fresh`, `locked` (this caller holds the lock now, with the fence returned), `busy` (another
+/// holder has it) or `nolock`.
 pub(crate) static READ_OR_LOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local value = redis.call('GET', KEYS[1])
+local oversized = 0
+local value = false
+if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[4]) then
+  oversized = 1
+else
+  value = redis.call('GET', KEYS[1])
+end
 if value and ARGV[3] ~= '1' then
-  local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+  local fresh = tonumber(string.match(value, '^S2 (%d+) '))
   if fresh and fresh > now then
-    return {value, 'fresh', now, 0, 0}
+    return {value, 'fresh', now, 0, 0, 0}
   end
 end
 local fence = redis.call('GET', KEYS[3])
@@ -71,26 +81,30 @@ elseif redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
 end
 if ARGV[1] == '' then
-  return {value or false, 'nolock', now, fence, 0}
+  return {value, 'nolock', now, fence, 0, oversized}
 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {value or false, 'locked', now, redis.call('INCR', KEYS[3]), 0}
+  return {value, 'locked', now, redis.call('INCR', KEYS[3]), 0, oversized}
 end
-return {value or false, 'busy', now, fence, redis.call('PTTL', KEYS[2])}
+return {value, 'busy', now, fence, redis.call('PTTL', KEYS[2]), oversized}
 ",
     )
 });
 
-/// Writes the envelope if the key's fence is still the one the flow read, publishes it on the
-/// key's channel (an empty message when nothing was written, so that waiters read again at
-/// once), and releases the lock if the caller still holds it (compare-and-delete).
+/// Writes the envelope if the key's fence is still the one the flow read and the value stored
+/// has no newer source version, publishes it on the key's channel (an empty message when
+/// nothing was written, so that waiters read again at once), and releases the lock if the
+/// caller still holds it (compare-and-delete).
 ///
 /// KEYS: value, lock, fence. ARGV: token (may be empty), fresh ms, stale ms, load ms, the
 /// fence read, the payload, the channel, how long to keep the value past its stale deadline
 /// (the cache's `fail_safe`, ms), the publishing command (`SPUBLISH` on a cluster, else
-/// `PUBLISH`).
+/// `PUBLISH`), the value's source version (decimal; empty for none), the largest value to
+/// return in bytes.
 ///
-/// Returns `{written (0 or 1), now_ms, fresh_until, stale_until}`.
+/// Returns `{written, now_ms, fresh_until, stale_until, stored}`: written is 1, or 0 when the
+/// fence moved, or 2 when the value stored has a newer source version (then `stored` is that
+/// value, unless it is over the size given).
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -99,23 +113,38 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
+if ARGV[10] ~= '' then
+  local have = string.match(redis.call('GETRANGE', KEYS[1], 0, 160), '^S2 %d+ %d+ %d+ %d+ %d+ (%d+)\n')
+  if have and (#have > #ARGV[10] or (#have == #ARGV[10] and have > ARGV[10])) then
+    redis.call(ARGV[9], ARGV[7], '')
+    local stored = false
+    if redis.call('STRLEN', KEYS[1]) <= tonumber(ARGV[11]) then
+      stored = redis.call('GET', KEYS[1])
+    end
+    return {2, now, 0, 0, stored}
+  end
+end
 if redis.call('GET', KEYS[3]) ~= ARGV[5] then
   redis.call(ARGV[9], ARGV[7], '')
-  return {0, now, 0, 0}
+  return {0, now, 0, 0, false}
 end
 if ARGV[1] == '' then
   redis.call('INCR', KEYS[3])
 end
 local fresh = now + tonumber(ARGV[2])
 local stale = fresh + tonumber(ARGV[3])
-local envelope = string.format('S1 %.0f %.0f %.0f %s %s\n', fresh, stale, now, ARGV[5], ARGV[4]) .. ARGV[6]
+local version = ARGV[10]
+if version == '' then
+  version = '-'
+end
+local envelope = string.format('S2 %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, ARGV[5], ARGV[4], version) .. ARGV[6]
 local ttl = math.max(1, stale - now + tonumber(ARGV[8]))
 redis.call('SET', KEYS[1], envelope, 'PX', ttl)
 if redis.call('PTTL', KEYS[3]) < ttl then
   redis.call('PEXPIRE', KEYS[3], ttl)
 end
 redis.call(ARGV[9], ARGV[7], envelope)
-return {1, now, fresh, stale}
+return {1, now, fresh, stale, false}
 ",
     )
 });
@@ -153,21 +182,39 @@ return 0
     )
 });
 
+/// Keeps the key's fence alive for a load that runs without the lock (`lock = "local"`, or the
+/// `compute` busy policy) while it is still the one the load read: its fill is written only
+/// over that fence. KEYS: fence. ARGV: the fence read, lease ms. Returns 1 if kept, 0 if the
+/// fence moved or is gone (the fill will be refused: nothing to keep).
+pub(crate) static KEEP_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+",
+    )
+});
+
 /// Deletes the value, increments the fence if the key has one (so a load that read it cannot
 /// write back; a key nobody fills gets no state), and announces the invalidation to every
 /// process. KEYS: value, fence. ARGV: the invalidation channel (empty: announce nothing, a
-/// tag's invalidation announces itself once), the message.
+/// tag's invalidation announces itself once), the message. Returns 1 if a value was deleted.
 pub(crate) static INVALIDATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-redis.call('DEL', KEYS[1])
+local deleted = redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('INCR', KEYS[2])
 end
-if ARGV[1] == '' then
-  return 0
+if ARGV[1] ~= '' then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
 end
-return redis.call('PUBLISH', ARGV[1], ARGV[2])
+return deleted
 ",
     )
 });

@@ -185,10 +185,10 @@ where
         self.prime_value(handle, value).await
     }
 
-    async fn invalidate(&self, config: &Config, key: &K) -> Result<(), Error> {
+    async fn invalidate(&self, config: &Config, key: &K) -> Result<bool, Error> {
         self.shared()?;
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
-            return Ok(()); // nothing shared: the local copy is gone already
+            return Ok(false); // nothing shared: the local copy is gone already
         };
         let args =
             keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
@@ -233,7 +233,8 @@ where
             return None; // the flight drops what Redis holds first
         }
         let (value, now_ms) = endpoint.read_fresh(&value_key).await.ok()??;
-        let Decoded::Servable(entry) = envelope::decoded(Some(&value), Some(now_ms)) else {
+        let most = endpoint.config.max_value_bytes;
+        let Decoded::Servable(entry) = envelope::decoded(Some(&value), Some(now_ms), most) else {
             return None;
         };
         Some(Shared::new(entry, endpoint.memory_trusted_for()))
@@ -362,12 +363,13 @@ where
         };
         let args = keys::args_text(handle.key())
             .map_err(|error| Error::invalid_config(error.to_string()))?;
-        let payload = envelope::encode(&value).map_err(|error| {
-            Error::invalid_config(format!(
-                "cache `{}`: the value cannot be stored in Redis: {error}",
-                config.name
-            ))
-        })?;
+        let payload =
+            envelope::encode(&value, endpoint.config.max_value_bytes).map_err(|error| {
+                Error::invalid_config(format!(
+                    "cache `{}`: the value cannot be stored in Redis: {error}",
+                    config.name
+                ))
+            })?;
         let keys = self.keys(&endpoint, &args);
         let unavailable = |message: String| Error::RedisUnavailable {
             cache: config.name.clone(),

@@ -14,13 +14,13 @@ use crate::kv::{Key, Value};
 use crate::load::RetryIf;
 use crate::tier::{One, Run, Tier};
 
-impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
+impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
     /// A call of a batch function returning `Result<Map, E>` (or its companion's `refresh`):
     /// each key once, with its value, `None` where the function's map left the key out. When
     /// the load of one of the keys failed (and no stale or fail-safe value stood in), the call
     /// fails with the first such key's error, as [`Recipe::result`] hands errors out: a
     /// failure reaches only the calls that asked for a key of the load that failed.
-    pub async fn results<V, T, P, L, Fut>(
+    pub async fn results<T, P, L, Fut>(
         self,
         call: Call,
         keys: Vec<K>,
@@ -37,7 +37,7 @@ impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<Option<V>>, E>> + Send + 'static,
     {
-        let (cache, rules) = self.cache::<Option<V>, T>();
+        let (cache, rules) = self.cache::<T>();
         let retry_if = rules.retry_if.unwrap_or(retry_every_error);
         let prepare = move || RetryIf {
             load: prepare(),
@@ -50,7 +50,7 @@ impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
     /// A single-key call of a batch function's cache returning `Result<Map, E>`: the key's
     /// value, `None` if the function leaves it out. With `window`, a load it must start is made
     /// together with those other single-key calls start within it (`batch_window`).
-    pub async fn result_one<V, T, P, L, Fut>(
+    pub async fn result_one<T, P, L, Fut>(
         self,
         key: K,
         prepare: P,
@@ -67,7 +67,7 @@ impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<Option<V>>, E>> + Send + 'static,
     {
-        let (cache, rules) = self.cache::<Option<V>, T>();
+        let (cache, rules) = self.cache::<T>();
         let retry_if = rules.retry_if.unwrap_or(retry_every_error);
         let prepare = move || RetryIf {
             load: prepare(),
@@ -81,11 +81,11 @@ impl<C, S, K, E> Recipe<C, S, K, ErrorRules<E>> {
     }
 }
 
-impl<C, S, K> Recipe<C, S, K> {
+impl<C, S, K, V> Recipe<C, S, K, Option<V>> {
     /// A call of a batch function returning a plain map (or its companion's `refresh`), as
     /// [`Recipe::results`]; such a function has no error channel: a load that panics or times
     /// out makes the calls that asked for its keys panic.
-    pub async fn values<V, T, P, L, Fut>(
+    pub async fn values<T, P, L, Fut>(
         self,
         call: Call,
         keys: Vec<K>,
@@ -101,7 +101,7 @@ impl<C, S, K> Recipe<C, S, K> {
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Option<V>>> + Send + 'static,
     {
-        let (cache, ()) = self.cache::<Option<V>, T>();
+        let (cache, ()) = self.cache::<T>();
         let prepare = move || {
             let load = prepare();
             move |keys: &Vec<K>| infallible(load(keys))
@@ -115,7 +115,7 @@ impl<C, S, K> Recipe<C, S, K> {
 
     /// A single-key call of a batch function's cache returning a plain map, as
     /// [`Recipe::result_one`].
-    pub async fn value_one<V, T, P, L, Fut>(
+    pub async fn value_one<T, P, L, Fut>(
         self,
         key: K,
         prepare: P,
@@ -131,7 +131,7 @@ impl<C, S, K> Recipe<C, S, K> {
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Option<V>>> + Send + 'static,
     {
-        let (cache, ()) = self.cache::<Option<V>, T>();
+        let (cache, ()) = self.cache::<T>();
         let prepare = move || {
             let load = prepare();
             move |keys: &Vec<K>| infallible(load(keys))

@@ -20,7 +20,7 @@ impl<V: Value> Witness<V> {
     #[inline(always)]
     pub fn values<C, S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K>,
+        recipe: Recipe<C, S, K, Option<V>>,
         call: Call,
         keys: Vec<K>,
         prepare: P,
@@ -41,7 +41,7 @@ impl<V: Value> Witness<V> {
     #[inline(always)]
     pub fn value_one<C, S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K>,
+        recipe: Recipe<C, S, K, Option<V>>,
         key: K,
         prepare: P,
         window: Option<Duration>,
@@ -70,7 +70,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     #[inline(always)]
     pub fn results<C, S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, ErrorRules<E>>,
+        recipe: Recipe<C, S, K, Option<V>, ErrorRules<E>>,
         call: Call,
         keys: Vec<K>,
         prepare: P,
@@ -91,7 +91,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     #[inline(always)]
     pub fn result_one<C, S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, ErrorRules<E>>,
+        recipe: Recipe<C, S, K, Option<V>, ErrorRules<E>>,
         key: K,
         prepare: P,
         window: Option<Duration>,

@@ -32,19 +32,23 @@ pub(crate) struct Fill<'a> {
     pub(crate) keep_for: Duration,
     pub(crate) load: Duration,
     pub(crate) fence: u64,
+    /// The value's source version: not written over a value stored with a newer one.
+    pub(crate) source_version: Option<u64>,
     pub(crate) payload: Vec<u8>,
 }
 
 impl Endpoint {
-    /// `READ_FRESH_MANY`: each value key's value if it is fresh by the server's clock, with that
-    /// clock's time (ms).
+    /// `READ_FRESH_MANY`: each value key's value if it is fresh by the server's clock (and
+    /// within the size bound), with that clock's time (ms).
     pub(crate) async fn read_fresh_many(
         &self,
         value_keys: &[String],
     ) -> Result<Vec<(Option<Vec<u8>>, u64)>, Failure> {
         let slotted: Vec<&str> = value_keys.iter().map(String::as_str).collect();
+        let most = self.most_read();
         self.grouped(&slotted, |mut connection, group| async move {
             let mut script = scripts::READ_FRESH_MANY.prepare_invoke();
+            script.arg(most);
             for &at in &group {
                 script.key(&value_keys[at]);
             }
@@ -68,10 +72,11 @@ impl Endpoint {
     ) -> Result<Vec<Read>, Failure> {
         let token = token.unwrap_or("");
         let lease = millis(self.config.lease);
+        let most = self.most_read();
         let slotted: Vec<&str> = keys.iter().map(|keys| keys.value.as_str()).collect();
         self.grouped(&slotted, |mut connection, group| async move {
             let mut script = scripts::READ_OR_LOCK_MANY.prepare_invoke();
-            script.arg(token).arg(lease);
+            script.arg(token).arg(lease).arg(most);
             for &at in &group {
                 let of = keys[at];
                 script.key(&of.value).key(&of.lock).key(&of.fence);
@@ -87,6 +92,7 @@ impl Endpoint {
                     let state: String = next(&mut reply)?;
                     let fence: u64 = next(&mut reply)?;
                     let pttl: i64 = next(&mut reply)?;
+                    let oversized: u8 = next(&mut reply)?;
                     let state = match state.as_str() {
                         "fresh" => ReadState::Fresh,
                         "locked" => ReadState::Locked,
@@ -101,6 +107,7 @@ impl Endpoint {
                         state,
                         now_ms,
                         fence,
+                        oversized: oversized == 1,
                     })
                 })
                 .collect()
@@ -108,12 +115,23 @@ impl Endpoint {
         .await
     }
 
-    /// `FILL_MANY`: each loaded value written (fenced), published, and its lock released.
+    /// `FILL_MANY`: each loaded value written (fenced, and not over a newer source version),
+    /// published, and its lock released.
     pub(crate) async fn fill_many(&self, fills: &[Fill<'_>]) -> Result<Vec<Written>, Failure> {
         let slotted: Vec<&str> = fills.iter().map(|fill| fill.keys.value.as_str()).collect();
+        let most = self.most_read();
+        let versions: Vec<String> = fills
+            .iter()
+            .map(|fill| {
+                fill.source_version
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let versions = &versions;
         self.grouped(&slotted, |mut connection, group| async move {
             let mut script = scripts::FILL_MANY.prepare_invoke();
-            script.arg(connection.publish_command());
+            script.arg(connection.publish_command()).arg(most);
             for &at in &group {
                 let fill = &fills[at];
                 script
@@ -128,7 +146,8 @@ impl Endpoint {
                     .arg(fill.fence)
                     .arg(&fill.payload[..])
                     .arg(&fill.keys.channel)
-                    .arg(millis(fill.keep_for));
+                    .arg(millis(fill.keep_for))
+                    .arg(&versions[at]);
             }
             let reply: Vec<Value> = script.invoke_async(&mut connection).await?;
             let mut reply = reply.into_iter();
@@ -137,11 +156,15 @@ impl Endpoint {
                 .iter()
                 .map(|_| {
                     let written: u8 = next(&mut reply)?;
+                    let fresh_until = next(&mut reply)?;
+                    let stale_until = next(&mut reply)?;
+                    let stored: Option<Vec<u8>> = next(&mut reply)?;
                     Ok(Written {
                         written: written == 1,
+                        newer: (written == 2).then_some(stored),
                         now_ms,
-                        fresh_until: next(&mut reply)?,
-                        stale_until: next(&mut reply)?,
+                        fresh_until,
+                        stale_until,
                     })
                 })
                 .collect()

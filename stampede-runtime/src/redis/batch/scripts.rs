@@ -9,7 +9,8 @@ use redis::Script;
 
 /// `READ_FRESH` of many keys: each value that is fresh by the server's clock.
 ///
-/// KEYS: the value keys.
+/// KEYS: the value keys. ARGV: the largest value to return, in bytes (a larger one stays on the
+/// server, and is answered as nil).
 ///
 /// Returns `{now_ms, value or nil, ...}`, one value per key.
 pub(crate) static READ_FRESH_MANY: LazyLock<Script> = LazyLock::new(|| {
@@ -18,9 +19,13 @@ pub(crate) static READ_FRESH_MANY: LazyLock<Script> = LazyLock::new(|| {
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {now}
+local most = tonumber(ARGV[1])
 for i, key in ipairs(KEYS) do
-  local value = redis.call('GET', key)
-  local fresh = value and tonumber(string.match(value, '^S1 (%d+) '))
+  local value = false
+  if redis.call('STRLEN', key) <= most then
+    value = redis.call('GET', key)
+  end
+  local fresh = value and tonumber(string.match(value, '^S2 (%d+) '))
   if fresh and fresh > now then
     out[i + 1] = value
   else
@@ -35,11 +40,12 @@ return out
 /// `READ_OR_LOCK` of many keys: each value, and for each that is not fresh (or is unusable)
 /// the key's fence and, with a token, its lock.
 ///
-/// KEYS: value, lock, fence of each key. ARGV: token (empty: take no lock), lease ms, then per
-/// key `1` to treat a present value as unusable.
+/// KEYS: value, lock, fence of each key. ARGV: token (empty: take no lock), lease ms, the
+/// largest value to return in bytes (a larger one stays on the server and is unusable), then
+/// per key `1` to treat a present value as unusable.
 ///
-/// Returns `{now_ms, then per key: value or nil, state, fence, lock_pttl}` with the states of
-/// `READ_OR_LOCK`: `fresh`, `locked`, `busy`, `nolock`.
+/// Returns `{now_ms, then per key: value or nil, state, fence, lock_pttl, oversized (0 or 1)}`
+/// with the states of `READ_OR_LOCK`: `fresh`, `locked`, `busy`, `nolock`.
 pub(crate) static READ_OR_LOCK_MANY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -47,13 +53,19 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local token = ARGV[1]
 local lease = ARGV[2]
+local most = tonumber(ARGV[3])
 local out = {now}
 for i = 0, #KEYS / 3 - 1 do
   local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local value = redis.call('GET', vk)
+  local value, oversized = false, 0
+  if redis.call('STRLEN', vk) > most then
+    oversized = 1
+  else
+    value = redis.call('GET', vk)
+  end
   local state, fence, pttl = false, 0, 0
-  if value and ARGV[3 + i] ~= '1' then
-    local fresh = tonumber(string.match(value, '^S1 (%d+) '))
+  if value and ARGV[4 + i] ~= '1' then
+    local fresh = tonumber(string.match(value, '^S2 (%d+) '))
     if fresh and fresh > now then
       state = 'fresh'
     end
@@ -80,47 +92,71 @@ for i = 0, #KEYS / 3 - 1 do
   out[#out + 1] = state
   out[#out + 1] = fence
   out[#out + 1] = pttl
+  out[#out + 1] = oversized
 end
 return out
 ",
     )
 });
 
-/// `FILL` of many keys: each envelope written unless its key's fence moved since its read,
-/// published on its channel (an empty message when not written), and its lock released if the
-/// token still holds it.
+/// `FILL` of many keys: each envelope written unless the value stored has a newer source
+/// version or its key's fence moved since its read, published on its channel (an empty message
+/// when not written), and its lock released if the token still holds it.
 ///
-/// KEYS: value, lock, fence of each key. ARGV: the publishing command, then per key 8 values:
-/// token (empty: the key was loaded without the lock), fresh ms, stale ms, load ms, the fence
-/// read, the payload, the channel, how long to keep the value past its stale deadline (ms).
+/// KEYS: value, lock, fence of each key. ARGV: the publishing command, the largest value to
+/// return in bytes, then per key 9 values: token (empty: the key was loaded without the lock),
+/// fresh ms, stale ms, load ms, the fence read, the payload, the channel, how long to keep the
+/// value past its stale deadline (ms), the value's source version (decimal; empty for none).
 ///
-/// Returns `{now_ms, then per key: written (0 or 1), fresh_until, stale_until}`.
+/// Returns `{now_ms, then per key: written, fresh_until, stale_until, stored}` with `FILL`'s
+/// written (1; 0 when the fence moved; 2 when the value stored has a newer source version, and
+/// then `stored` is that value unless it is over the size given).
 pub(crate) static FILL_MANY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local publish = ARGV[1]
+local most = tonumber(ARGV[2])
 local out = {now}
 for i = 0, #KEYS / 3 - 1 do
   local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local a = 1 + 8 * i
-  local token, fence, channel = ARGV[a + 1], ARGV[a + 5], ARGV[a + 7]
+  local a = 2 + 9 * i
+  local token, fence, channel, version = ARGV[a + 1], ARGV[a + 5], ARGV[a + 7], ARGV[a + 9]
   if token ~= '' and redis.call('GET', lk) == token then
     redis.call('DEL', lk)
   end
-  if redis.call('GET', fk) ~= fence then
+  local newer = false
+  if version ~= '' then
+    local have = string.match(redis.call('GETRANGE', vk, 0, 160), '^S2 %d+ %d+ %d+ %d+ %d+ (%d+)\n')
+    newer = have and (#have > #version or (#have == #version and have > version))
+  end
+  if newer then
+    redis.call(publish, channel, '')
+    local stored = false
+    if redis.call('STRLEN', vk) <= most then
+      stored = redis.call('GET', vk)
+    end
+    out[#out + 1] = 2
+    out[#out + 1] = 0
+    out[#out + 1] = 0
+    out[#out + 1] = stored
+  elseif redis.call('GET', fk) ~= fence then
     redis.call(publish, channel, '')
     out[#out + 1] = 0
     out[#out + 1] = 0
     out[#out + 1] = 0
+    out[#out + 1] = false
   else
     if token == '' then
       redis.call('INCR', fk)
     end
     local fresh = now + tonumber(ARGV[a + 2])
     local stale = fresh + tonumber(ARGV[a + 3])
-    local envelope = string.format('S1 %.0f %.0f %.0f %s %s\n', fresh, stale, now, fence, ARGV[a + 4]) .. ARGV[a + 6]
+    if version == '' then
+      version = '-'
+    end
+    local envelope = string.format('S2 %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, fence, ARGV[a + 4], version) .. ARGV[a + 6]
     local ttl = math.max(1, stale - now + tonumber(ARGV[a + 8]))
     redis.call('SET', vk, envelope, 'PX', ttl)
     if redis.call('PTTL', fk) < ttl then
@@ -130,6 +166,7 @@ for i = 0, #KEYS / 3 - 1 do
     out[#out + 1] = 1
     out[#out + 1] = fresh
     out[#out + 1] = stale
+    out[#out + 1] = false
   end
 end
 return out

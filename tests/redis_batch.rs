@@ -626,3 +626,41 @@ async fn a_batch_leaves_an_oversized_value_on_the_server_and_loads_its_key() {
         "the load overwrote the value: {stored} bytes"
     );
 }
+
+/// A batch load that another process's `prime` overtook (the key's fence moved while it ran)
+/// is refused by Redis, and its callers get the primed value Redis holds, as every process
+/// will, rather than their own older one for the TTL; its other keys are written as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_load_overtaken_by_a_prime_serves_the_primed_value() {
+    static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+    static CALLS: Calls = Calls::new();
+
+    macro_rules! primed {
+        ($name:ident, $process:literal, $connection:literal) => {
+            #[cached(ttl = "60s", lock = "local", backend = "tiered", redis = $connection, batch = ids, name = "rb::primed")]
+            async fn $name(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+                CALLS.record($process, &ids);
+                GATE.acquire().await.unwrap().forget();
+                Ok(ids.into_iter().map(|id| (id, format!("loaded {id}"))).collect())
+            }
+        };
+    }
+    primed!(in_a, 0, "primed_a");
+    primed!(in_b, 1, "primed_b");
+
+    let server = RedisServer::start();
+    install(&server.url(), "primed_a");
+    install(&server.url(), "primed_b");
+    let loading = tokio::spawn(in_a(vec![1, 2]));
+    eventually("the batch to start loading", || CALLS.all().len() == 1).await;
+    within(in_b::prime(1, "primed 1".to_owned())).await.unwrap();
+    GATE.add_permits(1);
+    let found = within(loading).await.unwrap().unwrap();
+    assert_eq!(found[&1], "primed 1", "what Redis holds since");
+    assert_eq!(found[&2], "loaded 2");
+    let again = within(in_a(vec![1, 2])).await.unwrap();
+    assert_eq!(again[&1], "primed 1", "kept in memory");
+    let other = within(in_b(vec![1, 2])).await.unwrap();
+    assert_eq!(other, again, "what the other process reads from Redis");
+    assert_eq!(CALLS.all().len(), 1, "{:?}", CALLS.all());
+}

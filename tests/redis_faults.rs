@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::fault_proxy::FaultProxy;
 use common::redis_server::RedisServer;
-use common::{AppError, within};
+use common::{AppError, misses, until, within};
 use stampede::{RedisConfig, cached};
 
 /// The heartbeat of the feed tests, and the staleness bound it gives with the default operation
@@ -31,26 +31,6 @@ const SLACK: Duration = Duration::from_secs(2);
 async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     SERIAL.lock().await
-}
-
-/// Calls `attempt` every 20 ms until it returns `Some`, failing the test after `bound`.
-async fn until<T, F, Fut>(what: &str, bound: Duration, mut attempt: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(found) = within(attempt()).await {
-            return found;
-        }
-        assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn misses(name: &str) -> u64 {
-    stampede::stats(name).map_or(0, |stats| stats.misses)
 }
 
 #[tokio::test]

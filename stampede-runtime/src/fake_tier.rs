@@ -66,6 +66,8 @@ struct State<K, V> {
 /// A value in the store, its deadlines on tokio's clock.
 struct Stored<V> {
     value: V,
+    /// The fence of the write that stored it, as a Redis envelope's.
+    fence: u64,
     filled_at: Instant,
     fresh_until: Instant,
     stale_until: Instant,
@@ -168,14 +170,16 @@ impl<K: Key, V: Value> Store<K, V> {
     /// Puts an entry in the store, as another process's fill would.
     #[cfg(test)]
     pub(crate) fn put(&self, key: K, entry: Entry<V>) {
+        let mut state = self.state();
         let stored = Stored {
+            fence: state.bump(&key),
             filled_at: entry.filled_at(),
             fresh_until: entry.fresh_until(),
             stale_until: entry.stale_until(),
             kept_until: entry.stale_until(),
             value: entry.value,
         };
-        self.state().values.insert(key, stored);
+        state.values.insert(key, stored);
     }
 
     /// The value the store holds for `key`, if any.
@@ -438,8 +442,8 @@ pub fn tier_of<K: Key, V: Value>(store: &Arc<Store<K, V>>, process: Process) -> 
 
 /// What a read of the key decided.
 enum Next {
-    /// This flight took the lock, with this token and fence.
-    Hold(Option<u64>, u64),
+    /// This flight took the lock, with this token and fence, at this time.
+    Hold(Option<u64>, u64, Instant),
     /// Another holds the lock, for this much longer.
     Wait(Duration),
 }
@@ -485,7 +489,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                         state
                             .locks
                             .insert(handle.key().clone(), Lock { token, until });
-                        Next::Hold(Some(token), state.bump(handle.key()))
+                        Next::Hold(Some(token), state.bump(handle.key()), now)
                     }
                     Some(_) if self.busy_error && !served => return Fetched::Busy,
                     Some(held) => {
@@ -496,13 +500,15 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 }
             };
             let lease_left = match next {
-                Next::Hold(token, fence) => return self.hold(handle, token, fence).await,
+                Next::Hold(token, fence, read_at) => {
+                    return self.hold(handle, token, fence, read_at).await;
+                }
                 Next::Wait(lease_left) => lease_left,
             };
             let now = Instant::now();
             if now >= give_up_at {
                 let fence = store.state().fence(handle.key());
-                return self.hold(handle, None, fence).await;
+                return self.hold(handle, None, fence, now).await;
             }
             let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
             let _ = tokio::time::timeout_at(until, notified).await;
@@ -516,7 +522,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         }
         self.clean(handle.key(), &handle.config().name);
         let fence = self.store.state().fence(handle.key());
-        self.hold(handle, None, fence).await
+        self.hold(handle, None, fence, Instant::now()).await
     }
 
     async fn prime<L: Load<K, V>>(
@@ -536,7 +542,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             handle.older_than_stored();
             return Ok(());
         }
-        state.bump(handle.key());
+        let fence = state.bump(handle.key());
         for tag in handle.tags() {
             state
                 .tagged
@@ -544,7 +550,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 .or_default()
                 .insert(handle.key().clone());
         }
-        let stored = self.stored(handle, value);
+        let stored = self.stored(handle, value, fence);
         let entry = stored.entry();
         state.values.insert(handle.key().clone(), stored);
         drop(state);
@@ -627,7 +633,7 @@ impl<K: Key, V: Value> Fake<K, V> {
 
     /// A value loaded now, as the store keeps it: fresh for a jittered `ttl`, stale for
     /// `stale`, kept for `fail_safe`.
-    fn stored<L>(&self, handle: &Handle<'_, K, V, L>, value: V) -> Stored<V>
+    fn stored<L>(&self, handle: &Handle<'_, K, V, L>, value: V, fence: u64) -> Stored<V>
     where
         L: Load<K, V>,
     {
@@ -637,6 +643,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         let stale_until = crate::clock::after(fresh_until, config.stale);
         Stored {
             value,
+            fence,
             filled_at: now,
             fresh_until,
             stale_until,
@@ -645,13 +652,14 @@ impl<K: Key, V: Value> Fake<K, V> {
     }
 
     /// Loads as the lock's holder (renewing its lease while the load runs, unless leases lapse)
-    /// or without the lock, writes the value if the fence is still `fence`, releases the lock
-    /// and wakes the waiters.
+    /// or without the lock, writes the value if the fence is still `fence` (read at `read_at`),
+    /// releases the lock and wakes the waiters.
     async fn hold<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,
         token: Option<u64>,
         fence: u64,
+        read_at: Instant,
     ) -> Fetched<V> {
         let store = &self.store;
         {
@@ -702,26 +710,37 @@ impl<K: Key, V: Value> Fake<K, V> {
                 lock(&self.dirty).insert(handle.key().clone());
                 return Fetched::Loaded(handle.keep_loaded(value, self.trusted()));
             }
-            // The store holds a newer source version: its callers get that one, if servable.
-            (Ok(value), Some(newer)) => {
-                handle.older_than_stored();
-                match newer.servable(Instant::now()) {
-                    true => Fetched::Loaded(handle.keep(self.shared(newer))),
-                    false => Fetched::Loaded(value),
-                }
-            }
             (Ok(value), None) if state.fence(handle.key()) == fence => {
                 if token.is_none() {
                     state.bump(handle.key());
                 }
-                let stored = self.stored(handle, value);
+                let stored = self.stored(handle, value, fence);
                 let entry = stored.entry();
                 state.values.insert(handle.key().clone(), stored);
                 Fetched::Loaded(handle.keep(self.shared(entry)))
             }
-            // Fenced off (another holder, fill, prime or invalidation since its fence): not in
-            // the store; in memory unless invalidated here.
-            (Ok(value), None) => Fetched::Loaded(handle.fenced_off(value, self.trusted())),
+            // Refused, as `FILL` refuses: the store holds a newer source version, or the fence
+            // moved (another holder's fill, a prime, an invalidation). Its callers get what the
+            // store holds, if servable and written since the read (not the value it replaces).
+            (Ok(value), newer) => {
+                if newer.is_some() {
+                    handle.older_than_stored();
+                }
+                let now = Instant::now();
+                let stored = state
+                    .values
+                    .get(handle.key())
+                    .filter(|stored| stored.kept(now))
+                    .filter(|stored| {
+                        newer.is_some() || stored.fence > fence || stored.filled_at > read_at
+                    })
+                    .map(Stored::entry)
+                    .filter(|entry| entry.servable(now));
+                match stored {
+                    Some(entry) => Fetched::Loaded(handle.keep(self.shared(entry))),
+                    None => Fetched::Loaded(handle.fenced_off(value, self.trusted())),
+                }
+            }
         };
         drop(state);
         store.wake();

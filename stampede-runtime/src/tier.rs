@@ -366,12 +366,12 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             .value
     }
 
-    /// The shared store refused this flight's value, loaded now: the key's fence moved since the
-    /// flight read it (another process took the lock or filled the key, a prime, an
-    /// invalidation). The value is kept in this process's memory all the same, unless the key was
-    /// invalidated here or announced invalidated since the flight began (then nobody keeps it):
-    /// the flight's callers got it, and a call after them must not get an older one that memory
-    /// or the store still holds. Returns the value.
+    /// The shared store refused this flight's value, loaded now, and holds no value written
+    /// since the flight's read to serve instead: the key's fence moved (an invalidation, or a
+    /// holder that has not filled yet). The value is kept in this process's memory all the
+    /// same, unless the key was invalidated here or announced invalidated since the flight
+    /// began (then nobody keeps it): the flight's callers got it, and a call after them must
+    /// not get an older one that memory still holds. Returns the value.
     pub(crate) fn fenced_off(&self, value: V, trusted_for: Option<Duration>) -> V {
         self.keep_loaded(value, trusted_for)
     }

@@ -2,9 +2,15 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 #[allow(unused_imports)] // each test file uses its own subset
-pub use stampede_test_support::{WAIT, eventually, fault_proxy, redis_server, within};
+pub use stampede_test_support::{WAIT, eventually, fault_proxy, redis_server, until, within};
 
 pub mod telemetry;
+
+/// The misses of the cache `name` so far (calls that found no servable value in memory and
+/// waited for a load or a read), 0 before its first call.
+pub fn misses(name: &str) -> u64 {
+    stampede::stats(name).map_or(0, |stats| stats.misses)
+}
 
 /// The error type of the test functions: a database failure, or the cache's own error.
 ///

@@ -45,7 +45,7 @@ use crate::redis::envelope::{self, Decoded};
 use crate::redis::flow::entry_of;
 use crate::redis::keys::{self, RedisKeys};
 use crate::redis::lock;
-use crate::redis::ops::{Read, ReadState, Written};
+use crate::redis::ops::{Read, ReadState};
 use crate::redis::pubsub::Listener;
 use crate::redis::tags::set_lifetime;
 use crate::redis::tier::RedisTier;
@@ -80,6 +80,8 @@ struct Part {
     served: bool,
     /// When another process's lock was first found, if it was.
     busy_since: Option<Instant>,
+    /// The server's time (ms) of its last read, which gave the fence a load writes with.
+    read_at: u64,
 }
 
 /// What a read found of one key, on this process's clock.
@@ -264,6 +266,7 @@ impl Part {
             listener: None,
             served: false,
             busy_since: None,
+            read_at: 0,
         }
     }
 }
@@ -343,6 +346,7 @@ where
             }
         };
         for (&at, read) in reading.iter().zip(reads) {
+            parts[at].read_at = read.now_ms;
             parts[at].step = self.next_step(at, &mut parts[at], &read, outcomes);
         }
     }
@@ -658,27 +662,33 @@ where
         drop(writes);
         match written {
             Ok(written) => {
-                for ((at, _, _, value, _), written) in fills.into_iter().zip(written) {
+                for ((at, _, fence, value, _), written) in fills.into_iter().zip(written) {
                     let handle = &batch.handles()[at];
-                    outcomes[at] = Some(Fetched::Loaded(match written {
-                        written if written.written => self.keep(handle, entry_of(value, &written)),
-                        // Redis holds a newer source version: its callers get that one (as
-                        // `Flow::hold` does).
-                        Written {
-                            newer: Some(stored),
-                            now_ms,
-                            ..
-                        } => {
-                            handle.older_than_stored();
-                            match self.found(handle, stored.as_deref(), Some(now_ms)) {
-                                Found::Usable(entry) => self.keep(handle, entry),
-                                Found::Nothing | Found::Undecodable => value,
-                            }
-                        }
-                        // Fenced off (another holder, fill, prime or invalidation since its
-                        // fence): not in Redis; in memory unless invalidated here.
-                        _ => handle.fenced_off(value, self.endpoint.memory_trusted_for()),
-                    }));
+                    if written.written {
+                        outcomes[at] = Some(Fetched::Loaded(
+                            self.keep(handle, entry_of(value, &written)),
+                        ));
+                        continue;
+                    }
+                    // Refused: Redis holds a newer source version, or the key's fence moved
+                    // since its read (another holder's fill, a prime, an invalidation). Its
+                    // callers get what Redis holds when that was written since the read, as
+                    // every process will (as `Flow::hold` does); else their own, in memory
+                    // unless invalidated here.
+                    if written.newer {
+                        handle.older_than_stored();
+                    }
+                    let read_at = parts[at].read_at;
+                    let stored = written.stored.as_deref().filter(|stored| {
+                        written.newer || written_since_read(stored, fence, read_at)
+                    });
+                    let stored = match self.found(handle, stored, Some(written.now_ms)) {
+                        Found::Usable(entry) => Some(self.keep(handle, entry)),
+                        Found::Nothing | Found::Undecodable => None,
+                    };
+                    outcomes[at] = Some(Fetched::Loaded(stored.unwrap_or_else(|| {
+                        handle.fenced_off(value, self.endpoint.memory_trusted_for())
+                    })));
                 }
             }
             // Redis failed after the load: the values are good, kept here; Redis drops its
@@ -755,6 +765,15 @@ where
             }
         }
     }
+}
+
+/// Whether an envelope was written after the read that gave `fence` at `read_at` (server ms):
+/// by a holder that took the lock since (a later fence), or by a fill without the lock or a
+/// prime since (the same fence, a later time); not the value the read found, which the load
+/// replaces (`Flow::written_since_read` for one key).
+fn written_since_read(stored: &[u8], fence: u64, read_at: u64) -> bool {
+    envelope::Envelope::parse(stored)
+        .is_some_and(|envelope| envelope.fence > fence || envelope.written_at > read_at)
 }
 
 /// The places of the parts at a step.

@@ -7,6 +7,10 @@
 //! shared by every call that needs it (no thundering reconnects); a call waits for it at most
 //! its operation timeout. The subscriber replaces its own connection in the background (see
 //! `pubsub`).
+//!
+//! On a cluster, every connection is made through the nodes known ([`Topology`]): the seeds
+//! given, then every node the cluster named when the subscriber last asked it for its slot map;
+//! so a process given one node's URL still connects once that node is gone.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,9 +26,11 @@ use crate::redis::config::RedisConfig;
 use crate::redis::dirty::Dirty;
 use crate::redis::failure::Failure;
 use crate::redis::health::{Health, display_name};
+use crate::redis::invalidate;
 use crate::redis::keys::RedisKeys;
 use crate::redis::link::{CommandConnection, Commands, Connecting, Link, LinkState, Ready};
-use crate::redis::pubsub::{Listener, Settings, Shards, Subscriber};
+use crate::redis::mode::Mode;
+use crate::redis::pubsub::{ClusterFeed, Listener, Settings, Shards, Subscriber, Topology};
 
 pub(crate) struct Endpoint {
     pub(super) name: String,
@@ -33,6 +39,8 @@ pub(crate) struct Endpoint {
     pub(super) health: Health,
     /// The keys this process changed while Redis could not be used (see `dirty`).
     pub(crate) dirty: Dirty,
+    /// The nodes known: the seeds given and, on a cluster, those it named.
+    topology: Arc<Topology>,
     /// This connection, for the tasks it starts (which must not keep it alive).
     me: Weak<Endpoint>,
 }
@@ -41,17 +49,13 @@ impl Endpoint {
     pub(crate) fn new(name: &str, config: RedisConfig) -> Arc<Self> {
         Arc::new_cyclic(|me| Endpoint {
             name: name.to_owned(),
+            topology: Arc::new(Topology::new(config.nodes.clone())),
             config,
             links: Mutex::new(HashMap::new()),
             health: Health::new(name),
             dirty: Dirty::default(),
             me: me.clone(),
         })
-    }
-
-    /// The channel on which invalidations are announced to every process.
-    pub(crate) fn invalidations_channel(&self) -> String {
-        format!("{}:invalidations", self.config.prefix)
     }
 
     /// Whether Redis is worth asking now: false during a cool-down.
@@ -108,14 +112,13 @@ impl Endpoint {
     /// Publishes a heartbeat token for this runtime's subscriber to hear. Not skipped during a
     /// cool-down: it is the probe that ends it, and it replaces a command connection that stopped
     /// answering even when no cache calls Redis.
+    /// Published the way invalidations are (see `invalidate`).
     pub(crate) async fn heartbeat(&self, channel: &str, token: u64) {
+        let token = token.to_string();
+        let token = token.as_bytes();
         let _ = self
             .attempt(|mut connection| async move {
-                redis::cmd("PUBLISH")
-                    .arg(channel)
-                    .arg(token)
-                    .query_async::<i64>(&mut connection)
-                    .await
+                invalidate::publish(&mut connection, channel, token).await
             })
             .await;
     }
@@ -242,55 +245,60 @@ impl Endpoint {
     }
 
     /// Makes, in a task of its own bounded by the connect timeout, what `state` lacks: a command
-    /// connection, a subscriber whose first session is up and, on a cluster of Redis 7 or
-    /// later, the sharded subscriptions.
+    /// connection, then (told by it whether this is a cluster) a subscriber whose first session
+    /// is up and, on a cluster of Redis 7 or later, the sharded subscriptions.
     fn connect(&self, runtime: &Handle, link: &Arc<Link>, state: &LinkState) -> Connecting {
         let usable = state.commands.as_ref().filter(|c| c.usable());
         let commands_needed = usable.is_none();
-        let known_sharded = usable.is_some_and(|c| c.connection.sharded());
+        let known_mode = usable.map(|c| Mode::of(&c.connection));
         let shards_needed = state.shards.as_ref().is_none_or(|shards| shards.is_dead());
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
-        let settings = events_needed.then(|| self.subscriber_settings());
-        let nodes = self.config.nodes.clone();
+        let nodes = self.topology.nodes();
         let tls = self.config.tls.clone();
         let timeout = self.config.connect_timeout;
         let (op_timeout, retry_every) = (self.config.op_timeout, self.config.heartbeat);
+        let me = self.me.clone();
         let link = link.clone();
         let task = runtime.spawn(async move {
-            let commands = async {
+            let made = tokio::time::timeout(timeout, async {
                 let commands = if commands_needed {
                     let connection = CommandConnection::open(&nodes, &tls, timeout).await?;
                     Some(Arc::new(Commands::new(connection)))
                 } else {
                     None
                 };
-                let sharded = commands
+                let mode = commands
                     .as_ref()
-                    .map_or(known_sharded, |c| c.connection.sharded());
-                let shards = if sharded && shards_needed {
-                    let shards = Shards::open(&nodes, &tls, timeout, op_timeout, retry_every)
-                        .await
-                        .map_err(Failure::Redis)?;
-                    Some(shards)
-                } else {
-                    None
+                    .map(|c| Mode::of(&c.connection))
+                    .or(known_mode)
+                    .unwrap_or(Mode::Standalone);
+                let shards = async {
+                    if matches!(mode, Mode::Cluster { sharded: true }) && shards_needed {
+                        let shards = Shards::open(&nodes, &tls, timeout, op_timeout, retry_every)
+                            .await
+                            .map_err(Failure::Redis)?;
+                        Ok(Some(shards))
+                    } else {
+                        Ok(None)
+                    }
                 };
-                Ok((commands, shards))
-            };
-            let events = async {
-                let Some(settings) = settings else {
-                    return Ok(None);
+                let events = async {
+                    let settings = match me.upgrade() {
+                        Some(endpoint) if events_needed => endpoint.subscriber_settings(mode),
+                        _ => return Ok(None),
+                    };
+                    let events = Subscriber::start(settings);
+                    events.wait_up().await;
+                    Ok(Some(events))
                 };
-                let events = Subscriber::start(settings);
-                events.wait_up().await;
-                Ok(Some(events))
-            };
-            let made = tokio::time::timeout(timeout, async { tokio::try_join!(commands, events) })
-                .await
-                .unwrap_or(Err(Failure::Timeout(timeout)));
+                let (shards, events) = tokio::try_join!(shards, events)?;
+                Ok::<_, Failure>((commands, shards, events))
+            })
+            .await
+            .unwrap_or(Err(Failure::Timeout(timeout)));
             let mut state = link.lock();
             state.connecting = None;
-            let ((commands, shards), events) = made?;
+            let (commands, shards, events) = made?;
             if let Some(commands) = commands {
                 state.commands = Some(commands);
             }
@@ -307,14 +315,24 @@ impl Endpoint {
             .shared()
     }
 
-    fn subscriber_settings(&self) -> Settings {
+    /// The subscriber of a connection that reaches a server of `mode`.
+    fn subscriber_settings(&self, mode: Mode) -> Settings {
+        let prefix = &self.config.prefix;
+        let cluster = match mode {
+            Mode::Standalone => None,
+            Mode::Cluster { sharded } => Some(ClusterFeed {
+                topology: self.topology.clone(),
+                sharded,
+            }),
+        };
         Settings {
             nodes: self.config.nodes.clone(),
-            invalidations: self.invalidations_channel(),
-            heartbeats: format!(
-                "{}:heartbeat:{:016x}",
-                self.config.prefix,
-                rand::random::<u64>()
+            cluster,
+            invalidations: invalidate::channel(prefix, mode),
+            heartbeats: invalidate::heartbeat_channel(
+                prefix,
+                mode,
+                &format!("{:016x}", rand::random::<u64>()),
             ),
             heartbeat: self.config.heartbeat,
             op_timeout: self.config.op_timeout,

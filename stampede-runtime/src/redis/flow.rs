@@ -53,6 +53,8 @@ pub(super) struct Flow<'a, K: Key, V: Value, L> {
     served: bool,
     /// When another process's lock was first found, if it was.
     busy_since: Option<Instant>,
+    /// The server's time (ms) of the last read, which gave the fence a load writes with.
+    read_at: u64,
 }
 
 /// What a flow does next.
@@ -104,6 +106,7 @@ where
             listener: None,
             served: false,
             busy_since: None,
+            read_at: 0,
         }
     }
 
@@ -158,6 +161,7 @@ where
                 return Step::Degrade;
             }
         };
+        self.read_at = read.now_ms;
         let Some(current) = self.current(&read) else {
             return Step::Read; // a fresh header over bytes that do not decode: read again
         };
@@ -321,18 +325,22 @@ where
             Some(written) if written.written => {
                 Fetched::Loaded(self.keep(entry_of(value, &written)))
             }
-            // Redis holds a newer source version: its callers get that one.
-            Some(Written {
-                newer: Some(stored),
-                now_ms,
-                ..
-            }) => {
-                self.handle.older_than_stored();
-                Fetched::Loaded(self.newer(stored.as_deref(), now_ms).unwrap_or(value))
+            // Refused: Redis holds a newer source version, or the key's fence moved since the
+            // read (another holder's fill, a prime, an invalidation), which orders what Redis
+            // holds after this load. Its callers get what Redis holds, as every process will.
+            Some(written) => {
+                if written.newer {
+                    self.handle.older_than_stored();
+                }
+                let stored = written
+                    .stored
+                    .as_deref()
+                    .filter(|stored| written.newer || self.written_since_read(stored, fence));
+                Fetched::Loaded(match self.stored(stored, written.now_ms) {
+                    Some(stored) => stored,
+                    None => self.handle.fenced_off(value, self.trusted_for()),
+                })
             }
-            // Fenced off (another holder, fill, prime or invalidation since its fence): not in
-            // Redis; in memory unless invalidated here.
-            Some(_) => Fetched::Loaded(self.handle.fenced_off(value, self.trusted_for())),
             // Redis failed after the load: the value is good, keep it here; Redis drops its own
             // once it answers again.
             None => {
@@ -394,7 +402,7 @@ where
                 self.keep(entry_of(value, &written));
                 Ok(())
             }
-            Ok(written) if written.newer.is_some() => {
+            Ok(written) if written.newer => {
                 self.handle.older_than_stored();
                 Ok(())
             }
@@ -418,9 +426,17 @@ where
         self.endpoint.memory_trusted_for()
     }
 
-    /// The value of a newer source version that `FILL` found stored, kept in memory; `None` if
-    /// it is not servable (or over the size bound, left unread).
-    fn newer(&self, stored: Option<&[u8]>, server_now: u64) -> Option<V> {
+    /// Whether an envelope was written after this flow's read that gave `fence`: by a holder
+    /// that took the lock since (a later fence), or by a fill without the lock or a prime since
+    /// (the same fence, a later time). Not the value the read found, which this load replaces.
+    fn written_since_read(&self, stored: &[u8], fence: u64) -> bool {
+        envelope::Envelope::parse(stored)
+            .is_some_and(|envelope| envelope.fence > fence || envelope.written_at > self.read_at)
+    }
+
+    /// The value `FILL` found stored when it refused this flow's, kept in memory; `None` if
+    /// there is none, or it is not servable (or over the size bound, left unread).
+    fn stored(&self, stored: Option<&[u8]>, server_now: u64) -> Option<V> {
         match self.found(stored, Some(server_now)) {
             Found::Usable(entry) => Some(self.keep(entry)),
             Found::Nothing | Found::Undecodable => None,

@@ -1,11 +1,61 @@
 //! Invalidations announced by any process drop the key from every process's memory.
 //!
-//! The message on `{prefix}:invalidations` is `{cache name}\n{argument text}`: each process
-//! drops, from its caches of that name, the entries whose key writes as that text; for a tag's
-//! invalidation it is `\0tag\n{tag}`, and each process drops its entries with that tag. When the feed
-//! itself may have lost messages, a process drops all it holds instead ([`forget_all`]).
+//! The message on the invalidation channel ([`channel`]) is `{cache name}\n{argument text}`:
+//! each process drops, from its caches of that name, the entries whose key writes as that text;
+//! for a tag's invalidation it is `\0tag\n{tag}`, and each process drops its entries with that
+//! tag. When the feed itself may have lost messages, a process drops all it holds instead
+//! ([`forget_all`]).
+//!
+//! # The feed's path
+//!
+//! A process's heartbeat proves that its subscription has heard everything published before it
+//! on the path that the heartbeat took (see `pubsub`), so invalidations take the same path:
+//!
+//! - on a standalone server, one server: `PUBLISH` on `{prefix}:invalidations`, from the
+//!   invalidation's script (one round trip), and heartbeats on `{prefix}:heartbeat:{id}`;
+//! - on a cluster, the one master owning the slot of the feed's hash tag, `{feed|{prefix}}`:
+//!   after the key's script (on the key's master, which publishes nothing), one `SPUBLISH` on
+//!   `{prefix}:{feed|{prefix}}:invalidations` (plain `PUBLISH` before Redis 7), which the client
+//!   routes to that master, the one every subscriber subscribes on; heartbeats go there too, on
+//!   `{prefix}:{feed|{prefix}}:heartbeat:{id}`. Nothing of the feed crosses the cluster bus on
+//!   its way to a subscriber, so no link between two nodes can lose an invalidation that a
+//!   heartbeat would vouch for.
 
+use crate::redis::link::CommandConnection;
+use crate::redis::mode::Mode;
 use crate::registry;
+
+/// The channel invalidations of `prefix` are announced on.
+pub(crate) fn channel(prefix: &str, mode: Mode) -> String {
+    match mode {
+        Mode::Standalone => format!("{prefix}:invalidations"),
+        Mode::Cluster { .. } => format!("{prefix}:{{feed|{prefix}}}:invalidations"),
+    }
+}
+
+/// The channel of one subscriber's heartbeats (`id` tells subscribers apart): on a cluster, on
+/// the invalidation channel's slot.
+pub(crate) fn heartbeat_channel(prefix: &str, mode: Mode, id: &str) -> String {
+    match mode {
+        Mode::Standalone => format!("{prefix}:heartbeat:{id}"),
+        Mode::Cluster { .. } => format!("{prefix}:{{feed|{prefix}}}:heartbeat:{id}"),
+    }
+}
+
+/// Publishes `message` on `channel` the way the feed's messages travel on `connection`:
+/// `SPUBLISH` on a cluster of Redis 7 or later, else `PUBLISH` (on a cluster, routed to the
+/// master owning the channel's slot).
+pub(crate) async fn publish(
+    connection: &mut CommandConnection,
+    channel: &str,
+    message: &[u8],
+) -> redis::RedisResult<i64> {
+    redis::cmd(connection.publish_command())
+        .arg(channel)
+        .arg(message)
+        .query_async(connection)
+        .await
+}
 
 pub(crate) fn message(name: &str, args: &str) -> Vec<u8> {
     format!("{name}\n{args}").into_bytes()

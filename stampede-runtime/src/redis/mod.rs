@@ -28,13 +28,25 @@
 //! message on 3 masters with a replica each, instead of the 5 of a plain `PUBLISH`
 //! (`tests/redis_cluster.rs` measures it). On a standalone server they stay plain
 //! (`SUBSCRIBE`/`PUBLISH`), and so they do on a cluster of servers older than Redis 7 (asked
-//! with `INFO server` when connecting). Invalidations and heartbeats must reach every process
-//! wherever it subscribed, so they stay a broadcast: one plain `PUBLISH` on the invalidation
-//! channel, which the subscriber hears on whichever node it holds its one plain session (the
-//! nodes given are tried in turn when it is lost); the cluster bus carries it to every node (5
-//! messages on 6 nodes). Every process of a service must run a version that agrees on this: one that
-//! publishes fills with plain `PUBLISH` does not wake waiters that `SSUBSCRIBE`d (they read
-//! again when the lease runs out).
+//! with `INFO server` when connecting).
+//!
+//! The invalidation feed has one path on a cluster, the one its heartbeats prove: every process
+//! announces invalidations, and publishes its heartbeats, on the master owning the slot of the
+//! feed's hash tag (`{prefix}:{feed|{prefix}}:invalidations`, `SPUBLISH`; `PUBLISH` before Redis
+//! 7), and its subscriber subscribes there, on a connection of its own to that master (see
+//! `invalidate` and `pubsub`). A heartbeat heard then proves that every invalidation published
+//! before it was heard, whatever becomes of the other nodes or of the cluster bus between them:
+//! a lost path (that master dead or unreachable, its slot moved, the subscription dropped) stops
+//! the heartbeats as well, and is noticed within the documented bound. An invalidation costs a
+//! second round trip there (its script runs on the key's master), and with `SPUBLISH` the
+//! cluster bus carries it to that master's replicas only. The subscriber finds that master by
+//! asking the nodes known in turn for the slot map (`CLUSTER SLOTS`): the nodes given, then every
+//! node the cluster named, through which the links connect too, so a process given one node's
+//! URL finds the feed, and the cluster, again once that node is gone.
+//!
+//! Every process of a service must run a version that agrees on all this: one that publishes
+//! fills with plain `PUBLISH` does not wake waiters that `SSUBSCRIBE`d (they read again when the
+//! lease runs out), and one that announces invalidations on another channel or node is not heard.
 //!
 //! The tier reaches the cache only through the `Handle` of each flight, and reports what each
 //! flight did (`tier::Fetched`); its options (the

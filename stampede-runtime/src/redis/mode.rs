@@ -13,11 +13,34 @@
 //!
 //! When all three are refused, connecting fails with the last refusal (a `NOPERM` naming
 //! `cluster|info`): stampede cannot tell, and guessing is how a quiet failure starts.
+//!
+//! What was found is a [`Mode`], which decides how the invalidation feed travels (see `pubsub`).
 
 use redis::aio::MultiplexedConnection;
 
 use crate::redis::failure::Failure;
-use crate::redis::link::cluster_enabled;
+use crate::redis::link::{CommandConnection, cluster_enabled};
+
+/// What a command connection reaches: a standalone server, or a cluster, whose servers have
+/// sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`: Redis 7 and later) or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Standalone,
+    Cluster { sharded: bool },
+}
+
+impl Mode {
+    pub(crate) fn of(connection: &CommandConnection) -> Mode {
+        match connection {
+            CommandConnection::Single(_) => Mode::Standalone,
+            CommandConnection::Cluster { sharded, .. } => Mode::Cluster { sharded: *sharded },
+        }
+    }
+
+    pub(crate) fn is_cluster(self) -> bool {
+        matches!(self, Mode::Cluster { .. })
+    }
+}
 
 /// Whether the server of `connection` is a cluster node.
 pub(super) async fn is_cluster(connection: &mut MultiplexedConnection) -> Result<bool, Failure> {

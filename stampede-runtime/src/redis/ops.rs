@@ -6,7 +6,9 @@ use std::time::Duration;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope;
 use crate::redis::failure::Failure;
+use crate::redis::invalidate;
 use crate::redis::keys::RedisKeys;
+use crate::redis::mode::Mode;
 use crate::redis::scripts;
 
 /// What `READ_OR_LOCK` found.
@@ -35,11 +37,13 @@ pub(crate) enum ReadState {
 
 /// What `FILL` did.
 pub(crate) struct Written {
-    /// False when the key was invalidated since it was read, or the value stored has a newer
-    /// source version: nothing was written.
+    /// False when the key's fence moved since it was read (another holder, fill, prime or an
+    /// invalidation), or the value stored has a newer source version: nothing was written.
     pub(crate) written: bool,
-    /// The value stored has a newer source version: this envelope, when it fits the bound.
-    pub(crate) newer: Option<Option<Vec<u8>>>,
+    /// Nothing was written because the value stored has a newer source version.
+    pub(crate) newer: bool,
+    /// When nothing was written: the envelope Redis holds instead, if any and within the bound.
+    pub(crate) stored: Option<Vec<u8>>,
     pub(crate) now_ms: u64,
     pub(crate) fresh_until: u64,
     pub(crate) stale_until: u64,
@@ -163,7 +167,8 @@ impl Endpoint {
             .await?;
         Ok(Written {
             written: written == 1,
-            newer: (written == 2).then_some(stored),
+            newer: written == 2,
+            stored,
             now_ms,
             fresh_until,
             stale_until,
@@ -215,29 +220,37 @@ impl Endpoint {
     }
 
     /// Drops a key's value and moves its fence on; announces `message` on the invalidation
-    /// channel, unless `None` (a tag's keys: the tag is announced once for all).
-    /// Whether Redis held a value for the key.
+    /// channel, unless `None` (a tag's keys: the tag is announced once for all). On a standalone
+    /// server the script announces it (one round trip); on a cluster the announcement follows
+    /// on the feed's master (see `invalidate`), once the value is gone. Whether Redis held a
+    /// value for the key.
     pub(crate) async fn invalidate(
         &self,
         keys: &RedisKeys,
         message: Option<&[u8]>,
     ) -> Result<bool, Failure> {
-        let (channel, message) = match message {
-            Some(message) => (self.invalidations_channel(), message),
-            None => (String::new(), &[][..]),
-        };
-        let deleted: i64 = self
-            .call(|mut connection| async move {
-                scripts::INVALIDATE
-                    .key(&keys.value)
-                    .key(&keys.fence)
-                    .arg(channel)
-                    .arg(message)
-                    .invoke_async(&mut connection)
-                    .await
-            })
-            .await?;
-        Ok(deleted == 1)
+        let prefix = &self.config.prefix;
+        self.call(|mut connection| async move {
+            let mode = Mode::of(&connection);
+            let channel = invalidate::channel(prefix, mode);
+            let (in_script, after) = match message {
+                Some(message) if mode.is_cluster() => ("", Some(message)),
+                Some(_) => (channel.as_str(), None),
+                None => ("", None),
+            };
+            let deleted: i64 = scripts::INVALIDATE
+                .key(&keys.value)
+                .key(&keys.fence)
+                .arg(in_script)
+                .arg(message.unwrap_or_default())
+                .invoke_async(&mut connection)
+                .await?;
+            if let Some(message) = after {
+                invalidate::publish(&mut connection, &channel, message).await?;
+            }
+            Ok(deleted == 1)
+        })
+        .await
     }
 }
 

@@ -7,9 +7,11 @@
 //!    subscriber's first session (it subscribes the invalidation and heartbeat channels).
 //! 2. One script on a probe key of the cache's prefix runs every command the tier's scripts run
 //!    (`GET`, `GETRANGE`, `STRLEN`, `SET`, `PEXPIRE`, `PTTL`, `EXISTS`, `INCR`, `SADD`,
-//!    `SMEMBERS`, `SUNIONSTORE`, `SREM`, `DEL`, `TIME`, and the fill's `PUBLISH` or, on a cluster, `SPUBLISH`), through
-//!    `EVALSHA` and `SCRIPT LOAD` as the tier does; then a plain `PUBLISH`, as heartbeats and
-//!    invalidations are sent; then a subscription to the probe key's channel, as a waiter's.
+//!    `SMEMBERS`, `SUNIONSTORE`, `SREM`, `DEL`, `TIME`, and the fill's `PUBLISH` or, on a
+//!    cluster, `SPUBLISH`), through `EVALSHA` and `SCRIPT LOAD` as the tier does; then a
+//!    heartbeat's publication, on a channel of the feed (`PUBLISH`, or on a cluster `SPUBLISH`
+//!    on the feed's master, see `invalidate`); then a subscription to the probe key's channel,
+//!    as a waiter's.
 //! 3. When the link does not come up and nothing said why, a subscription of the invalidation
 //!    channel on a connection of its own tells a refused channel (`NOPERM`) from an outage.
 //!
@@ -22,7 +24,9 @@ use redis::Script;
 
 use crate::redis::endpoint::Endpoint;
 use crate::redis::failure::Failure;
+use crate::redis::invalidate;
 use crate::redis::keys::RedisKeys;
+use crate::redis::mode::Mode;
 use crate::redis::refusal;
 
 /// Runs every command of the tier's scripts on keys of one hash tag, each through `pcall`, so
@@ -105,14 +109,11 @@ impl Endpoint {
                 .await
         })
         .await?;
-        let heartbeats = format!("{}:heartbeat:preflight", self.config.prefix);
-        let heartbeats = &heartbeats;
+        let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
-            redis::cmd("PUBLISH")
-                .arg(heartbeats)
-                .arg("")
-                .query_async::<i64>(&mut connection)
-                .await
+            let heartbeats =
+                invalidate::heartbeat_channel(prefix, Mode::of(&connection), "preflight");
+            invalidate::publish(&mut connection, &heartbeats, b"").await
         })
         .await?;
         drop(self.listen(&keys).await?);
@@ -123,7 +124,9 @@ impl Endpoint {
     /// if the server refuses it.
     async fn refused_channel(&self) -> Option<Failure> {
         let node = self.config.nodes.first()?;
-        let channel = self.invalidations_channel();
+        // Named as on a standalone server: whether this is a cluster is not known here, and an
+        // ACL that refuses one name of the prefix's channels refuses the other too.
+        let channel = invalidate::channel(&self.config.prefix, Mode::Standalone);
         let bound = self
             .config
             .connect_timeout

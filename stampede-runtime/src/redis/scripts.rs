@@ -103,8 +103,8 @@ return {value, 'busy', now, fence, redis.call('PTTL', KEYS[2]), oversized}
 /// return in bytes.
 ///
 /// Returns `{written, now_ms, fresh_until, stale_until, stored}`: written is 1, or 0 when the
-/// fence moved, or 2 when the value stored has a newer source version (then `stored` is that
-/// value, unless it is over the size given).
+/// fence moved, or 2 when the value stored has a newer source version; when nothing was
+/// written, `stored` is the value Redis holds (nil when none, or over the size given).
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -113,20 +113,22 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
+local function refused(why)
+  redis.call(ARGV[9], ARGV[7], '')
+  local stored = false
+  if redis.call('STRLEN', KEYS[1]) <= tonumber(ARGV[11]) then
+    stored = redis.call('GET', KEYS[1])
+  end
+  return {why, now, 0, 0, stored}
+end
 if ARGV[10] ~= '' then
   local have = string.match(redis.call('GETRANGE', KEYS[1], 0, 160), '^S2 %d+ %d+ %d+ %d+ %d+ (%d+)\n')
   if have and (#have > #ARGV[10] or (#have == #ARGV[10] and have > ARGV[10])) then
-    redis.call(ARGV[9], ARGV[7], '')
-    local stored = false
-    if redis.call('STRLEN', KEYS[1]) <= tonumber(ARGV[11]) then
-      stored = redis.call('GET', KEYS[1])
-    end
-    return {2, now, 0, 0, stored}
+    return refused(2)
   end
 end
 if redis.call('GET', KEYS[3]) ~= ARGV[5] then
-  redis.call(ARGV[9], ARGV[7], '')
-  return {0, now, 0, 0, false}
+  return refused(0)
 end
 if ARGV[1] == '' then
   redis.call('INCR', KEYS[3])

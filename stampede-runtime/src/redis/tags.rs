@@ -23,6 +23,7 @@ use crate::redis::endpoint::Endpoint;
 use crate::redis::failure::Failure;
 use crate::redis::invalidate;
 use crate::redis::keys::{RedisKeys, TagKeys};
+use crate::redis::mode::Mode;
 use crate::redis::ops::millis;
 use crate::redis::scripts;
 
@@ -140,14 +141,11 @@ impl Endpoint {
             })
             .await?;
         }
-        let channel = self.invalidations_channel();
         let message = invalidate::tag_message(tag);
+        let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
-            redis::cmd("PUBLISH")
-                .arg(&channel)
-                .arg(&message)
-                .query_async::<i64>(&mut connection)
-                .await
+            let channel = invalidate::channel(prefix, Mode::of(&connection));
+            invalidate::publish(&mut connection, &channel, &message).await
         })
         .await?;
         Ok(())

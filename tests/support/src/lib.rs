@@ -1,5 +1,5 @@
-//! Test support shared by the workspace's test suites: [`within`] and [`eventually`], the
-//! bounded waits of every test, [`redis_server::RedisServer`], a real
+//! Test support shared by the workspace's test suites: [`within`], [`eventually`] and
+//! [`until`], the bounded waits of every test, [`redis_server::RedisServer`], a real
 //! `redis-server` per test on a free loopback port (plain, TLS, or with a password),
 //! [`redis_cluster::Cluster`], a real Redis Cluster (masters, with or without replicas, plain
 //! or TLS) whose nodes fault tests kill, restart and move slots between, [`tls::TestCerts`],
@@ -15,7 +15,7 @@ pub mod redis_server;
 pub mod tls;
 pub mod wait;
 
-pub use wait::{WAIT, eventually, within};
+pub use wait::{WAIT, eventually, until, within};
 
 use std::path::PathBuf;
 

@@ -186,7 +186,8 @@ impl Cluster {
         self.url_of(self.ports[node])
     }
 
-    fn url_of(&self, port: u16) -> String {
+    /// The URL of the node at `port`.
+    pub fn url_of(&self, port: u16) -> String {
         let scheme = if self.options.tls.is_some() {
             "rediss"
         } else {
@@ -243,6 +244,28 @@ impl Cluster {
     /// The ports of the masters that serve slots, from `CLUSTER NODES`, in ascending order.
     pub fn masters(&self) -> Vec<u16> {
         masters_in(&self.command::<String>(self.ports()[0], &["CLUSTER", "NODES"]))
+    }
+
+    /// The replicas not failed, each with its master's port, from `CLUSTER NODES`.
+    pub fn replicas(&self) -> Vec<(u16, u16)> {
+        let nodes: String = self.command(self.ports()[0], &["CLUSTER", "NODES"]);
+        let lines: Vec<Vec<&str>> = nodes
+            .lines()
+            .map(|line| line.split(' ').collect())
+            .filter(|fields: &Vec<&str>| fields.len() > 3)
+            .collect();
+        let port_of =
+            |fields: &[&str]| -> Option<u16> { fields[1].split(['@', ':']).nth(1)?.parse().ok() };
+        let mut replicas: Vec<(u16, u16)> = lines
+            .iter()
+            .filter(|fields| fields[2].contains("slave") && !fields[2].contains("fail"))
+            .filter_map(|fields| {
+                let master = lines.iter().find(|other| other[0] == fields[3])?;
+                Some((port_of(fields)?, port_of(master)?))
+            })
+            .collect();
+        replicas.sort_unstable();
+        replicas
     }
 
     /// The port of the master that owns `key`'s slot.

@@ -2,7 +2,7 @@
 //! so a hang fails it instead of stalling the suite.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The bound on any single wait in a test.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -25,4 +25,21 @@ pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     })
     .await;
     assert!(waited.is_ok(), "timed out waiting for: {what}");
+}
+
+/// Calls `attempt` every 20 ms until it returns `Some`, failing the test with `what` once `bound`
+/// (real time) has passed; each attempt is bounded by [`within`].
+pub async fn until<T, F, Fut>(what: &str, bound: Duration, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(found) = within(attempt()).await {
+            return found;
+        }
+        assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

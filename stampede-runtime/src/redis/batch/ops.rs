@@ -161,7 +161,8 @@ impl Endpoint {
                     let stored: Option<Vec<u8>> = next(&mut reply)?;
                     Ok(Written {
                         written: written == 1,
-                        newer: (written == 2).then_some(stored),
+                        newer: written == 2,
+                        stored,
                         now_ms,
                         fresh_until,
                         stale_until,

@@ -109,8 +109,9 @@ return out
 /// value past its stale deadline (ms), the value's source version (decimal; empty for none).
 ///
 /// Returns `{now_ms, then per key: written, fresh_until, stale_until, stored}` with `FILL`'s
-/// written (1; 0 when the fence moved; 2 when the value stored has a newer source version, and
-/// then `stored` is that value unless it is over the size given).
+/// written (1; 0 when the fence moved; 2 when the value stored has a newer source version);
+/// when nothing was written, `stored` is the value Redis holds (nil when none, or over the size
+/// given).
 pub(crate) static FILL_MANY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -126,27 +127,26 @@ for i = 0, #KEYS / 3 - 1 do
   if token ~= '' and redis.call('GET', lk) == token then
     redis.call('DEL', lk)
   end
-  local newer = false
+  local refused = false
   if version ~= '' then
     local have = string.match(redis.call('GETRANGE', vk, 0, 160), '^S2 %d+ %d+ %d+ %d+ %d+ (%d+)\n')
-    newer = have and (#have > #version or (#have == #version and have > version))
+    if have and (#have > #version or (#have == #version and have > version)) then
+      refused = 2
+    end
   end
-  if newer then
+  if not refused and redis.call('GET', fk) ~= fence then
+    refused = 0
+  end
+  if refused then
     redis.call(publish, channel, '')
     local stored = false
     if redis.call('STRLEN', vk) <= most then
       stored = redis.call('GET', vk)
     end
-    out[#out + 1] = 2
+    out[#out + 1] = refused
     out[#out + 1] = 0
     out[#out + 1] = 0
     out[#out + 1] = stored
-  elseif redis.call('GET', fk) ~= fence then
-    redis.call(publish, channel, '')
-    out[#out + 1] = 0
-    out[#out + 1] = 0
-    out[#out + 1] = 0
-    out[#out + 1] = false
   else
     if token == '' then
       redis.call('INCR', fk)

@@ -1,7 +1,8 @@
-//! This process's pub/sub, one per runtime: the plain subscriber ([`Subscriber`], in `plain`),
-//! which carries the invalidation feed and its heartbeats and, on a standalone server, the
-//! wake-ups of flights; and on a Redis Cluster of Redis 7 or later the sharded subscriptions of
-//! wake-ups ([`Shards`], in `shards`).
+//! This process's pub/sub, one per runtime: the subscriber ([`Subscriber`], in `plain`), which
+//! carries the invalidation feed and its heartbeats (one session at a time, in `session`: the
+//! server, or on a cluster the master owning the feed's slot, found through the nodes known, in
+//! `topology`) and, on a standalone server, the wake-ups of flights; and on a Redis Cluster of
+//! Redis 7 or later the sharded subscriptions of wake-ups ([`Shards`], in `shards`).
 //!
 //! Both serve waits the same way ([`Waits`]): a key's channel is subscribed only while some
 //! flight of this process waits on it, through one ordered queue of commands, so that an
@@ -10,7 +11,9 @@
 //! message is handed to the listeners of its channel.
 
 mod plain;
+mod session;
 mod shards;
+mod topology;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +23,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use plain::{Settings, Subscriber};
+pub(crate) use session::ClusterFeed;
 pub(crate) use shards::Shards;
+pub(crate) use topology::Topology;
 
 /// The waits on each subscribed channel, by listener id.
 type Listeners = HashMap<String, Vec<(u64, mpsc::UnboundedSender<Vec<u8>>)>>;

@@ -4,12 +4,19 @@
 //! flight of this process waits on it, and every message is handed to the listeners of its
 //! channel. On a cluster the wake-ups go through sharded pub/sub instead ([`Shards`]).
 //!
-//! A supervisor task owns the connection and replaces it in the background, with backoff, when
-//! it is lost: its stream ends (the server closed it, `CLIENT KILL`), a subscription command
-//! fails, or the heartbeat stops coming back. Every `heartbeat` it publishes a token on a channel
-//! of its own through the command connection. Redis delivers a subscriber's messages in the order
-//! it ran their `PUBLISH`es, so hearing a token sent at `s` proves that every invalidation Redis
-//! ran before `s` has been handled here.
+//! A supervisor task owns the connection (a [`Session`]: on a standalone server, the server; on
+//! a cluster, the master owning the feed's slot, found through the cluster's topology) and
+//! replaces it in the background, with backoff, when it is lost: its stream ends (the server
+//! closed it, `CLIENT KILL`, the node died), a subscription command fails, the master drops the
+//! feed's sharded subscription (its slot moved), or the heartbeat stops coming back. Every
+//! `heartbeat` it publishes a token on a channel of its own through the command connection, the
+//! way invalidations are published (see `invalidate`): on the one server, or on a cluster on the
+//! feed's master, which the client routes the channel to. Redis delivers a subscriber's
+//! messages in the order it ran their publications, so hearing a token sent at `s` proves that
+//! every invalidation that server ran before `s` has been handled here; and every invalidation
+//! of the feed is run there.
+//!
+//! [`Shards`]: super::Shards
 //!
 //! # A lost invalidation is never silent
 //!
@@ -37,11 +44,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::session::{ClusterFeed, Heard, Session};
 use super::{Control, Listener, Waits};
 use crate::clock::after;
 use crate::redis::endpoint::Endpoint;
@@ -53,10 +59,10 @@ const BACKOFF_MOST: Duration = Duration::from_secs(2);
 
 /// What the supervisor needs to open sessions and check them.
 pub(crate) struct Settings {
-    /// The nodes to subscribe on, tried in turn: on a cluster a plain `PUBLISH` reaches the
-    /// subscribers of every node, so any one will do, and a session lost with its node is opened
-    /// again on the next.
+    /// On a standalone server, the nodes to subscribe on, tried in turn.
     pub(crate) nodes: Vec<redis::Client>,
+    /// On a cluster, how the feed's master is found and subscribed to (`nodes` are unused).
+    pub(crate) cluster: Option<ClusterFeed>,
     pub(crate) invalidations: String,
     /// This subscriber's own heartbeat channel.
     pub(crate) heartbeats: String,
@@ -138,6 +144,11 @@ impl Subscriber {
     /// it once the subscription is in effect, or `None` if no session ran it within `wait`.
     pub(crate) async fn listen(&self, channel: &str, wait: Duration) -> Option<Listener> {
         self.waits.listen(channel, wait).await
+    }
+
+    /// The channels listened to now, for a new session to subscribe.
+    pub(super) fn listened(&self) -> Vec<String> {
+        self.waits.channels()
     }
 
     /// When the feed stops being live unless a newer token is heard.
@@ -225,12 +236,17 @@ async fn supervise(
     let mut backoff = BACKOFF_LEAST;
     let mut attempt = 0_usize;
     loop {
-        let node = &settings.nodes[attempt % settings.nodes.len().max(1)];
+        // Taken now: a channel listened to or dropped meanwhile has its command in the queue,
+        // which the session serves once up.
+        let Some(listened) = subscriber.upgrade().map(|subscriber| subscriber.listened()) else {
+            return;
+        };
+        let opening = Session::open(&settings, attempt, &listened);
         attempt = attempt.wrapping_add(1);
         let opened = tokio::select! {
             biased;
             _ = &mut closed => return,
-            opened = tokio::time::timeout(settings.connect_timeout, open(node, &subscriber, &settings)) => opened,
+            opened = tokio::time::timeout(settings.connect_timeout, opening) => opened,
         };
         if let Ok(Some(session)) = opened {
             backoff = BACKOFF_LEAST;
@@ -245,9 +261,8 @@ async fn supervise(
                 }
             }
             drop(subscriber_now);
-            let Some(reason) = session
-                .run(&subscriber, &settings, &mut commands, &mut closed)
-                .await
+            let Some(reason) =
+                run(session, &subscriber, &settings, &mut commands, &mut closed).await
             else {
                 return;
             };
@@ -282,94 +297,58 @@ async fn supervise(
     }
 }
 
-/// One pub/sub connection, subscribed to the feed, the heartbeats and the channels listened to.
-struct Session {
-    sink: PubSubSink,
-    stream: PubSubStream,
-    /// When the feed's `SUBSCRIBE` was sent.
-    sent: Instant,
-}
-
-async fn open(
-    node: &redis::Client,
+/// Serves `session` until it is lost (`Some(why)`) or the subscriber is dropped (`None`).
+async fn run(
+    mut session: Session,
     subscriber: &Weak<Subscriber>,
     settings: &Settings,
-) -> Option<Session> {
-    let pubsub = match node.get_async_pubsub().await {
-        Ok(pubsub) => pubsub,
-        Err(error) => {
-            tracing::debug!(%error, "stampede: cannot open the Redis pub/sub connection");
-            return None;
-        }
-    };
-    let (mut sink, stream) = pubsub.split();
-    let sent = Instant::now();
-    let feed = [
-        settings.invalidations.as_str(),
-        settings.heartbeats.as_str(),
-    ];
-    sink.subscribe(&feed[..]).await.ok()?;
-    let channels = subscriber.upgrade()?.waits.channels();
-    if !channels.is_empty() {
-        sink.subscribe(&channels).await.ok()?;
-    }
-    Some(Session { sink, stream, sent })
-}
-
-impl Session {
-    /// Serves the session until it is lost (`Some(why)`) or the subscriber is dropped (`None`).
-    async fn run(
-        mut self,
-        subscriber: &Weak<Subscriber>,
-        settings: &Settings,
-        commands: &mut mpsc::UnboundedReceiver<Control>,
-        closed: &mut oneshot::Receiver<()>,
-    ) -> Option<&'static str> {
-        let mut ticks = tokio::time::interval(settings.heartbeat);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let publishing = Arc::new(AtomicBool::new(false));
-        loop {
-            let deadline = subscriber.upgrade()?.deadline();
-            tokio::select! {
-                biased;
-                _ = &mut *closed => return None,
-                message = self.stream.next() => {
-                    let Some(message) = message else {
-                        return Some("the connection closed");
-                    };
-                    let channel = message.get_channel_name();
-                    let payload = message.get_payload_bytes();
-                    if channel == settings.invalidations {
-                        invalidate::on_message(payload);
-                    } else if channel == settings.heartbeats {
-                        subscriber.upgrade()?.heard(payload);
-                    } else {
-                        subscriber.upgrade()?.waits.deliver(channel.as_bytes(), payload);
-                    }
+    commands: &mut mpsc::UnboundedReceiver<Control>,
+    closed: &mut oneshot::Receiver<()>,
+) -> Option<&'static str> {
+    let mut ticks = tokio::time::interval(settings.heartbeat);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let publishing = Arc::new(AtomicBool::new(false));
+    loop {
+        let deadline = subscriber.upgrade()?.deadline();
+        tokio::select! {
+            biased;
+            _ = &mut *closed => return None,
+            heard = session.next() => {
+                let message = match heard {
+                    Heard::Message(message) => message,
+                    Heard::Lost(reason) => return Some(reason),
+                };
+                let (channel, payload) = (message.channel(), message.payload());
+                if channel == settings.invalidations.as_bytes() {
+                    invalidate::on_message(payload);
+                } else if channel == settings.heartbeats.as_bytes() {
+                    subscriber.upgrade()?.heard(payload);
+                } else {
+                    subscriber.upgrade()?.waits.deliver(channel, payload);
                 }
-                command = commands.recv() => {
-                    let timeout = settings.op_timeout;
-                    let outcome = match command? {
-                        Control::Subscribe(channel) => {
-                            tokio::time::timeout(timeout, self.sink.subscribe(channel)).await
-                        }
-                        Control::Unsubscribe(channel) => {
-                            tokio::time::timeout(timeout, self.sink.unsubscribe(channel)).await
-                        }
-                        Control::Confirm(_, answer) => {
-                            let _ = answer.send(true);
-                            continue;
-                        }
-                    };
-                    if !matches!(outcome, Ok(Ok(()))) {
-                        return Some("a subscription failed");
-                    }
-                }
-                () = tokio::time::sleep_until(deadline) => {
-                    return Some("the heartbeat did not come back");
-                }
-                _ = ticks.tick() => subscriber.upgrade()?.beat(settings, &publishing),
             }
+            command = commands.recv() => {
+                let timeout = settings.op_timeout;
+                let outcome = match command? {
+                    Control::Subscribe(channel) => {
+                        tokio::time::timeout(timeout, session.subscribe(&channel)).await
+                    }
+                    Control::Unsubscribe(channel) => {
+                        tokio::time::timeout(timeout, session.unsubscribe(&channel)).await
+                    }
+                    Control::Confirm(_, answer) => {
+                        let _ = answer.send(true);
+                        continue;
+                    }
+                };
+                if !matches!(outcome, Ok(Ok(()))) {
+                    return Some("a subscription failed");
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                return Some("the heartbeat did not come back");
+            }
+            _ = ticks.tick() => subscriber.upgrade()?.beat(settings, &publishing),
         }
     }
 }

@@ -293,6 +293,8 @@ async fn a_holder_that_lost_its_lease_cannot_write_over_the_newer_value() {
     let written: Vec<u8> = cluster.keyed(&["GET", &value]);
     assert!(contains(&written, b"new from b 1"));
 
+    // b's lock moved the key's fence: a's fill is refused, and its callers get what the
+    // cluster holds since, as every process does from now on (7606250).
     assert_eq!(
         within(a).await.unwrap(),
         "new from b 1",

@@ -37,6 +37,7 @@ async fn the_breaker_opens_after_failed_loads_while_every_caller_is_served_a_sta
         ttl = "200ms",
         jitter = 0,
         stale = "1h",
+        long_windows = true,
         lock = "redis",
         redis = "breaker_stale",
         breaker = 2,
@@ -50,6 +51,7 @@ async fn the_breaker_opens_after_failed_loads_while_every_caller_is_served_a_sta
         ttl = "200ms",
         jitter = 0,
         stale = "1h",
+        long_windows = true,
         lock = "redis",
         redis = "breaker_stale",
         breaker = 2,
@@ -148,6 +150,7 @@ async fn fail_safe_without_memory_serves_the_last_good_value_redis_keeps() {
         backend = "redis",
         redis = "fail_safe_redis",
         fail_safe = "1h",
+        long_windows = true,
         name = "policies::fail_safe_redis"
     )]
     async fn quote(id: u64) -> Result<String, AppError> {
@@ -185,6 +188,7 @@ async fn soft_timeout_without_memory_serves_the_last_good_value_while_the_load_r
         backend = "redis",
         redis = "soft_redis",
         fail_safe = "1h",
+        long_windows = true,
         soft_timeout = "200ms",
         name = "policies::soft_redis"
     )]

@@ -895,6 +895,7 @@ async fn a_last_good_value_outlives_its_stale_deadline_in_redis_for_fail_safe() 
         ttl = "200ms",
         jitter = 0,
         fail_safe = "1h",
+        long_windows = true,
         lock = "redis",
         redis = "fail_safe",
         name = "red::fail_safe"
@@ -906,6 +907,7 @@ async fn a_last_good_value_outlives_its_stale_deadline_in_redis_for_fail_safe() 
         ttl = "200ms",
         jitter = 0,
         fail_safe = "1h",
+        long_windows = true,
         lock = "redis",
         redis = "fail_safe",
         name = "red::fail_safe"

@@ -215,6 +215,8 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
         breaker_cooldown: ms(rng, 50, 3_000),
         key: None,
         version: None,
+        ttl_from: None,
+        batch_max: None,
     };
     // Drawn apart from the rest, so that the plans of the seeds replayed in CI stay as they were.
     let versioned = chance(
@@ -552,7 +554,9 @@ impl World {
                 });
                 let tags = fplan.tagged.then_some(tags_of as fn(&Key) -> Vec<String>);
                 let values = Values {
-                    source_version: fplan.versioned.then_some(version_of as fn(&Val) -> u64),
+                    source_version: fplan
+                        .versioned
+                        .then_some((|value| Some(version_of(value))) as fn(&Val) -> Option<u64>),
                 };
                 let caches = (0..plan.processes)
                     .map(|p| match (&store, &processes) {

@@ -91,10 +91,31 @@ options! {
     "soft_timeout" => |o, p| put(&mut o.soft_timeout, p, duration(p)?),
         doc: "with `fail_safe`, a caller waiting for a load gets the last good value after this; the load goes on and stores its result",
         default: "off";
-    "retry_if" => |o, p| put(&mut o.retry_if, p, fn_path(p, RETRY_IF)?),
-        doc: "path of a `fn(&E) -> bool`: only errors it accepts are retried (timeouts always are)",
+    "retry_if" => |o, p| put(&mut o.retry_if, p, fn_path(p, "a `fn(&E) -> bool`", "is_transient")?),
+        doc: "path of a `fn(&E) -> bool` (`retry_if = is_transient`, or in quotes): only errors it accepts are retried (timeouts always are)",
         default: "every error";
-    "source_version" => |o, p| put(&mut o.source_version, p, fn_path(p, SOURCE_VERSION)?),
+    "ttl_from" => |o, p| put(&mut o.ttl_from, p, fn_path(p, "a `fn(&T) -> Duration` or `fn(&T) -> Option<Duration>`", "max_age")?),
+        doc: "path of a `fn(&T) -> Duration` or `fn(&T) -> Option<Duration>` (`None`: `ttl`): each value's own fresh time (an HTTP `max-age`, a token's expiry), capped at `ttl`; `jitter` and `stale` apply on top",
+        default: "off";
+    "long_windows" => |o, p| put(&mut o.long_windows, p, boolean(p)?),
+        doc: "`true` accepts a `stale` or `fail_safe` more than 1,000 times `ttl`, which is otherwise refused as a likely slip of the unit",
+        default: "`false`";
+    "batch" => |o, p| put(&mut o.batch, p, ident(p, "the argument that holds the keys, e.g. `batch = ids`")?),
+        doc: "makes this a batch function: names the argument holding its keys (`Vec<K>`, `&[K]`, `HashSet<K>`, `BTreeSet<K>`), and the function returns a map of the keys it found (`HashMap<K, V>`, `BTreeMap<K, V>`, or a `Result` of one); each key is cached on its own (see the README's Batch section)",
+        default: "off";
+    "batch_max" => |o, p| put(&mut o.batch_max, p, int(p, "100")?),
+        doc: "with `batch`: the most keys one call of the function is given; a larger batch is split into calls of at most this many keys, made at once",
+        default: "no bound";
+    "missing_ttl" => |o, p| put(&mut o.missing_ttl, p, duration(p)?),
+        doc: "with `batch`: how long a key the function's map leaves out is cached as absent (at most `ttl`; `\"0s\"`: not cached, every call asks the function again)",
+        default: "`ttl`";
+    "batch_loader" => |o, p| put(&mut o.batch_loader, p, fn_path(p, "a batch function", "products")?),
+        doc: "makes this single-key function a call of a batch function's cache: the path of that function (`batch_loader = products`, `Self::products` for a method), whose options, cache and loads it shares; its arguments are the batch function's, with one key in place of the keys",
+        default: "off";
+    "batch_window" => |o, p| put(&mut o.batch_window, p, duration(p)?),
+        doc: "with `batch_loader`: single-key calls that must load within this window of each other are loaded by one call of the batch function (DataLoader's pattern)",
+        default: "off: each call loads its key alone";
+    "source_version" => |o, p| put(&mut o.source_version, p, fn_path(p, "a `fn(&T) -> u64`", "row_version")?),
         doc: "path of a `fn(&T) -> u64` giving the source version a value was read at (a row version, an `updated_at`): a load, refresh or `prime` of an older version than the value stored is not stored, in memory or in Redis",
         default: "off";
     "breaker" => |o, p| put(&mut o.breaker, p, int(p, "5")?),
@@ -199,6 +220,17 @@ pub(crate) struct Options {
     pub(crate) version: Option<LitStr>,
     pub(crate) krate: Option<Spanned<syn::Path>>,
     pub(crate) companion: Option<Spanned<bool>>,
+    pub(crate) ttl_from: Option<Spanned<syn::Path>>,
+    pub(crate) long_windows: Option<Spanned<bool>>,
+    /// `batch = ids`: the argument holding a batch function's keys.
+    pub(crate) batch: Option<Spanned<Ident>>,
+    pub(crate) batch_max: Option<Spanned<u64>>,
+    pub(crate) missing_ttl: Option<Spanned<Duration>>,
+    /// `batch_loader = products`: the batch function whose cache this single-key function calls.
+    pub(crate) batch_loader: Option<Spanned<syn::Path>>,
+    pub(crate) batch_window: Option<Spanned<Duration>>,
+    /// Every option written, with the span of its name, in order.
+    pub(crate) given: Vec<(&'static str, Span)>,
     /// Some option was misspelt or had a bad value: checks of what is missing would mislead.
     pub(crate) incomplete: bool,
 }
@@ -209,10 +241,12 @@ struct Pair {
     value: Value,
 }
 
-/// The value of a pair: one literal, or a bracketed list of them (`tags = ["a", "b"]`).
+/// The value of a pair: one literal, a bracketed list of them (`tags = ["a", "b"]`), or a
+/// path written bare (`retry_if = is_transient`).
 enum Value {
     One(Lit),
     List { items: Vec<Lit>, span: Span },
+    Path(syn::Path),
 }
 
 impl Value {
@@ -220,6 +254,10 @@ impl Value {
         match self {
             Value::One(lit) => lit.span(),
             Value::List { span, .. } => *span,
+            Value::Path(path) => path
+                .segments
+                .first()
+                .map_or_else(Span::call_site, |segment| segment.ident.span()),
         }
     }
 }
@@ -233,6 +271,15 @@ impl Pair {
                 *span,
                 format!("`{}` takes one value, not a list", self.name),
                 format!("write it as `{} = ...`, e.g. `ttl = \"60s\"`", self.name),
+            )),
+            Value::Path(path) => Err(error(
+                self.value.span(),
+                format!(
+                    "the value of `{}` must be a literal, not `{}`",
+                    self.name,
+                    path_text(path)
+                ),
+                "write a string such as `\"60s\"` or a number such as `20`",
             )),
         }
     }
@@ -270,6 +317,17 @@ impl Parse for Pair {
                 value: Value::List { items, span },
             });
         }
+        // A bare path names a function (`retry_if = is_transient`) or an argument (`batch =
+        // ids`); `true` and `false` are literals.
+        if !input.peek(Lit) && (input.peek(Ident::peek_any) || input.peek(Token![::])) {
+            let path = input
+                .call(syn::Path::parse_mod_style)
+                .map_err(not_literal)?;
+            return Ok(Pair {
+                name,
+                value: Value::Path(path),
+            });
+        }
         let value = Value::One(input.parse::<Lit>().map_err(not_literal)?);
         Ok(Pair { name, value })
     }
@@ -301,7 +359,10 @@ impl Options {
     fn set(&mut self, pair: &Pair) -> syn::Result<()> {
         let name = pair.name.to_string();
         match OPTIONS.iter().find(|option| option.name == name) {
-            Some(option) => (option.set)(self, pair),
+            Some(option) => {
+                self.given.push((option.name, pair.name.span()));
+                (option.set)(self, pair)
+            }
             None => Err(unknown(&pair.name)),
         }
     }
@@ -476,45 +537,23 @@ fn crate_path(pair: &Pair) -> syn::Result<syn::Path> {
     })
 }
 
-/// What an option that names a function expects of it: its signature, and an example.
-struct FnOption {
-    name: &'static str,
-    signature: &'static str,
-    example: &'static str,
-    example_fn: &'static str,
-}
-
-const RETRY_IF: FnOption = FnOption {
-    name: "retry_if",
-    signature: "fn(&E) -> bool",
-    example: "is_transient",
-    example_fn: "fn is_transient(e: &MyError) -> bool",
-};
-
-const SOURCE_VERSION: FnOption = FnOption {
-    name: "source_version",
-    signature: "fn(&T) -> u64",
-    example: "row_version",
-    example_fn: "fn row_version(p: &Product) -> u64",
-};
-
-/// The path of a function in scope of the cached one, `"is_transient"` or `"errors::retryable"`.
-fn fn_path(pair: &Pair, option: FnOption) -> syn::Result<syn::Path> {
+/// The path of a function in scope of the cached one, written bare (`is_transient`,
+/// `errors::retryable`) or as a string (`"is_transient"`); `what` says what it must be, and
+/// `example` names one.
+fn fn_path(pair: &Pair, what: &str, example: &str) -> syn::Result<syn::Path> {
+    let name = &pair.name;
+    if let Value::Path(path) = &pair.value {
+        return Ok(path.clone());
+    }
     let path = string(
         pair,
-        &format!(
-            "the path of a `{}`, e.g. \"{}\"",
-            option.signature, option.example
-        ),
+        &format!("the path of {what}, e.g. `{name} = {example}`"),
     )?;
     let mut parsed: syn::Path = path.parse().map_err(|_| {
         error(
             path.span(),
             format!("`{}` is not a path", path.value()),
-            format!(
-                "name a function in scope, e.g. `{} = \"{}\"` for `{}`",
-                option.name, option.example, option.example_fn
-            ),
+            format!("name {what} in scope, e.g. `{name} = {example}`"),
         )
     })?;
     // Errors about the function (it does not resolve, its signature does not fit) point at the
@@ -523,6 +562,37 @@ fn fn_path(pair: &Pair, option: FnOption) -> syn::Result<syn::Path> {
         segment.ident.set_span(path.span());
     }
     Ok(parsed)
+}
+
+/// The name of an argument, written bare (`ids`) or as a string (`"ids"`).
+fn ident(pair: &Pair, example: &str) -> syn::Result<Ident> {
+    let not_a_name = |span| {
+        error(
+            span,
+            format!("`{}` takes the name of an argument", pair.name),
+            format!("write {example}"),
+        )
+    };
+    match &pair.value {
+        Value::Path(path) => path
+            .get_ident()
+            .cloned()
+            .ok_or_else(|| not_a_name(pair.value.span())),
+        _ => {
+            let text = string(pair, example)?;
+            syn::parse_str::<Ident>(&text.value())
+                .map(|ident| Ident::new(&ident.to_string(), text.span()))
+                .map_err(|_| not_a_name(text.span()))
+        }
+    }
+}
+
+/// A path as written, for a message.
+fn path_text(path: &syn::Path) -> String {
+    quote::ToTokens::to_token_stream(path)
+        .to_string()
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
 }
 
 #[cfg(test)]

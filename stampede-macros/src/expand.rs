@@ -28,9 +28,12 @@
 //! `companion` the operations on the cache next to the function, and `config` where the cache
 //! lives and how it is built (its slot, its options, its tier).
 
+mod batch;
 mod call;
 mod companion;
 mod config;
+
+pub(crate) use batch::loader_call;
 
 use proc_macro2::TokenStream;
 use proc_macro2::{Ident, Span};
@@ -52,7 +55,10 @@ pub(crate) fn expand(mut function: Function, settings: &Settings) -> TokenStream
         rename_self(&mut function.body);
     }
     let expansion = Expansion::new(&function, settings);
-    let call = expansion.call(Call::Get);
+    let call = match settings.batch {
+        Some(_) => expansion.batch_call(Call::Get),
+        None => expansion.call(Call::Get),
+    };
     let used = expansion.used_operations();
     let companion = expansion.companion();
     let Function {
@@ -168,6 +174,20 @@ impl<'a> Expansion<'a> {
                 (None, Shape::Async, None) if names_the_crate(&function.sig.ident, krate) => None,
                 (None, Shape::Async, _) => Some(Holder::Type(function.sig.ident.clone())),
             },
+        }
+    }
+}
+
+impl Expansion<'_> {
+    /// The type of the values the function's calls are answered with: the function's value (the
+    /// `T` of a `Result<T, E>`), or for a batch function the value of one key in its map.
+    fn value_type(&self) -> &Type {
+        if let Some(batch) = &self.settings.batch {
+            return &batch.value;
+        }
+        match &self.function.returns {
+            crate::func::Returns::Value(value) => value,
+            crate::func::Returns::Result { ok, .. } => ok,
         }
     }
 }

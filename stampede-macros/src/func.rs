@@ -134,6 +134,7 @@ fn starts_like_fn(input: ParseStream) -> syn::Result<bool> {
 }
 
 /// One argument, bound to a plain name.
+#[derive(Clone)]
 pub(crate) struct Arg {
     pub(crate) ident: Ident,
     pub(crate) mutability: Option<Token![mut]>,
@@ -174,6 +175,23 @@ impl Function {
                 span,
                 "a cached function cannot return `impl Trait`",
                 "name the returned type: the cache stores values of it and clones them for each caller",
+            ));
+        }
+        if let Some(span) = find_borrowed(&output) {
+            errors.push(error(
+                span,
+                "a cached function cannot return a reference",
+                "return an owned value (`String` for `&str`, `T` or `Arc<T>` for `&T`): the cache keeps the value after the call and hands each caller a clone of it; a `&'static T` is fine",
+            ));
+        }
+        if matches!(shape, Shape::Async) {
+            check_lifetimes(&sig, errors);
+        }
+        if let Some(span) = find_self_call(&sig, &body) {
+            errors.push(error(
+                span,
+                format!("a cached function cannot call itself: `{}` is recursive", sig.ident),
+                "the future of a recursive `async fn` would contain itself: move the body into a plain `async fn` that recurses through `Box::pin(..)`, and cache a function that calls it",
             ));
         }
 
@@ -316,7 +334,7 @@ fn check_boxed_error(returns: &Returns, errors: &mut Errors) {
 
 /// A type or path as the user wrote it, for a message: its tokens without the spaces `quote`
 /// puts around punctuation.
-fn written(tokens: impl quote::ToTokens) -> String {
+pub(crate) fn written(tokens: impl quote::ToTokens) -> String {
     tokens
         .to_token_stream()
         .to_string()
@@ -326,6 +344,95 @@ fn written(tokens: impl quote::ToTokens) -> String {
         .replace("< ", "<")
         .replace(" >", ">")
         .replace(" ,", ",")
+}
+
+/// A lifetime parameter of an `async fn` as the user wrote it (`#[async_trait]`'s own are added to
+/// the shape it gives, which is not checked here).
+fn check_lifetimes(sig: &Signature, errors: &mut Errors) {
+    for param in &sig.generics.params {
+        if let GenericParam::Lifetime(lifetime) = param {
+            errors.push(error_at(
+                lifetime,
+                "a cached function cannot have a lifetime parameter",
+                "take the arguments by value, or by `&` with the lifetime elided (`name: &str`): the key is an owned copy of them, and the load runs detached, after the call may have returned",
+            ));
+        }
+    }
+}
+
+/// The span of a reference in the returned type, but `&'static T`.
+fn find_borrowed(ty: &Type) -> Option<Span> {
+    struct Find(Option<Span>);
+    impl<'ast> Visit<'ast> for Find {
+        fn visit_type_reference(&mut self, node: &'ast syn::TypeReference) {
+            let is_static = node
+                .lifetime
+                .as_ref()
+                .is_some_and(|lifetime| lifetime.ident == "static");
+            if !is_static && self.0.is_none() {
+                self.0 = Some(node.and_token.span);
+            }
+            syn::visit::visit_type_reference(self, node);
+        }
+    }
+    let mut find = Find(None);
+    find.visit_type(ty);
+    find.0
+}
+
+/// The span of a call of the function in its own body: `name(..)`, `Self::name(..)` or
+/// `self.name(..)` (not inside a nested item, which is another function).
+fn find_self_call(sig: &Signature, body: &[Stmt]) -> Option<Span> {
+    struct Find<'a> {
+        name: &'a Ident,
+        method: bool,
+        found: Option<Span>,
+    }
+    impl<'ast> Visit<'ast> for Find<'_> {
+        fn visit_item(&mut self, _: &'ast syn::Item) {}
+        fn visit_expr_call(&mut self, node: &'ast syn::ExprCall) {
+            if let Expr::Path(path) = &*node.func
+                && path.qself.is_none()
+                && let Some(last) = path.path.segments.last()
+                && last.ident == *self.name
+            {
+                let segments: Vec<&syn::PathSegment> = path.path.segments.iter().collect();
+                let own = match segments.as_slice() {
+                    [_] => !self.method,
+                    [first, _] => self.method && first.ident == "Self",
+                    _ => false,
+                };
+                if own && self.found.is_none() {
+                    self.found = Some(last.ident.span());
+                }
+            }
+            syn::visit::visit_expr_call(self, node);
+        }
+        fn visit_expr_method_call(&mut self, node: &'ast syn::ExprMethodCall) {
+            if self.method
+                && node.method == *self.name
+                && let Expr::Path(path) = &*node.receiver
+                && path.path.is_ident("self")
+                && self.found.is_none()
+            {
+                self.found = Some(node.method.span());
+            }
+            syn::visit::visit_expr_method_call(self, node);
+        }
+    }
+    let method = sig
+        .inputs
+        .iter()
+        .any(|input| matches!(input, FnArg::Receiver(_)));
+    let mut find = Find {
+        name: &sig.ident,
+        method,
+        found: None,
+    };
+    for stmt in body {
+        find.visit_stmt(stmt);
+    }
+    find.found
 }
 
 fn check_generics(sig: &Signature, errors: &mut Errors) {

@@ -8,11 +8,13 @@
 #![deny(missing_docs)]
 
 mod attr;
+mod batch;
 mod checks;
 mod diag;
 mod expand;
 mod func;
 mod key;
+mod loader;
 mod receiver;
 mod validate;
 
@@ -103,6 +105,10 @@ fn cached_fn(
 ) -> syn::Result<proc_macro2::TokenStream> {
     let mut errors = Errors::default();
     let options = attr::Options::parse(args, &mut errors);
+    if options.batch_loader.is_some() {
+        errors.finish(())?;
+        return loader::expand(options, item);
+    }
     let item = match func::Item::parse(item.clone()) {
         Ok(func::Item::Fn(item)) => *item,
         // rustc reports the function's syntax error when it reads the item again.

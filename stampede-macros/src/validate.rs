@@ -6,6 +6,7 @@ use proc_macro2::Span;
 use syn::{Ident, LitStr, Path};
 
 use crate::attr::{BackendKind, BusyKind, LockKind, Options, Spanned};
+use crate::batch::BatchShape;
 use crate::diag::{Errors, error};
 use crate::func::{Function, Returns};
 use crate::key::KeyTemplate;
@@ -45,6 +46,14 @@ pub(crate) struct Settings {
     pub(crate) krate: Path,
     /// `companion = ..` as written; the expansion settles the default by the function's shape.
     pub(crate) companion: Option<bool>,
+    /// `ttl_from = path`: each value's own fresh time.
+    pub(crate) ttl_from: Option<Path>,
+    /// `batch = ids`: the shape of a batch function.
+    pub(crate) batch: Option<BatchShape>,
+    /// With `batch`: the most keys one call of the function is given.
+    pub(crate) batch_max: Option<u64>,
+    /// With `batch`: how long a key the function's map leaves out is cached as absent.
+    pub(crate) missing_ttl: Option<Duration>,
 }
 
 const DEFAULT_JITTER: u8 = 10;
@@ -68,6 +77,8 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
     let capacity = capacity(&options, errors);
     name_is_not_empty(&options, errors);
     version_is_shared(&options, backend, errors);
+    long_windows(&options, timing.ttl, errors);
+    let batch = batch(&options, function, &key_args, timing.ttl, errors);
     Settings {
         ttl: timing.ttl,
         jitter: timing.jitter,
@@ -97,10 +108,158 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         name: options.name,
         version: options.version,
         companion: options.companion.map(|companion| companion.value),
+        ttl_from: options.ttl_from.as_ref().map(|path| path.value.clone()),
+        batch_max: batch
+            .as_ref()
+            .and(options.batch_max.as_ref())
+            .map(|most| most.value),
+        missing_ttl: batch
+            .as_ref()
+            .and(options.missing_ttl.as_ref())
+            .map(|missing| missing.value),
+        batch,
         krate: options
             .krate
             .map_or_else(|| syn::parse_quote!(::stampede), |krate| krate.value),
     }
+}
+
+/// How many times `ttl` a `stale` or `fail_safe` window may be before it is refused as a likely
+/// slip of the unit (`"3650d"` for `"3650s"`), unless `long_windows = true`.
+const LONGEST_WINDOW_RATIO: u32 = 1_000;
+
+/// A `stale` or `fail_safe` more than [`LONGEST_WINDOW_RATIO`] times `ttl` serves a value that
+/// long after it stopped being fresh: refused unless `long_windows = true` says it is meant.
+fn long_windows(options: &Options, ttl: Duration, errors: &mut Errors) {
+    if options.long_windows.is_some_and(|long| long.value) || ttl.is_zero() {
+        return;
+    }
+    let Some(ttl_given) = options.ttl.as_ref() else {
+        return;
+    };
+    let longest = ttl.saturating_mul(LONGEST_WINDOW_RATIO);
+    for (name, window, what) in [
+        (
+            "stale",
+            options.stale.as_ref(),
+            "served stale (while one refresh runs)",
+        ),
+        (
+            "fail_safe",
+            options.fail_safe.as_ref(),
+            "served as the last good value when a load fails",
+        ),
+    ] {
+        let Some(window) = window.filter(|window| window.value > longest) else {
+            continue;
+        };
+        let times = window.value.as_secs_f64() / ttl_given.value.as_secs_f64();
+        errors.push(error(
+            window.span,
+            format!(
+                "`{name} = \"{}\"` is {} times `ttl = \"{}\"`: a value would be {what} for that long after it stopped being fresh",
+                humantime::format_duration(window.value),
+                times_text(times),
+                humantime::format_duration(ttl),
+            ),
+            format!(
+                "check the unit; if it is meant, add `long_windows = true` (a window over {LONGEST_WINDOW_RATIO} times `ttl` is refused without it)"
+            ),
+        ));
+    }
+}
+
+/// A ratio for a message: whole, with thousands separated (`3,153,600,000`), or `over a
+/// trillion`.
+fn times_text(times: f64) -> String {
+    if times >= 1e12 {
+        return "over a trillion".to_owned();
+    }
+    let digits = format!("{}", times.round() as u64);
+    let mut out = String::new();
+    for (at, digit) in digits.chars().enumerate() {
+        if at > 0 && (digits.len() - at) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// The options of a batch function (`batch`, `batch_max`, `missing_ttl`), checked against the
+/// function and each other; the function's shape, when it is one.
+fn batch(
+    options: &Options,
+    function: &Function,
+    key_args: &[Ident],
+    ttl: Duration,
+    errors: &mut Errors,
+) -> Option<BatchShape> {
+    if let Some(window) = &options.batch_window {
+        errors.push(error(
+            window.span,
+            "`batch_window` coalesces the single-key calls of a batch function's cache, and this function names no batch loader",
+            "add `batch_loader = products` (the batch function that loads its keys) and remove the other options, which are the batch function's; or remove `batch_window`",
+        ));
+    }
+    let Some(named) = &options.batch else {
+        let needs_batch = |given: Option<Span>, name: &str| {
+            given.map(|span| {
+                error(
+                    span,
+                    format!("`{name}` is an option of a batch function, and this function has no `batch`"),
+                    "add `batch = ids` (the argument that holds the keys), or remove it",
+                )
+            })
+        };
+        let checks = [
+            needs_batch(
+                options.batch_max.as_ref().map(|most| most.span),
+                "batch_max",
+            ),
+            needs_batch(
+                options.missing_ttl.as_ref().map(|missing| missing.span),
+                "missing_ttl",
+            ),
+        ];
+        for error in checks.into_iter().flatten() {
+            errors.push(error);
+        }
+        return None;
+    };
+    let shape = BatchShape::read(function, &named.value, errors)?;
+    if !key_args.contains(&shape.arg) {
+        errors.push(error(
+            options.key.as_ref().map_or(named.span, |key| key.span),
+            format!(
+                "the key template leaves out `{}`, which holds the batch's keys",
+                shape.arg
+            ),
+            format!(
+                "each key of the batch is cached on its own: name `{{{}}}` in the template, where it stands for one key",
+                shape.arg
+            ),
+        ));
+    }
+    if let Some(most) = &options.batch_max
+        && most.value == 0
+    {
+        errors.push(error(
+            most.span,
+            "`batch_max = 0` would never load a key",
+            "give the most keys one call of the function may be given, e.g. `batch_max = 100`",
+        ));
+    }
+    if let Some(missing) = &options.missing_ttl
+        && missing.value > ttl
+    {
+        errors.push(error(
+            missing.span,
+            "`missing_ttl` is longer than `ttl`",
+            "a key the function leaves out is cached as absent at most as long as a value: give `missing_ttl` at most `ttl`, `\"0s\"` not to cache it",
+        ));
+    }
+    Some(shape)
 }
 
 /// `companion = true` asks for items next to the method, which a trait impl cannot take.

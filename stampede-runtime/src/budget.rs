@@ -6,10 +6,11 @@
 //! The budget is 64 unless the `STAMPEDE_MAX_REFRESHES` variable or [`set_max_refreshes`] says
 //! otherwise; the gauge `cache_refresh_queued` counts the refreshes waiting for a turn.
 
+use std::future::Future;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{Notify, Semaphore, SemaphorePermit};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// The budget when nothing sets one: sized for a service with a few database connections per
 /// core, well below any pool's size.
@@ -88,8 +89,8 @@ pub(crate) fn turns_taken() -> usize {
 }
 
 /// A turn for one background refresh, or `None` when a miss joined the refresh while it
-/// waited (`urgent`): the refresh then runs at once, outside the budget.
-pub(crate) async fn turn(urgent: &Notify) -> Option<SemaphorePermit<'static>> {
+/// waited (`urgent` completes): the refresh then runs at once, outside the budget.
+pub(crate) async fn turn(urgent: impl Future<Output = ()>) -> Option<SemaphorePermit<'static>> {
     let budget = budget();
     if let Ok(permit) = budget.permits.try_acquire() {
         return Some(permit);
@@ -100,7 +101,7 @@ pub(crate) async fn turn(urgent: &Notify) -> Option<SemaphorePermit<'static>> {
         // In this order, so that a run is the same each time its inputs are.
         biased;
         permit = budget.permits.acquire() => permit.ok(),
-        () = urgent.notified() => None,
+        () = urgent => None,
     }
 }
 

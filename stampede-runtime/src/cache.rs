@@ -3,6 +3,7 @@
 //! turns into what the callers get (`settle`). The companion's operations are in `ops`, what the
 //! registry sees of a cache in `registered`.
 
+mod batch;
 mod ops;
 mod registered;
 mod run;
@@ -15,17 +16,19 @@ use crate::config::{Config, Lock};
 use crate::core::{Core, Tags, Values};
 use crate::entry::Freshness;
 use crate::error::Error;
-use crate::flight::{Joined, Waiter};
+use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
 use crate::load::Load;
 use crate::memory::Kept;
 use crate::telemetry::Reason;
-use crate::tier::{Direct, Run, Start, Tier};
+use crate::tier::{Direct, Run, Shared, Start, Tier};
 
 /// One cached function's cache: the core and the tier behind it.
 pub(crate) struct Cache<K: Key, V: Value, T> {
     core: Core<K, V>,
     tier: T,
+    /// The open window of single-key calls to load together (`batch_window`), if any.
+    window: batch::Window<K, V>,
 }
 
 /// What [`Cache::lookup`] found.
@@ -34,6 +37,17 @@ enum Lookup<V, P> {
     Served(V),
     /// Nothing to serve: the call goes on with [`Cache::miss`].
     Missed(Miss<P>),
+}
+
+/// What [`Cache::held`] found in memory.
+enum Held<V> {
+    /// A value to serve.
+    Hit(V),
+    /// A value to serve, and a background refresh of it due for this reason; the value was
+    /// loaded at that instant.
+    Refresh(V, Reason, Instant),
+    /// Nothing to serve.
+    Missed,
 }
 
 /// A call that found nothing to serve in memory: its load's builder and its lookup span.
@@ -50,6 +64,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         Cache {
             core: Core::new(config, tags, values, tier.key_name()),
             tier,
+            window: batch::Window::default(),
         }
     }
 
@@ -62,7 +77,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     {
         match self.lookup(&key, prepare) {
             Lookup::Served(value) => Ok(value),
-            Lookup::Missed(miss) => self.miss(key, miss).await,
+            Lookup::Missed(miss) => {
+                let lead =
+                    |leader, prepare: P| self.spawn_load(leader, prepare(), Start::miss(Run::Get));
+                self.miss(key, miss, lead).await
+            }
         }
     }
 
@@ -76,45 +95,62 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         // At TRACE level: an atomic load decides it is off, so the hit path pays nothing more.
         // Never entered (entering costs on every poll): its outcome is recorded at the end.
         let span = tracing::trace_span!("stampede.lookup", cache = %self.core.config.name, outcome = Empty);
-        let core = &self.core;
-        if core.config.in_memory()
-            && let Some(entry) = core.entry(key)
-        {
-            // The coarse clock first: the exact one only near the entry's deadline.
-            let freshness = if entry.surely_fresh() {
-                Freshness::Fresh
-            } else {
-                entry.freshness(Instant::now())
-            };
-            let reason = match freshness {
-                Freshness::Fresh | Freshness::Early => {
-                    let hit = core.telemetry.hits.bump();
-                    core.hot
-                        .hit(hit, key, || entry.filled_nanos(), &core.telemetry.key_age);
-                    (freshness == Freshness::Early).then_some(Reason::Early)
-                }
-                Freshness::Stale if core.config.lock != Lock::None => {
-                    core.telemetry.stale_served.bump();
-                    Some(Reason::Stale)
-                }
-                Freshness::Stale => return Lookup::Missed(Miss { prepare, span }),
-                Freshness::Expired => {
-                    // Past every use: freed now rather than at its eviction.
-                    core.memory.reclaim(key, Instant::now());
-                    return Lookup::Missed(Miss { prepare, span });
-                }
-            };
-            let outcome = match reason {
-                None => "hit",
-                Some(reason) => {
-                    self.refresh_in_background(key, prepare, reason, entry.filled_at());
-                    reason.as_str()
-                }
-            };
-            span.record("outcome", outcome);
-            return Lookup::Served(entry.value);
+        match self.held(key) {
+            Held::Hit(value) => {
+                span.record("outcome", "hit");
+                Lookup::Served(value)
+            }
+            Held::Refresh(value, reason, of) => {
+                self.refresh_in_background(key, prepare, reason, of);
+                span.record("outcome", reason.as_str());
+                Lookup::Served(value)
+            }
+            Held::Missed => Lookup::Missed(Miss { prepare, span }),
         }
-        Lookup::Missed(Miss { prepare, span })
+    }
+
+    /// What memory holds for `key` that a call may serve now, counted as a hit (or a stale
+    /// value served) when it does: whether a background refresh of it is due, and why.
+    #[inline(always)]
+    fn held(&self, key: &K) -> Held<V> {
+        let core = &self.core;
+        if !core.config.in_memory() {
+            return Held::Missed;
+        }
+        let Some(entry) = core.entry(key) else {
+            return Held::Missed;
+        };
+        // The coarse clock first: the exact one only near the entry's deadline.
+        let freshness = if entry.surely_fresh() {
+            Freshness::Fresh
+        } else {
+            entry.freshness(Instant::now())
+        };
+        let reason = match freshness {
+            Freshness::Fresh | Freshness::Early => {
+                let hit = core.telemetry.hits.bump();
+                core.hot
+                    .hit(hit, key, || entry.filled_nanos(), &core.telemetry.key_age);
+                (freshness == Freshness::Early).then_some(Reason::Early)
+            }
+            Freshness::Stale if core.config.lock != Lock::None => {
+                core.telemetry.stale_served.bump();
+                Some(Reason::Stale)
+            }
+            Freshness::Stale => return Held::Missed,
+            Freshness::Expired => {
+                // Past every use: freed now rather than at its eviction.
+                core.memory.reclaim(key, Instant::now());
+                return Held::Missed;
+            }
+        };
+        match reason {
+            None => Held::Hit(entry.value),
+            Some(reason) => {
+                let of = entry.filled_at();
+                Held::Refresh(entry.value, reason, of)
+            }
+        }
     }
 
     /// Starts one background refresh of a value being served (stale, or past `refresh_after`),
@@ -139,8 +175,13 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     }
 
     /// The rest of a call that found nothing to serve in memory: a read of the tier, or the
-    /// key's single load.
-    async fn miss<P, L>(&'static self, key: K, miss: Miss<P>) -> Result<V, Error>
+    /// key's single load, which `lead` starts when this call leads the key's flight.
+    async fn miss<P, L>(
+        &'static self,
+        key: K,
+        miss: Miss<P>,
+        lead: impl FnOnce(Leader<'static, K, V>, P) -> Result<(), Error>,
+    ) -> Result<V, Error>
     where
         P: FnOnce() -> L,
         L: Load<K, V>,
@@ -177,7 +218,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             }
             Joined::Led(leader, waiter) => {
                 outcome("miss");
-                self.spawn_load(leader, prepare(), Start::miss(Run::Get))?;
+                lead(leader, prepare)?;
                 waiter
             }
         };
@@ -198,23 +239,38 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let Some(shared) = self.tier.read(&direct).await else {
             return Err(prepare);
         };
+        let Some((value, early)) = self.take_read(direct, shared) else {
+            return Err(prepare);
+        };
+        if let Some(filled_at) = early {
+            self.refresh_in_background(key, prepare, Reason::Early, filled_at);
+        }
+        Ok(value)
+    }
+
+    /// The value of an entry read from the shared tier through `direct`, kept in memory where
+    /// values live there, if it may be served now: fresh by this process's clock, and neither
+    /// the key nor a tag of it invalidated since the read began. With it, when it was loaded if
+    /// it is past `refresh_after` (a background refresh is due).
+    fn take_read(
+        &self,
+        direct: Direct<'_, K, V>,
+        shared: Shared<V>,
+    ) -> Option<(V, Option<Instant>)> {
         let entry = direct.begun.entry(shared.entry, shared.trusted_for);
         let freshness = entry.freshness(Instant::now());
         // Not fresh by this process's clock, or a tag invalidated meanwhile: the flight decides.
         if !matches!(freshness, Freshness::Fresh | Freshness::Early) || !entry.current() {
-            return Err(prepare);
+            return None;
         }
         let (value, filled_at) = (entry.value.clone(), entry.filled_at());
         if !matches!(direct.begun.keep(entry), Kept::Stored) {
             // Invalidated while it was read, or memory holds a newer source version.
-            return Err(prepare);
+            return None;
         }
         drop(direct);
         self.core.telemetry.remote_hits.bump();
-        if freshness == Freshness::Early {
-            self.refresh_in_background(key, prepare, Reason::Early, filled_at);
-        }
-        Ok(value)
+        Some((value, (freshness == Freshness::Early).then_some(filled_at)))
     }
 
     /// Waits for the key's flight. With a soft timeout, a last good value (in memory, or one

@@ -296,6 +296,36 @@ check!(
     note = "keep the error's contents in types that can be shared between threads (`anyhow::Error` and `Box<dyn Error + Send + Sync>` are)",
 );
 
+/// What the function named by `ttl_from` returns: a value's own fresh time, or `None` for the
+/// cache's `ttl`.
+#[diagnostic::on_unimplemented(
+    message = "`ttl_from` must name a function returning `Duration` or `Option<Duration>`, and this one returns `{Self}`",
+    label = "this function's result is the value's fresh time",
+    note = "write it as `fn(&T) -> std::time::Duration`, or `fn(&T) -> Option<std::time::Duration>` to fall back to `ttl`"
+)]
+pub trait OwnTtl {
+    /// The fresh time, `None` for `ttl`.
+    fn own_ttl(self) -> Option<std::time::Duration>;
+}
+
+impl OwnTtl for std::time::Duration {
+    fn own_ttl(self) -> Option<std::time::Duration> {
+        Some(self)
+    }
+}
+
+impl OwnTtl for Option<std::time::Duration> {
+    fn own_ttl(self) -> Option<std::time::Duration> {
+        self
+    }
+}
+
+/// A value's own fresh time, from what the function named by `ttl_from` returned.
+#[inline(always)]
+pub fn own_ttl(ttl: impl OwnTtl) -> Option<std::time::Duration> {
+    ttl.own_ttl()
+}
+
 /// Every check's trait, by name, and what a chain of checks ends with. The generated code
 /// imports the traits a chain calls in a block around that chain only
 /// (`{ use checks::{KeyHashCheck as _, ..}; .. }`), so that no name reaches the scope of the

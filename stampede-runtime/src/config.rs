@@ -1,7 +1,14 @@
 //! The options of one cache, as `#[cached(...)]` wrote them.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How long one value stays fresh, read from the value itself (`ttl_from = "path"`): its own
+/// fresh time, or `None` for the cache's `ttl`. Erased so that [`Config`] names no value type:
+/// the code `#[cached]` generates downcasts to the function's value type, which is always the
+/// one stored.
+pub type TtlFrom = fn(&(dyn Any + Send + Sync)) -> Option<Duration>;
 
 /// How concurrent misses on one key are coordinated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -97,9 +104,27 @@ pub struct Config {
     /// `version = ".."` as written, if given: part of the cache's identity in a shared tier,
     /// beside its name, its key template and the shapes of its key and value types.
     pub version: Option<Arc<str>>,
+    /// `ttl_from = "path"`: each value's own fresh time, capped at `ttl` (which also stands when
+    /// it gives none); jitter and `stale` apply on top. `None`: every value lives `ttl`. Shown
+    /// as whether it is set.
+    #[serde(serialize_with = "crate::config::is_set")]
+    pub ttl_from: Option<TtlFrom>,
+    /// For a batch function's cache: the most keys one call of the function loads (a larger
+    /// batch is split into loads of at most this many keys, run at once). `None`: no bound.
+    pub batch_max: Option<usize>,
 }
 
 impl Config {
+    /// How long `value` is fresh, before jitter: its own time (`ttl_from`) capped at `ttl`, else
+    /// `ttl`. The cap keeps every bound derived from `ttl` (tag marks, tag sets in Redis,
+    /// `refresh_after`) a bound for every value.
+    pub(crate) fn ttl_of(&self, value: &(dyn Any + Send + Sync)) -> Duration {
+        match self.ttl_from.and_then(|own| own(value)) {
+            Some(own) => own.min(self.ttl),
+            None => self.ttl,
+        }
+    }
+
     /// How long after it was stored an entry may still be served, fail-safe included.
     pub(crate) fn longest_use(&self) -> Duration {
         let servable = self.ttl.saturating_add(self.stale);
@@ -118,6 +143,14 @@ impl Config {
         let base = self.backoff.saturating_mul(1 << retry.min(16));
         base.mul_f64(crate::random::uniform(0.5..1.5))
     }
+}
+
+/// Serializes an optional function as whether it is given.
+pub(crate) fn is_set<T, S: serde::Serializer>(
+    option: &Option<T>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_bool(option.is_some())
 }
 
 /// Serializes an optional duration as whole milliseconds, or `null`.

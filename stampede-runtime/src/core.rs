@@ -31,8 +31,10 @@ pub fn tagged<K>(render: fn(&K) -> Vec<String>) -> Tags<K> {
 pub struct Values<V> {
     /// `source_version = "path"`: the version of the source each value was read at (a row
     /// version, an `updated_at`). A value of an older version never replaces one of a newer
-    /// version, in memory or in the shared tier.
-    pub source_version: Option<fn(&V) -> u64>,
+    /// version, in memory or in the shared tier. A value without one (`None`: a key a batch
+    /// function's map left out) is unversioned: it replaces any value, and any value replaces
+    /// it, as a fill without the option does.
+    pub source_version: Option<fn(&V) -> Option<u64>>,
 }
 
 impl<V> Clone for Values<V> {
@@ -48,6 +50,12 @@ impl<V> Values<V> {
     pub const NONE: Values<V> = Values {
         source_version: None,
     };
+}
+
+/// `source_version`'s function applied to a value: what the code generated for the option
+/// calls, so that the function is checked to be a `fn(&T) -> u64` where the user named it.
+pub fn version_of<V>(version: fn(&V) -> u64, value: &V) -> u64 {
+    version(value)
 }
 
 /// What every tier's flights use of a cache. A tier reaches it only through the handle it is
@@ -102,10 +110,16 @@ impl<K: Key, V: Value> Core<K, V> {
         self.tags.map(|render| Stamp::new(render(key)))
     }
 
-    /// An entry loaded now with the cache's deadlines: fresh for a jittered `ttl`, then stale.
+    /// An entry loaded now with the cache's deadlines: fresh for a jittered `ttl` (or the
+    /// value's own, `ttl_from`), then stale.
     pub(crate) fn loaded(&self, value: V) -> Entry<V> {
-        let fresh = jittered_ttl(self.config.ttl, self.config.jitter);
+        let fresh = self.fresh_for(&value);
         Entry::loaded(value, Instant::now(), fresh, self.config.stale)
+    }
+
+    /// How long `value`, loaded now, is fresh: its time (`ttl` or `ttl_from`), jittered.
+    pub(crate) fn fresh_for(&self, value: &V) -> Duration {
+        jittered_ttl(self.config.ttl_of(value), self.config.jitter)
     }
 
     /// `entry` as the cache's options have it kept: refreshed early past `refresh_after`, kept

@@ -39,6 +39,8 @@ fn config(name: &str) -> Config {
         breaker_cooldown: Duration::from_secs(30),
         key: None,
         version: None,
+        ttl_from: None,
+        batch_max: None,
     }
 }
 

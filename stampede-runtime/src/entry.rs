@@ -330,8 +330,14 @@ mod tests {
         // A fill off the millisecond grid of its refresh point, as a Redis fill time is.
         let filled = now + Duration::from_micros(300);
         let entry = Entry::new((), filled, filled + ten, filled + ten * 7).failing_safe_for(ten);
-        assert_eq!(entry.filled_at(), filled, "exact while the refresh point is the fresh one");
-        let early = entry.clone().refreshing_from(filled + Duration::from_micros(5_000_700));
+        assert_eq!(
+            entry.filled_at(),
+            filled,
+            "exact while the refresh point is the fresh one"
+        );
+        let early = entry
+            .clone()
+            .refreshing_from(filled + Duration::from_micros(5_000_700));
         assert!(early.filled_at() >= filled && early.filled_at() <= filled + ms);
         assert!(early.fresh_until() <= filled + ten && early.fresh_until() + ms >= filled + ten);
         assert!(early.stale_until() <= filled + ten * 7);
@@ -354,7 +360,10 @@ mod tests {
         let cap = filled + ten * 2 + Duration::from_micros(400);
         let capped = entry.clone().capped(cap);
         assert!(capped.filled_at() >= filled && capped.filled_at() <= filled + ms);
-        assert_eq!(capped.fresh_until(), capped.at(capped.fresh_until).instant());
+        assert_eq!(
+            capped.fresh_until(),
+            capped.at(capped.fresh_until).instant()
+        );
         assert!(capped.servable(cap - ms) && !capped.servable(cap));
         assert!(!capped.fail_safe(cap));
         // Throttled: fresh again until the throttle ends, within the fail-safe window.

@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::entry::{Entry, jittered_ttl};
+use crate::entry::Entry;
 use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::Load;
@@ -645,7 +645,7 @@ impl<K: Key, V: Value> Fake<K, V> {
     {
         let config = handle.config();
         let now = Instant::now();
-        let fresh_until = crate::clock::after(now, jittered_ttl(config.ttl, config.jitter));
+        let fresh_until = crate::clock::after(now, handle.fresh_for(&value));
         let stale_until = crate::clock::after(fresh_until, config.stale);
         Stored {
             value,

@@ -25,7 +25,7 @@ use crate::kv::{Key, Value};
 pub(crate) struct Memory<K, V> {
     store: quick_cache::sync::Cache<K, Entry<V>>,
     /// `source_version`: an entry is not replaced by one of an older version.
-    version: Option<fn(&V) -> u64>,
+    version: Option<fn(&V) -> Option<u64>>,
     /// The generations of the keys with a load running.
     loading: Mutex<HashMap<K, Generation>>,
     /// For a cache whose tier names its keys to other processes: each stored key by its name,
@@ -78,7 +78,7 @@ impl<K: Key, V: Value> Memory<K, V> {
     pub(crate) fn new(
         capacity: u64,
         name_of: Option<fn(&K) -> Option<String>>,
-        version: Option<fn(&V) -> u64>,
+        version: Option<fn(&V) -> Option<u64>>,
     ) -> Self {
         let capacity = capacity.max(1);
         // The estimate only sizes the ghost (recently evicted) list; the store allocates as
@@ -152,7 +152,9 @@ impl<K: Key, V: Value> Memory<K, V> {
         }
         if let Some(version) = self.version
             && let Some(stored) = self.store.get(&load.key).filter(Entry::current)
-            && version(&stored.value) > version(&entry.value)
+            && let (Some(stored_version), Some(version)) =
+                (version(&stored.value), version(&entry.value))
+            && stored_version > version
         {
             return Kept::Newer(stored);
         }
@@ -396,7 +398,8 @@ mod tests {
 
     #[tokio::test]
     async fn with_a_source_version_an_older_value_does_not_replace_a_newer_one() {
-        let memory = Memory::<u32, u32>::new(100, None, Some(|value: &u32| u64::from(*value)));
+        let memory =
+            Memory::<u32, u32>::new(100, None, Some(|value: &u32| Some(u64::from(*value))));
         assert!(matches!(
             memory.keep(&memory.begin(&1), entry(5)),
             Kept::Stored

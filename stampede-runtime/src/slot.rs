@@ -14,6 +14,10 @@ use crate::load::RetryIf;
 use crate::registry;
 use crate::tier::Tier;
 
+mod batch;
+
+pub use batch::{batch_answers, batch_values, groups};
+
 type Erased = &'static (dyn Any + Send + Sync);
 /// A cache and the `Self` type of the method it was built for (`""` for a free function).
 type Built = (&'static str, Erased);

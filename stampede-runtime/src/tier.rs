@@ -41,6 +41,10 @@ use crate::memory::Kept;
 use crate::stats::{Identity, Stats};
 use crate::telemetry::Reason;
 
+mod batch;
+
+pub use batch::{Batch, BatchLoad, One};
+
 /// What a cache shares beyond this process. Chosen statically by the code `#[cached]`
 /// generates, so a hit pays no dispatch.
 pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
@@ -79,6 +83,27 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         config: &Config,
         key: &K,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// Gets the values of many keys this process has no usable value for, as [`Tier::fetch`]
+    /// does for one, with one load of the keys it must load here: a batch function's call, or
+    /// a window of single-key calls (`batch_window`). Reports each key's outcome, in the
+    /// batch's order. Runs inside the flight of each key. Without a shared store, every key is
+    /// loaded here: a tier that shares values overrides this.
+    fn fetch_many<L: BatchLoad<K, V>>(
+        &self,
+        batch: &Batch<'_, K, V, L>,
+    ) -> impl Future<Output = Vec<Fetched<V>>> + Send {
+        batch.load_here(None)
+    }
+
+    /// [`Tier::read`] of many keys, each answered in order; by default one read after another
+    /// at once. A tier that can read them together overrides it.
+    fn read_many(
+        &self,
+        directs: &[Direct<'_, K, V>],
+    ) -> impl Future<Output = Vec<Option<Shared<V>>>> + Send {
+        futures_util::future::join_all(directs.iter().map(|direct| self.read(direct)))
+    }
 
     /// Whether [`Tier::read`] may find a key's value: a cache then asks it on the caller's task
     /// before it starts or joins a flight.
@@ -271,6 +296,11 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         &self.core.config
     }
 
+    /// How long `value`, loaded now, is fresh: its time (`ttl` or `ttl_from`), jittered.
+    pub(crate) fn fresh_for(&self, value: &V) -> Duration {
+        self.core.fresh_for(value)
+    }
+
     /// Why and how the flight started.
     pub(crate) fn start(&self) -> Start {
         self.start
@@ -287,25 +317,15 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// in the load is an `Error::LoadPanicked`.
     pub(crate) async fn load(&self) -> Result<V, Error> {
         let core = self.core;
-        let ticket = match &core.breaker {
-            Some(breaker) => Some(breaker.admit(&core.config.name)?),
-            None => None,
-        };
-        if !self.started.swap(true, Ordering::Relaxed) {
-            core.telemetry.load_started(self.start.reason);
-        }
         let attempts = crate::load::attempts(&core.config, &core.telemetry, self.key, self.load);
-        let outcome = AssertUnwindSafe(attempts)
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|panic| {
-                core.telemetry.load_errors.bump();
-                Err(Error::panicked(&core.config.name, &*panic))
-            });
-        if let Some(ticket) = ticket {
-            ticket.verdict(outcome.is_ok());
+        admitted(core, || self.started(), attempts).await
+    }
+
+    /// The load has started: `cache_refresh_total` counts it, once per flight.
+    fn started(&self) {
+        if !self.started.swap(true, Ordering::Relaxed) {
+            self.core.telemetry.load_started(self.start.reason);
         }
-        outcome
     }
 
     /// Loads here and keeps the value in memory for a jittered `ttl`, then `stale`, no longer
@@ -323,7 +343,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         self.core
             .values
             .source_version
-            .map(|version| version(value))
+            .and_then(|version| version(value))
     }
 
     /// The shared store kept its value of a newer source version instead of this flight's: it
@@ -419,6 +439,32 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         let throttled = entry.throttled(now, self.core.config.fail_safe_throttle);
         self.begun.keep(throttled).current() && self.begun.current()
     }
+}
+
+/// Runs `attempts` (one load, with its timeout and retries) if the breaker admits it (else
+/// `Error::CircuitOpen`), calling `started` first; its outcome is the breaker's verdict, and a
+/// panic in it an `Error::LoadPanicked`.
+async fn admitted<K: Key, V: Value, T>(
+    core: &Core<K, V>,
+    started: impl FnOnce(),
+    attempts: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let ticket = match &core.breaker {
+        Some(breaker) => Some(breaker.admit(&core.config.name)?),
+        None => None,
+    };
+    started();
+    let outcome = AssertUnwindSafe(attempts)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            core.telemetry.load_errors.bump();
+            Err(Error::panicked(&core.config.name, &*panic))
+        });
+    if let Some(ticket) = ticket {
+        ticket.verdict(outcome.is_ok());
+    }
+    outcome
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

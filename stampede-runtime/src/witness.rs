@@ -13,6 +13,8 @@ use crate::kv::{Key, Value};
 use crate::slot::{Call, ErrorRules, Recipe};
 use crate::tier::Tier;
 
+mod batch;
+
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::value`] once the returned type's checks have passed.
     #[inline(always)]

@@ -61,7 +61,9 @@ impl CacheCounters {
             remote_hits: self.remote_hits.saturating_sub(earlier.remote_hits),
             degraded: self.degraded.saturating_sub(earlier.degraded),
             refreshes: self.refreshes.saturating_sub(earlier.refreshes),
-            fail_safe_served: self.fail_safe_served.saturating_sub(earlier.fail_safe_served),
+            fail_safe_served: self
+                .fail_safe_served
+                .saturating_sub(earlier.fail_safe_served),
         }
     }
 

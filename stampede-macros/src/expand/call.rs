@@ -9,7 +9,7 @@ use quote::{format_ident, quote, quote_spanned};
 
 use super::{Call, Expansion, first_span, receiver_ident, type_span, with_elided_lifetimes};
 use crate::checks::{Check, Finish, chain};
-use crate::func::Returns;
+use crate::func::{Arg, Returns};
 use crate::key::Segment;
 use crate::receiver::SELF;
 
@@ -61,10 +61,37 @@ impl Expansion<'_> {
     }
 
     /// What the runtime knows of the values (`Values`): `source_version` the option's function,
-    /// checked to be a `fn(&T) -> u64` at the option's span.
+    /// checked to be a `fn(&T) -> u64` at the option's span; for a batch function, whose cache
+    /// holds `Option<T>`, a key its map left out has no version.
     fn values(&self) -> TokenStream {
         let private = &self.private;
-        let source_version = optional_fn(self.settings.source_version.as_ref());
+        let some = quote!(::core::option::Option::Some);
+        let source_version = match &self.settings.source_version {
+            None => quote!(::core::option::Option::None),
+            Some(path) => {
+                let span = path
+                    .segments
+                    .last()
+                    .map_or(Span::call_site(), |s| s.ident.span());
+                // Every token at the option's span, so that a function of another type is
+                // reported there, not at the attribute.
+                let private = respan(private.clone(), span);
+                let version = quote_spanned!(span=> #private::version_of(#path, __stampede_value));
+                match self.settings.batch {
+                    None => quote! {
+                        #some(|__stampede_value| #some(#version))
+                    },
+                    Some(_) => quote! {
+                        #some(|__stampede_value| {
+                            ::core::option::Option::map(
+                                ::core::option::Option::as_ref(__stampede_value),
+                                |__stampede_value| #version,
+                            )
+                        })
+                    },
+                }
+            }
+        };
         quote! {
             #private::Values {
                 source_version: #source_version,
@@ -76,7 +103,7 @@ impl Expansion<'_> {
     /// `Clone`, else `None`, chosen by method resolution on the returned type as written (so an
     /// alias such as `io::Result<T>` works); `retry_if` the option's function, checked to be a
     /// `fn(&E) -> bool` at the option's span.
-    fn rules(&self) -> TokenStream {
+    pub(super) fn rules(&self) -> TokenStream {
         let private = &self.private;
         let output = &self.function.output;
         let retry_if = optional_fn(self.settings.retry_if.as_ref());
@@ -95,10 +122,15 @@ impl Expansion<'_> {
     /// user wrote it. The runtime is called through the witness, so a failed check silences
     /// the call.
     pub(super) fn witness(&self) -> TokenStream {
+        self.witness_for(&self.function.output, &self.function.returns)
+    }
+
+    /// The witness of `output` (what `returns` reads of it), its value (and error) type checked
+    /// at the span the user wrote it.
+    pub(super) fn witness_for(&self, output: &syn::Type, returns: &Returns) -> TokenStream {
         let private = &self.private;
-        let output = &self.function.output;
         let probe = quote!((::core::marker::PhantomData::<#output>,));
-        match &self.function.returns {
+        match returns {
             Returns::Value(value) => chain(
                 first_span(value),
                 private,
@@ -123,9 +155,14 @@ impl Expansion<'_> {
     /// The key: a tuple that owns its parts. By-value arguments move in, borrowed ones are
     /// turned into owned; each part passes the key's checks at the span of its type.
     pub(super) fn key(&self) -> TokenStream {
+        self.key_of(&self.key_args)
+    }
+
+    /// The key made of `args` (the key's arguments, in the key's order), as [`Self::key`].
+    pub(super) fn key_of(&self, args: &[&Arg]) -> TokenStream {
         let private = &self.private;
         let checks = Check::key(self.in_redis);
-        let parts = self.key_args.iter().map(|arg| {
+        let parts = args.iter().map(|arg| {
             let ident = &arg.ident;
             let part = match &arg.borrowed {
                 Some(elem) => quote!(<#elem as ::std::borrow::ToOwned>::to_owned(#ident)),
@@ -190,6 +227,13 @@ impl Expansion<'_> {
     /// what the load needs beyond the key (the receiver, borrowed arguments left out of the
     /// key), so that a hit clones nothing but the key; it returns the load.
     fn prepare(&self) -> TokenStream {
+        let load = self.load();
+        self.prepare_with(load)
+    }
+
+    /// The closure that builds `load` when a load must start, with the owned copies it needs of
+    /// what is not part of the key, as [`Self::prepare`].
+    pub(super) fn prepare_with(&self, load: TokenStream) -> TokenStream {
         let private = &self.private;
         let receiver = receiver_ident();
         let receiver_owned = self.function.receiver.map(|span| {
@@ -209,7 +253,6 @@ impl Expansion<'_> {
                 |elem| quote!(let #ident = <#elem as ::std::borrow::ToOwned>::to_owned(#ident);),
             )
         });
-        let load = self.load();
         quote! {
             move || {
                 #receiver_owned
@@ -223,10 +266,7 @@ impl Expansion<'_> {
     /// [`prepare`](Self::prepare), each attempt with its own copies, and runs the user's body
     /// with the arguments (and `self`) bound as the body expects them.
     fn load(&self) -> TokenStream {
-        let private = &self.private;
-        let output = &self.function.output;
         let key = Ident::new("__stampede_key", Span::mixed_site());
-        let receiver = receiver_ident();
         // With a companion, the body is its own function, which binds `mut` arguments itself.
         let in_load = self.companion.is_none();
         let key_bindings = self.key_args.iter().map(|arg| {
@@ -235,6 +275,24 @@ impl Expansion<'_> {
             let mutability = mutability.filter(|_| in_load);
             quote!(#mutability #ident)
         });
+        let attempt = self.attempt();
+        quote! {
+            move |#key: &_| {
+                let (#(#key_bindings,)*) = ::core::clone::Clone::clone(#key);
+                #attempt
+            }
+        }
+    }
+
+    /// One attempt's future, with the key's arguments bound (owned): the load's own copies of
+    /// the receiver and of the other arguments, and the user's body, with `self` and the
+    /// borrowed arguments lent back as it expects them.
+    pub(super) fn attempt(&self) -> TokenStream {
+        let private = &self.private;
+        let output = &self.function.output;
+        let receiver = receiver_ident();
+        // With a companion, the body is its own function, which binds `mut` arguments itself.
+        let in_load = self.companion.is_none();
         let receiver_copy = self
             .function
             .receiver
@@ -280,22 +338,37 @@ impl Expansion<'_> {
             }
         };
         quote! {
-            move |#key: &_| {
-                let (#(#key_bindings,)*) = ::core::clone::Clone::clone(#key);
-                #receiver_copy
-                #(#others_copied)*
-                #private::typed::<#output, _>(async move {
-                    #receiver_borrow
-                    #(#reborrows)*
-                    #body
-                })
-            }
+            #receiver_copy
+            #(#others_copied)*
+            #private::typed::<#output, _>(async move {
+                #receiver_borrow
+                #(#reborrows)*
+                #body
+            })
         }
     }
 }
 
 /// `Some(path)` for an option that names a function, spanned at the option's value so that a
 /// function whose signature does not fit is reported there; `None` without the option.
+/// `tokens` with every token (and group) at `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = proc_macro2::TokenTree::Group(inner);
+            } else {
+                token.set_span(span);
+            }
+            token
+        })
+        .collect()
+}
+
 fn optional_fn(path: Option<&syn::Path>) -> TokenStream {
     match path {
         Some(path) => {

@@ -66,7 +66,7 @@ impl Expansion<'_> {
 
     /// The function's own `cfg` and lint attributes, which every companion item repeats: an
     /// item that takes the function's arguments meets the lints its signature meets.
-    fn item_attrs(&self) -> TokenStream {
+    pub(super) fn item_attrs(&self) -> TokenStream {
         let attrs = self.function.attrs.iter().filter(|attr| {
             ["cfg", "allow", "expect", "warn", "deny", "forbid"]
                 .iter()
@@ -95,6 +95,7 @@ impl Expansion<'_> {
             function.receiver.is_some(),
             self.settings,
             private,
+            &self.ttl_from(),
         );
         let (slot_fn, config_fn, body_fn) = (
             companion.hidden("slot"),
@@ -147,21 +148,42 @@ impl Expansion<'_> {
             quote!(#ident: #ty)
         };
         let all_inputs: Vec<TokenStream> = function.args.iter().map(typed).collect();
-        let key_inputs: Vec<TokenStream> = self.key_args.iter().map(|arg| typed(arg)).collect();
         let args = function.args.iter().map(|arg| &arg.ident);
-        let value = match &function.returns {
-            Returns::Value(value) => value,
-            Returns::Result { ok, .. } => ok,
-        };
+        let value = self.value_type();
         let this = function.receiver.map(|_| quote!(&self,));
         let this_arg = function.receiver.map(|_| quote!(self,));
-        let on = {
-            let (witness, companion_of) = (self.witness(), self.companion_of());
-            quote!(#witness.#companion_of())
-        };
         let recipe = self.recipe(quote!(()));
-        let key = self.key();
-        let refresh = self.call(Call::Refresh);
+        // A batch function's operations act on one key of it, and it keeps `None` for a key
+        // its map leaves out.
+        let (key_inputs, key, on, refresh, primed, peeked, one) = match &self.settings.batch {
+            None => (
+                self.key_args
+                    .iter()
+                    .map(|arg| typed(arg))
+                    .collect::<Vec<_>>(),
+                self.key(),
+                {
+                    let (witness, companion_of) = (self.witness(), self.companion_of());
+                    quote!(#witness.#companion_of())
+                },
+                self.call(Call::Refresh),
+                quote!(value),
+                quote!(::core::option::Option<#value>),
+                TokenStream::new(),
+            ),
+            Some(_) => (
+                self.element_args().iter().map(typed).collect(),
+                self.element_key(),
+                {
+                    let (witness, companion_of) = (self.batch_witness(), self.batch_companion_of());
+                    quote!(#witness.#companion_of())
+                },
+                self.batch_call(Call::Refresh),
+                self.primed(),
+                self.peeked(),
+                self.one_operation(companion),
+            ),
+        };
         let body = companion.path("body");
         let [
             invalidate,
@@ -201,14 +223,16 @@ impl Expansion<'_> {
             #[doc = #doc_prime]
             #attrs
             #vis async fn #prime #generics (#(#key_inputs,)* value: #value) -> ::core::result::Result<(), #krate::Error> #where_clause {
-                #on.prime(#recipe, #key, value).await
+                #on.prime(#recipe, #key, #primed).await
             }
 
             #[doc = #doc_peek]
             #attrs
-            #vis fn #peek #generics (#(#key_inputs),*) -> ::core::option::Option<#value> #where_clause {
+            #vis fn #peek #generics (#(#key_inputs),*) -> #peeked #where_clause {
                 #on.peek(#recipe, #key)
             }
+
+            #one
 
             #[doc = #doc_uncached]
             #attrs
@@ -295,15 +319,27 @@ impl Expansion<'_> {
         let vis = &self.function.vis;
         let cfgs = self.cfgs();
         let cfgs = quote!(#(#cfgs)*);
-        let witness = self.witness();
-        let companion_of = self.companion_of();
         let recipe = self.recipe(quote!(()));
-        let idents = self.key_args.iter().map(|arg| &arg.ident);
-        let types = self
-            .key_args
-            .iter()
-            .map(|arg| with_elided_lifetimes(&arg.ty));
-        let key = self.key();
+        // A batch function's cache is keyed by one key of it.
+        let (witness, companion_of, key_args, key) = match &self.settings.batch {
+            None => (
+                self.witness(),
+                self.companion_of(),
+                self.key_args
+                    .iter()
+                    .map(|arg| (*arg).clone())
+                    .collect::<Vec<Arg>>(),
+                self.key(),
+            ),
+            Some(_) => (
+                self.batch_witness(),
+                self.batch_companion_of(),
+                self.element_args(),
+                self.element_key(),
+            ),
+        };
+        let idents = key_args.iter().map(|arg| &arg.ident);
+        let types = key_args.iter().map(|arg| with_elided_lifetimes(&arg.ty));
         let tagged = !self.settings.tags.is_empty();
         quote! {
             #cfgs

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::quote;
+use quote::{quote, quote_spanned};
 
 use super::Expansion;
 use crate::attr::{BackendKind, BusyKind, LockKind};
@@ -27,9 +27,58 @@ impl Expansion<'_> {
                     self.function.receiver.is_some(),
                     self.settings,
                     private,
+                    &self.ttl_from(),
                 );
                 (slot(private), quote!(|| #config), tier)
             }
+        }
+    }
+
+    /// The `ttl_from` field of the cache's options: `None`, or a function that reads a stored
+    /// value's own fresh time: the option's function, of the value as the function returns it
+    /// (checked to take a `&T` and return `Duration` or `Option<Duration>`, at the option's
+    /// span), and for a batch function's key left out of its map, `missing_ttl`.
+    pub(super) fn ttl_from(&self) -> TokenStream {
+        let private = &self.private;
+        let settings = self.settings;
+        let none = quote!(::core::option::Option::None);
+        let value = self.value_type();
+        let value_ttl = |path: &syn::Path, value: TokenStream| {
+            let span = path
+                .segments
+                .last()
+                .map_or(Span::call_site(), |segment| segment.ident.span());
+            quote_spanned!(span=> #private::own_ttl(#path(#value)))
+        };
+        let (stored, read) = match (&settings.batch, &settings.ttl_from, settings.missing_ttl) {
+            (_, None, None) | (None, None, Some(_)) => return none,
+            (None, Some(path), _) => (quote!(#value), value_ttl(path, quote!(__stampede_value))),
+            (Some(_), path, missing) => {
+                let found = match path {
+                    Some(path) => value_ttl(path, quote!(__stampede_found)),
+                    None => none.clone(),
+                };
+                let missing = match missing {
+                    Some(missing) => {
+                        let missing = duration(missing);
+                        quote!(::core::option::Option::Some(#missing))
+                    }
+                    None => none.clone(),
+                };
+                let read = quote! {
+                    match __stampede_value {
+                        ::core::option::Option::Some(__stampede_found) => #found,
+                        ::core::option::Option::None => #missing,
+                    }
+                };
+                (quote!(::core::option::Option<#value>), read)
+            }
+        };
+        quote! {
+            ::core::option::Option::Some(|__stampede_value: &(dyn ::core::any::Any + ::core::marker::Send + ::core::marker::Sync)| {
+                let __stampede_value = __stampede_value.downcast_ref::<#stored>()?;
+                #read
+            })
         }
     }
 }
@@ -52,6 +101,7 @@ pub(super) fn config(
     is_method: bool,
     settings: &Settings,
     private: &TokenStream,
+    ttl_from: &TokenStream,
 ) -> TokenStream {
     let name = name(fn_name, is_method, settings, private);
     let ttl = duration(settings.ttl);
@@ -93,6 +143,13 @@ pub(super) fn config(
         }
         None => quote!(::core::option::Option::None),
     };
+    let batch_max = match settings
+        .batch_max
+        .and_then(|most| usize::try_from(most).ok())
+    {
+        Some(most) => quote!(::core::option::Option::Some(#most)),
+        None => quote!(::core::option::Option::None),
+    };
     let key = match &settings.key_template {
         Some(template) => {
             quote!(::core::option::Option::Some(::std::sync::Arc::from(#template)))
@@ -119,6 +176,8 @@ pub(super) fn config(
             breaker_cooldown: #breaker_cooldown,
             key: #key,
             version: #version,
+            ttl_from: #ttl_from,
+            batch_max: #batch_max,
         }
     }
 }

@@ -47,7 +47,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             // load for callers with no value never does.
             let _turn = match start.reason {
                 crate::telemetry::Reason::Miss => None,
-                _ => crate::budget::turn(leader.urgent()).await,
+                _ => crate::budget::turn(leader.urgent().notified()).await,
             };
             let _running = core.telemetry.in_flight.raise();
             let started = Instant::now();
@@ -92,7 +92,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
 
     /// A fresh value that a load which finished between this caller's miss and its taking the
     /// lead has stored already: served instead of loading twice. Not for a refresh.
-    fn just_stored<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Option<V> {
+    pub(super) fn just_stored<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Option<V> {
         let core = &self.core;
         if handle.start().run != Run::Get || !core.config.in_memory() {
             return None;

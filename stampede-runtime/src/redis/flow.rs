@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::clock::after;
 use crate::config::{Config, Lock};
-use crate::entry::{Entry, jittered_ttl};
+use crate::entry::Entry;
 use crate::kv::{Key, Value};
 use crate::load::Load;
 use crate::redis::endpoint::Endpoint;
@@ -377,9 +377,17 @@ where
             }
         };
         let token = self.token.as_deref().filter(|_| held.is_some());
+        let fresh = self.handle.fresh_for(value);
         let version = self.handle.source_version(value);
-        let write =
-            write_of(config, token.unwrap_or(""), Some(fence), version, &payload).loaded_in(took);
+        let write = write_of(
+            config,
+            fresh,
+            token.unwrap_or(""),
+            Some(fence),
+            version,
+            &payload,
+        )
+        .loaded_in(took);
         let written = self.endpoint.write(&self.keys, write).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
@@ -399,8 +407,9 @@ where
             self.handle.keep_loaded(value, self.trusted_for());
             return Err("the value's tags could not be written".into());
         }
+        let fresh = self.handle.fresh_for(&value);
         let version = self.handle.source_version(&value);
-        let write = write_of(self.config(), "", None, version, payload);
+        let write = write_of(self.config(), fresh, "", None, version, payload);
         match self.endpoint.write(&self.keys, write).await {
             Ok(written) if written.written => {
                 self.keep(entry_of(value, &written));
@@ -499,10 +508,11 @@ where
     }
 }
 
-/// What `FILL` writes for a value loaded with the cache's options: fresh for a jittered
-/// `ttl`, then stale, then kept in Redis for `fail_safe`.
-fn write_of<'a>(
+/// What `FILL` writes for a value loaded with the cache's options: fresh for `fresh` (its
+/// jittered `ttl`, see `Handle::fresh_for`), then stale, then kept in Redis for `fail_safe`.
+pub(super) fn write_of<'a>(
     config: &Config,
+    fresh: Duration,
     token: &'a str,
     fence: Option<u64>,
     source_version: Option<u64>,
@@ -510,7 +520,7 @@ fn write_of<'a>(
 ) -> Write<'a> {
     Write {
         token,
-        fresh: jittered_ttl(config.ttl, config.jitter),
+        fresh,
         stale: config.stale,
         keep_for: config.fail_safe.unwrap_or_default(),
         load: Duration::ZERO,
@@ -521,7 +531,7 @@ fn write_of<'a>(
 }
 
 /// The entry of a value `FILL` wrote, with its deadlines on this process's clock.
-fn entry_of<V>(value: V, written: &Written) -> Entry<V> {
+pub(super) fn entry_of<V>(value: V, written: &Written) -> Entry<V> {
     let now = Instant::now();
     Entry::new(
         value,

@@ -52,6 +52,7 @@
 //! flight did (`tier::Fetched`); its options (the
 //! connection's name, the busy policy), its counters and its wire protocol stay in here.
 
+mod batch;
 pub(crate) mod bounds;
 pub(crate) mod config;
 mod dirty;

@@ -131,7 +131,7 @@ impl Endpoint {
     }
 
     /// The longest envelope the read scripts return: the payload's bound and its header.
-    fn most_read(&self) -> usize {
+    pub(crate) fn most_read(&self) -> usize {
         self.config.max_value_bytes + envelope::HEADER_ROOM
     }
 

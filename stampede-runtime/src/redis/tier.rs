@@ -21,7 +21,7 @@ use crate::redis::shape::{self, Shape, Untraceable};
 use crate::redis::telemetry::RedisTelemetry;
 use crate::redis::{invalidate, tags};
 use crate::stats::{Identity, Stats};
-use crate::tier::{Direct, Fetched, Handle, Shared, Tier};
+use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, Shared, Tier};
 
 /// Where a key lives in Redis: the endpoint, and the key's Redis keys.
 type Route = (Arc<Endpoint>, RedisKeys);
@@ -207,6 +207,16 @@ where
             })
     }
 
+    /// The keys of a batch through Redis in a few round trips for all of them (see `batch`).
+    async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) -> Vec<Fetched<V>> {
+        self.fetch_batch(batch).await
+    }
+
+    /// One round trip for every key, without a lock (see `batch`).
+    async fn read_many(&self, directs: &[Direct<'_, K, V>]) -> Vec<Option<Shared<V>>> {
+        self.read_batch(directs).await
+    }
+
     fn reads(&self) -> bool {
         true
     }
@@ -255,7 +265,7 @@ where
     V: Value + Serialize + DeserializeOwned,
 {
     /// `Ok` when the cache shares through Redis; else the error that says why not.
-    fn shared(&self) -> Result<(), Error> {
+    pub(super) fn shared(&self) -> Result<(), Error> {
         match &self.unshared {
             None => Ok(()),
             Some(problem) => Err(Error::invalid_config(problem.to_string())),
@@ -322,7 +332,7 @@ where
         }
     }
 
-    fn warn_unconfigured(&self, config: &Config) {
+    pub(super) fn warn_unconfigured(&self, config: &Config) {
         if self.telemetry.degraded.get() == 0 {
             tracing::warn!(
                 cache = %config.name,

@@ -1,0 +1,880 @@
+//! A batch through the Redis tier: the protocol of one key (see `flow`) run over many keys at
+//! once, each step one round trip for all of them.
+//!
+//! ```text
+//! Read (READ_OR_LOCK_MANY) ──fresh──────────────────────────────▶ Read
+//!   │ ├──locked / no lock──▶ Hold: one load of them all, FILL_MANY ▶ Loaded | Failed
+//!   │ └──busy──▶ subscribe each (then Read them again together), wait for the fills:
+//!   │              published ▶ Read; lease over / released ▶ Read again; gave up ▶ Hold
+//!   └─Redis fails──▶ one load here of the keys left ▶ Loaded | Failed
+//! ```
+//!
+//! A batch this process loads costs two round trips beyond its load, however many keys it has:
+//! one script reads every key and takes the locks of those that are missing (their fences in
+//! the same script), one writes every value it loaded, publishes each on its key's channel and
+//! releases each lock. Keys another process holds are waited for as a single flow waits
+//! (subscribed to each key's channel, read again, woken by the fill's publication, which carries
+//! the value), and are loaded here, in one more load, only if their holder gives up its lock
+//! without a value or the wait runs out. A Redis Cluster runs each script once per slot, the
+//! scripts of one round at once.
+//!
+//! Each key keeps its own handle (its generation and tags, its stale and last good values), so
+//! the core settles each key from what is reported for it, as for a single flow.
+
+mod ops;
+mod scripts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::{join_all, select_all};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::clock::after;
+use crate::config::Lock;
+use crate::entry::Entry;
+use crate::error::Error;
+use crate::kv::{Key, Value};
+use crate::redis::Busy;
+use crate::redis::config::lookup;
+use crate::redis::endpoint::Endpoint;
+use crate::redis::envelope::{self, Decoded};
+use crate::redis::flow::entry_of;
+use crate::redis::keys::{self, RedisKeys};
+use crate::redis::lock;
+use crate::redis::ops::{Read, ReadState};
+use crate::redis::pubsub::Listener;
+use crate::redis::tags::set_lifetime;
+use crate::redis::tier::RedisTier;
+use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, One, Run, Shared};
+
+use ops::Fill;
+
+/// How one key of a batch stands.
+enum Step {
+    /// Read it (again), and take its lock unless its value is fresh.
+    Read,
+    /// Another process holds its lock until `lease_until`: wait for its fill.
+    Busy { lease_until: Instant, fence: u64 },
+    /// Load it, as its lock's holder or without the lock, then write it.
+    Hold { locked: bool, fence: u64 },
+    /// Redis cannot be used for it: load it here.
+    Degrade,
+    /// Answered.
+    Done,
+}
+
+/// One key of a batch on its way through the protocol.
+struct Part {
+    keys: RedisKeys,
+    step: Step,
+    /// Read it as if it had no value: its value does not decode, or it is the one an early
+    /// refresh (or a refresh) replaces.
+    value_unusable: bool,
+    /// The subscription to its channel, once another process's lock was found.
+    listener: Option<Listener>,
+    /// Whether a stale value was handed to its waiters.
+    served: bool,
+    /// When another process's lock was first found, if it was.
+    busy_since: Option<Instant>,
+    /// The server's time (ms) of its last read, which gave the fence a load writes with.
+    read_at: u64,
+}
+
+/// What a read found of one key, on this process's clock.
+enum Found<V> {
+    Nothing,
+    Usable(Entry<V>),
+    /// Present but not an envelope this type decodes.
+    Undecodable,
+}
+
+impl<K, V> RedisTier<K, V>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+{
+    /// The values of a batch's keys, through Redis (see the module's docs), each key's outcome
+    /// in the batch's order.
+    pub(super) async fn fetch_batch<L: BatchLoad<K, V>>(
+        &self,
+        batch: &Batch<'_, K, V, L>,
+    ) -> Vec<Fetched<V>> {
+        let mut outcomes: Vec<Option<Fetched<V>>> = (0..batch.len()).map(|_| None).collect();
+        let Some(endpoint) = self.usable_endpoint(batch) else {
+            let endpoint = lookup(self.connection.as_deref());
+            let all: Vec<usize> = (0..batch.len()).collect();
+            self.degraded_many(batch, &all, endpoint.as_ref(), &mut outcomes)
+                .await;
+            return finished(outcomes, batch);
+        };
+        let refresh = batch
+            .handles()
+            .first()
+            .is_some_and(|handle| handle.start().run == Run::Refresh);
+        let token = (batch.config().lock == Lock::Redis && !refresh).then(lock::token);
+        let mut parts = Vec::with_capacity(batch.len());
+        for (at, handle) in batch.handles().iter().enumerate() {
+            let step = match keys::args_text(handle.key()) {
+                Ok(args) => {
+                    let keys = self.keys(&endpoint, &args);
+                    // Changed here while Redis was down: what Redis holds is older, dropped
+                    // there first.
+                    let clean = !endpoint.dirty.contains(keys.base())
+                        || endpoint.dirty.clean(&endpoint, keys.base()).await.is_ok();
+                    parts.push(Part::new(keys, refresh));
+                    if clean { Step::Read } else { Step::Degrade }
+                }
+                Err(error) => {
+                    tracing::warn!(cache = %batch.config().name, %error, "stampede: key cannot be written for Redis; loading locally");
+                    parts.push(Part::new(RedisKeys::of_base(""), refresh));
+                    Step::Degrade
+                }
+            };
+            parts[at].step = step;
+        }
+        crate::redis::dirty::Dirty::clean_all(&endpoint);
+        let flow = BatchFlow {
+            tier: self,
+            give_up_at: after(Instant::now(), endpoint.config.lock_wait),
+            endpoint,
+            batch,
+            token,
+            refresh,
+        };
+        flow.run(&mut parts, &mut outcomes).await;
+        finished(outcomes, batch)
+    }
+
+    /// The endpoint, if the batch's keys can go through Redis at all.
+    fn usable_endpoint<L: BatchLoad<K, V>>(
+        &self,
+        batch: &Batch<'_, K, V, L>,
+    ) -> Option<Arc<Endpoint>> {
+        if self.shared().is_err() {
+            return None;
+        }
+        let Some(endpoint) = lookup(self.connection.as_deref()) else {
+            self.warn_unconfigured(batch.config());
+            return None;
+        };
+        endpoint.usable().then_some(endpoint)
+    }
+
+    /// Loads the keys at `indices` here with one call, without Redis, each kept in memory no
+    /// longer than memory is trusted; Redis drops its own value of each once it answers again.
+    async fn degraded_many<L: BatchLoad<K, V>>(
+        &self,
+        batch: &Batch<'_, K, V, L>,
+        indices: &[usize],
+        endpoint: Option<&Arc<Endpoint>>,
+        outcomes: &mut [Option<Fetched<V>>],
+    ) {
+        if indices.is_empty() {
+            return;
+        }
+        for _ in indices {
+            self.telemetry.degraded.bump();
+        }
+        let trusted_for = endpoint.and_then(|endpoint| endpoint.memory_trusted_for());
+        let loaded = batch.load(indices).await;
+        for (&at, loaded) in indices.iter().zip(loaded) {
+            let handle = &batch.handles()[at];
+            outcomes[at] = Some(match loaded {
+                Ok(value) => {
+                    let value = handle.keep_loaded(value, trusted_for);
+                    if let Some(endpoint) = endpoint {
+                        self.changed_while_down(endpoint, handle.key(), handle.config());
+                    }
+                    Fetched::Loaded(value)
+                }
+                Err(error) => Fetched::Failed(error),
+            });
+        }
+    }
+
+    /// The fresh values of many keys in one round trip, without a lock (see [`Tier::read`]),
+    /// each `None` when Redis holds no fresh one that decodes, or cannot be read.
+    ///
+    /// [`Tier::read`]: crate::tier::Tier::read
+    pub(super) async fn read_batch(&self, directs: &[Direct<'_, K, V>]) -> Vec<Option<Shared<V>>> {
+        let mut found: Vec<Option<Shared<V>>> = directs.iter().map(|_| None).collect();
+        if self.shared().is_err() {
+            return found;
+        }
+        let Some(endpoint) = lookup(self.connection.as_deref()).filter(|e| e.usable()) else {
+            return found;
+        };
+        let (places, value_keys): (Vec<usize>, Vec<String>) = directs
+            .iter()
+            .enumerate()
+            .filter_map(|(at, direct)| {
+                let args = keys::args_text(direct.key()).ok()?;
+                let value_key =
+                    RedisKeys::value_key(&endpoint.config.prefix, &self.identity, &args);
+                // The flight drops what Redis holds first.
+                (!endpoint.dirty.contains(RedisKeys::base_of(&value_key)))
+                    .then_some((at, value_key))
+            })
+            .unzip();
+        let Ok(values) = endpoint.read_fresh_many(&value_keys).await else {
+            return found;
+        };
+        let trusted_for = endpoint.memory_trusted_for();
+        for (at, (value, now_ms)) in places.into_iter().zip(values) {
+            if let Decoded::Servable(entry) = envelope::decoded(
+                value.as_deref(),
+                Some(now_ms),
+                endpoint.config.max_value_bytes,
+            ) {
+                found[at] = Some(Shared::new(entry, trusted_for));
+            }
+        }
+        found
+    }
+}
+
+/// The outcome of every key, one that none was found for (a tier bug) failing.
+fn finished<K: Key, V: Value, L>(
+    outcomes: Vec<Option<Fetched<V>>>,
+    batch: &Batch<'_, K, V, L>,
+) -> Vec<Fetched<V>>
+where
+    L: BatchLoad<K, V>,
+{
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.unwrap_or_else(|| {
+                Fetched::Failed(Error::LoadAborted {
+                    cache: batch.config().name.clone(),
+                })
+            })
+        })
+        .collect()
+}
+
+impl Part {
+    fn new(keys: RedisKeys, refresh: bool) -> Self {
+        Part {
+            keys,
+            step: Step::Read,
+            value_unusable: refresh,
+            listener: None,
+            served: false,
+            busy_since: None,
+            read_at: 0,
+        }
+    }
+}
+
+/// One batch's way through the protocol.
+struct BatchFlow<'a, 'b, K: Key, V: Value, L> {
+    tier: &'a RedisTier<K, V>,
+    endpoint: Arc<Endpoint>,
+    batch: &'a Batch<'b, K, V, L>,
+    /// The locks' token with `lock = "redis"` (one for the batch); without, reads take no lock.
+    token: Option<String>,
+    /// Past this, a key waiting for another process's fill is loaded here.
+    give_up_at: Instant,
+    /// A companion's `refresh`: its callers get what it loads, never the value it replaces (as
+    /// `RedisTier::refresh` does for one key).
+    refresh: bool,
+}
+
+impl<K, V, L> BatchFlow<'_, '_, K, V, L>
+where
+    K: Key + Serialize,
+    V: Value + Serialize + DeserializeOwned,
+    L: BatchLoad<K, V>,
+{
+    /// Runs every part to its outcome.
+    async fn run(&self, parts: &mut [Part], outcomes: &mut [Option<Fetched<V>>]) {
+        loop {
+            let reading = at_step(parts, |step| matches!(step, Step::Read));
+            if !reading.is_empty() {
+                self.read(parts, &reading, outcomes).await;
+                continue;
+            }
+            let holding = at_step(parts, |step| matches!(step, Step::Hold { .. }));
+            let degrading = at_step(parts, |step| matches!(step, Step::Degrade));
+            if !holding.is_empty() || !degrading.is_empty() {
+                self.hold(parts, &holding, &degrading, outcomes).await;
+                continue;
+            }
+            let busy = at_step(parts, |step| matches!(step, Step::Busy { .. }));
+            if busy.is_empty() {
+                break;
+            }
+            self.wait(parts, &busy, outcomes).await;
+        }
+        for part in parts.iter() {
+            if let Some(since) = part.busy_since {
+                self.tier.telemetry.lock_waited(since.elapsed());
+            }
+        }
+    }
+
+    /// `READ_OR_LOCK_MANY` of the parts at `reading`: each to its next step.
+    async fn read(
+        &self,
+        parts: &mut [Part],
+        reading: &[usize],
+        outcomes: &mut [Option<Fetched<V>>],
+    ) {
+        let keys: Vec<&RedisKeys> = reading.iter().map(|&at| &parts[at].keys).collect();
+        let unusable: Vec<bool> = reading.iter().map(|&at| parts[at].value_unusable).collect();
+        let read = self
+            .endpoint
+            .read_or_lock_many(&keys, self.token.as_deref(), &unusable)
+            .await;
+        let reads = match read {
+            Ok(reads) => reads,
+            Err(_) => {
+                // The script may have taken locks before the answer was lost: give them back
+                // rather than make every other process wait out the lease.
+                if let Some(token) = &self.token {
+                    release_later(&self.endpoint, &keys, token);
+                }
+                for &at in reading {
+                    parts[at].step = Step::Degrade;
+                }
+                return;
+            }
+        };
+        for (&at, read) in reading.iter().zip(reads) {
+            parts[at].read_at = read.now_ms;
+            parts[at].step = self.next_step(at, &mut parts[at], &read, outcomes);
+        }
+    }
+
+    /// What a read of one key says to do next (as `Flow::read` says for one key).
+    fn next_step(
+        &self,
+        at: usize,
+        part: &mut Part,
+        read: &Read,
+        outcomes: &mut [Option<Fetched<V>>],
+    ) -> Step {
+        let handle = &self.batch.handles()[at];
+        // A value over the size bound, left on the server, is one that does not decode.
+        let found = match read.oversized {
+            true => Found::Undecodable,
+            false => self.found(handle, read.value.as_deref(), Some(read.now_ms)),
+        };
+        let current = match found {
+            Found::Usable(entry) => Some(entry),
+            Found::Nothing => None,
+            Found::Undecodable => {
+                if !part.value_unusable {
+                    self.tier.telemetry.decode_errors.bump();
+                    tracing::debug!(key = %part.keys.value, oversized = read.oversized, "stampede: value in Redis does not decode or is over max_value_size; reloading it");
+                    part.value_unusable = true;
+                }
+                // A fresh header over bytes that do not decode: read again as missing.
+                if read.state == ReadState::Fresh {
+                    return Step::Read;
+                }
+                None
+            }
+        };
+        match (read.state, current) {
+            (ReadState::Fresh, Some(entry)) if !self.refreshes(handle, &entry) => {
+                outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));
+                Step::Done
+            }
+            // Fresh by the server's clock but not servable by ours, or the value an early
+            // refresh replaces: read again, asking for the lock as if the key were missing.
+            (ReadState::Fresh, _) => {
+                part.value_unusable = true;
+                Step::Read
+            }
+            (ReadState::Locked, current) => {
+                self.tier.telemetry.lock_acquired.bump();
+                self.serve_stale(handle, part, current);
+                Step::Hold {
+                    locked: true,
+                    fence: read.fence,
+                }
+            }
+            (ReadState::NoLock, current) => {
+                self.serve_stale(handle, part, current);
+                Step::Hold {
+                    locked: false,
+                    fence: read.fence,
+                }
+            }
+            (ReadState::Busy(lease_left), current) => {
+                if part.busy_since.is_none() {
+                    part.busy_since = Some(Instant::now());
+                    self.tier.telemetry.lock_busy.bump();
+                }
+                self.serve_stale(handle, part, current);
+                match self.tier.busy {
+                    Busy::Compute => Step::Hold {
+                        locked: false,
+                        fence: read.fence,
+                    },
+                    // With a stale value served, its callers have it: wait as `wait` does.
+                    Busy::Error if !part.served => {
+                        outcomes[at] = Some(Fetched::Busy);
+                        Step::Done
+                    }
+                    Busy::Error | Busy::Wait => Step::Busy {
+                        lease_until: after(Instant::now(), lease_left),
+                        fence: read.fence,
+                    },
+                }
+            }
+        }
+    }
+
+    /// Waits for the fills of the keys at `busy`, which other processes hold: subscribes to the
+    /// channels of those not subscribed yet (then reads them again, so that a fill published
+    /// before the subscription is not missed), else waits for the first publication, a lease
+    /// that runs out, or the end of the wait.
+    async fn wait(&self, parts: &mut [Part], busy: &[usize], outcomes: &mut [Option<Fetched<V>>]) {
+        let unheard: Vec<usize> = busy
+            .iter()
+            .copied()
+            .filter(|&at| parts[at].listener.is_none())
+            .collect();
+        if !unheard.is_empty() {
+            let listened = join_all(
+                unheard
+                    .iter()
+                    .map(|&at| self.endpoint.listen(&parts[at].keys)),
+            )
+            .await;
+            for (&at, listened) in unheard.iter().zip(listened) {
+                let part = &mut parts[at];
+                match listened {
+                    Ok(listener) => {
+                        part.listener = Some(listener);
+                        part.step = Step::Read;
+                    }
+                    Err(_) => part.step = Step::Degrade,
+                }
+            }
+            return;
+        }
+        let now = Instant::now();
+        if now >= self.give_up_at {
+            for &at in busy {
+                if let Step::Busy { fence, .. } = parts[at].step {
+                    parts[at].step = Step::Hold {
+                        locked: false,
+                        fence,
+                    };
+                }
+            }
+            return;
+        }
+        let until = busy
+            .iter()
+            .filter_map(|&at| match parts[at].step {
+                Step::Busy { lease_until, .. } => Some(lease_until),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(now)
+            .min(self.give_up_at);
+        let wake = after(until, Duration::from_millis(1));
+        let heard = {
+            let listening = parts
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, part)| matches!(part.step, Step::Busy { .. }))
+                .filter_map(|(at, part)| {
+                    let listener = part.listener.as_mut()?;
+                    Some(Box::pin(async move { (at, listener.next().await) }))
+                });
+            let first = select_all(listening).map(|(heard, _, _)| heard);
+            tokio::time::timeout_at(wake, first).await.ok()
+        };
+        let mut heard_now = Vec::new();
+        if let Some(heard) = heard {
+            heard_now.push(heard);
+        }
+        // Every publication already received, not one wake-up each.
+        for &at in busy {
+            if heard_now.iter().any(|(other, _)| *other == at) {
+                continue;
+            }
+            if let Some(listener) = parts[at].listener.as_mut()
+                && let Some(payload) = listener.next().now_or_never()
+            {
+                heard_now.push((at, payload));
+            }
+        }
+        for (at, payload) in heard_now {
+            let handle = &self.batch.handles()[at];
+            let part = &mut parts[at];
+            let read_fence = match part.step {
+                Step::Busy { fence, .. } => fence,
+                _ => 0,
+            };
+            match payload {
+                // Only a fill at the fence read or later: a subscriber that lags may hand this
+                // listener a fill published before it subscribed, older than an invalidation
+                // since. Read again.
+                Some(payload)
+                    if envelope::Envelope::parse(&payload).is_none_or(|e| e.fence < read_fence) =>
+                {
+                    part.step = Step::Read;
+                }
+                Some(payload) => {
+                    if let Found::Usable(entry) = self.found(handle, Some(&payload), None) {
+                        outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));
+                        part.step = Step::Done;
+                        continue;
+                    }
+                    // A release without a value (the holder's load failed): read again.
+                    part.step = Step::Read;
+                }
+                None => {
+                    // The pub/sub connection died: subscribe and read again.
+                    part.listener = None;
+                    part.step = Step::Read;
+                }
+            }
+        }
+        let now = Instant::now();
+        for &at in busy {
+            if let Step::Busy { lease_until, .. } = parts[at].step
+                && now >= lease_until
+            {
+                parts[at].step = Step::Read; // the holder may be gone: one of us takes over
+            }
+        }
+    }
+
+    /// Loads the keys at `holding` (their locks held, or loaded without the lock) and those at
+    /// `degrading` (Redis cannot be used for them) with one call, then writes the former in one
+    /// round trip, fenced, published and released.
+    async fn hold(
+        &self,
+        parts: &mut [Part],
+        holding: &[usize],
+        degrading: &[usize],
+        outcomes: &mut [Option<Fetched<V>>],
+    ) {
+        let batch = self.batch;
+        let held: Vec<(usize, bool, u64)> = holding
+            .iter()
+            .map(|&at| match parts[at].step {
+                Step::Hold { locked, fence } => (at, locked, fence),
+                _ => unreachable!("only parts holding"),
+            })
+            .collect();
+        // Each key is added to its tags' sets before its load reads the source; one that cannot
+        // be is kept out of Redis.
+        let tagged = join_all(held.iter().map(|&(at, _, _)| self.tag(at, &parts[at].keys))).await;
+        let (mut fill, mut local): (Vec<(usize, bool, u64)>, Vec<usize>) = (Vec::new(), Vec::new());
+        for (entry, tagged) in held.into_iter().zip(tagged) {
+            match tagged {
+                true => fill.push(entry),
+                false => local.push(entry.0),
+            }
+        }
+        let token = self.token.as_deref().unwrap_or("");
+        let fill_locks: Vec<RedisKeys> = fill
+            .iter()
+            .filter(|(_, locked, _)| *locked)
+            .map(|&(at, _, _)| parts[at].keys.clone())
+            .collect();
+        // An untagged key's lock is given back now.
+        let untagged_locks: Vec<RedisKeys> = local
+            .iter()
+            .filter(|&&at| matches!(parts[at].step, Step::Hold { locked: true, .. }))
+            .map(|&at| parts[at].keys.clone())
+            .collect();
+        if !untagged_locks.is_empty() {
+            let _ = self
+                .endpoint
+                .release_many(&untagged_locks.iter().collect::<Vec<_>>(), token)
+                .await;
+        }
+        local.extend_from_slice(degrading);
+        let mut loading: Vec<usize> = fill.iter().map(|&(at, _, _)| at).collect();
+        loading.extend_from_slice(&local);
+        for &at in &loading {
+            parts[at].step = Step::Done;
+        }
+        let guard = Locks::new(&self.endpoint, fill_locks, token);
+        let started = Instant::now();
+        let loaded = guard.while_held(batch.load(&loading)).await;
+        let took = started.elapsed();
+        let (filled, local_loaded) = loaded.split_at(fill.len());
+        // Kept here only: untagged keys, and those Redis could not be used for.
+        let trusted_for = self.endpoint.memory_trusted_for();
+        for (&at, loaded) in local.iter().zip(local_loaded) {
+            let handle = &batch.handles()[at];
+            self.tier.telemetry.degraded.bump();
+            outcomes[at] = Some(match loaded {
+                Ok(value) => {
+                    let value = handle.keep_loaded(value.clone(), trusted_for);
+                    self.tier
+                        .changed_while_down(&self.endpoint, handle.key(), handle.config());
+                    Fetched::Loaded(value)
+                }
+                Err(error) => Fetched::Failed(error.clone()),
+            });
+        }
+        let mut fills = Vec::new();
+        let mut unwritten = Vec::new();
+        for (&(at, locked, fence), loaded) in fill.iter().zip(filled) {
+            let handle = &batch.handles()[at];
+            match loaded {
+                Ok(value) => match envelope::encode(value, self.endpoint.config.max_value_bytes) {
+                    Ok(payload) => fills.push((at, locked, fence, value.clone(), payload)),
+                    Err(error) => {
+                        tracing::warn!(cache = %batch.config().name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
+                        unwritten.push((at, locked));
+                        outcomes[at] = Some(Fetched::Loaded(
+                            handle.keep_loaded(value.clone(), trusted_for),
+                        ));
+                    }
+                },
+                Err(error) => {
+                    unwritten.push((at, locked));
+                    outcomes[at] = Some(Fetched::Failed(error.clone()));
+                }
+            }
+        }
+        let release: Vec<&RedisKeys> = unwritten
+            .iter()
+            .filter(|(_, locked)| *locked)
+            .map(|&(at, _)| &parts[at].keys)
+            .collect();
+        if !release.is_empty() {
+            // Waiters read again at once rather than at the end of the lease.
+            let _ = self.endpoint.release_many(&release, token).await;
+        }
+        let config = batch.config();
+        let writes: Vec<Fill<'_>> = fills
+            .iter()
+            .map(|(at, locked, fence, value, payload)| Fill {
+                keys: &parts[*at].keys,
+                token: if *locked { token } else { "" },
+                fresh: batch.handles()[*at].fresh_for(value),
+                stale: config.stale,
+                keep_for: config.fail_safe.unwrap_or_default(),
+                load: took,
+                fence: *fence,
+                source_version: batch.handles()[*at].source_version(value),
+                payload: payload.clone(),
+            })
+            .collect();
+        let written = self.endpoint.fill_many(&writes).await;
+        guard.done(written.is_ok());
+        drop(writes);
+        match written {
+            Ok(written) => {
+                for ((at, _, fence, value, _), written) in fills.into_iter().zip(written) {
+                    let handle = &batch.handles()[at];
+                    if written.written {
+                        outcomes[at] = Some(Fetched::Loaded(
+                            self.keep(handle, entry_of(value, &written)),
+                        ));
+                        continue;
+                    }
+                    // Refused: Redis holds a newer source version, or the key's fence moved
+                    // since its read (another holder's fill, a prime, an invalidation). Its
+                    // callers get what Redis holds when that was written since the read, as
+                    // every process will (as `Flow::hold` does); else their own, in memory
+                    // unless invalidated here.
+                    if written.newer {
+                        handle.older_than_stored();
+                    }
+                    let read_at = parts[at].read_at;
+                    let stored = written.stored.as_deref().filter(|stored| {
+                        written.newer || written_since_read(stored, fence, read_at)
+                    });
+                    let stored = match self.found(handle, stored, Some(written.now_ms)) {
+                        Found::Usable(entry) => Some(self.keep(handle, entry)),
+                        Found::Nothing | Found::Undecodable => None,
+                    };
+                    outcomes[at] = Some(Fetched::Loaded(stored.unwrap_or_else(|| {
+                        handle.fenced_off(value, self.endpoint.memory_trusted_for())
+                    })));
+                }
+            }
+            // Redis failed after the load: the values are good, kept here; Redis drops its
+            // own once it answers again.
+            Err(_) => {
+                for (at, _, _, value, _) in fills {
+                    let handle = &batch.handles()[at];
+                    self.tier
+                        .changed_while_down(&self.endpoint, handle.key(), handle.config());
+                    outcomes[at] = Some(Fetched::Loaded(
+                        handle.keep_loaded(value, self.endpoint.memory_trusted_for()),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Adds the key at `at` to its tags' sets (see `tags`); `true` when done or untagged.
+    async fn tag(&self, at: usize, keys: &RedisKeys) -> bool {
+        let handle = &self.batch.handles()[at];
+        let tags = handle.tags();
+        if tags.is_empty() {
+            return true;
+        }
+        let lifetime = set_lifetime(handle.config(), self.endpoint.config.lease);
+        self.endpoint.tag(keys, tags, lifetime).await.is_ok()
+    }
+
+    /// Whether a fresh entry is the value an early refresh of its key replaces (see
+    /// `Flow::refreshes`).
+    fn refreshes(&self, handle: &Handle<'_, K, V, One<L>>, entry: &Entry<V>) -> bool {
+        let same_within = self.endpoint.config.op_timeout;
+        handle
+            .refreshing()
+            .is_some_and(|old| entry.filled_at() <= after(old, same_within))
+    }
+
+    /// Keeps an entry read from or written to Redis in memory, and returns its value.
+    fn keep(&self, handle: &Handle<'_, K, V, One<L>>, entry: Entry<V>) -> V {
+        handle.keep(Shared::new(entry, self.endpoint.memory_trusted_for()))
+    }
+
+    /// Hands a key's stale value to its waiters at once, once.
+    fn serve_stale(
+        &self,
+        handle: &Handle<'_, K, V, One<L>>,
+        part: &mut Part,
+        current: Option<Entry<V>>,
+    ) {
+        if let Some(entry) = current
+            && !part.served
+            && !self.refresh
+        {
+            handle.serve(Shared::new(entry, self.endpoint.memory_trusted_for()));
+            part.served = true;
+        }
+    }
+
+    /// Reads an envelope; a value past its stale deadline is offered as the key's last good
+    /// value (kept by Redis for `fail_safe`).
+    fn found(
+        &self,
+        handle: &Handle<'_, K, V, One<L>>,
+        bytes: Option<&[u8]>,
+        server_now: Option<u64>,
+    ) -> Found<V> {
+        match envelope::decoded(bytes, server_now, self.endpoint.config.max_value_bytes) {
+            Decoded::Servable(entry) => Found::Usable(entry),
+            Decoded::Nothing => Found::Nothing,
+            Decoded::Undecodable => Found::Undecodable,
+            Decoded::Unservable(entry) => {
+                handle.last_good(Shared::new(entry, self.endpoint.memory_trusted_for()));
+                Found::Nothing
+            }
+        }
+    }
+}
+
+/// Whether an envelope was written after the read that gave `fence` at `read_at` (server ms):
+/// by a holder that took the lock since (a later fence), or by a fill without the lock or a
+/// prime since (the same fence, a later time); not the value the read found, which the load
+/// replaces (`Flow::written_since_read` for one key).
+fn written_since_read(stored: &[u8], fence: u64, read_at: u64) -> bool {
+    envelope::Envelope::parse(stored)
+        .is_some_and(|envelope| envelope.fence > fence || envelope.written_at > read_at)
+}
+
+/// The places of the parts at a step.
+fn at_step(parts: &[Part], at: impl Fn(&Step) -> bool) -> Vec<usize> {
+    parts
+        .iter()
+        .enumerate()
+        .filter(|(_, part)| at(&part.step))
+        .map(|(place, _)| place)
+        .collect()
+}
+
+/// Gives back the locks `token` may hold from a task of its own (see `lock::release_later`).
+fn release_later(endpoint: &Arc<Endpoint>, keys: &[&RedisKeys], token: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (endpoint, token) = (endpoint.clone(), token.to_owned());
+    let keys: Vec<RedisKeys> = keys.iter().map(|keys| (*keys).clone()).collect();
+    runtime.spawn(async move {
+        let _ = endpoint
+            .release_many(&keys.iter().collect::<Vec<_>>(), &token)
+            .await;
+    });
+}
+
+/// The locks a batch holds while it loads: renewed every third of the lease, given back when
+/// the load is not followed by a fill that releases them (from a task, if dropped first: a load
+/// that panicked, a flight cancelled by a runtime shutting down).
+struct Locks {
+    endpoint: Arc<Endpoint>,
+    keys: Vec<RedisKeys>,
+    token: String,
+    released: std::sync::atomic::AtomicBool,
+}
+
+impl Locks {
+    fn new(endpoint: &Arc<Endpoint>, keys: Vec<RedisKeys>, token: &str) -> Self {
+        Locks {
+            endpoint: endpoint.clone(),
+            released: std::sync::atomic::AtomicBool::new(keys.is_empty()),
+            keys,
+            token: token.to_owned(),
+        }
+    }
+
+    /// Runs `work` while renewing the leases (`lock::Held::while_held` for many keys); a
+    /// renewal that finds none held any more stops the renewals.
+    async fn while_held<F: std::future::Future>(&self, work: F) -> F::Output {
+        if self.keys.is_empty() {
+            return work.await;
+        }
+        let period = (self.endpoint.config.lease / 3).max(Duration::from_millis(10));
+        let keys: Vec<&RedisKeys> = self.keys.iter().collect();
+        let watchdog = async {
+            loop {
+                tokio::time::sleep(period).await;
+                if let Ok(0) = self.endpoint.extend_many(&keys, &self.token).await {
+                    tracing::warn!(
+                        locks = keys.len(),
+                        "stampede: lost the Redis locks' leases of a batch while loading"
+                    );
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            output = work => output,
+            () = watchdog => unreachable!("the watchdog loops until the work ends"),
+        }
+    }
+
+    /// The fill ran (`filled`: and released the locks it wrote); else the locks are given back.
+    fn done(&self, filled: bool) {
+        if !filled {
+            let keys: Vec<&RedisKeys> = self.keys.iter().collect();
+            release_later(&self.endpoint, &keys, &self.token);
+        }
+        self.released
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for Locks {
+    fn drop(&mut self) {
+        if !self.released.load(std::sync::atomic::Ordering::Acquire) {
+            let keys: Vec<&RedisKeys> = self.keys.iter().collect();
+            release_later(&self.endpoint, &keys, &self.token);
+        }
+    }
+}

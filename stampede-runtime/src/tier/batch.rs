@@ -1,0 +1,144 @@
+//! A flight of many keys at once: the keys a batch function's call (or a window of single-key
+//! calls, `batch_window`) found neither usable in memory nor loading already. Each key keeps
+//! its own [`Handle`] (its registration with the memory tier and its tags, its leader, the
+//! stale value handed to its waiters, its last good value), so every per-key rule holds inside
+//! a batch: an invalidation of one key detaches that key only, and the core settles each key
+//! from what the tier reports for it. What the batch adds is one load of all its keys: one call
+//! of the function, with the timeout, retries and breaker of a single load.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::core::Core;
+use crate::error::Error;
+use crate::kv::{Key, Value};
+use crate::load::Load;
+use crate::tier::{Fetched, Handle, admitted};
+
+/// A batch function's load: called with the keys to load, it answers each of them, in their
+/// order (the generated code puts `None` where the function's map left a key out).
+pub trait BatchLoad<K, V>: Load<Vec<K>, Vec<V>> {}
+impl<K, V, L: Load<Vec<K>, Vec<V>>> BatchLoad<K, V> for L {}
+
+/// A batch load used for one key: a single-key call of a batch function's cache (its
+/// `batch_loader` function, a companion's `refresh`, a background refresh) calls the function
+/// with that one key.
+pub struct One<L>(pub(crate) Arc<L>);
+
+impl<L> One<L> {
+    /// The batch load `load`, for one key at a time.
+    pub(crate) fn new(load: Arc<L>) -> Self {
+        One(load)
+    }
+}
+
+/// The future of one attempt of a single key's load through its batch load.
+type OneAttempt<V, E> = Pin<Box<dyn Future<Output = Result<V, E>> + Send>>;
+
+impl<K: Key, V: Value, L: BatchLoad<K, V>> Load<K, V> for One<L> {
+    type Error = L::Error;
+    type Attempt = OneAttempt<V, L::Error>;
+
+    fn attempt(&self, key: &K) -> Self::Attempt {
+        let attempt = self.0.attempt(&vec![key.clone()]);
+        Box::pin(async move {
+            let mut values = attempt.await?;
+            // The generated load answers every key it was given, in order.
+            Ok(values.pop().expect("a batch load answers each of its keys"))
+        })
+    }
+
+    fn retryable(&self, error: &L::Error) -> bool {
+        self.0.retryable(error)
+    }
+}
+
+/// A cache's core lent to its tier for one flight of many keys: a [`Handle`] per key, and the
+/// one load that serves them all.
+pub struct Batch<'a, K: Key, V: Value, L> {
+    core: &'a Core<K, V>,
+    handles: Vec<Handle<'a, K, V, One<L>>>,
+    load: &'a L,
+}
+
+impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
+    pub(crate) fn new(
+        core: &'a Core<K, V>,
+        handles: Vec<Handle<'a, K, V, One<L>>>,
+        load: &'a L,
+    ) -> Self {
+        Batch {
+            core,
+            handles,
+            load,
+        }
+    }
+
+    /// The handle of each key, in the batch's order.
+    pub(crate) fn handles(&self) -> &[Handle<'a, K, V, One<L>>] {
+        &self.handles
+    }
+
+    /// How many keys the batch holds.
+    pub(crate) fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// The cache's options.
+    pub(crate) fn config(&self) -> &Config {
+        &self.core.config
+    }
+
+    /// Loads the keys at `indices` (of [`Batch::handles`]) with one call of the function, with
+    /// the timeout and retries of one load, if the breaker admits it; stores nothing. Each key
+    /// gets its value, or every key the same error (the breaker's verdict is the call's).
+    pub(crate) async fn load(&self, indices: &[usize]) -> Vec<Result<V, Error>> {
+        let core = self.core;
+        let keys: Vec<K> = indices
+            .iter()
+            .map(|&at| self.handles[at].key().clone())
+            .collect();
+        let started = || {
+            for &at in indices {
+                self.handles[at].started();
+            }
+        };
+        let attempts = crate::load::attempts(&core.config, &core.telemetry, &keys, self.load);
+        match admitted(core, started, attempts).await {
+            Ok(values) if values.len() == keys.len() => values.into_iter().map(Ok).collect(),
+            Ok(values) => {
+                // Only a hand-written load can get here: the generated one answers each key.
+                let error = Error::LoadPanicked {
+                    cache: core.config.name.clone(),
+                    message: format!(
+                        "the batch load answered {} keys of {}",
+                        values.len(),
+                        keys.len()
+                    )
+                    .into(),
+                };
+                vec![Err(error); keys.len()]
+            }
+            Err(error) => vec![Err(error); keys.len()],
+        }
+    }
+
+    /// Loads every key here with one call, and keeps each value in memory for its jittered
+    /// `ttl`, then `stale`, no longer than `trusted_for`: the path without a shared tier, and a
+    /// tier's fallback when its store cannot be used.
+    pub(crate) async fn load_here(&self, trusted_for: Option<Duration>) -> Vec<Fetched<V>> {
+        let all: Vec<usize> = (0..self.handles.len()).collect();
+        let loaded = self.load(&all).await;
+        self.handles
+            .iter()
+            .zip(loaded)
+            .map(|(handle, loaded)| match loaded {
+                Ok(value) => Fetched::Loaded(handle.keep_loaded(value, trusted_for)),
+                Err(error) => Fetched::Failed(error),
+            })
+            .collect()
+    }
+}

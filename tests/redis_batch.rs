@@ -1,0 +1,666 @@
+//! Batch functions across processes (`lock = "redis"`), against a real `redis-server` per test
+//! and, for the last test, a real Redis Cluster: one round trip reads every key of a batch and
+//! locks the missing ones, one fills them all; each key is loaded once across the processes, and
+//! each process calls its function at most once per batch.
+//!
+//! Functions with one `name` and their own Redis connections stand for processes (as in
+//! `redis_faults.rs`): their own memory, flights and connections over the same Redis keys. Time
+//! is real: a paused clock would fire Redis timeouts while the runtime waits for the network.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use common::{AppError, eventually, within};
+use stampede::{RedisConfig, cached};
+use stampede_test_support::redis_cluster::{Cluster, Options};
+
+/// The calls each process's function received: (process, the keys it was given).
+struct Calls(Mutex<Vec<(usize, Vec<u64>)>>);
+
+impl Calls {
+    const fn new() -> Self {
+        Calls(Mutex::new(Vec::new()))
+    }
+
+    fn record(&self, process: usize, keys: &[u64]) {
+        let mut keys = keys.to_vec();
+        keys.sort_unstable();
+        self.0.lock().unwrap().push((process, keys));
+    }
+
+    fn all(&self) -> Vec<(usize, Vec<u64>)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn loads_per_key(&self) -> BTreeMap<u64, usize> {
+        let mut loads = BTreeMap::new();
+        for (_, keys) in self.all() {
+            for key in keys {
+                *loads.entry(key).or_default() += 1;
+            }
+        }
+        loads
+    }
+
+    fn calls_of(&self, process: usize) -> usize {
+        self.all()
+            .iter()
+            .filter(|(other, _)| *other == process)
+            .count()
+    }
+}
+
+fn install(url: &str, connection: &str) {
+    RedisConfig::new(url)
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_secs(2))
+        .install_as(connection);
+}
+
+/// The calls of each Redis command since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
+fn command_calls(info: &str) -> BTreeMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let (command, stats) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').next()?.strip_prefix("calls=")?;
+            Some((command.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Each of 4 "processes" of one service: a batch function of the same name with its own
+/// connection, recording its calls as `process`.
+macro_rules! process {
+    ($name:ident, $process:literal, $connection:literal, $calls:ident, $cache:literal) => {
+        #[cached(ttl = "60s", lock = "redis", redis = $connection, batch = ids, name = $cache)]
+        async fn $name(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+            $calls.record($process, &ids);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(ids
+                .into_iter()
+                .map(|id| (id, format!("product #{id}")))
+                .collect())
+        }
+    };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_batch_of_100_keys_across_4_processes_loads_each_key_once() {
+    static CALLS: Calls = Calls::new();
+    process!(in_a, 0, "cold4_a", CALLS, "rb::cold4");
+    process!(in_b, 1, "cold4_b", CALLS, "rb::cold4");
+    process!(in_c, 2, "cold4_c", CALLS, "rb::cold4");
+    process!(in_d, 3, "cold4_d", CALLS, "rb::cold4");
+
+    let server = RedisServer::start();
+    for connection in ["cold4_a", "cold4_b", "cold4_c", "cold4_d"] {
+        install(&server.url(), connection);
+        stampede::require_redis(Some(connection)).await.unwrap();
+    }
+    let keys: Vec<u64> = (0..100).collect();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+    let batch = |process: usize| {
+        let (keys, start) = (keys.clone(), start.clone());
+        tokio::spawn(async move {
+            start.wait().await;
+            match process {
+                0 => in_a(keys).await,
+                1 => in_b(keys).await,
+                2 => in_c(keys).await,
+                _ => in_d(keys).await,
+            }
+        })
+    };
+    let batches: Vec<_> = (0..4).map(batch).collect();
+    for found in batches {
+        let found = within(found).await.unwrap().unwrap();
+        assert_eq!(found.len(), 100);
+        assert!(
+            found
+                .iter()
+                .all(|(id, value)| *value == format!("product #{id}"))
+        );
+    }
+    let loads = CALLS.loads_per_key();
+    assert_eq!(loads.len(), 100);
+    assert!(
+        loads.values().all(|&loads| loads == 1),
+        "each key once: {loads:?}"
+    );
+    for process in 0..4 {
+        assert!(CALLS.calls_of(process) <= 1, "{:?}", CALLS.all());
+    }
+    let stats = stampede::stats("rb::cold4").unwrap();
+    assert_eq!(
+        stats.lock_acquired, 100,
+        "one lock per key, across the processes"
+    );
+    assert_eq!(stats.in_flight, 0);
+    println!(
+        "calls: {:?}",
+        CALLS
+            .all()
+            .iter()
+            .map(|(p, keys)| (p, keys.len()))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_takes_three_round_trips_and_one_that_another_process_filled_one() {
+    static CALLS: Calls = Calls::new();
+    process!(loader, 0, "trips_a", CALLS, "rb::trips");
+    process!(reader, 1, "trips_b", CALLS, "rb::trips");
+
+    let server = RedisServer::start();
+    install(&server.url(), "trips_a");
+    install(&server.url(), "trips_b");
+    // The scripts loaded into the server (and the connections made) before counting.
+    within(loader(vec![1_000])).await.unwrap();
+    within(reader(vec![1_001])).await.unwrap();
+
+    let _: () = server.command(&["CONFIG", "RESETSTAT"]);
+    let keys: Vec<u64> = (0..100).collect();
+    within(loader(keys.clone())).await.unwrap();
+    let cold = command_calls(&server.command::<String>(&["INFO", "commandstats"]));
+    let _: () = server.command(&["CONFIG", "RESETSTAT"]);
+    within(reader(keys.clone())).await.unwrap();
+    let read = command_calls(&server.command::<String>(&["INFO", "commandstats"]));
+    let _: () = server.command(&["CONFIG", "RESETSTAT"]);
+    within(loader(keys)).await.unwrap();
+    let warm = command_calls(&server.command::<String>(&["INFO", "commandstats"]));
+    println!("a cold batch of 100 keys: {cold:?}");
+    println!("the same batch in another process: {read:?}");
+    println!("again in the first: {warm:?}");
+    // Heartbeats publish on their own every second; the scripts are the batch's.
+    assert_eq!(
+        cold.get("evalsha"),
+        Some(&3),
+        "a read on the caller's task, read-and-lock, fill: {cold:?}"
+    );
+    assert_eq!(
+        read.get("evalsha"),
+        Some(&1),
+        "one read of every key: {read:?}"
+    );
+    // Every key in memory: none, unless this process's invalidation feed went quiet on a
+    // loaded machine meanwhile, which drops its memory of Redis-backed caches (one read then).
+    assert!(
+        warm.get("evalsha").copied().unwrap_or(0) <= 1,
+        "every key in memory: {warm:?}"
+    );
+    assert_eq!(CALLS.all().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_batches_and_single_calls_across_processes_never_load_a_key_twice() {
+    static CALLS: Calls = Calls::new();
+    process!(in_a, 0, "overlap_a", CALLS, "rb::overlap");
+    process!(in_b, 1, "overlap_b", CALLS, "rb::overlap");
+
+    #[cached(batch_loader = in_a)]
+    async fn one_a(ids: u64) -> Result<Option<String>, AppError>;
+    #[cached(batch_loader = in_b, batch_window = "5ms")]
+    async fn one_b(ids: u64) -> Result<Option<String>, AppError>;
+
+    let server = RedisServer::start();
+    install(&server.url(), "overlap_a");
+    install(&server.url(), "overlap_b");
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(40));
+    let calls: Vec<_> = (0..40u64)
+        .map(|caller| {
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                let first = (caller * 13) % 60;
+                let keys: Vec<u64> = (first..first + 15).collect();
+                match caller % 4 {
+                    0 => assert!(one_a(first).await.unwrap().is_some()),
+                    1 => assert!(one_b(first + 1).await.unwrap().is_some()),
+                    2 => assert_eq!(in_a(keys).await.unwrap().len(), 15),
+                    _ => assert_eq!(in_b(keys).await.unwrap().len(), 15),
+                }
+            })
+        })
+        .collect();
+    for call in calls {
+        within(call).await.unwrap();
+    }
+    let loads = CALLS.loads_per_key();
+    assert!(loads.values().all(|&loads| loads == 1), "{loads:?}");
+    assert_eq!(stampede::stats("rb::overlap").unwrap().in_flight, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidation_during_a_batch_keeps_its_old_value_out_of_redis() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+    static VERSION: AtomicUsize = AtomicUsize::new(1);
+    static LOADING: tokio::sync::Notify = tokio::sync::Notify::const_new();
+    static GO: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "inval_a", batch = ids, name = "rb::inval")]
+    async fn in_a(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        let version = VERSION.load(SeqCst);
+        LOADS.fetch_add(1, SeqCst);
+        if version == 1 {
+            LOADING.notify_one();
+            let _ = GO.acquire().await.unwrap();
+        }
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("{id} v{version}")))
+            .collect())
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "inval_b", batch = ids, name = "rb::inval")]
+    async fn in_b(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        let version = VERSION.load(SeqCst);
+        LOADS.fetch_add(1, SeqCst);
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("{id} v{version} (b)")))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    install(&server.url(), "inval_a");
+    install(&server.url(), "inval_b");
+    let batch = tokio::spawn(in_a(vec![1, 2]));
+    within(LOADING.notified()).await;
+    VERSION.store(2, SeqCst);
+    within(in_b::invalidate(1)).await.unwrap(); // the writer: another process
+    GO.add_permits(1);
+    let first = within(batch).await.unwrap().unwrap();
+    assert_eq!(first[&1], "1 v1", "its caller gets what its load read");
+
+    // Key 1's fill was refused (its fence moved): the other process loads it anew; key 2's
+    // value is the batch's.
+    let after = within(in_b(vec![1, 2])).await.unwrap();
+    assert_eq!(after[&1], "1 v2 (b)");
+    assert_eq!(after[&2], "2 v1");
+    let again = within(in_a(vec![1, 2])).await.unwrap();
+    assert_ne!(
+        again[&1], "1 v1",
+        "nor does the first process serve it again"
+    );
+    assert_eq!(LOADS.load(SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_holder_fails_is_loaded_by_its_waiters_once() {
+    static CALLS: Calls = Calls::new();
+    static LOADING: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    #[cached(ttl = "60s", lock = "redis", redis = "fail_a", batch = ids, name = "rb::fail")]
+    async fn in_a(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        LOADING.notify_one();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Err(AppError::Db("the replica is gone".into()))
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "fail_b", batch = ids, name = "rb::fail")]
+    async fn in_b(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(1, &ids);
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("{id} from b")))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    install(&server.url(), "fail_a");
+    install(&server.url(), "fail_b");
+    let failing = tokio::spawn(in_a(vec![1, 2, 3]));
+    within(LOADING.notified()).await;
+    // B waits for A's locks, hears the release without values, and loads them itself.
+    let waiting = tokio::spawn(in_b(vec![2, 3, 4]));
+    let error = within(failing).await.unwrap().unwrap_err();
+    assert!(matches!(error, AppError::Db(_)), "{error:?}");
+    let found = within(waiting).await.unwrap().unwrap();
+    assert_eq!(found.len(), 3);
+    assert_eq!(found[&2], "2 from b");
+    let calls = CALLS.all();
+    let b_calls: Vec<_> = calls.iter().filter(|(p, _)| *p == 1).collect();
+    // Key 4 at once, then 2 and 3 after A's release: two calls at most, each key once.
+    let mut loaded_by_b: Vec<u64> = b_calls.iter().flat_map(|(_, keys)| keys.clone()).collect();
+    loaded_by_b.sort_unstable();
+    assert_eq!(loaded_by_b, [2, 3, 4], "{calls:?}");
+    assert_eq!(stampede::stats("rb::fail").unwrap().in_flight, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_left_out_are_shared_as_absent_and_ttl_from_holds_in_the_other_process() {
+    static CALLS: Calls = Calls::new();
+
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Item {
+        id: u64,
+        max_age_ms: u64,
+    }
+
+    fn max_age(item: &Item) -> Duration {
+        Duration::from_millis(item.max_age_ms)
+    }
+
+    macro_rules! items {
+        ($name:ident, $process:literal, $connection:literal) => {
+            #[cached(ttl = "60s", jitter = 0, lock = "redis", redis = $connection, batch = ids, ttl_from = max_age, name = "rb::absent")]
+            async fn $name(ids: Vec<u64>) -> Result<HashMap<u64, Item>, AppError> {
+                CALLS.record($process, &ids);
+                // Odd ids do not exist; item 2 is fresh for 300 ms, the others for `ttl`.
+                Ok(ids
+                    .into_iter()
+                    .filter(|id| id % 2 == 0)
+                    .map(|id| {
+                        let max_age_ms = if id == 2 { 300 } else { 60_000 };
+                        (id, Item { id, max_age_ms })
+                    })
+                    .collect())
+            }
+        };
+    }
+    items!(in_a, 0, "absent_a");
+    items!(in_b, 1, "absent_b");
+
+    let server = RedisServer::start();
+    install(&server.url(), "absent_a");
+    install(&server.url(), "absent_b");
+    let found = within(in_a(vec![1, 2, 3, 4])).await.unwrap();
+    assert_eq!(
+        found
+            .keys()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        [2, 4].into()
+    );
+    let in_other = within(in_b(vec![1, 2, 3, 4])).await.unwrap();
+    assert_eq!(in_other, found, "read from Redis, absent keys included");
+    assert_eq!(CALLS.all().len(), 1);
+    // Item 2's own lifetime is in Redis: past it, the other process loads it again, and only it.
+    eventually("item 2 to expire", || {
+        let key = server.key("test:{rb::absent~*|2}:v");
+        key.is_none()
+    })
+    .await;
+    within(in_b(vec![1, 2, 3, 4])).await.unwrap();
+    within(in_b(vec![2])).await.unwrap();
+    let calls = CALLS.all();
+    assert_eq!(calls.last().unwrap(), &(1, vec![2]), "{calls:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_redis_down_is_one_local_call() {
+    static CALLS: Calls = Calls::new();
+    process!(alone, 0, "down", CALLS, "rb::down");
+
+    // Nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    RedisConfig::new(&format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(200))
+        .install_as("down");
+    let found = within(alone((0..50).collect())).await.unwrap();
+    assert_eq!(found.len(), 50);
+    assert_eq!(CALLS.all().len(), 1, "one call for the batch");
+    let stats = stampede::stats("rb::down").unwrap();
+    assert_eq!(stats.degraded, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_each_slot_has_its_script_and_each_key_loads_once() {
+    static CALLS: Calls = Calls::new();
+    process!(in_a, 0, "cluster_a", CALLS, "rb::cluster");
+    process!(in_b, 1, "cluster_b", CALLS, "rb::cluster");
+    process!(in_c, 2, "cluster_c", CALLS, "rb::cluster");
+    process!(in_d, 3, "cluster_d", CALLS, "rb::cluster");
+
+    let cluster = Cluster::start(Options::masters(3));
+    for (node, connection) in ["cluster_a", "cluster_b", "cluster_c", "cluster_d"]
+        .into_iter()
+        .enumerate()
+    {
+        RedisConfig::new(&cluster.url(node % 3))
+            .unwrap()
+            .prefix("test")
+            .op_timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(5))
+            .install_as(connection);
+        stampede::require_redis(Some(connection)).await.unwrap();
+    }
+    // The scripts loaded on every master first.
+    within(in_a((1_000..1_030).collect())).await.unwrap();
+
+    cluster.on_every_node(&["CONFIG", "RESETSTAT"]);
+    let keys: Vec<u64> = (0..100).collect();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+    let batches: Vec<_> = (0..4)
+        .map(|process| {
+            let (keys, start) = (keys.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                match process {
+                    0 => in_a(keys).await,
+                    1 => in_b(keys).await,
+                    2 => in_c(keys).await,
+                    _ => in_d(keys).await,
+                }
+            })
+        })
+        .collect();
+    for found in batches {
+        assert_eq!(within(found).await.unwrap().unwrap().len(), 100);
+    }
+    let loads = CALLS.loads_per_key();
+    assert!(
+        loads
+            .iter()
+            .filter(|(key, _)| **key < 1_000)
+            .all(|(_, &loads)| loads == 1),
+        "{loads:?}"
+    );
+    for process in 0..4 {
+        assert!(CALLS.calls_of(process) <= 2, "{:?}", CALLS.all());
+    }
+    let mut evalsha = 0;
+    for port in cluster.masters() {
+        let calls = command_calls(&cluster.command::<String>(port, &["INFO", "commandstats"]));
+        println!("master {port}: {calls:?}");
+        evalsha += calls.get("evalsha").copied().unwrap_or(0);
+    }
+    println!("4 processes x a cold batch of 100 keys on 3 masters: {evalsha} scripts");
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Row {
+    id: u64,
+    /// The row's version in the database, bumped by every update.
+    version: u64,
+}
+
+fn row_version(row: &Row) -> u64 {
+    row.version
+}
+
+/// The source version in the header of the envelope Redis holds at `key` (`-` for none).
+fn stored_version(server: &RedisServer, key: &str) -> String {
+    let stored: Vec<u8> = server.command(&["GET", key]);
+    let header = stored.split(|&b| b == b'\n').next().unwrap();
+    let header = String::from_utf8(header.to_vec()).unwrap();
+    header.rsplit(' ').next().unwrap().to_owned()
+}
+
+/// With `lock = "local"`, two processes may load the keys of one batch at once. The one that
+/// read a lagging replica fills last: Redis keeps the newer versions, and that process serves
+/// them too, as a single-key call would. A key the source no longer has is written as absent
+/// over a versioned value: a missing key has no version to compare.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_read_older_versions_leaves_the_newer_ones_in_redis_and_serves_them() {
+    use std::sync::atomic::AtomicU64;
+    static PRIMARY: AtomicU64 = AtomicU64::new(5);
+    static REPLICA: AtomicU64 = AtomicU64::new(4);
+    static DELETED: AtomicU64 = AtomicU64::new(u64::MAX);
+    static REPLICA_GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+    static CALLS: Calls = Calls::new();
+
+    fn rows(ids: Vec<u64>, version: u64) -> HashMap<u64, Row> {
+        ids.into_iter()
+            .filter(|&id| id != DELETED.load(SeqCst))
+            .map(|id| (id, Row { id, version }))
+            .collect()
+    }
+    #[cached(ttl = "60s", lock = "local", backend = "tiered", redis = "versions_a", batch = ids, source_version = row_version, name = "rb::versions")]
+    async fn on_primary(ids: Vec<u64>) -> Result<HashMap<u64, Row>, AppError> {
+        CALLS.record(0, &ids);
+        Ok(rows(ids, PRIMARY.load(SeqCst)))
+    }
+    #[cached(ttl = "60s", lock = "local", backend = "tiered", redis = "versions_b", batch = ids, source_version = row_version, name = "rb::versions")]
+    async fn on_replica(ids: Vec<u64>) -> Result<HashMap<u64, Row>, AppError> {
+        CALLS.record(1, &ids);
+        REPLICA_GATE.acquire().await.unwrap().forget();
+        Ok(rows(ids, REPLICA.load(SeqCst)))
+    }
+    let versions = |found: &HashMap<u64, Row>| {
+        let mut versions: Vec<(u64, u64)> =
+            found.values().map(|row| (row.id, row.version)).collect();
+        versions.sort_unstable();
+        versions
+    };
+
+    let server = RedisServer::start();
+    install(&server.url(), "versions_a");
+    install(&server.url(), "versions_b");
+    let name = "rb::versions";
+    let lagging = tokio::spawn(on_replica(vec![1, 2, 3]));
+    eventually("the replica's batch to start", || {
+        stampede::stats(name).is_some_and(|stats| stats.in_flight == 3)
+    })
+    .await;
+    let filled = within(on_primary(vec![1, 2, 3])).await.unwrap();
+    assert_eq!(versions(&filled), [(1, 5), (2, 5), (3, 5)], "filled first");
+    REPLICA_GATE.add_permits(1);
+    let lagging = within(lagging).await.unwrap().unwrap();
+    assert_eq!(
+        versions(&lagging),
+        [(1, 5), (2, 5), (3, 5)],
+        "the newer values Redis holds, not the replica's"
+    );
+    let again = within(on_replica(vec![1, 2, 3])).await.unwrap();
+    assert_eq!(versions(&again), [(1, 5), (2, 5), (3, 5)], "kept in memory");
+    assert_eq!(CALLS.all().len(), 2, "{:?}", CALLS.all());
+    assert_eq!(stampede::stats(name).unwrap().older_versions, 3);
+    let stored = server.key("test:{rb::versions~*|1}:v").unwrap();
+    assert_eq!(stored_version(&server, &stored), "5");
+
+    // Row 2 is deleted and row 1 updated: a refresh writes both, row 2 as absent.
+    DELETED.store(2, SeqCst);
+    PRIMARY.store(6, SeqCst);
+    let refreshed = within(on_primary::refresh(vec![1, 2])).await.unwrap();
+    assert_eq!(versions(&refreshed), [(1, 6)], "{:?}", CALLS.all());
+    assert_eq!(on_primary::peek(2), Some(None), "absent, in memory");
+    let stored = server.key("test:{rb::versions~*|2}:v").unwrap();
+    assert_eq!(stored_version(&server, &stored), "-", "absent, in Redis");
+    let stored = server.key("test:{rb::versions~*|1}:v").unwrap();
+    assert_eq!(stored_version(&server, &stored), "6");
+}
+
+/// A value over `max_value_size` in Redis (another process's bound was larger) is, for a batch
+/// as for a single-key call, left on the server: a counted miss, loaded and overwritten; the
+/// other keys of the batch are read as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_leaves_an_oversized_value_on_the_server_and_loads_its_key() {
+    static CALLS: Calls = Calls::new();
+
+    #[cached(ttl = "60s", lock = "redis", redis = "oversized", batch = ids, name = "rb::oversized")]
+    async fn sized(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("small {id}")))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_secs(2))
+        .max_value_size(64 << 10)
+        .install_as("oversized");
+    assert_eq!(within(sized(vec![1, 2])).await.unwrap().len(), 2);
+    let key = server.key("test:{rb::oversized~*|1}:v").unwrap();
+    let mut value = b"S2 99999999999999 99999999999999 0 0 1 -\n".to_vec();
+    value.resize(100 << 10, b'x');
+    within(sized::invalidate(1)).await.unwrap();
+    let mut redis = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&value)
+        .query(&mut redis)
+        .unwrap();
+
+    let found = within(sized(vec![1, 2])).await.unwrap();
+    assert_eq!(found[&1], "small 1");
+    assert_eq!(found[&2], "small 2");
+    assert_eq!(
+        CALLS.all().last().unwrap(),
+        &(0, vec![1]),
+        "{:?}",
+        CALLS.all()
+    );
+    let stats = stampede::stats("rb::oversized").unwrap();
+    assert_eq!((stats.decode_errors, stats.degraded), (1, 0), "{stats:?}");
+    let stored: usize = server.command(&["STRLEN", &key]);
+    assert!(
+        stored < 1 << 10,
+        "the load overwrote the value: {stored} bytes"
+    );
+}
+
+/// A batch load that another process's `prime` overtook (the key's fence moved while it ran)
+/// is refused by Redis, and its callers get the primed value Redis holds, as every process
+/// will, rather than their own older one for the TTL; its other keys are written as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_load_overtaken_by_a_prime_serves_the_primed_value() {
+    static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+    static CALLS: Calls = Calls::new();
+
+    macro_rules! primed {
+        ($name:ident, $process:literal, $connection:literal) => {
+            #[cached(ttl = "60s", lock = "local", backend = "tiered", redis = $connection, batch = ids, name = "rb::primed")]
+            async fn $name(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+                CALLS.record($process, &ids);
+                GATE.acquire().await.unwrap().forget();
+                Ok(ids.into_iter().map(|id| (id, format!("loaded {id}"))).collect())
+            }
+        };
+    }
+    primed!(in_a, 0, "primed_a");
+    primed!(in_b, 1, "primed_b");
+
+    let server = RedisServer::start();
+    install(&server.url(), "primed_a");
+    install(&server.url(), "primed_b");
+    let loading = tokio::spawn(in_a(vec![1, 2]));
+    eventually("the batch to start loading", || CALLS.all().len() == 1).await;
+    within(in_b::prime(1, "primed 1".to_owned())).await.unwrap();
+    GATE.add_permits(1);
+    let found = within(loading).await.unwrap().unwrap();
+    assert_eq!(found[&1], "primed 1", "what Redis holds since");
+    assert_eq!(found[&2], "loaded 2");
+    let again = within(in_a(vec![1, 2])).await.unwrap();
+    assert_eq!(again[&1], "primed 1", "kept in memory");
+    let other = within(in_b(vec![1, 2])).await.unwrap();
+    assert_eq!(other, again, "what the other process reads from Redis");
+    assert_eq!(CALLS.all().len(), 1, "{:?}", CALLS.all());
+}

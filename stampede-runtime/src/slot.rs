@@ -187,11 +187,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
         let (cache, rules) = self.cache();
-        let retry_if = rules.retry_if.unwrap_or(retry_every_error);
-        let prepare = move || RetryIf {
-            load: prepare(),
-            retry_if,
-        };
+        let prepare = rules.retrying(prepare);
         let outcome = match call {
             Call::Get => cache.get(key, prepare).await,
             Call::Refresh => cache.refresh(key, prepare).await,
@@ -302,8 +298,15 @@ pub struct ErrorRules<E> {
     pub retry_if: Option<fn(&E) -> bool>,
 }
 
-fn retry_every_error<E>(_: &E) -> bool {
-    true
+impl<E> ErrorRules<E> {
+    /// `prepare`, its loads retried only on the errors `retry_if` accepts (every error without).
+    fn retrying<L>(&self, prepare: impl FnOnce() -> L) -> impl FnOnce() -> RetryIf<L, E> {
+        let retry_if = self.retry_if.unwrap_or(|_| true);
+        move || RetryIf {
+            load: prepare(),
+            retry_if,
+        }
+    }
 }
 
 /// The function's own error out of a cache's error: itself when this caller was its load's

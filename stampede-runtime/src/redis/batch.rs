@@ -518,12 +518,9 @@ where
                 _ => 0,
             };
             match payload {
-                // Only a fill at the fence read or later: a subscriber that lags may hand this
-                // listener a fill published before it subscribed, older than an invalidation
-                // since. Read again.
-                Some(payload)
-                    if envelope::Envelope::parse(&payload).is_none_or(|e| e.fence < read_fence) =>
-                {
+                // Not a fill at the fence read or later (an older fill a lagging subscriber
+                // handed over): read again.
+                Some(payload) if !envelope::filled_at_or_after(&payload, read_fence) => {
                     part.step = Step::Read;
                 }
                 Some(payload) => {
@@ -692,7 +689,7 @@ where
                     }
                     let read_at = parts[at].read_at;
                     let stored = written.stored.as_deref().filter(|stored| {
-                        written.newer || written_since_read(stored, fence, read_at)
+                        written.newer || envelope::written_since(stored, fence, read_at)
                     });
                     let stored = match self.found(handle, stored, Some(written.now_ms)) {
                         Found::Usable(entry) => Some(self.keep(handle, entry)),
@@ -777,15 +774,6 @@ where
             }
         }
     }
-}
-
-/// Whether an envelope was written after the read that gave `fence` at `read_at` (server ms):
-/// by a holder that took the lock since (a later fence), or by a fill without the lock or a
-/// prime since (the same fence, a later time); not the value the read found, which the load
-/// replaces (`Flow::written_since_read` for one key).
-fn written_since_read(stored: &[u8], fence: u64, read_at: u64) -> bool {
-    envelope::Envelope::parse(stored)
-        .is_some_and(|envelope| envelope.fence > fence || envelope.written_at > read_at)
 }
 
 /// The places of the parts at a step.

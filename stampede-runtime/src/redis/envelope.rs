@@ -96,6 +96,21 @@ impl<'a> Envelope<'a> {
     }
 }
 
+/// Whether `bytes` are an envelope written after the read that gave `fence` at `read_at` (the
+/// server's ms): by a holder that took the lock since (a later fence), or by a fill without the
+/// lock or a prime since (the same fence, a later time). Not the value that read found.
+pub(crate) fn written_since(bytes: &[u8], fence: u64, read_at: u64) -> bool {
+    Envelope::parse(bytes)
+        .is_some_and(|envelope| envelope.fence > fence || envelope.written_at > read_at)
+}
+
+/// Whether published `bytes` are a fill at `fence` or later: what a waiter that read `fence`
+/// may take. A subscriber that lags may hand a new listener a fill published before it
+/// subscribed, older than an invalidation since.
+pub(crate) fn filled_at_or_after(bytes: &[u8], fence: u64) -> bool {
+    Envelope::parse(bytes).is_some_and(|envelope| envelope.fence >= fence)
+}
+
 /// Encodes a value as an envelope's payload; an error for a value over `max` bytes or nested
 /// too deep, which is then not written to Redis.
 pub(crate) fn encode<V: Serialize>(value: &V, max: usize) -> Result<Vec<u8>, PayloadError> {

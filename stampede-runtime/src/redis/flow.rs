@@ -280,11 +280,9 @@ where
         }
         let wait = lease_left.min(self.give_up_at - now) + Duration::from_millis(1);
         match tokio::time::timeout(wait, listener.next()).await {
-            // Only a fill at the fence read or later: a subscriber that lags may hand this
-            // listener a fill published before it subscribed, older than an invalidation
-            // since.
-            Ok(Some(payload))
-                if envelope::Envelope::parse(&payload).is_none_or(|e| e.fence < fence) => {}
+            // Not a fill at the fence read or later (a release, or an older fill a lagging
+            // subscriber handed over): read again.
+            Ok(Some(payload)) if !envelope::filled_at_or_after(&payload, fence) => {}
             Ok(Some(payload)) => {
                 if let Found::Usable(entry) = self.found(Some(&payload), None) {
                     self.record("published");
@@ -337,10 +335,9 @@ where
                 if written.newer {
                     self.handle.older_than_stored();
                 }
-                let stored = written
-                    .stored
-                    .as_deref()
-                    .filter(|stored| written.newer || self.written_since_read(stored, fence));
+                let stored = written.stored.as_deref().filter(|stored| {
+                    written.newer || envelope::written_since(stored, fence, self.read_at)
+                });
                 Fetched::Loaded(match self.stored(stored, written.now_ms) {
                     Some(stored) => stored,
                     None => self.handle.fenced_off(value, self.trusted_for()),
@@ -442,14 +439,6 @@ where
     /// [`Endpoint::memory_trusted_for`]).
     fn trusted_for(&self) -> Option<Duration> {
         self.endpoint.memory_trusted_for()
-    }
-
-    /// Whether an envelope was written after this flow's read that gave `fence`: by a holder
-    /// that took the lock since (a later fence), or by a fill without the lock or a prime since
-    /// (the same fence, a later time). Not the value the read found, which this load replaces.
-    fn written_since_read(&self, stored: &[u8], fence: u64) -> bool {
-        envelope::Envelope::parse(stored)
-            .is_some_and(|envelope| envelope.fence > fence || envelope.written_at > self.read_at)
     }
 
     /// The value `FILL` found stored when it refused this flow's, kept in memory; `None` if

@@ -7,11 +7,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Call, ErrorRules, Recipe, infallible, own_error, retry_every_error};
+use super::{Call, ErrorRules, Recipe, infallible, own_error};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
-use crate::load::RetryIf;
 use crate::tier::{One, Run, Tier};
 
 impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
@@ -38,11 +37,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
         Fut: Future<Output = Result<Vec<Option<V>>, E>> + Send + 'static,
     {
         let (cache, rules) = self.cache::<T>();
-        let retry_if = rules.retry_if.unwrap_or(retry_every_error);
-        let prepare = move || RetryIf {
-            load: prepare(),
-            retry_if,
-        };
+        let prepare = rules.retrying(prepare);
         let answers = cache.get_many(keys, prepare, run(call)).await;
         all_or_first_error(answers).map_err(|error| own_error(error, rules.clone))
     }
@@ -68,11 +63,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
         Fut: Future<Output = Result<Vec<Option<V>>, E>> + Send + 'static,
     {
         let (cache, rules) = self.cache::<T>();
-        let retry_if = rules.retry_if.unwrap_or(retry_every_error);
-        let prepare = move || RetryIf {
-            load: prepare(),
-            retry_if,
-        };
+        let prepare = rules.retrying(prepare);
         let outcome = match window {
             Some(window) => cache.get_in_window(key, prepare, window).await,
             None => cache.get(key, move || One::new(Arc::new(prepare()))).await,

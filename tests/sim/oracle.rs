@@ -240,23 +240,11 @@ impl Oracle {
         reach: Reach,
         began: u64,
     ) {
-        let lowest = {
-            let history = self.history();
-            let running = history
-                .priming
-                .get(&(function, key))
-                .into_iter()
-                .flatten()
-                .copied();
-            let completed = history
-                .floors
-                .get(&(function, key))
-                .into_iter()
-                .flatten()
-                .filter(|floor| floor.prime && floor.seq >= began)
-                .map(|floor| floor.version);
-            running.chain(completed).min()
-        };
+        let lowest = self
+            .history()
+            .racing_primes(function, key, began, None)
+            .into_iter()
+            .min();
         let version = lowest.map_or(version, |lowest| lowest.min(version));
         self.invalidated(function, key, version, reach);
     }
@@ -297,35 +285,18 @@ impl Oracle {
         let done = self.now();
         let mut history = self.history();
         let seq = history.next_seq();
-        // Primes still running overlap it: their writes may land after its own.
-        let running: Vec<u64> = history
-            .priming
-            .get(&(function, key))
-            .map(|running| {
-                running
-                    .iter()
-                    .copied()
-                    .filter(|&other| other != version)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let floors = history.floors.entry((function, key)).or_default();
-        // Those that completed while it ran overlapped it too: either may take effect last (two
-        // primes' writes reach the store in either order), so the lowest of them bounds the key.
-        let overlapped: Vec<&Floor> = floors.iter().filter(|floor| floor.seq >= began).collect();
-        let lowest = overlapped
-            .iter()
-            .map(|floor| floor.version)
-            .chain(running.iter().copied())
-            .min();
         // Racing primes of one key: nothing orders their versions (the store keeps the last
         // write, which may be the older version), so a process may see one after the other.
-        let raced: Vec<u64> = overlapped
+        let raced = history.racing_primes(function, key, began, Some(version));
+        let floors = history.floors.entry((function, key)).or_default();
+        // What completed while it ran (an invalidation, another prime) or still runs overlapped
+        // it: either may take effect last, so the lowest of them bounds the key.
+        let lowest = floors
             .iter()
-            .filter(|floor| floor.prime)
+            .filter(|floor| floor.seq >= began)
             .map(|floor| floor.version)
-            .chain(running)
-            .collect();
+            .chain(raced.iter().copied())
+            .min();
         floors.retain(|floor| floor.seq < began);
         floors.push(Floor {
             version: lowest.map_or(version, |lowest| lowest.min(version)),
@@ -570,6 +541,26 @@ impl Oracle {
 }
 
 impl History {
+    /// The versions of the key's primes that overlap something that began at `began`: those
+    /// still running (but `own`), and those that completed since.
+    fn racing_primes(&self, function: u8, key: u16, began: u64, own: Option<u64>) -> Vec<u64> {
+        let running = self
+            .priming
+            .get(&(function, key))
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|&version| Some(version) != own);
+        let completed = self
+            .floors
+            .get(&(function, key))
+            .into_iter()
+            .flatten()
+            .filter(|floor| floor.prime && floor.seq >= began)
+            .map(|floor| floor.version);
+        running.chain(completed).collect()
+    }
+
     fn next_seq(&mut self) -> u64 {
         self.seq += 1;
         self.seq

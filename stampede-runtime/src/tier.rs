@@ -254,8 +254,9 @@ pub struct Handle<'a, K: Key, V: Value, L> {
     leader: Option<&'a Leader<'static, K, V>>,
     /// Whether the load has started, so that `cache_refresh_total` counts it once.
     started: AtomicBool,
-    /// The stale value handed to the waiters, if any: what they keep if the load fails.
-    served: Mutex<Option<V>>,
+    /// The stale value handed to the waiters, if any: what a waiter gets if the load fails,
+    /// while it is still servable.
+    served: Mutex<Option<Entry<V>>>,
     /// A value past its stale deadline that the shared store still keeps (`fail_safe`).
     last_good: Mutex<Option<Entry<V>>>,
 }
@@ -389,7 +390,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         if let Some(leader) = self.leader {
             leader.serve(entry.clone());
         }
-        *lock(&self.served) = Some(entry.value);
+        *lock(&self.served) = Some(entry);
     }
 
     /// Keeps `entry` in memory, and returns it, or the entry of a newer source version that
@@ -415,9 +416,12 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         *lock(&self.last_good) = Some(entry);
     }
 
-    /// The stale value handed to the waiters, if any.
-    pub(crate) fn served(&self) -> Option<V> {
-        lock(&self.served).take()
+    /// The stale value handed to the waiters, if any and still servable at `now`: a caller
+    /// that joined after its stale deadline (or waited for the lock past it) must not get it
+    /// when the load fails.
+    pub(crate) fn served_at(&self, now: Instant) -> Option<V> {
+        let entry = lock(&self.served).take()?;
+        entry.servable(now).then_some(entry.value)
     }
 
     /// The key's last good value at `now`, for a failed load: the memory's entry where values

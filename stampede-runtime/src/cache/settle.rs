@@ -31,7 +31,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 };
                 (Err(busy), "busy")
             }
-            Fetched::Failed(error) => match handle.served() {
+            Fetched::Failed(error) => match handle.served_at(Instant::now()) {
                 // Stale-if-error: the waiters keep the stale value they were served.
                 Some(stale) => (Ok(stale), "stale"),
                 None => match self.fail_safe(handle, error) {

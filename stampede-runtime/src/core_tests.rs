@@ -732,6 +732,26 @@ async fn a_failed_load_does_not_hand_a_late_waiter_the_stale_value_past_its_dead
     assert_eq!(source.loads(), 1, "the late caller joined the flight");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_prime_that_a_later_prime_overtook_still_retires_the_value_it_replaces() {
+    // Simulation seed 32346: a prime began, a second one began before the first had written,
+    // and the first, having written, could not keep its value (the second had detached it):
+    // memory still held the value from before both, served after the first prime returned.
+    let store = Store::new();
+    let cache = shared(config("core::racing_primes"), fake_tier::tier(&store));
+    let source = Source::new(Duration::ZERO);
+    assert_eq!(within(source.get(cache, 7)).await.unwrap(), "7 v1");
+    *store.stall.lock().unwrap() = Duration::from_millis(100); // every store operation, slow
+    let first = tokio::spawn(cache.prime(7, "7 primed first".to_owned()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = tokio::spawn(cache.prime(7, "7 primed second".to_owned()));
+    within(first).await.unwrap().unwrap();
+    *store.stall.lock().unwrap() = Duration::ZERO;
+    let got = within(source.get(cache, 7)).await.unwrap();
+    assert_ne!(got, "7 v1", "the value from before a prime that returned");
+    within(second).await.unwrap().unwrap();
+}
+
 #[test]
 fn the_trust_cap_bounds_every_window_the_options_give_an_entry() {
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -377,6 +377,12 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         self.keep_loaded(value, trusted_for)
     }
 
+    /// Whether neither the key nor one of its tags was invalidated or detached since the flight
+    /// began.
+    pub(crate) fn current(&self) -> bool {
+        self.begun.current()
+    }
+
     /// Drops the key's value from memory (a refused `prime`: what memory held is older).
     pub(crate) fn forget(&self) {
         self.core.memory.invalidate(self.key());

@@ -48,7 +48,13 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         self.core.flights.forget(&key);
         self.core.memory.detach(&key);
         let handle = Handle::new(&self.core, &key, &NoLoad, Start::miss(Run::Get), None);
-        self.tier.prime(&handle, value).await
+        let primed = self.tier.prime(&handle, value).await;
+        if !handle.current() {
+            // Another prime or an invalidation detached this one before it kept its value: what
+            // memory holds may be from before this prime, which must not outlive its return.
+            handle.forget();
+        }
+        primed
     }
 
     /// Loads `key` now and stores the value, through the key's flight: joins the load running

@@ -752,6 +752,65 @@ async fn a_prime_that_a_later_prime_overtook_still_retires_the_value_it_replaces
     within(second).await.unwrap().unwrap();
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_flight_begun_while_a_prime_was_on_its_way_does_not_serve_what_the_prime_replaced() {
+    // Simulation seed 312161: a flight began after the prime had detached the key's flights
+    // but read the store before the prime wrote; it served that stale value to every caller
+    // that joined it, after the prime had returned.
+    for backend in [Backend::Redis, Backend::Tiered] {
+        let store = Store::new();
+        let now = Instant::now();
+        let stale_until = now + Duration::from_secs(30);
+        store.put(2, Entry::new("2 old".to_owned(), now, now, stale_until));
+        let mut options = config("core::prime_overtakes_flight");
+        options.backend = backend;
+        let cache = shared(options, fake_tier::tier(&store));
+        // The flight serves "2 old" while its 1 s load runs.
+        let source = Source::new(Duration::from_secs(1));
+        *store.stall.lock().unwrap() = Duration::from_millis(100); // the prime's write, slow
+        let prime = tokio::spawn(cache.prime(2, "2 primed".to_owned()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        *store.stall.lock().unwrap() = Duration::ZERO;
+        assert_eq!(
+            within(source.get(cache, 2)).await.unwrap(),
+            "2 old",
+            "{backend:?}"
+        );
+        within(prime).await.unwrap().unwrap();
+        assert_eq!(
+            within(source.get(cache, 2)).await.unwrap(),
+            "2 primed",
+            "{backend:?}: a call after the prime returned"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_does_not_serve_an_older_stale_value_from_the_store_over_memorys() {
+    // Simulation seed 173083: memory held a stale value, served while a refresh ran; the
+    // refresh found an older stale value in the store (this process's fill had been fenced off)
+    // and served that one, in memory too: a call then got an older value than the one before.
+    let store = Store::new();
+    let cache = shared(config("core::serve_older"), fake_tier::tier(&store));
+    let source = Source::new(Duration::from_secs(1));
+    assert_eq!(within(source.get(cache, 6)).await.unwrap(), "6 v1");
+    let loaded = Instant::now();
+    let before = loaded - Duration::from_secs(1);
+    let stale_until = loaded + Duration::from_secs(20);
+    store.put(
+        6,
+        Entry::new("6 older".to_owned(), before, before, stale_until),
+    );
+    tokio::time::advance(Duration::from_secs(11)).await; // past the ttl: stale, refreshed
+    assert_eq!(within(source.get(cache, 6)).await.unwrap(), "6 v1");
+    tokio::time::sleep(Duration::from_millis(10)).await; // the refresh read the store
+    assert_eq!(
+        within(source.get(cache, 6)).await.unwrap(),
+        "6 v1",
+        "an older value after a newer one"
+    );
+}
+
 #[test]
 fn the_trust_cap_bounds_every_window_the_options_give_an_entry() {
     let runtime = tokio::runtime::Builder::new_current_thread()

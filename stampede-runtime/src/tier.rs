@@ -392,11 +392,24 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// in memory; if the load fails, the waiters keep it (stale-if-error). A waiter takes it only
     /// while it is servable; past its deadline, waiters wait for the refresh.
     pub(crate) fn serve(&self, shared: Shared<V>) {
-        let entry = self.newest(self.begun.entry(shared.entry, shared.trusted_for));
+        let entry = match self.held_later(&shared.entry) {
+            Some(held) => held,
+            None => self.newest(self.begun.entry(shared.entry, shared.trusted_for)),
+        };
         if let Some(leader) = self.leader {
             leader.serve(entry.clone());
         }
         *lock(&self.served) = Some(entry);
+    }
+
+    /// The servable entry memory holds for the key, if it was filled after `entry`: a stale
+    /// value the store still holds may be older than memory's (this process's fill was fenced
+    /// off), and must not replace it.
+    fn held_later(&self, entry: &Entry<V>) -> Option<Entry<V>> {
+        let now = Instant::now();
+        self.core
+            .entry(self.key)
+            .filter(|held| held.filled_at() > entry.filled_at() && held.servable(now))
     }
 
     /// Keeps `entry` in memory, and returns it, or the entry of a newer source version that

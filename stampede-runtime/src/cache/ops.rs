@@ -49,10 +49,16 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         self.core.memory.detach(&key);
         let handle = Handle::new(&self.core, &key, &NoLoad, Start::miss(Run::Get), None);
         let primed = self.tier.prime(&handle, value).await;
-        if !handle.current() {
+        let overtaken = !handle.current();
+        drop(handle);
+        // A load or read begun while the value was on its way may have read the value it
+        // replaces: it neither keeps it nor serves it to a caller that joins it after this.
+        self.core.flights.forget(&key);
+        self.core.memory.detach(&key);
+        if overtaken {
             // Another prime or an invalidation detached this one before it kept its value: what
             // memory holds may be from before this prime, which must not outlive its return.
-            handle.forget();
+            self.core.memory.invalidate(&key);
         }
         primed
     }

@@ -66,6 +66,9 @@ use crate::diag::Errors;
 /// - Methods of native async-fn-in-trait impls, and of `#[async_trait]` impls (the attribute
 ///   recognises the boxed-future shape `#[async_trait]` gives them first, also after
 ///   `#[tracing::instrument]`).
+/// - A trait's default method, when the trait requires `Clone + Send + Sync + 'static` of its
+///   implementors (`trait Priced: Clone + Send + Sync + 'static`): each implementor gets a cache
+///   of its own. Without those supertraits it is refused with an error that says so.
 /// - Arguments by value (`Hash + Eq + Clone + Debug + Send + Sync + 'static`) or by `&T`, which the key
 ///   holds as `T::Owned` (`&str` as `String`). Arguments left out of a `key` template are cloned
 ///   for the load instead.

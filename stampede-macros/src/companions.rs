@@ -121,9 +121,12 @@ impl Block {
             let mut attrs = method.attrs.clone();
             let cached = attrs.remove(attr);
             let args = cached_args(&cached);
-            if let Some(companion) = self.companion(attrs, method, args.clone()) {
-                companions.push(companion);
-            }
+            // A method whose companion is not emitted here keeps its attribute as written,
+            // which reports what is wrong with it.
+            let Some(companion) = self.companion(attrs, method, args.clone()) else {
+                continue;
+            };
+            companions.push(companion);
             let ImplItem::Fn(method) = &mut self.item.items[at] else {
                 continue;
             };

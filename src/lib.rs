@@ -141,7 +141,9 @@
 //! *companion*, whose functions act on the function's cache with the key's arguments as the
 //! function takes them: `price::invalidate(sku, region)`, `refresh`, `prime`, `peek` and
 //! `uncached`. A wrong key type is a compile error, and they work in a process that never called
-//! the function. A load of a key that was running when it was invalidated is detached: it answers
+//! the function. A method gets them with `companion = true`, as associated functions named
+//! after it (`Repo::count_invalidate(shop)`); in a trait impl, [`macro@companions`] on the impl
+//! emits them in an inherent impl of the type. A load of a key that was running when it was invalidated is detached: it answers
 //! the callers already waiting for it, stores nothing, and the next call starts a new load.
 //!
 //! `tags = [..]` tags each entry with templates rendered from its key, and [`invalidate_tag`]
@@ -228,7 +230,7 @@ feature. `rediss://` (TLS, with a CA and a client certificate of your own if nee
 // docs.rs (`--cfg docsrs`, see Cargo.toml) marks each item with the features it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use stampede_macros::cached;
+pub use stampede_macros::{cached, companions};
 pub use stampede_runtime::{
     Backend, CacheInfo, Config, Error, HotKey, Identity, LoadError, Lock, MAX_REFRESHES_VAR, Stats,
     UpstreamError, caches, invalidate, invalidate_tag, set_max_refreshes, stats,

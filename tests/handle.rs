@@ -385,3 +385,232 @@ async fn invalidate_found_tells_whether_memory_held_a_value() {
         "gone already"
     );
 }
+
+// ---- companions of methods of trait impls: #[stampede::companions] on the impl -------------
+
+/// The cache's name of a method of a trait impl, as `stampede::caches()` lists it.
+fn trait_method_name<T>(trait_path: &str, method: &str) -> String {
+    format!(
+        "<{} as handle::{trait_path}>::{method}",
+        std::any::type_name::<T>()
+    )
+}
+
+trait Catalog {
+    async fn count(&self, shop: u64, label: &str) -> Result<String, AppError>;
+    async fn plain(&self, shop: u64) -> u64;
+}
+
+#[derive(Clone, Default)]
+struct NativeRepo {
+    loads: std::sync::Arc<AtomicUsize>,
+}
+
+#[stampede::companions]
+impl Catalog for NativeRepo {
+    /// A key template: the companion's key operations take `shop` only.
+    #[cached(ttl = "60s", key = "{shop}", companion = true)]
+    async fn count(&self, shop: u64, label: &str) -> Result<String, AppError> {
+        let n = self.loads.fetch_add(1, SeqCst) + 1;
+        Ok(format!("{label} {shop}#{n}"))
+    }
+
+    /// No companion asked: left as it is.
+    #[cached(ttl = "60s")]
+    async fn plain(&self, shop: u64) -> u64 {
+        shop
+    }
+}
+
+#[tokio::test]
+async fn a_native_trait_impl_method_gets_its_companion_through_companions() {
+    let repo = NativeRepo::default();
+    let loads = || repo.loads.load(SeqCst);
+    assert_eq!(NativeRepo::count_peek(1), None);
+    assert_eq!(within(repo.count(1, "shop")).await.unwrap(), "shop 1#1");
+    // `peek` sees what the method cached.
+    assert_eq!(NativeRepo::count_peek(1).as_deref(), Some("shop 1#1"));
+
+    // `invalidate` drops the method's value: its next call loads.
+    within(NativeRepo::count_invalidate(1)).await.unwrap();
+    assert_eq!(NativeRepo::count_peek(1), None);
+    assert_eq!(within(repo.count(1, "shop")).await.unwrap(), "shop 1#2");
+    assert!(within(NativeRepo::count_invalidate_found(1)).await.unwrap());
+    assert!(!within(NativeRepo::count_invalidate_found(1)).await.unwrap());
+
+    // `prime` stores a value the method then serves without a load.
+    within(NativeRepo::count_prime(2, "primed".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(
+        within(repo.count(2, "other label")).await.unwrap(),
+        "primed"
+    );
+    assert_eq!(loads(), 2);
+
+    // `refresh` loads and stores; `uncached` runs the body and stores nothing.
+    assert_eq!(within(repo.count_refresh(2, "r")).await.unwrap(), "r 2#3");
+    assert_eq!(within(repo.count(2, "x")).await.unwrap(), "r 2#3");
+    assert_eq!(within(repo.count_uncached(2, "u")).await.unwrap(), "u 2#4");
+    assert_eq!(within(repo.count(2, "x")).await.unwrap(), "r 2#3");
+
+    // The cache keeps the method's name, by which the dynamic form still reaches it.
+    let name = trait_method_name::<NativeRepo>("Catalog", "count");
+    assert_eq!(stampede::stats(&name).unwrap().loads, 3, "{name}");
+    within(stampede::invalidate(&name, (2u64,))).await.unwrap();
+    assert_eq!(NativeRepo::count_peek(2), None);
+    assert_eq!(within(repo.plain(5)).await, 5);
+}
+
+/// A generic impl: each instantiation has its own cache, and its companion reaches that one.
+#[derive(Default)]
+struct Store<T> {
+    loads: std::sync::Arc<AtomicUsize>,
+    _of: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Store<T> {
+    fn clone(&self) -> Self {
+        Store {
+            loads: self.loads.clone(),
+            _of: std::marker::PhantomData,
+        }
+    }
+}
+
+trait Shelf {
+    async fn stock(&self, item: u64) -> usize;
+}
+
+#[stampede::companions(pub(crate))]
+impl<T: Send + Sync + 'static> Shelf for Store<T> {
+    #[cached(ttl = "60s", companion = true)]
+    async fn stock(&self, item: u64) -> usize {
+        self.loads.fetch_add(1, SeqCst) + 1 + item as usize * 100
+    }
+}
+
+#[tokio::test]
+async fn a_generic_trait_impl_gets_a_companion_per_instantiation() {
+    let bytes = Store::<u8>::default();
+    let words = Store::<u16>::default();
+    assert_eq!(within(bytes.stock(1)).await, 101);
+    assert_eq!(within(words.stock(1)).await, 101);
+    within(Store::<u8>::stock_prime(1, 7)).await.unwrap();
+    assert_eq!(within(bytes.stock(1)).await, 7);
+    assert_eq!(
+        within(words.stock(1)).await,
+        101,
+        "another instantiation's cache"
+    );
+    within(Store::<u16>::stock_invalidate(1)).await.unwrap();
+    assert_eq!(Store::<u16>::stock_peek(1), None);
+    assert_eq!(Store::<u8>::stock_peek(1), Some(7));
+    assert_eq!(within(words.stock(1)).await, 102);
+}
+
+#[async_trait::async_trait]
+trait Users: Send + Sync {
+    async fn name(&self, id: u64) -> String;
+    async fn greeting(&self, name: &str, times: u32) -> String;
+}
+
+#[derive(Clone, Default)]
+struct AsyncRepo {
+    loads: std::sync::Arc<AtomicUsize>,
+}
+
+/// `#[stampede::companions]` above `#[async_trait]`: it reads the methods as written.
+#[stampede::companions]
+#[async_trait::async_trait]
+impl Users for AsyncRepo {
+    #[cached(ttl = "60s", companion = true)]
+    async fn name(&self, id: u64) -> String {
+        let n = self.loads.fetch_add(1, SeqCst) + 1;
+        format!("user {id}#{n}")
+    }
+
+    #[cached(ttl = "60s", companion = true)]
+    async fn greeting(&self, name: &str, times: u32) -> String {
+        let n = self.loads.fetch_add(1, SeqCst) + 1;
+        format!("hello {name} x{times}#{n}")
+    }
+}
+
+#[derive(Clone, Default)]
+struct AsyncRepoBelow {
+    loads: std::sync::Arc<AtomicUsize>,
+}
+
+/// `#[stampede::companions]` below `#[async_trait]`: it reads the methods as `#[async_trait]`
+/// rewrote them.
+#[async_trait::async_trait]
+#[stampede::companions]
+impl Users for AsyncRepoBelow {
+    #[cached(ttl = "60s", companion = true)]
+    async fn name(&self, id: u64) -> String {
+        let n = self.loads.fetch_add(1, SeqCst) + 1;
+        format!("user {id}#{n}")
+    }
+
+    #[cached(ttl = "60s", companion = true)]
+    async fn greeting(&self, name: &str, times: u32) -> String {
+        let n = self.loads.fetch_add(1, SeqCst) + 1;
+        format!("hello {name} x{times}#{n}")
+    }
+}
+
+#[tokio::test]
+async fn an_async_trait_impl_method_gets_its_companion_through_companions() {
+    let repo = AsyncRepo::default();
+    let users: std::sync::Arc<dyn Users> = std::sync::Arc::new(repo.clone());
+    assert_eq!(within(users.name(1)).await, "user 1#1");
+    assert_eq!(AsyncRepo::name_peek(1).as_deref(), Some("user 1#1"));
+    within(AsyncRepo::name_invalidate(1)).await.unwrap();
+    assert_eq!(AsyncRepo::name_peek(1), None);
+    assert_eq!(within(users.name(1)).await, "user 1#2");
+    within(AsyncRepo::name_prime(3, "primed".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(within(users.name(3)).await, "primed");
+    assert_eq!(within(repo.name_refresh(3)).await, "user 3#3");
+    assert_eq!(within(users.name(3)).await, "user 3#3");
+
+    // A borrowed argument: the companion takes it as the method does.
+    assert_eq!(within(users.greeting("ann", 2)).await, "hello ann x2#4");
+    assert_eq!(
+        AsyncRepo::greeting_peek("ann", 2).as_deref(),
+        Some("hello ann x2#4")
+    );
+    within(AsyncRepo::greeting_invalidate("ann", 2))
+        .await
+        .unwrap();
+    assert_eq!(within(users.greeting("ann", 2)).await, "hello ann x2#5");
+    let name = trait_method_name::<AsyncRepo>("Users", "name");
+    assert_eq!(stampede::stats(&name).unwrap().loads, 3, "{name}");
+}
+
+#[tokio::test]
+async fn companions_below_async_trait_works_the_same() {
+    let repo = AsyncRepoBelow::default();
+    let users: std::sync::Arc<dyn Users> = std::sync::Arc::new(repo.clone());
+    assert_eq!(within(users.name(1)).await, "user 1#1");
+    assert_eq!(AsyncRepoBelow::name_peek(1).as_deref(), Some("user 1#1"));
+    within(AsyncRepoBelow::name_invalidate(1)).await.unwrap();
+    assert_eq!(within(users.name(1)).await, "user 1#2");
+    within(AsyncRepoBelow::name_prime(3, "primed".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(within(users.name(3)).await, "primed");
+    assert_eq!(within(users.greeting("bo", 1)).await, "hello bo x1#3");
+    within(AsyncRepoBelow::greeting_invalidate("bo", 1))
+        .await
+        .unwrap();
+    assert_eq!(AsyncRepoBelow::greeting_peek("bo", 1), None);
+    assert_eq!(
+        within(repo.greeting_uncached("bo", 1)).await,
+        "hello bo x1#4"
+    );
+    let name = trait_method_name::<AsyncRepoBelow>("Users", "name");
+    assert_eq!(stampede::stats(&name).unwrap().loads, 2, "{name}");
+}

@@ -1,5 +1,5 @@
 //! Where the attribute goes: native async-fn-in-trait impls, `#[async_trait]` impls used through
-//! `dyn Trait`, functions in modules, impls of a generic type at one concrete type, and next to
+//! `dyn Trait`, a trait's default method, functions in modules, impls of a generic type at one concrete type, and next to
 //! the attributes users put on the same function (`#[doc]`, `#[must_use]`, `#[allow]`,
 //! `#[tracing::instrument]` in either order), with `where` clauses and visibility.
 //!
@@ -151,6 +151,64 @@ async fn instrument_works_on_either_side_of_cached_in_an_async_trait_impl() {
     assert_eq!(within(users_dyn.traced_inside(1)).await, 100);
     assert_eq!(within(users_dyn.traced_inside(1)).await, 100);
     assert_eq!(users.loads.count(), 2);
+}
+
+// ---- a trait's default method ----------------------------------------------------------------
+
+/// A default method is cached when the trait requires what the cache needs of `self`; without
+/// those supertraits it is refused (tests/ui/default_method.rs).
+trait Priced: Clone + Send + Sync + 'static {
+    fn loads(&self) -> &Loads;
+    fn base(&self) -> u32;
+
+    #[cached(ttl = "60s")]
+    async fn price(&self, id: u32) -> u32 {
+        self.loads().record();
+        self.base() + id
+    }
+}
+
+#[derive(Clone, Default)]
+struct Shop {
+    loads: Loads,
+}
+
+impl Priced for Shop {
+    fn loads(&self) -> &Loads {
+        &self.loads
+    }
+    fn base(&self) -> u32 {
+        100
+    }
+}
+
+#[derive(Clone, Default)]
+struct Market {
+    loads: Loads,
+}
+
+impl Priced for Market {
+    fn loads(&self) -> &Loads {
+        &self.loads
+    }
+    fn base(&self) -> u32 {
+        200
+    }
+}
+
+#[tokio::test]
+async fn a_default_method_is_cached_per_implementor() {
+    let (shop, market) = (Shop::default(), Market::default());
+    assert_eq!(within(shop.price(1)).await, 101);
+    assert_eq!(within(shop.price(1)).await, 101);
+    assert_eq!(within(market.price(1)).await, 201, "a cache of its own");
+    assert_eq!(within(market.price(1)).await, 201);
+    assert_eq!((shop.loads.count(), market.loads.count()), (1, 1));
+    assert!(
+        stampede::stats("placement::Shop::price").is_some(),
+        "{:?}",
+        stampede::caches()
+    );
 }
 
 // ---- modules, and an impl of a generic type at one concrete type ----------------------------

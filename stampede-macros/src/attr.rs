@@ -140,12 +140,16 @@ options! {
         doc: "with Redis, a part of the cache's identity beside its name and the shape of its key and value types: change it when a type's meaning changes and its shape does not (cents where there were euros), or when a type's shape cannot be traced (`serde_json::Value`, untagged or internally tagged enums, `flatten`)",
         default: "none";
     "companion" => |o, p| put(&mut o.companion, p, boolean(p)?),
-        doc: "emit the typed operations on the cache (`invalidate`, `refresh`, `prime`, `peek`, `uncached`): a free function's companion type `product::`, a method's associated functions `Type::method_invalidate` (inherent impls only)",
+        doc: "emit the typed operations on the cache (`invalidate`, `refresh`, `prime`, `peek`, `uncached`): a free function's companion type `product::`, a method's associated functions `Type::method_invalidate` (in a trait impl, with `#[stampede::companions]` on the impl)",
         default: "`true` on a free function, `false` on a method";
     "crate" => |o, p| put(&mut o.krate, p, crate_path(p)?),
         doc: "path of the `stampede` crate when renamed in `Cargo.toml`",
         default: "`\"stampede\"`";
 }
+
+/// The hidden option `#[stampede::companions]` adds to the `#[cached]` of each method it emits
+/// a companion for (`__stampede_companions = true`); not one of [`OPTIONS`], not documented.
+pub(crate) const IN_COMPANIONS_BLOCK: &str = "__stampede_companions";
 
 const LOCKS: &[(&str, LockKind)] = &[
     ("local", LockKind::Local),
@@ -229,6 +233,9 @@ pub(crate) struct Options {
     /// `batch_loader = products`: the batch function whose cache this single-key function calls.
     pub(crate) batch_loader: Option<Spanned<syn::Path>>,
     pub(crate) batch_window: Option<Spanned<Duration>>,
+    /// Set by `#[stampede::companions]` on the trait impl around the method (the hidden option
+    /// [`IN_COMPANIONS_BLOCK`]): the companion's items are emitted there, in an inherent impl.
+    pub(crate) in_companions_block: bool,
     /// Every option written, with the span of its name, in order.
     pub(crate) given: Vec<(&'static str, Span)>,
     /// Some option was misspelt or had a bad value: checks of what is missing would mislead.
@@ -358,6 +365,10 @@ impl Options {
 
     fn set(&mut self, pair: &Pair) -> syn::Result<()> {
         let name = pair.name.to_string();
+        if name == IN_COMPANIONS_BLOCK {
+            self.in_companions_block = true;
+            return Ok(());
+        }
         match OPTIONS.iter().find(|option| option.name == name) {
             Some(option) => {
                 self.given.push((option.name, pair.name.span()));

@@ -61,6 +61,8 @@ checks! {
     /// An argument the load gets a clone of is `Sync`.
     ArgSync => ArgSyncCheck::__stampede_arg_sync,
     /// The receiver is `Clone`.
+    ReceiverSized => ReceiverSizedCheck::__stampede_receiver_sized,
+    /// The receiver is `Clone`.
     ReceiverClone => ReceiverCloneCheck::__stampede_receiver_clone,
     /// The receiver is `Send`.
     ReceiverSend => ReceiverSendCheck::__stampede_receiver_send,
@@ -120,6 +122,7 @@ impl Check {
 
     /// The checks of the receiver, which the load gets a clone of.
     pub(crate) const RECEIVER: &[Check] = &[
+        Check::ReceiverSized,
         Check::ReceiverClone,
         Check::ReceiverSend,
         Check::ReceiverSync,

@@ -35,6 +35,15 @@ mod config;
 
 pub(crate) use batch::loader_call;
 
+/// The companion of a method of a trait impl, for `#[stampede::companions]` to emit in an
+/// inherent impl of the type: the items `#[cached]` would put next to the method in an inherent
+/// impl, with the cache named after the trait (`settings.trait_path`) as the method's is.
+pub(crate) fn trait_method_companion(function: &Function, settings: &Settings) -> TokenStream {
+    Expansion::new(function, settings)
+        .companion()
+        .unwrap_or_default()
+}
+
 use proc_macro2::TokenStream;
 use proc_macro2::{Ident, Span};
 use quote::quote;
@@ -70,8 +79,10 @@ pub(crate) fn expand(mut function: Function, settings: &Settings) -> TokenStream
     } = &function;
     let block = match shape {
         Shape::Async => quote!(#used #call),
-        Shape::AsyncTrait => quote!(::std::boxed::Box::pin(async move { #call })),
+        Shape::AsyncTrait => quote!(::std::boxed::Box::pin(async move { #used #call })),
     };
+    // Under `#[stampede::companions]`, the companion is that attribute's to emit.
+    let companion = companion.filter(|_| !settings.in_companions_block);
     quote! {
         #(#attrs)*
         #vis #sig {
@@ -111,7 +122,8 @@ struct Expansion<'a> {
 enum Holder {
     /// A free function's: a type of the function's name.
     Type(Ident),
-    /// A method's (`companion = true`, inherent impls): associated items named after it.
+    /// A method's (`companion = true`): associated items named after it, in its inherent impl,
+    /// or for a method of a trait impl in the inherent impl `#[stampede::companions]` emits.
     Methods(Ident),
 }
 
@@ -164,6 +176,10 @@ impl<'a> Expansion<'a> {
             other_args,
             in_redis: settings.backend != BackendKind::Memory,
             companion: match (function.receiver, &function.shape, settings.companion) {
+                // In a trait impl, under `#[stampede::companions]`, natively or `#[async_trait]`.
+                (Some(_), _, Some(true)) if settings.in_companions_block => {
+                    Some(Holder::Methods(function.sig.ident.clone()))
+                }
                 (_, Shape::AsyncTrait, _) | (_, _, Some(false)) | (Some(_), _, None) => None,
                 (Some(_), Shape::Async, Some(true)) => {
                     Some(Holder::Methods(function.sig.ident.clone()))
@@ -206,7 +222,7 @@ fn receiver_ident() -> Ident {
 }
 
 /// A type for a `let` inside the load, where the signature's named lifetimes do not exist.
-fn with_elided_lifetimes(ty: &Type) -> Type {
+pub(crate) fn with_elided_lifetimes(ty: &Type) -> Type {
     struct Elide;
     impl VisitMut for Elide {
         fn visit_lifetime_mut(&mut self, lifetime: &mut Lifetime) {

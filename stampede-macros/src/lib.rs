@@ -10,6 +10,7 @@
 mod attr;
 mod batch;
 mod checks;
+mod companions;
 mod diag;
 mod expand;
 mod func;
@@ -53,9 +54,10 @@ use crate::diag::Errors;
 /// `invalidate`, `prime` and `peek` take the key's arguments (those of the `key` template, else
 /// all), `refresh` and `uncached` all the function's arguments, with the function's types. A
 /// method gets them with `companion = true`, as associated functions named after it
-/// (`Repo::user_invalidate(id)`, `repo.user_refresh(id)`), in an inherent impl only: a trait impl
-/// takes no other items, and `stampede::invalidate(name, key)` drops its keys. `companion =
-/// false` leaves out a free function's companion (when its name is taken in its module).
+/// (`Repo::user_invalidate(id)`, `repo.user_refresh(id)`). In a trait impl, which takes no other
+/// items, they need [`macro@companions`] on the impl, which emits them in an inherent impl of the
+/// type. `companion = false` leaves out a free function's companion (when its name is taken in
+/// its module).
 ///
 /// # What it accepts
 ///
@@ -64,6 +66,9 @@ use crate::diag::Errors;
 /// - Methods of native async-fn-in-trait impls, and of `#[async_trait]` impls (the attribute
 ///   recognises the boxed-future shape `#[async_trait]` gives them first, also after
 ///   `#[tracing::instrument]`).
+/// - A trait's default method, when the trait requires `Clone + Send + Sync + 'static` of its
+///   implementors (`trait Priced: Clone + Send + Sync + 'static`): each implementor gets a cache
+///   of its own. Without those supertraits it is refused with an error that says so.
 /// - Arguments by value (`Hash + Eq + Clone + Debug + Send + Sync + 'static`) or by `&T`, which the key
 ///   holds as `T::Owned` (`&str` as `String`). Arguments left out of a `key` template are cloned
 ///   for the load instead.
@@ -92,6 +97,49 @@ pub fn cached(args: TokenStream, item: TokenStream) -> TokenStream {
         // the rest of the crate still type-checks against the function.
         Err(errors) => {
             let mut out = errors.into_compile_error();
+            out.extend(item);
+            out.into()
+        }
+    }
+}
+
+/// Gives the `#[cached(companion = true)]` methods of a trait impl their companions, which the
+/// trait impl itself cannot hold (it takes no items but the trait's): they are emitted in an
+/// inherent impl of the type, next to the trait impl, with the names and signatures an
+/// inherent method's companion has.
+///
+/// ```text
+/// #[stampede::companions]
+/// impl Catalog for Repo {
+///     #[stampede::cached(ttl = "60s", companion = true)]
+///     async fn count(&self, shop: u64) -> u64 { /* the query */ }
+/// }
+///
+/// Repo::count_invalidate(shop).await?;      // the method's own cache: no name to spell
+/// Repo::count_prime(shop, 12).await?;
+/// let held = Repo::count_peek(shop);
+/// let fresh = repo.count_refresh(shop).await;
+/// ```
+///
+/// The cache keeps the method's name (`<path::Repo as path::Catalog>::count`, as
+/// `stampede::caches()` lists it), so `stampede::invalidate(name, key)` still reaches it.
+///
+/// - The companions are private to the module, as an item without a visibility is;
+///   `#[stampede::companions(pub)]` (or `pub(crate)`, ...) gives them that visibility.
+/// - With `#[async_trait]`, either order works (above it, the attribute reads the methods as
+///   written; below, as `#[async_trait]` rewrote them).
+/// - A generic impl gets a generic inherent impl of the same parameters and bounds: each
+///   instantiation has its own cache, as the method has.
+/// - Methods without `companion = true` are left as they are. An impl where no method asks for
+///   a companion, an inherent impl (where `companion = true` alone does it) and anything but an
+///   impl are refused with an error that says so.
+#[proc_macro_attribute]
+pub fn companions(args: TokenStream, item: TokenStream) -> TokenStream {
+    let item = proc_macro2::TokenStream::from(item);
+    match companions::companions(args.into(), item.clone()) {
+        Ok(expanded) => expanded.into(),
+        Err(error) => {
+            let mut out = error.into_compile_error();
             out.extend(item);
             out.into()
         }
@@ -222,5 +270,57 @@ mod tests {
         );
         // Another trait may have `Send + Sync` among its supertraits: the runtime checks it.
         assert_eq!(not("Box<dyn AppError>"), None);
+    }
+
+    #[test]
+    fn companions_of_an_async_trait_method_elide_its_lifetimes_and_name_the_trait() {
+        // A method as `#[async_trait]` rewrites it, when it runs above `#[stampede::companions]`.
+        let item = r#"impl Users for R {
+            #[cached(ttl = "60s", companion = true)]
+            fn greeting<'life0, 'life1, 'async_trait>(&'life0 self, name: &'life1 str) -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = String> + ::core::marker::Send + 'async_trait>>
+            where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait {
+                Box::pin(async move { let __self = self; let __ret: String = { format!("{name}") }; __ret })
+            }
+        }"#;
+        let out = super::companions::companions(quote::quote!(), item.parse().unwrap())
+            .unwrap()
+            .to_string();
+        let (trait_impl, inherent) = out.split_once("impl R").unwrap();
+        assert!(
+            trait_impl.contains("__stampede_companions = true"),
+            "{trait_impl}"
+        );
+        assert!(
+            inherent.contains("fn greeting_peek (name : & '_ str)"),
+            "{inherent}"
+        );
+        assert!(!inherent.contains("async_trait"), "{inherent}");
+        assert!(
+            inherent.contains("type_name_of_val (& < Self as Users > :: greeting)"),
+            "{inherent}"
+        );
+    }
+
+    #[test]
+    fn companions_refuses_what_is_not_a_trait_impl_with_companions() {
+        let refused = |args: &str, item: &str| {
+            super::companions::companions(args.parse().unwrap(), item.parse().unwrap())
+                .unwrap_err()
+                .to_string()
+        };
+        let method =
+            r#"#[stampede::cached(ttl = "1s", companion = true)] async fn f(&self) -> u64 { 1 }"#;
+        assert!(refused("", &format!("impl R {{ {method} }}")).contains("an inherent impl"));
+        assert!(refused("", "struct R;").contains("goes on a trait impl"));
+        let wrong_args = super::companions::companions(
+            "42".parse().unwrap(),
+            format!("impl T for R {{ {method} }}").parse().unwrap(),
+        )
+        .unwrap()
+        .to_string();
+        assert!(wrong_args.contains("visibility at most"), "{wrong_args}");
+        assert!(wrong_args.contains("impl R"), "{wrong_args}");
+        let without = r#"impl T for R { #[cached(ttl = "1s")] async fn f(&self) -> u64 { 1 } }"#;
+        assert!(refused("", without).contains("no method of this impl asks for a companion"));
     }
 }

@@ -46,6 +46,14 @@ pub(crate) struct Settings {
     pub(crate) krate: Path,
     /// `companion = ..` as written; the expansion settles the default by the function's shape.
     pub(crate) companion: Option<bool>,
+    /// Where `companion = true` was written, for what the expansion reports there.
+    pub(crate) companion_span: Option<proc_macro2::Span>,
+    /// The method is in an impl under `#[stampede::companions]`, which emits its companion in an
+    /// inherent impl of the type: the method only calls the items there.
+    pub(crate) in_companions_block: bool,
+    /// Set by `#[stampede::companions]` when it emits a method's companion: the trait the method
+    /// implements, which the cache's name includes (`<path::Type as path::Trait>::method`).
+    pub(crate) trait_path: Option<Path>,
     /// `ttl_from = path`: each value's own fresh time.
     pub(crate) ttl_from: Option<Path>,
     /// `batch = ids`: the shape of a batch function.
@@ -108,6 +116,9 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         name: options.name,
         version: options.version,
         companion: options.companion.map(|companion| companion.value),
+        companion_span: options.companion.map(|companion| companion.span),
+        in_companions_block: options.in_companions_block,
+        trait_path: None,
         ttl_from: options.ttl_from.as_ref().map(|path| path.value.clone()),
         batch_max: batch
             .as_ref()
@@ -262,16 +273,20 @@ fn batch(
     Some(shape)
 }
 
-/// `companion = true` asks for items next to the method, which a trait impl cannot take.
+/// `companion = true` asks for items next to the method, which a trait impl cannot take: there
+/// `#[stampede::companions]` on the impl emits them in an inherent impl of the type. The shape
+/// `#[async_trait]` gives a method tells that it is in a trait impl; a native one cannot be told
+/// from an inherent method here (the expansion makes rustc's error name the fix).
 fn companion_fits_the_shape(options: &Options, function: &Function, errors: &mut Errors) {
     if let Some(companion) = &options.companion
         && companion.value
         && matches!(function.shape, crate::func::Shape::AsyncTrait)
+        && !options.in_companions_block
     {
         errors.push(error(
             companion.span,
-            "`companion = true` adds associated functions next to the method, and a trait impl (here under `#[async_trait]`) takes no items but the trait's",
-            "remove `companion`, and drop a key with `stampede::invalidate(name, key)`, the cache's name as `stampede::stats` lists it",
+            "`companion = true` on a method of a trait impl (here under `#[async_trait]`) needs `#[stampede::companions]` on the impl: a trait impl takes no items but the trait's",
+            "put `#[stampede::companions]` on the impl (above or below `#[async_trait]`): it emits the companion (`Type::method_invalidate`, `_prime`, `_peek`, ...) in an inherent impl of the type",
         ));
     }
 }

@@ -36,7 +36,7 @@ pub type Probe<T> = (PhantomData<T>,);
 
 /// The probe of the type of `*value` (`__private::witness`, as the generated code knows it).
 #[inline(always)]
-pub fn witness<T>(_value: &T) -> Probe<T> {
+pub fn witness<T: ?Sized>(_value: &T) -> Probe<T> {
     (PhantomData,)
 }
 
@@ -176,6 +176,31 @@ check!(
     label = "this argument is not part of the key: the load, which runs detached on another task, gets a clone of it, so it must be `Clone + Send + Sync + 'static`",
     note = "pass a value that can be shared between threads (no `Cell` or `RefCell` inside)",
 );
+
+/// The receiver of a cached method is sized. In a trait's default method `Self` is any
+/// implementor, unsized ones too, unless the trait requires `Sized` (as `Clone` does): the
+/// check fails there first, with a message about the default method rather than `Self: Sized`
+/// and the internals of the next checks. Written out, as `check!` takes only sized parameters.
+#[diagnostic::on_unimplemented(
+    message = "`#[cached]` on a trait's default method needs the trait to require `Clone + Send + Sync + 'static`: `self` there is any implementor, and the load runs on a clone of it",
+    label = "in a default method, `Self` is any implementor of the trait, unsized ones too",
+    note = "require it of every implementor, e.g. `trait Catalog: Clone + Send + Sync + 'static`: each implementor then gets a cache of its own",
+    note = "or put `#[cached]` on the method in each impl of the trait, where `self` has a type"
+)]
+pub trait ReceiverSized<T: ?Sized> {}
+
+impl<T> ReceiverSized<T> for Probe<T> {}
+
+/// The check of `ReceiverSized`.
+pub trait ReceiverSizedCheck: Sized {
+    /// `self`, where `ReceiverSized` holds.
+    #[inline(always)]
+    fn __stampede_receiver_sized(self) -> Self {
+        self
+    }
+}
+
+impl<T: ?Sized> ReceiverSizedCheck for Probe<T> where Probe<T>: ReceiverSized<T> {}
 
 check!(
     /// The receiver of a cached method is cloned for the load.
@@ -335,7 +360,7 @@ pub mod names {
         ArgCloneCheck, ArgSendCheck, ArgSyncCheck, ErrorDebugCheck, ErrorDisplayCheck,
         ErrorFromCheck, ErrorSendCheck, ErrorSyncCheck, KeyCloneCheck, KeyDebugCheck, KeyEqCheck,
         KeyHashCheck, KeySendCheck, KeySyncCheck, OkCloneCheck, OkSendCheck, OkSyncCheck, Probe,
-        Probed, ReceiverCloneCheck, ReceiverSendCheck, ReceiverSyncCheck, ValueCloneCheck,
-        ValueSendCheck, ValueSyncCheck,
+        Probed, ReceiverCloneCheck, ReceiverSendCheck, ReceiverSizedCheck, ReceiverSyncCheck,
+        ValueCloneCheck, ValueSendCheck, ValueSyncCheck,
     };
 }

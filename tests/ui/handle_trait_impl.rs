@@ -1,6 +1,7 @@
-// A trait impl takes no items but the trait's, so a method there cannot have companions: with
-// `#[async_trait]` the attribute says so; in a native trait impl rustc refuses the items. Such a
-// method's key is dropped with `stampede::invalidate(name, key)`.
+// A trait impl takes no items but the trait's, so `companion = true` on a method there needs
+// `#[stampede::companions]` on the impl, which emits the companion in an inherent impl. With
+// `#[async_trait]` the attribute says so; in a native trait impl, which it cannot tell from an
+// inherent one, rustc refuses the items, the first of them named after the fix.
 #[derive(Clone)]
 struct Db;
 

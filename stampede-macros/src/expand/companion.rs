@@ -2,10 +2,11 @@
 //! `invalidate_found`, `refresh`, `prime`, `peek`, `uncached`) with the key's arguments as the function takes them, and the
 //! hidden items they share with the function (its slot, its options, its body). For a free
 //! function they are associated functions of a type of the function's name; for a method with
-//! `companion = true`, associated functions named after it in its impl.
+//! `companion = true`, associated functions named after it in its impl, or for a method of a
+//! trait impl, in the inherent impl `#[stampede::companions]` emits next to it.
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::quote;
+use quote::{quote, quote_spanned};
 
 use super::config::config;
 use super::{Call, Expansion, Holder, with_elided_lifetimes};
@@ -33,7 +34,8 @@ impl Expansion<'_> {
         let companion = self.companion.as_ref()?;
         let items = [self.hidden_items(companion), self.operations(companion)];
         let Holder::Type(_) = companion else {
-            return Some(quote!(#(#items)*));
+            let hint = self.trait_impl_hint();
+            return Some(quote!(#hint #(#items)*));
         };
         let cfgs = self.cfgs();
         let vis = &self.function.vis;
@@ -62,6 +64,32 @@ impl Expansion<'_> {
 
             #linked
         })
+    }
+
+    /// For a method whose companion goes next to it: an item whose name says what a trait impl
+    /// needs, first, so that rustc's first error in a native trait impl, which this attribute
+    /// cannot tell from an inherent one, names the fix ("const
+    /// `__count_companion_needs_stampede_companions_on_this_trait_impl` is not a member of
+    /// trait `Catalog`"), at `companion = true`. Nothing under `#[stampede::companions]`.
+    fn trait_impl_hint(&self) -> TokenStream {
+        if self.settings.in_companions_block {
+            return TokenStream::new();
+        }
+        let span = self.settings.companion_span.unwrap_or_else(Span::call_site);
+        let hint = Ident::new(
+            &format!(
+                "__{}_companion_needs_stampede_companions_on_this_trait_impl",
+                self.function.sig.ident
+            ),
+            span,
+        );
+        let attrs = self.item_attrs();
+        quote_spanned! {span=>
+            #attrs
+            #[doc(hidden)]
+            #[allow(dead_code, non_upper_case_globals)]
+            const #hint: () = ();
+        }
     }
 
     /// The function's own `cfg` and lint attributes, which every companion item repeats: an
@@ -245,9 +273,17 @@ impl Expansion<'_> {
     /// The operations' doc comments, in the order of [`OPERATIONS`].
     fn docs(&self, companion: &Holder) -> [String; 6] {
         let fn_name = self.function.sig.ident.to_string();
-        let shown = match companion {
-            Holder::Type(_) => format!("[`{fn_name}()`](fn@{fn_name})"),
-            Holder::Methods(_) => format!("[`Self::{fn_name}`]"),
+        let shown = match (companion, &self.settings.trait_path) {
+            (Holder::Type(_), _) => format!("[`{fn_name}()`](fn@{fn_name})"),
+            (Holder::Methods(_), None) => format!("[`Self::{fn_name}`]"),
+            // A method of a trait impl, for `#[stampede::companions]`: not a link, which rustdoc
+            // could not resolve from the inherent impl to the trait's.
+            (Holder::Methods(_), Some(trait_path)) => {
+                format!(
+                    "`{fn_name}` (of `impl {} for Self`)",
+                    crate::func::written(trait_path)
+                )
+            }
         };
         [
             format!(

@@ -214,19 +214,31 @@ fn name(
     settings: &Settings,
     private: &TokenStream,
 ) -> TokenStream {
+    let method = fn_name;
     let fn_name = fn_name.to_string();
     match &settings.name {
         Some(name) => quote!(#name),
         // A method's cache is named after its type and, in a trait impl, its trait, which only
-        // the body can name: the trait through the path of a type declared here.
+        // the body can name: the trait through the path of a type declared here. The companion
+        // `#[stampede::companions]` emits for a method of a trait impl lives in an inherent
+        // impl: it names the trait through the method's own path, which `type_name` writes in
+        // the same form (`<path::Type as path::Trait>::method`).
         None if is_method => {
-            let site = Ident::new("__StampedeSite", Span::mixed_site());
+            let site = match &settings.trait_path {
+                Some(trait_path) => {
+                    quote!(::core::any::type_name_of_val(&<Self as #trait_path>::#method))
+                }
+                None => {
+                    let site = Ident::new("__StampedeSite", Span::mixed_site());
+                    quote!({
+                        struct #site;
+                        ::core::any::type_name::<#site>()
+                    })
+                }
+            };
             quote!(#private::method_name(
                 ::core::any::type_name::<Self>(),
-                {
-                    struct #site;
-                    ::core::any::type_name::<#site>()
-                },
+                #site,
                 #fn_name,
             ))
         }

@@ -656,6 +656,9 @@ impl World {
                 let done = self
                     .bounded(self.functions[f as usize].cache(p).prime(k, value))
                     .await;
+                // A prime, like an invalidation, detaches the key's flights again once the tier
+                // answered: one begun meanwhile may have read the value it replaces.
+                oracle.detaching(f, k);
                 if let Some(Ok(())) = done {
                     oracle.primed(f, k, version, p, began);
                 }

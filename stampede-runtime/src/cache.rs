@@ -125,7 +125,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     fn served_span(&self, outcome: &'static str) {
         use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
         // What `trace_span!` checks first (the most verbose level any subscriber enables).
-        if tracing::Level::TRACE <= STATIC_MAX_LEVEL && tracing::Level::TRACE <= LevelFilter::current() {
+        if tracing::Level::TRACE <= STATIC_MAX_LEVEL
+            && tracing::Level::TRACE <= LevelFilter::current()
+        {
             self.lookup_span().record("outcome", outcome);
         }
     }

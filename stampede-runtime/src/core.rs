@@ -87,10 +87,11 @@ impl<K: Key, V: Value> Core<K, V> {
         }
         // Only these options give an entry a tag stamp, a refresh point before its fresh
         // deadline or a fail-safe deadline past its stale one: without them, the lean form.
-        let form = match tags.is_none() && config.refresh_after.is_none() && config.fail_safe.is_none() {
-            true => Form::Lean,
-            false => Form::Full,
-        };
+        let form =
+            match tags.is_none() && config.refresh_after.is_none() && config.fail_safe.is_none() {
+                true => Form::Lean,
+                false => Form::Full,
+            };
         Core {
             memory: Memory::new(config.capacity, form, key_name, values.source_version),
             breaker: config.breaker.map(|threshold| {

@@ -497,8 +497,12 @@ mod tests {
 
     #[tokio::test]
     async fn with_a_source_version_an_older_value_does_not_replace_a_newer_one() {
-        let memory =
-            Memory::<u32, u32>::new(100, Form::Lean, None, Some(|value: &u32| Some(u64::from(*value))));
+        let memory = Memory::<u32, u32>::new(
+            100,
+            Form::Lean,
+            None,
+            Some(|value: &u32| Some(u64::from(*value))),
+        );
         assert!(matches!(
             memory.keep(&memory.begin(&1), entry(5)),
             Kept::Stored

@@ -15,7 +15,7 @@ use crate::entry::{Entry, jittered_ttl};
 use crate::flight::Flights;
 use crate::hot::HotKeys;
 use crate::kv::{Key, Value};
-use crate::memory::{Kept, Loading, Memory};
+use crate::memory::{Form, Kept, Loading, Memory};
 use crate::tags::Stamp;
 use crate::telemetry::{Labels, Telemetry};
 
@@ -85,8 +85,15 @@ impl<K: Key, V: Value> Core<K, V> {
         if tags.is_some() {
             crate::tags::keep_marks_for(config.longest_use());
         }
+        // Only these options give an entry a tag stamp, a refresh point before its fresh
+        // deadline or a fail-safe deadline past its stale one: without them, the lean form.
+        let form =
+            match tags.is_none() && config.refresh_after.is_none() && config.fail_safe.is_none() {
+                true => Form::Lean,
+                false => Form::Full,
+            };
         Core {
-            memory: Memory::new(config.capacity, key_name, values.source_version),
+            memory: Memory::new(config.capacity, form, key_name, values.source_version),
             breaker: config.breaker.map(|threshold| {
                 let open = metrics::gauge!("cache_breaker_open", Labels::new(&config).cache());
                 Breaker::new(threshold, config.breaker_cooldown, open)

@@ -13,17 +13,21 @@
 //! It has no expiry of its own: freshness is judged from each entry's deadlines on tokio's
 //! clock, and an entry past every use stays only until a lookup finds it so
 //! ([`Memory::reclaim`]) or eviction takes it, always within the capacity bound.
+//!
+//! A cache without `tags`, `fail_safe` or `refresh_after` keeps its entries in the lean form
+//! ([`Lean`]: no tag stamp, two deadlines fewer), every other cache as [`Entry`]: the form is
+//! chosen once, when the cache is built ([`Form`]).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
 
-use crate::entry::Entry;
+use crate::entry::{Entry, Lean};
 use crate::kv::{Key, Value};
 
 pub(crate) struct Memory<K, V> {
-    store: quick_cache::sync::Cache<K, Entry<V>>,
+    store: Store<K, V>,
     /// `source_version`: an entry is not replaced by one of an older version.
     version: Option<fn(&V) -> Option<u64>>,
     /// The generations of the keys with a load running.
@@ -41,6 +45,33 @@ struct Names<K> {
     name_of: fn(&K) -> Option<String>,
     by_name: Mutex<HashMap<String, K>>,
     prune_above: usize,
+}
+
+/// How a cache's entries are kept in its store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// [`Lean`]: for a cache whose entries never have a tag stamp, a refresh point before
+    /// their fresh deadline, or a fail-safe deadline after their stale one (no `tags`,
+    /// `refresh_after` or `fail_safe`).
+    Lean,
+    /// [`Entry`], whole.
+    Full,
+}
+
+/// The store, in the cache's [`Form`].
+enum Store<K, V> {
+    Lean(quick_cache::sync::Cache<K, Lean<V>>),
+    Full(quick_cache::sync::Cache<K, Entry<V>>),
+}
+
+/// `$body` with `$store` bound to the quick_cache store, whichever its form.
+macro_rules! either {
+    ($memory:expr, $store:ident => $body:expr) => {
+        match &$memory.store {
+            Store::Lean($store) => $body,
+            Store::Full($store) => $body,
+        }
+    };
 }
 
 struct Generation {
@@ -72,11 +103,12 @@ pub(crate) struct Loading<'a, K: Key, V: Value> {
 }
 
 impl<K: Key, V: Value> Memory<K, V> {
-    /// A store of at most `capacity` entries (at least one). `name_of`: how the tier names a
-    /// key to other processes, when it does ([`Memory::invalidate_named`]); `version`: the
-    /// values' source version, when the cache has one.
+    /// A store of at most `capacity` entries (at least one), in `form`. `name_of`: how the
+    /// tier names a key to other processes, when it does ([`Memory::invalidate_named`]);
+    /// `version`: the values' source version, when the cache has one.
     pub(crate) fn new(
         capacity: u64,
+        form: Form,
         name_of: Option<fn(&K) -> Option<String>>,
         version: Option<fn(&V) -> Option<u64>>,
     ) -> Self {
@@ -84,14 +116,20 @@ impl<K: Key, V: Value> Memory<K, V> {
         // The estimate only sizes the ghost (recently evicted) list; the store allocates as
         // it fills, so a large capacity reserves nothing up front.
         let items = usize::try_from(capacity).unwrap_or(usize::MAX);
-        Memory {
-            store: quick_cache::sync::Cache::with(
+        fn store<K: Key, E: Clone>(items: usize, capacity: u64) -> quick_cache::sync::Cache<K, E> {
+            quick_cache::sync::Cache::with(
                 items,
                 capacity,
                 quick_cache::UnitWeighter,
                 quick_cache::DefaultHashBuilder::default(),
                 quick_cache::sync::DefaultLifecycle::default(),
-            ),
+            )
+        }
+        Memory {
+            store: match form {
+                Form::Lean => Store::Lean(store(items, capacity)),
+                Form::Full => Store::Full(store(items, capacity)),
+            },
             version,
             loading: Mutex::new(HashMap::new()),
             names: name_of.map(|name_of| Names {
@@ -105,13 +143,23 @@ impl<K: Key, V: Value> Memory<K, V> {
     /// The key's entry, whatever its freshness.
     #[inline]
     pub(crate) fn get(&self, key: &K) -> Option<Entry<V>> {
-        self.store.get(key)
+        match &self.store {
+            Store::Lean(store) => store.get(key).map(Lean::entry),
+            Store::Full(store) => store.get(key),
+        }
     }
 
     /// Drops the key's entry if it is past every use at `now` (not even a fail-safe value), so
     /// that an expired value does not wait for eviction. A value stored meanwhile stays.
     pub(crate) fn reclaim(&self, key: &K, now: Instant) {
-        self.store.remove_if(key, |entry| !entry.fail_safe(now));
+        match &self.store {
+            Store::Lean(store) => {
+                store.remove_if(key, |entry| !entry.fail_safe(now));
+            }
+            Store::Full(store) => {
+                store.remove_if(key, |entry| !entry.fail_safe(now));
+            }
+        }
     }
 
     /// Registers a load of `key`, with the key's generation now.
@@ -151,7 +199,7 @@ impl<K: Key, V: Value> Memory<K, V> {
             return Kept::Invalidated;
         }
         if let Some(version) = self.version
-            && let Some(stored) = self.store.get(&load.key).filter(Entry::current)
+            && let Some(stored) = self.get(&load.key).filter(Entry::current)
             && let (Some(stored_version), Some(version)) =
                 (version(&stored.value), version(&entry.value))
             && stored_version > version
@@ -164,10 +212,24 @@ impl<K: Key, V: Value> Memory<K, V> {
             let mut by_name = names.by_name.lock().unwrap_or_else(PoisonError::into_inner);
             by_name.insert(name, load.key.clone());
             if by_name.len() > names.prune_above {
-                by_name.retain(|_, key| self.store.contains_key(key) || *key == load.key);
+                by_name.retain(|_, key| {
+                    either!(self, store => store.contains_key(key)) || *key == load.key
+                });
             }
         }
-        self.store.insert(load.key.clone(), entry);
+        match &self.store {
+            Store::Full(store) => store.insert(load.key.clone(), entry),
+            Store::Lean(store) => match Lean::of(entry) {
+                Some(lean) => store.insert(load.key.clone(), lean),
+                None => {
+                    // A tag stamp this form cannot check: never the case, since only a cache
+                    // with tags stamps its entries; the value is not kept (the one stored
+                    // before it is older).
+                    debug_assert!(false, "a tagged entry in a cache without tags");
+                    store.remove(&load.key);
+                }
+            },
+        }
         Kept::Stored
     }
 
@@ -181,7 +243,7 @@ impl<K: Key, V: Value> Memory<K, V> {
     pub(crate) fn invalidate(&self, key: &K) -> bool {
         let mut loading = self.loading();
         Self::detach_in(&mut loading, key);
-        self.store.remove(key).is_some()
+        either!(self, store => store.remove(key).is_some())
     }
 
     /// Loads of the key running now will not store their value; the value stored stays.
@@ -214,7 +276,9 @@ impl<K: Key, V: Value> Memory<K, V> {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(name);
         if let Some(key) = key {
-            self.store.remove(&key);
+            either!(self, store => {
+                store.remove(&key);
+            });
         }
     }
 
@@ -231,12 +295,12 @@ impl<K: Key, V: Value> Memory<K, V> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clear();
         }
-        self.store.clear();
+        either!(self, store => store.clear());
     }
 
     /// How many entries the store holds.
     pub(crate) fn entry_count(&self) -> u64 {
-        self.store.len() as u64
+        either!(self, store => store.len()) as u64
     }
 
     /// How many keys have a load running.
@@ -292,7 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_invalidation_stops_only_the_loads_of_its_own_key() {
-        let memory = Memory::<u32, u32>::new(100, None, None);
+        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
         let (one, two) = (memory.begin(&1), memory.begin(&2));
         memory.invalidate(&1);
         assert!(
@@ -306,7 +370,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_load_that_began_after_the_invalidation_stores_its_value() {
-        let memory = Memory::<u32, u32>::new(100, None, None);
+        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
         let old = memory.begin(&1);
         memory.invalidate(&1);
         let new = memory.begin(&1);
@@ -324,7 +388,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_generation_outlives_the_loads_of_its_key() {
-        let memory = Memory::<u32, u32>::new(100, Some(named), None);
+        let memory = Memory::<u32, u32>::new(100, Form::Lean, Some(named), None);
         for key in 0..1_000 {
             let load = memory.begin(&key);
             memory.invalidate_named(&format!("k{}", key / 2 * 2));
@@ -335,7 +399,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_never_holds_more_than_its_capacity() {
-        let memory = Memory::<u32, u32>::new(1_000, None, None);
+        let memory = Memory::<u32, u32>::new(1_000, Form::Lean, None, None);
         for key in 0..100_000 {
             let load = memory.begin(&key);
             memory.keep(&load, entry(key));
@@ -346,7 +410,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_name_drops_its_key_and_only_it() {
-        let memory = Memory::<u32, u32>::new(100, Some(named), None);
+        let memory = Memory::<u32, u32>::new(100, Form::Lean, Some(named), None);
         for key in 0..10 {
             memory.keep(&memory.begin(&key), entry(key));
         }
@@ -363,7 +427,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_index_of_names_stays_bounded_and_finds_every_stored_key() {
-        let memory = Memory::<u32, u32>::new(100, Some(named), None);
+        let memory = Memory::<u32, u32>::new(100, Form::Lean, Some(named), None);
         for key in 0..100_000 {
             memory.keep(&memory.begin(&key), entry(key));
         }
@@ -386,8 +450,43 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn each_form_gives_back_the_entry_it_kept() {
+        let now = Instant::now();
+        let (fresh, stale) = (Duration::from_secs(60), Duration::from_secs(30));
+        let lean = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        lean.keep(&lean.begin(&1), Entry::loaded(1, now, fresh, stale));
+        let back = lean.get(&1).expect("kept");
+        assert_eq!(back.filled_at(), now);
+        assert_eq!(back.fresh_until(), now + fresh);
+        assert_eq!(back.stale_until(), now + fresh + stale);
+        assert!(back.fail_safe(now + fresh + stale - Duration::from_millis(1)));
+        assert!(!back.fail_safe(now + fresh + stale));
+
+        // The full form keeps a tag stamp, and deadlines of their own.
+        let full = Memory::<u32, u32>::new(100, Form::Full, None, None);
+        let stamp = crate::tags::Stamp::new(vec!["memory-test:forms".into()]);
+        let entry = Entry::loaded(2, now, fresh, stale)
+            .refreshing_from(now + Duration::from_secs(10))
+            .failing_safe_for(Duration::from_secs(600))
+            .stamped(Some(&stamp));
+        full.keep(&full.begin(&2), entry);
+        let back = full.get(&2).expect("kept");
+        assert_eq!(
+            back.freshness(now + Duration::from_secs(10)),
+            crate::entry::Freshness::Early
+        );
+        assert!(back.fail_safe(now + fresh + stale + Duration::from_secs(599)));
+        assert!(back.current());
+        crate::tags::mark("memory-test:forms");
+        assert!(
+            full.get(&2).is_some_and(|entry| !entry.current()),
+            "its tag was invalidated"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn reclaim_drops_only_an_entry_past_every_use() {
-        let memory = Memory::<u32, u32>::new(100, None, None);
+        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
         memory.keep(&memory.begin(&1), entry(1));
         memory.reclaim(&1, Instant::now());
         assert!(memory.get(&1).is_some(), "still fresh");
@@ -398,8 +497,12 @@ mod tests {
 
     #[tokio::test]
     async fn with_a_source_version_an_older_value_does_not_replace_a_newer_one() {
-        let memory =
-            Memory::<u32, u32>::new(100, None, Some(|value: &u32| Some(u64::from(*value))));
+        let memory = Memory::<u32, u32>::new(
+            100,
+            Form::Lean,
+            None,
+            Some(|value: &u32| Some(u64::from(*value))),
+        );
         assert!(matches!(
             memory.keep(&memory.begin(&1), entry(5)),
             Kept::Stored

@@ -179,7 +179,7 @@ where
         for _ in indices {
             self.telemetry.degraded.bump();
         }
-        let trusted_for = endpoint.and_then(|endpoint| endpoint.memory_trusted_for());
+        let trusted_for = endpoint.and_then(|endpoint| endpoint.local_trusted_for());
         let loaded = batch.load(indices).await;
         for (&at, loaded) in indices.iter().zip(loaded) {
             let handle = &batch.handles()[at];
@@ -607,7 +607,7 @@ where
         let took = started.elapsed();
         let (filled, local_loaded) = loaded.split_at(fill.len());
         // Kept here only: untagged keys, and those Redis could not be used for.
-        let trusted_for = self.endpoint.memory_trusted_for();
+        let trusted_for = self.endpoint.local_trusted_for();
         for (&at, loaded) in local.iter().zip(local_loaded) {
             let handle = &batch.handles()[at];
             self.tier.telemetry.degraded.bump();

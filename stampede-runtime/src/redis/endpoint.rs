@@ -89,6 +89,14 @@ impl Endpoint {
         listened
     }
 
+    /// How long this process may keep in memory a value it loaded or primed here because Redis
+    /// could not be used: the staleness bound, whatever the feed says. Redis does not have the
+    /// value, so nothing there would ever replace it; and the process reads Redis again (where
+    /// the key is dropped first, see `dirty`) only once memory no longer serves it.
+    pub(crate) fn local_trusted_for(&self) -> Option<Duration> {
+        Some(self.config.staleness_bound())
+    }
+
     /// How long this process may keep in memory a value it reads from or writes to Redis now:
     /// `None` (as long as the cache's own deadlines say) while the invalidation feed is live,
     /// `Some(bound)` while it is not known to be (`2 × heartbeat + op_timeout`, see `pubsub`):

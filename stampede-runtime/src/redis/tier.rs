@@ -315,7 +315,7 @@ where
     ) -> Fetched<V> {
         self.telemetry.degraded.bump();
         tracing::Span::current().record("outcome", "degraded");
-        let trusted_for = endpoint.and_then(|endpoint| endpoint.memory_trusted_for());
+        let trusted_for = endpoint.and_then(|endpoint| endpoint.local_trusted_for());
         let fetched = handle.load_here(trusted_for).await;
         if let (Fetched::Loaded(_), Some(endpoint)) = (&fetched, endpoint) {
             self.changed_while_down(endpoint, handle.key(), handle.config());

@@ -131,9 +131,18 @@ impl<K: Key, V: Value> Core<K, V> {
 
     /// `entry` as the cache's options have it kept: refreshed early past `refresh_after`, kept
     /// for `fail_safe` past its stale deadline, then servable no longer than `trusted_for` from
-    /// now in any of its windows (memory is trusted only that long while a shared tier's
+    /// `since` in any of its windows (memory is trusted only that long while a shared tier's
     /// invalidation feed is not known to be live). The cap comes last, so no option undoes it.
-    pub(crate) fn kept(&self, entry: Entry<V>, trusted_for: Option<Duration>) -> Entry<V> {
+    ///
+    /// `since` is when the flight or read began, before the store or the source was read: an
+    /// invalidation missed after that may concern the value, so the bound counts from there,
+    /// not from when a long load ended.
+    pub(crate) fn kept(
+        &self,
+        entry: Entry<V>,
+        trusted_for: Option<Duration>,
+        since: Instant,
+    ) -> Entry<V> {
         let config = &self.config;
         let entry = match config.refresh_after {
             Some(refresh_after) => {
@@ -150,7 +159,7 @@ impl<K: Key, V: Value> Core<K, V> {
             None => entry,
         };
         match trusted_for {
-            Some(bound) => entry.capped(after(Instant::now(), bound)),
+            Some(bound) => entry.capped(after(since, bound)),
             None => entry,
         }
     }
@@ -163,6 +172,8 @@ pub(crate) struct Begun<'a, K: Key, V: Value> {
     core: &'a Core<K, V>,
     loading: Loading<'a, K, V>,
     stamp: Option<Arc<Stamp>>,
+    /// When it began: the trust cap of what it keeps counts from here.
+    began: Instant,
 }
 
 impl<'a, K: Key, V: Value> Begun<'a, K, V> {
@@ -170,6 +181,7 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
         Begun {
             stamp: core.stamp(key),
             loading: core.memory.begin(key),
+            began: Instant::now(),
             core,
         }
     }
@@ -179,6 +191,7 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
         Some(Begun {
             loading: core.memory.begin_alone(key)?,
             stamp: core.stamp(key),
+            began: Instant::now(),
             core,
         })
     }
@@ -191,7 +204,7 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
     /// `entry` as it is kept ([`Core::kept`]), stamped with the key's tags.
     pub(crate) fn entry(&self, entry: Entry<V>, trusted_for: Option<Duration>) -> Entry<V> {
         self.core
-            .kept(entry, trusted_for)
+            .kept(entry, trusted_for, self.began)
             .stamped(self.stamp.as_ref())
     }
 

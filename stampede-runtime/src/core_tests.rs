@@ -685,6 +685,30 @@ async fn a_fail_safe_value_is_never_served_past_the_trust_cap() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_load_kept_while_the_feed_is_down_is_trusted_from_its_start_not_its_end() {
+    // Simulation seed 24640: while the feed is down, another process invalidated the key during
+    // this process's 1 s load (its message lost). The store refused the fill; the value was
+    // kept for the bound from the fill, so it outlived the invalidation by more than the bound.
+    let store = Store::new();
+    let mut untrusted = fake_tier::tier(&store);
+    let bound = Duration::from_secs(2);
+    untrusted.trusted_for = Some(bound);
+    let cache = shared(config("core::trust_from_start"), untrusted);
+    let source = Source::new(Duration::from_secs(1));
+    let load = tokio::spawn(source.get(cache, 4));
+    tokio::time::advance(Duration::from_millis(500)).await;
+    store.drop_silently(&4); // invalidated elsewhere mid-load; the message was lost
+    let invalidated = Instant::now();
+    assert_eq!(within(load).await.unwrap().unwrap(), "4 v1");
+    tokio::time::sleep_until(invalidated + bound + Duration::from_millis(1)).await;
+    assert_eq!(
+        within(source.get(cache, 4)).await.unwrap(),
+        "4 v2",
+        "past the bound after the missed invalidation, the value read before it is not served"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_load_does_not_hand_a_late_waiter_the_stale_value_past_its_deadline() {
     // Simulation seed 27791: the flight served the store's stale value to its waiters, then
     // waited for another process's lock; a caller that joined after the value's stale deadline
@@ -800,10 +824,10 @@ fn the_trust_cap_bounds_every_window_the_options_give_an_entry() {
         options.refresh_after = Some(Duration::from_secs(5));
         let core = crate::core::Core::<u64, String>::new(options, None, Values::NONE, None);
         let bound = Duration::from_secs(2);
-        let entry = core.kept(core.loaded("v".to_owned()), Some(bound));
+        let entry = core.kept(core.loaded("v".to_owned()), Some(bound), Instant::now());
         let past = Instant::now() + bound;
         assert!(!entry.servable(past) && !entry.fail_safe(past), "{entry:?}");
-        let uncapped = core.kept(core.loaded("v".to_owned()), None);
+        let uncapped = core.kept(core.loaded("v".to_owned()), None, Instant::now());
         assert!(uncapped.fail_safe(past + Duration::from_secs(60)));
     });
 }

@@ -97,10 +97,11 @@ impl Endpoint {
         Some(self.config.staleness_bound())
     }
 
-    /// How long this process may keep in memory a value it reads from or writes to Redis now:
-    /// `None` (as long as the cache's own deadlines say) while the invalidation feed is live,
-    /// `Some(bound)` while it is not known to be (`2 × heartbeat + op_timeout`, see `pubsub`):
-    /// an invalidation missed meanwhile is then outlived by at most that bound.
+    /// How long this process may keep in memory a value it reads from or writes to Redis now,
+    /// counted from when the read or load began (`Begun`): `None` (as long as the cache's own
+    /// deadlines say) while the invalidation feed is live, `Some(bound)` while it is not known
+    /// to be (`2 × heartbeat + op_timeout`, see `pubsub`): an invalidation missed meanwhile is
+    /// then outlived by at most that bound, however long the load took.
     /// `Some(Duration::ZERO)` would mean: keep nothing.
     pub(crate) fn memory_trusted_for(&self) -> Option<Duration> {
         let now = Instant::now();

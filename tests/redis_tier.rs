@@ -1060,3 +1060,47 @@ async fn callers_of_a_key_another_process_filled_make_at_most_two_reads() {
     assert!(reads <= 2, "{reads} reads");
     assert_eq!(LOADS.load(SeqCst), 1);
 }
+
+/// A refresh whose fill another process's lock fenced off (it took the lock after the refresh
+/// read the key, and has not filled) retires the value Redis holds, written before the refresh
+/// began: no process is served it after this one handed out the newer value. Simulation seed
+/// 190888, in Redis's terms.
+#[tokio::test]
+async fn a_refresh_fenced_off_by_a_later_holder_retires_the_older_value_in_redis() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "retire", name = "red::retire")]
+    async fn price(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("{id} v{n}")
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "retire", name = "red::retire")]
+    async fn elsewhere(id: u64) -> String {
+        format!("{id} loaded elsewhere")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "retire");
+    assert_eq!(within(price(1)).await, "1 v1");
+    let value = server.key("test:{red::retire~*|1}:v").unwrap();
+    let (lock, fence) = (value.replace(":v", ":l"), value.replace(":v", ":f"));
+    let refresh = tokio::spawn(price::refresh(1));
+    eventually("the refresh to begin its load", || LOADS.load(SeqCst) == 2).await;
+    // Another process takes the lock, as `READ_OR_LOCK` does, and is still loading.
+    let _: () = server.command(&["SET", &lock, "another", "PX", "30000"]);
+    let _: u64 = server.command(&["INCR", &fence]);
+    assert_eq!(within(refresh).await.unwrap(), "1 v2");
+    assert_eq!(
+        server.key(&value),
+        None,
+        "Redis no longer holds v1, older than the value the refresh handed out"
+    );
+    assert_eq!(
+        within(price(1)).await,
+        "1 v2",
+        "memory keeps the newer value"
+    );
+    let _: () = server.command(&["DEL", &lock]);
+    assert_eq!(within(elsewhere(1)).await, "1 loaded elsewhere");
+}

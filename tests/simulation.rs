@@ -20,6 +20,7 @@
 //! cargo test --test simulation                                # the fixed seeds CI runs
 //! STAMPEDE_SIM_SEEDS=100000 cargo test --release --test simulation   # more, by hand
 //! STAMPEDE_SIM_SEED=1234 cargo test --test simulation         # replay one, with its trace
+//! STAMPEDE_SIM_TRACE=400 ...                                   # a longer trace (40 lines by default)
 //! ```
 //!
 //! A failing seed is shrunk (its plan cut to the fewest operations that still fail) and printed
@@ -986,7 +987,8 @@ fn report(seed: u64) -> String {
         text.push_str(&format!("  - {violation}\n"));
     }
     text.push_str("the run's last steps:\n");
-    for line in oracle.trace(40) {
+    let lines = env("STAMPEDE_SIM_TRACE").map_or(40, |lines| lines as usize);
+    for line in oracle.trace(lines) {
         text.push_str(&format!("  {line}\n"));
     }
     text.push_str(&format!(

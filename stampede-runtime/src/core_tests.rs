@@ -44,6 +44,14 @@ fn config(name: &str) -> Config {
     }
 }
 
+/// `config(name)` with `lock = "redis"`: one load per key across the processes sharing a store.
+fn locked(name: &str) -> Config {
+    Config {
+        lock: Lock::Redis,
+        ..config(name)
+    }
+}
+
 /// A cache that lives as long as the test process, listed in the registry.
 fn leak<T: Tier<u64, String>>(config: Config, tier: T) -> &'static Cache<u64, String, T> {
     let cache = Box::leak(Box::new(Cache::new(config, tier, None, Values::NONE)));
@@ -118,8 +126,8 @@ async fn two_processes_share_one_load_through_the_shared_store() {
     let store = Store::new();
     let name = "core::shared_singleflight";
     let (a, b) = (
-        shared(config(name), fake_tier::tier(&store)),
-        shared(config(name), fake_tier::tier(&store)),
+        shared(locked(name), fake_tier::tier(&store)),
+        shared(locked(name), fake_tier::tier(&store)),
     );
     let source = Source::new(Duration::from_millis(100));
     let calls: Vec<_> = (0..50)
@@ -261,10 +269,10 @@ async fn a_lost_wake_up_costs_at_most_the_lock_wait() {
     let store = Store::new();
     store.lose_messages.store(true, SeqCst);
     let name = "core::lost_wake_up";
-    let a = shared(config(name), fake_tier::tier(&store));
+    let a = shared(locked(name), fake_tier::tier(&store));
     let mut waiting = fake_tier::tier(&store);
     waiting.lock_wait = Duration::from_secs(2);
-    let b = shared(config(name), waiting);
+    let b = shared(locked(name), waiting);
     let source = Source::new(Duration::from_secs(10));
     let holder = tokio::spawn(source.get(a, 6));
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -612,7 +620,7 @@ impl<T: Tier<u64, String>> Stale for &'static Cache<u64, String, T> {
 async fn lock_contention_alone_never_opens_the_breaker() {
     let store = Store::new();
     store.lock(4); // another process holds the key's lock
-    let mut guarded = config("core::breaker_busy");
+    let mut guarded = locked("core::breaker_busy");
     guarded.breaker = Some(1);
     let mut busy = fake_tier::tier(&store);
     busy.busy_error = true;
@@ -718,7 +726,7 @@ async fn a_failed_load_does_not_hand_a_late_waiter_the_stale_value_past_its_dead
     let stale_until = now + Duration::from_secs(1);
     store.put(3, Entry::new("3 old".to_owned(), now, now, stale_until));
     store.lock(3); // another process holds the key's lock, and never fills
-    let cache = shared(config("core::served_deadline"), fake_tier::tier(&store));
+    let cache = shared(locked("core::served_deadline"), fake_tier::tier(&store));
     let source = Flaky::default();
     source.failing.store(true, SeqCst);
     assert_eq!(
@@ -807,6 +815,36 @@ async fn a_refresh_does_not_serve_an_older_stale_value_from_the_store_over_memor
     assert_eq!(
         within(source.get(cache, 6)).await.unwrap(),
         "6 v1",
+        "an older value after a newer one"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fill_fenced_off_by_a_later_load_retires_the_older_value_it_was_to_replace() {
+    // Simulation seed 190888: a refresh loaded v2, and another process began a load meanwhile,
+    // which fenced its fill off. The store kept v1 (written before the refresh began) and this
+    // process kept v2 in memory only; its feed went down, it dropped its memory, and served v1
+    // from the store: an older value after a newer one.
+    let store = Store::new();
+    let cache = shared(config("core::retire_older"), fake_tier::tier(&store));
+    let source = Source::new(Duration::from_secs(1));
+    assert_eq!(within(source.get(cache, 5)).await.unwrap(), "5 v1");
+    tokio::time::advance(Duration::from_secs(11)).await; // past the ttl: stale, refreshed
+    assert_eq!(within(source.get(cache, 5)).await.unwrap(), "5 v1");
+    tokio::time::advance(Duration::from_millis(500)).await;
+    store.lock(5); // another process begins a load of the key, and is still loading
+    tokio::time::sleep(Duration::from_millis(1600)).await; // the refresh.s fill is refused
+    assert_eq!(within(source.get(cache, 5)).await.unwrap(), "5 v2");
+    store.cut_feed(0, Duration::from_millis(10), Duration::from_millis(20));
+    tokio::time::sleep(Duration::from_millis(50)).await; // memory dropped, twice
+    assert_ne!(
+        store.value(&5).as_deref(),
+        Some("5 v1"),
+        "v1 is older than what was served"
+    );
+    assert_ne!(
+        within(source.get(cache, 5)).await.unwrap(),
+        "5 v1",
         "an older value after a newer one"
     );
 }

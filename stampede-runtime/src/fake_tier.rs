@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::config::Config;
+use crate::config::{self, Config};
 use crate::entry::Entry;
 use crate::error::Error;
 use crate::kv::{Key, Value};
@@ -190,11 +190,13 @@ impl<K: Key, V: Value> Store<K, V> {
             .map(|stored| stored.value.clone())
     }
 
-    /// Takes the key's lock, as another process's flight would (held until its lease ends).
+    /// Takes the key's lock, as another process's flight would (held until its lease ends, and
+    /// moving the key's fence on).
     pub fn lock(&self, key: K) {
         let mut state = self.state();
         let token = state.token();
         let until = Instant::now() + self.lease;
+        state.bump(&key);
         state.locks.insert(key, Lock { token, until });
     }
 
@@ -483,6 +485,11 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                     .get(handle.key())
                     .filter(|held| held.until > now);
                 match held {
+                    // No Redis lock (`READ_OR_LOCK` without a token): loaded without one, and
+                    // fenced by its fill, which moves the fence on.
+                    _ if handle.config().lock != config::Lock::Redis => {
+                        Next::Hold(None, state.fence(handle.key()), now)
+                    }
                     None => {
                         let token = state.token();
                         let until = now + store.lease;
@@ -729,10 +736,19 @@ impl<K: Key, V: Value> Fake<K, V> {
             // moved (another holder's fill, a prime, an invalidation). Its callers get what the
             // store holds, if servable and written since the read (not the value it replaces).
             (Ok(value), newer) => {
+                let now = Instant::now();
                 if newer.is_some() {
                     handle.older_than_stored();
+                } else if state
+                    .values
+                    .get(handle.key())
+                    .is_some_and(|stored| stored.filled_at < read_at)
+                {
+                    // The fence moved, yet what the store holds was written before this
+                    // flight's read: another load began since and has not filled. That value
+                    // is older than the one this flight hands out: retired, as `FILL` does.
+                    state.values.remove(handle.key());
                 }
-                let now = Instant::now();
                 let stored = state
                     .values
                     .get(handle.key())

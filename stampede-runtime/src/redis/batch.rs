@@ -662,6 +662,7 @@ where
                 keep_for: config.fail_safe.unwrap_or_default(),
                 load: took,
                 fence: *fence,
+                read_at: parts[*at].read_at,
                 source_version: batch.handles()[*at].source_version(value),
                 payload: payload.clone(),
             })

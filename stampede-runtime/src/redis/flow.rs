@@ -110,6 +110,13 @@ where
         }
     }
 
+    /// The flow of a load that read the key at `read_at` (the server's time, ms) already: its
+    /// fill is judged against that read (see `FILL`).
+    pub(super) fn read_at(mut self, read_at: u64) -> Self {
+        self.read_at = read_at;
+        self
+    }
+
     /// Runs the flow to its report, in the `stampede.lock` span.
     pub(super) async fn run(mut self) -> Fetched<V> {
         let span = tracing::debug_span!(
@@ -384,7 +391,7 @@ where
             version,
             &payload,
         )
-        .loaded_in(took);
+        .loaded(self.read_at, took);
         let written = self.endpoint.write(&self.keys, write).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
@@ -515,6 +522,7 @@ pub(super) fn write_of<'a>(
         load: Duration::ZERO,
         fence,
         source_version,
+        read_at: 0,
         payload,
     }
 }

@@ -63,12 +63,17 @@ pub(crate) struct Write<'a> {
     pub(crate) fence: Option<u64>,
     /// The value's source version: the fill is refused if the value stored has a newer one.
     pub(crate) source_version: Option<u64>,
+    /// The server's time (ms) of the read that gave `fence`: a refused fill deletes a value
+    /// written before it (see `FILL`). 0 for none.
+    pub(crate) read_at: u64,
     pub(crate) payload: &'a [u8],
 }
 
 impl Write<'_> {
-    /// The fill, with how long its load took (the envelope records it).
-    pub(crate) fn loaded_in(mut self, load: Duration) -> Self {
+    /// The fill of a load that read the key at `read_at` (server ms) and took `load` (the
+    /// envelope records it).
+    pub(crate) fn loaded(mut self, read_at: u64, load: Duration) -> Self {
+        self.read_at = read_at;
         self.load = load;
         self
     }
@@ -168,6 +173,7 @@ impl Endpoint {
                     .arg(connection.publish_command())
                     .arg(&source_version)
                     .arg(self.most_read())
+                    .arg(write.read_at)
                     .invoke_async(&mut connection)
                     .await
             })

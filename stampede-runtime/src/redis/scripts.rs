@@ -100,11 +100,16 @@ return {value, 'busy', now, fence, redis.call('PTTL', KEYS[2]), oversized}
 /// fence read (empty for a prime: written whatever the fence, which it moves on), the payload, the channel, how long to keep the value past its stale deadline
 /// (the cache's `fail_safe`, ms), the publishing command (`SPUBLISH` on a cluster, else
 /// `PUBLISH`), the value's source version (decimal; empty for none), the largest value to
-/// return in bytes.
+/// return in bytes, the server's time (ms) of the read that gave the fence (0 for none).
 ///
 /// Returns `{written, now_ms, fresh_until, stale_until, stored}`: written is 1, or 0 when the
 /// fence moved, or 2 when the value stored has a newer source version; when nothing was
 /// written, `stored` is the value Redis holds (nil when none, or over the size given).
+///
+/// When the fence moved and the value stored was written before the read, another load began
+/// since and has not filled: that value is older than the one this load hands out, and is
+/// deleted, so that no process is served it after this one's (the next reader waits for the
+/// other load, or loads).
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -136,6 +141,10 @@ if fence == '' then
     redis.call('SET', KEYS[3], fence)
   end
 elseif redis.call('GET', KEYS[3]) ~= fence then
+  local written = tonumber(string.match(redis.call('GETRANGE', KEYS[1], 0, 160), '^S2 %d+ %d+ (%d+) '))
+  if written and written < tonumber(ARGV[12]) then
+    redis.call('DEL', KEYS[1])
+  end
   return refused(0)
 end
 if ARGV[1] == '' then

@@ -173,6 +173,7 @@ where
             return self.degraded(handle, Some(&endpoint)).await;
         };
         Flow::new(self, endpoint, keys, handle)
+            .read_at(read.now_ms)
             .hold(false, read.fence)
             .await
     }

@@ -32,6 +32,8 @@ pub(crate) struct Fill<'a> {
     pub(crate) keep_for: Duration,
     pub(crate) load: Duration,
     pub(crate) fence: u64,
+    /// The server's time (ms) of the read that gave `fence` (see `FILL_MANY`).
+    pub(crate) read_at: u64,
     /// The value's source version: not written over a value stored with a newer one.
     pub(crate) source_version: Option<u64>,
     pub(crate) payload: Vec<u8>,
@@ -147,7 +149,8 @@ impl Endpoint {
                     .arg(&fill.payload[..])
                     .arg(&fill.keys.channel)
                     .arg(millis(fill.keep_for))
-                    .arg(&versions[at]);
+                    .arg(&versions[at])
+                    .arg(fill.read_at);
             }
             let reply: Vec<Value> = script.invoke_async(&mut connection).await?;
             let mut reply = reply.into_iter();

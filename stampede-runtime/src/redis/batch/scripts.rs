@@ -104,9 +104,11 @@ return out
 /// when not written), and its lock released if the token still holds it.
 ///
 /// KEYS: value, lock, fence of each key. ARGV: the publishing command, the largest value to
-/// return in bytes, then per key 9 values: token (empty: the key was loaded without the lock),
+/// return in bytes, then per key 10 values: token (empty: the key was loaded without the lock),
 /// fresh ms, stale ms, load ms, the fence read, the payload, the channel, how long to keep the
-/// value past its stale deadline (ms), the value's source version (decimal; empty for none).
+/// value past its stale deadline (ms), the value's source version (decimal; empty for none),
+/// the server's time (ms) of the read that gave the fence. A refused key's older value is
+/// deleted as `FILL` deletes it.
 ///
 /// Returns `{now_ms, then per key: written, fresh_until, stale_until, stored}` with `FILL`'s
 /// written (1; 0 when the fence moved; 2 when the value stored has a newer source version);
@@ -122,7 +124,7 @@ local most = tonumber(ARGV[2])
 local out = {now}
 for i = 0, #KEYS / 3 - 1 do
   local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local a = 2 + 9 * i
+  local a = 2 + 10 * i
   local token, fence, channel, version = ARGV[a + 1], ARGV[a + 5], ARGV[a + 7], ARGV[a + 9]
   if token ~= '' and redis.call('GET', lk) == token then
     redis.call('DEL', lk)
@@ -136,6 +138,10 @@ for i = 0, #KEYS / 3 - 1 do
   end
   if not refused and redis.call('GET', fk) ~= fence then
     refused = 0
+    local written = tonumber(string.match(redis.call('GETRANGE', vk, 0, 160), '^S2 %d+ %d+ (%d+) '))
+    if written and written < tonumber(ARGV[a + 10]) then
+      redis.call('DEL', vk)
+    end
   end
   if refused then
     redis.call(publish, channel, '')

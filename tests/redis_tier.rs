@@ -1061,10 +1061,10 @@ async fn callers_of_a_key_another_process_filled_make_at_most_two_reads() {
     assert_eq!(LOADS.load(SeqCst), 1);
 }
 
-/// A refresh whose fill another process's lock fenced off (it took the lock after the refresh
-/// read the key, and has not filled) retires the value Redis holds, written before the refresh
-/// began: no process is served it after this one handed out the newer value. Simulation seed
-/// 190888, in Redis's terms.
+/// A refresh whose fill another process's lock fenced off (it took the lock over while the
+/// refresh's holder was paused past its lease, and has not filled) retires the value Redis
+/// holds, written before the refresh began: no process is served it after this one handed out
+/// the newer value. Simulation seed 190888, in Redis's terms.
 #[tokio::test]
 async fn a_refresh_fenced_off_by_a_later_holder_retires_the_older_value_in_redis() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
@@ -1103,4 +1103,59 @@ async fn a_refresh_fenced_off_by_a_later_holder_retires_the_older_value_in_redis
     );
     let _: () = server.command(&["DEL", &lock]);
     assert_eq!(within(elsewhere(1)).await, "1 loaded elsewhere");
+}
+
+/// With `lock = "redis"` a refresh loads under the key's Redis lock: another process's refresh
+/// of the key meanwhile waits for its fill and returns it, rather than loading beside it (two
+/// overlapping loads that nothing orders: simulation seed 44039).
+#[tokio::test]
+async fn refreshes_of_one_key_in_two_processes_share_one_load_under_the_redis_lock() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    async fn load(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("{id} v{n}")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "refresh_lock",
+        name = "red::refresh_lock"
+    )]
+    async fn in_a(id: u64) -> String {
+        load(id).await
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "refresh_lock",
+        name = "red::refresh_lock"
+    )]
+    async fn in_b(id: u64) -> String {
+        load(id).await
+    }
+
+    let server = RedisServer::start();
+    install(&server, "refresh_lock");
+    assert_eq!(within(in_a(1)).await, "1 v1");
+    assert_eq!(within(in_b(1)).await, "1 v1"); // from Redis
+    let lock = server
+        .key("test:{red::refresh_lock~*|1}:v")
+        .unwrap()
+        .replace(":v", ":l");
+    let refresh = tokio::spawn(in_a::refresh(1));
+    eventually("the refresh to begin its load", || LOADS.load(SeqCst) == 2).await;
+    assert!(
+        server.key(&lock).is_some(),
+        "the refresh holds the key's lock"
+    );
+    assert_eq!(
+        within(in_b::refresh(1)).await,
+        "1 v2",
+        "the other process's refresh returns the fill of the load that holds the lock"
+    );
+    assert_eq!(within(refresh).await.unwrap(), "1 v2");
+    assert_eq!(LOADS.load(SeqCst), 2, "one load for both refreshes");
+    assert_eq!(within(in_b(1)).await, "1 v2");
 }

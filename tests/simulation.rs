@@ -334,11 +334,10 @@ impl Source {
         self: Arc<Self>,
         process: usize,
         key: Key,
-        unlocked: bool,
         flight: (u64, u64),
     ) -> Result<Val, String> {
         let oracle = &self.oracle;
-        let id = oracle.load_started(self.function, process, key, unlocked, flight);
+        let id = oracle.load_started(self.function, process, key, flight);
         let _ended = Ended(&self, key, id);
         let (delay, outcome) = {
             let mut rng = self.rng.lock().unwrap();
@@ -399,12 +398,12 @@ impl Function {
             no_singleflight: config.lock == Lock::None,
             // Without a lock, loads race: in memory the last to finish stays, in the shared tier
             // the first to fill does (a later fill read its fence before it). With Redis only, a
-            // load without the Redis lock (a companion's refresh, `lock = "local"`) may be
-            // fenced off by another's fill and is kept nowhere, though its callers got it.
-            // Nothing orders those values without source versions; with them, memory keeps
-            // the newest, so only Redis only is left unordered.
+            // load without the Redis lock (`lock = "local"`) may be fenced off by another's
+            // fill and is kept nowhere, though its callers got it. Nothing orders those values
+            // without source versions; with them, memory keeps the newest, so only Redis only
+            // is left unordered. With the Redis lock every load (a refresh's too) holds it.
             unordered: (config.lock == Lock::None && !plan.versioned)
-                || config.backend == Backend::Redis,
+                || (config.backend == Backend::Redis && config.lock != Lock::Redis),
             one_load_everywhere: config.lock == Lock::Redis,
         }
     }
@@ -418,7 +417,6 @@ impl Function {
         &self,
         process: usize,
         key: Key,
-        unlocked: bool,
     ) -> impl Fn(&Key) -> std::pin::Pin<Box<dyn Future<Output = Result<Val, String>> + Send>>
     + Send
     + Sync
@@ -427,7 +425,7 @@ impl Function {
         // Made by the call, which becomes its flight's leader if it starts one: the flight's
         // attempts carry the key's epochs from before it began.
         let flight = self.source.oracle.epochs(self.index, key);
-        move |key: &Key| Box::pin(source.clone().load(process, *key, unlocked, flight))
+        move |key: &Key| Box::pin(source.clone().load(process, *key, flight))
     }
 }
 
@@ -438,7 +436,7 @@ impl Cache {
         process: usize,
         key: Key,
     ) -> Result<Val, stampede::Error> {
-        let load = function.load(process, key, false);
+        let load = function.load(process, key);
         match self {
             Cache::Local(cache) => cache.get(key, load).await,
             Cache::Shared(cache) => cache.get(key, load).await,
@@ -451,8 +449,9 @@ impl Cache {
         process: usize,
         key: Key,
     ) -> Result<Val, stampede::Error> {
-        // A companion's refresh loads whatever other processes hold: it takes no lock.
-        let load = function.load(process, key, true);
+        // A companion's refresh loads whatever other processes hold, under the Redis lock with
+        // `lock = "redis"`.
+        let load = function.load(process, key);
         match self {
             Cache::Local(cache) => cache.refresh(key, load).await,
             Cache::Shared(cache) => cache.refresh(key, load).await,

@@ -108,6 +108,25 @@ impl Source {
             }
         })
     }
+
+    /// The companion's `refresh` of `key` through `cache`, with this source's load.
+    fn refresh<T: Tier<u64, String>>(
+        &self,
+        cache: &'static Cache<u64, String, T>,
+        key: u64,
+    ) -> impl Future<Output = Result<String, Error>> + Send + 'static {
+        let (loads, delay) = (self.loads.clone(), self.delay);
+        cache.refresh(key, move || {
+            move |key: &u64| {
+                let (key, loads) = (*key, loads.clone());
+                async move {
+                    let n = loads.fetch_add(1, SeqCst) + 1;
+                    tokio::time::sleep(delay).await;
+                    Ok::<_, std::convert::Infallible>(format!("{key} v{n}"))
+                }
+            }
+        })
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -895,4 +914,56 @@ async fn a_cancelled_probe_without_a_lock_lets_the_next_call_probe() {
         "the next call probes, and closes the breaker"
     );
     assert!(!breaker_open(cache));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_redis_a_refresh_holds_the_shared_lock_so_other_processes_wait_for_its_value() {
+    // Simulation seed 44039: a refresh took no lock, so another process loaded the key beside
+    // it; the refresh's newer value was fenced off by that load, whose older value then won.
+    let store = Store::new();
+    let name = "core::refresh_locks";
+    let (a, b) = (
+        shared(locked(name), fake_tier::tier(&store)),
+        shared(locked(name), fake_tier::tier(&store)),
+    );
+    let source = Source::new(Duration::from_secs(1));
+    assert_eq!(within(source.get(a, 5)).await.unwrap(), "5 v1");
+    tokio::time::advance(Duration::from_secs(11)).await; // past the ttl: stale
+    let refresh = tokio::spawn(source.refresh(a, 5));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // b has nothing in memory and finds the refresh's lock: it gets the stale value at once,
+    // and waits for the refresh's fill rather than loading beside it.
+    assert_eq!(within(source.get(b, 5)).await.unwrap(), "5 v1");
+    assert_eq!(within(refresh).await.unwrap().unwrap(), "5 v2");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(
+        source.loads(),
+        2,
+        "one load for the refresh and b's stale call"
+    );
+    assert_eq!(within(source.get(b, 5)).await.unwrap(), "5 v2");
+    assert_eq!(store.value(&5).as_deref(), Some("5 v2"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_redis_a_refresh_while_another_process_loads_returns_that_load_not_a_stale_value()
+{
+    let store = Store::new();
+    let name = "core::refresh_waits";
+    let (a, b) = (
+        shared(locked(name), fake_tier::tier(&store)),
+        shared(locked(name), fake_tier::tier(&store)),
+    );
+    let source = Source::new(Duration::from_secs(1));
+    assert_eq!(within(source.get(b, 6)).await.unwrap(), "6 v1");
+    tokio::time::advance(Duration::from_secs(11)).await; // past the ttl: stale
+    // b serves its stale value and reloads the key under the shared lock.
+    assert_eq!(within(source.get(b, 6)).await.unwrap(), "6 v1");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        within(source.refresh(a, 6)).await.unwrap(),
+        "6 v2",
+        "the refresh gets the value loaded under the lock, neither the stale one nor a second load"
+    );
+    assert_eq!(source.loads(), 2);
 }

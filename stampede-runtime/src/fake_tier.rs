@@ -474,8 +474,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                         return Fetched::Read(handle.keep(self.shared(stored.entry())));
                     }
                     if now < stored.stale_until && !served {
-                        handle.serve(self.shared(stored.entry()));
-                        served = true;
+                        served = handle.serve(self.shared(stored.entry()));
                     } else if now >= stored.stale_until && now < stored.kept_until {
                         handle.last_good(self.shared(stored.entry()));
                     }
@@ -522,14 +521,10 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         }
     }
 
+    /// The key's flow, as for a miss (as the Redis tier's refresh): the value held is the one
+    /// replaced (`Handle::refreshing`), and no stale value is served.
     async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        self.store.stall().await;
-        if self.store.down() {
-            return self.degraded(handle).await;
-        }
-        self.clean(handle.key(), &handle.config().name);
-        let fence = self.store.state().fence(handle.key());
-        self.hold(handle, None, fence, Instant::now()).await
+        self.fetch(handle).await
     }
 
     async fn prime<L: Load<K, V>>(

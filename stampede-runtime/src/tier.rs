@@ -203,17 +203,20 @@ pub(crate) enum Run {
 pub(crate) struct Start {
     pub(crate) reason: Reason,
     pub(crate) run: Run,
-    /// For an early refresh (`refresh_after`), when the value it replaces was loaded.
+    /// For an early refresh (`refresh_after`), when the value it replaces was loaded; for a
+    /// companion's `refresh`, when it was asked for. A shared value filled no later is the one
+    /// the flight replaces.
     pub(crate) refreshing: Option<Instant>,
 }
 
 impl Start {
-    /// A flight for callers with no servable value.
+    /// A flight for callers with no servable value, or a companion's `refresh` (which
+    /// replaces every value filled before it).
     pub(crate) fn miss(run: Run) -> Self {
         Start {
             reason: Reason::Miss,
             run,
-            refreshing: None,
+            refreshing: (run == Run::Refresh).then(Instant::now),
         }
     }
 }
@@ -307,8 +310,9 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         self.start
     }
 
-    /// For an early refresh (`refresh_after`), when the value it replaces was loaded: a shared
-    /// value loaded later is newer, and needs no load.
+    /// For an early refresh (`refresh_after`), when the value it replaces was loaded; for a
+    /// companion's `refresh`, when it was asked for: a shared value filled later is newer, and
+    /// needs no load (it is another load's, begun since).
     pub(crate) fn refreshing(&self) -> Option<Instant> {
         self.start.refreshing
     }
@@ -390,8 +394,12 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
 
     /// Hands a stale value to the flight's waiters now, while the refresh goes on, and keeps it
     /// in memory; if the load fails, the waiters keep it (stale-if-error). A waiter takes it only
-    /// while it is servable; past its deadline, waiters wait for the refresh.
-    pub(crate) fn serve(&self, shared: Shared<V>) {
+    /// while it is servable; past its deadline, waiters wait for the refresh. Whether it was
+    /// handed over: never for a companion's `refresh`, whose callers wait for what it loads.
+    pub(crate) fn serve(&self, shared: Shared<V>) -> bool {
+        if self.start.run == Run::Refresh {
+            return false;
+        }
         let entry = match self.held_later(&shared.entry) {
             Some(held) => held,
             None => self.newest(self.begun.entry(shared.entry, shared.trusted_for)),
@@ -400,6 +408,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             leader.serve(entry.clone());
         }
         *lock(&self.served) = Some(entry);
+        true
     }
 
     /// The servable entry memory holds for the key, if it was filled after `entry`: a stale

@@ -82,8 +82,6 @@ struct Running {
     started: Duration,
     /// The key's detach epoch and the run's fault epoch when it started.
     epochs: (u64, u64),
-    /// A load that takes no Redis lock on purpose (a companion's refresh).
-    unlocked: bool,
 }
 
 #[derive(Default)]
@@ -442,14 +440,7 @@ impl Oracle {
     /// An attempt of a load of a key starts in `process`: checked against the loads running.
     /// `flight` holds the epochs of the call that started its flight: a flight detached before
     /// or during its load (its retries included) is still that detached flight.
-    pub fn load_started(
-        &self,
-        function: u8,
-        process: usize,
-        key: u16,
-        unlocked: bool,
-        flight: (u64, u64),
-    ) -> u64 {
+    pub fn load_started(&self, function: u8, process: usize, key: u16, flight: (u64, u64)) -> u64 {
         let now = self.now();
         let rules = &self.rules[function as usize];
         let mut history = self.history();
@@ -475,12 +466,7 @@ impl Oracle {
                     "two loads of f{function} k{key} overlap in p{process} (the other began at {:?})",
                     other.started
                 ));
-            } else if !same_process
-                && rules.one_load_everywhere
-                && !unlocked
-                && !other.unlocked
-                && history.overlapping == 0
-            {
+            } else if !same_process && rules.one_load_everywhere && history.overlapping == 0 {
                 history.violate(now, format!(
                     "loads of f{function} k{key} overlap in p{process} and p{} with lock = \"redis\" (the other began at {:?})",
                     other.process, other.started
@@ -500,7 +486,6 @@ impl Oracle {
                 process,
                 started: now,
                 epochs,
-                unlocked,
             });
         id
     }

@@ -71,9 +71,12 @@ enum Step {
 struct Part {
     keys: RedisKeys,
     step: Step,
-    /// Read it as if it had no value: its value does not decode, or it is the one an early
-    /// refresh (or a refresh) replaces.
+    /// Read it as if it had no value: its value does not decode, or is fresh by the server's
+    /// clock and not servable by ours.
     value_unusable: bool,
+    /// Read it as if it had no value, until another process's lock is found: the value read is
+    /// the one its refresh replaces (see `Flow`).
+    replaced: bool,
     /// The subscription to its channel, once another process's lock was found.
     listener: Option<Listener>,
     /// Whether a stale value was handed to its waiters.
@@ -115,7 +118,7 @@ where
             .handles()
             .first()
             .is_some_and(|handle| handle.start().run == Run::Refresh);
-        let token = (batch.config().lock == Lock::Redis && !refresh).then(lock::token);
+        let token = (batch.config().lock == Lock::Redis).then(lock::token);
         let mut parts = Vec::with_capacity(batch.len());
         for (at, handle) in batch.handles().iter().enumerate() {
             let step = match keys::args_text(handle.key()) {
@@ -143,7 +146,6 @@ where
             endpoint,
             batch,
             token,
-            refresh,
         };
         flow.run(&mut parts, &mut outcomes).await;
         finished(outcomes, batch)
@@ -262,7 +264,8 @@ impl Part {
         Part {
             keys,
             step: Step::Read,
-            value_unusable: refresh,
+            value_unusable: false,
+            replaced: refresh,
             listener: None,
             served: false,
             busy_since: None,
@@ -280,9 +283,6 @@ struct BatchFlow<'a, 'b, K: Key, V: Value, L> {
     token: Option<String>,
     /// Past this, a key waiting for another process's fill is loaded here.
     give_up_at: Instant,
-    /// A companion's `refresh`: its callers get what it loads, never the value it replaces (as
-    /// `RedisTier::refresh` does for one key).
-    refresh: bool,
 }
 
 impl<K, V, L> BatchFlow<'_, '_, K, V, L>
@@ -326,7 +326,10 @@ where
         outcomes: &mut [Option<Fetched<V>>],
     ) {
         let keys: Vec<&RedisKeys> = reading.iter().map(|&at| &parts[at].keys).collect();
-        let unusable: Vec<bool> = reading.iter().map(|&at| parts[at].value_unusable).collect();
+        let unusable: Vec<bool> = reading
+            .iter()
+            .map(|&at| parts[at].value_unusable || parts[at].replaced)
+            .collect();
         let read = self
             .endpoint
             .read_or_lock_many(&keys, self.token.as_deref(), &unusable)
@@ -386,9 +389,13 @@ where
                 outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));
                 Step::Done
             }
-            // Fresh by the server's clock but not servable by ours, or the value an early
-            // refresh replaces: read again, asking for the lock as if the key were missing.
-            (ReadState::Fresh, _) => {
+            // The value its refresh replaces, or fresh by the server's clock but not servable
+            // by ours: read again, asking for the lock as if the key were missing.
+            (ReadState::Fresh, Some(_)) => {
+                part.replaced = true;
+                Step::Read
+            }
+            (ReadState::Fresh, None) => {
                 part.value_unusable = true;
                 Step::Read
             }
@@ -412,6 +419,8 @@ where
                     part.busy_since = Some(Instant::now());
                     self.tier.telemetry.lock_busy.bump();
                 }
+                // The holder's fill is what the next reads look for: a value filled since.
+                part.replaced = false;
                 self.serve_stale(handle, part, current);
                 match self.tier.busy {
                     Busy::Compute => Step::Hold {
@@ -727,7 +736,7 @@ where
         self.endpoint.tag(keys, tags, lifetime).await.is_ok()
     }
 
-    /// Whether a fresh entry is the value an early refresh of its key replaces (see
+    /// Whether a fresh entry is the value a refresh of its key replaces (see
     /// `Flow::refreshes`).
     fn refreshes(&self, handle: &Handle<'_, K, V, One<L>>, entry: &Entry<V>) -> bool {
         let same_within = self.endpoint.config.op_timeout;
@@ -750,10 +759,8 @@ where
     ) {
         if let Some(entry) = current
             && !part.served
-            && !self.refresh
         {
-            handle.serve(Shared::new(entry, self.endpoint.memory_trusted_for()));
-            part.served = true;
+            part.served = handle.serve(Shared::new(entry, self.endpoint.memory_trusted_for()));
         }
     }
 

@@ -32,7 +32,7 @@ use crate::redis::pubsub::Listener;
 use crate::redis::tags::set_lifetime;
 use crate::redis::tier::RedisTier;
 use crate::redis::{Busy, lock};
-use crate::tier::{Fetched, Handle, Shared};
+use crate::tier::{Fetched, Handle, Run, Shared};
 
 /// One key's way through the protocol, for one flight.
 pub(super) struct Flow<'a, K: Key, V: Value, L> {
@@ -44,9 +44,12 @@ pub(super) struct Flow<'a, K: Key, V: Value, L> {
     token: Option<String>,
     /// Past this, a flow waiting for another process's fill loads the key itself.
     give_up_at: Instant,
-    /// Read the key as if it had no value: the value does not decode, or it is the one an
-    /// early refresh replaces.
+    /// Read the key as if it had no value: the value does not decode, or is fresh by the
+    /// server's clock and not servable by ours.
     value_unusable: bool,
+    /// Read the key as if it had no value, until another process's lock is found: the value
+    /// read is the one this refresh replaces (a companion's `refresh` assumes so at first).
+    replaced: bool,
     /// The subscription to the key's channel, once another process's lock was found.
     listener: Option<Listener>,
     /// Whether a stale value was handed to the waiters.
@@ -103,18 +106,12 @@ where
             handle,
             token,
             value_unusable: false,
+            replaced: handle.start().run == Run::Refresh,
             listener: None,
             served: false,
             busy_since: None,
             read_at: 0,
         }
-    }
-
-    /// The flow of a load that read the key at `read_at` (the server's time, ms) already: its
-    /// fill is judged against that read (see `FILL`).
-    pub(super) fn read_at(mut self, read_at: u64) -> Self {
-        self.read_at = read_at;
-        self
     }
 
     /// Runs the flow to its report, in the `stampede.lock` span.
@@ -155,7 +152,11 @@ where
     async fn read(&mut self) -> Step<V> {
         let read = match self
             .endpoint
-            .read_or_lock(&self.keys, self.token.as_deref(), self.value_unusable)
+            .read_or_lock(
+                &self.keys,
+                self.token.as_deref(),
+                self.value_unusable || self.replaced,
+            )
             .await
         {
             Ok(read) => read,
@@ -177,9 +178,13 @@ where
                 self.record("fresh");
                 Step::Done(Fetched::Read(self.keep(entry)))
             }
-            // Fresh by the server's clock but not servable by ours, or the value an early
-            // refresh replaces: read again, asking for the lock as if the key were missing.
-            (ReadState::Fresh, _) => {
+            // The value this refresh replaces, or fresh by the server's clock but not servable
+            // by ours: read again, asking for the lock as if the key were missing.
+            (ReadState::Fresh, Some(_)) => {
+                self.replaced = true;
+                Step::Read
+            }
+            (ReadState::Fresh, None) => {
                 self.value_unusable = true;
                 Step::Read
             }
@@ -206,6 +211,8 @@ where
                     self.busy_since = Some(Instant::now());
                     self.tier.telemetry.lock_busy.bump();
                 }
+                // The holder's fill is what the next reads look for: a value filled since.
+                self.replaced = false;
                 self.serve_stale(current);
                 Step::Busy {
                     lease_left,
@@ -238,8 +245,8 @@ where
         }
     }
 
-    /// Whether a fresh entry is the value this early refresh replaces (one loaded later is
-    /// newer, and needs no load). Both fill times come from the server's clock through a read,
+    /// Whether a fresh entry is the value this refresh replaces (one filled later is newer, and
+    /// needs no load). Both fill times come from the server's clock through a read,
     /// each off by at most its round trip: within the operation timeout, it is the same value.
     fn refreshes(&self, entry: &Entry<V>) -> bool {
         let same_within = self.endpoint.config.op_timeout;
@@ -305,7 +312,7 @@ where
 
     /// Loads the key as the lock's holder (or without a lock), writes the value to Redis and
     /// publishes it. The lock is released on every path, a panicking load's included.
-    pub(super) async fn hold(&self, locked: bool, fence: u64) -> Fetched<V> {
+    async fn hold(&self, locked: bool, fence: u64) -> Fetched<V> {
         let held = locked
             .then_some(self.token.as_deref())
             .flatten()
@@ -478,13 +485,12 @@ where
     }
 
     /// Hands a stale value to the waiters at once (they need not wait for the refresh), once
-    /// per flow.
+    /// per flow, unless the core serves none (a companion's `refresh`).
     fn serve_stale(&mut self, current: Option<Entry<V>>) {
         if let Some(entry) = current
             && !self.served
         {
-            self.handle.serve(Shared::new(entry, self.trusted_for()));
-            self.served = true;
+            self.served = self.handle.serve(Shared::new(entry, self.trusted_for()));
         }
     }
 

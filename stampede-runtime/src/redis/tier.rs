@@ -161,21 +161,11 @@ where
         Flow::new(self, endpoint, keys, handle).run().await
     }
 
-    /// Loads the key whatever Redis holds, and writes it as a fill without the lock: the fence
-    /// read first makes sure that an invalidation during the load, or a newer fill, is not
-    /// overwritten.
+    /// The key's flow, as for a miss: the core marks the value held as the one replaced and
+    /// serves no stale value, so the refresh loads the key (under the lock with
+    /// `lock = "redis"`), or waits for another process's load, begun since, that holds it.
     async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        let (endpoint, keys) = match self.route(handle) {
-            Ok(route) => route,
-            Err(endpoint) => return self.degraded(handle, endpoint.as_ref()).await,
-        };
-        let Ok(read) = endpoint.read_or_lock(&keys, None, true).await else {
-            return self.degraded(handle, Some(&endpoint)).await;
-        };
-        Flow::new(self, endpoint, keys, handle)
-            .read_at(read.now_ms)
-            .hold(false, read.fence)
-            .await
+        self.fetch(handle).await
     }
 
     async fn prime<L: Load<K, V>>(

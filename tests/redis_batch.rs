@@ -664,3 +664,49 @@ async fn a_batch_load_overtaken_by_a_prime_serves_the_primed_value() {
     assert_eq!(other, again, "what the other process reads from Redis");
     assert_eq!(CALLS.all().len(), 1, "{:?}", CALLS.all());
 }
+
+/// With `lock = "redis"` a batch's refresh loads its keys under their Redis locks: another
+/// process's refresh of those keys meanwhile waits for its fills and returns them, rather than
+/// loading beside it (simulation seed 44039, for a batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refresh_holds_its_keys_locks_so_another_process_s_refresh_gets_its_fills() {
+    static CALLS: Calls = Calls::new();
+    static LOADING: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    #[cached(ttl = "60s", lock = "redis", redis = "refresh_a", batch = ids, name = "rb::refresh")]
+    async fn in_a(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        let n = CALLS.all().len();
+        if n == 2 {
+            LOADING.notify_one();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("{id} v{n}")))
+            .collect())
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "refresh_b", batch = ids, name = "rb::refresh")]
+    async fn in_b(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(1, &ids);
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("{id} from b")))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    install(&server.url(), "refresh_a");
+    install(&server.url(), "refresh_b");
+    assert_eq!(within(in_a(vec![1, 2])).await.unwrap()[&1], "1 v1");
+    let refresh = tokio::spawn(in_a::refresh(vec![1, 2]));
+    within(LOADING.notified()).await;
+    let other = within(in_b::refresh(vec![1, 2])).await.unwrap();
+    assert_eq!(
+        (other[&1].as_str(), other[&2].as_str()),
+        ("1 v2", "2 v2"),
+        "the other process's refresh returns the fills of the batch that holds the locks"
+    );
+    assert_eq!(within(refresh).await.unwrap().unwrap()[&2], "2 v2");
+    assert_eq!(CALLS.all().len(), 2, "{:?}", CALLS.all());
+}

@@ -1,6 +1,8 @@
 //! A call served from Redis (issue 14), next to a raw `GET` of the same bytes on the same kind
-//! of connection (a multiplexed tokio connection) and to the `cached` crate's Redis store
-//! (`#[concurrent_cached(redis = true)]`), in one run.
+//! of connection (a multiplexed tokio connection), to the `cached` crate's Redis store
+//! (`#[concurrent_cached(redis = true)]`), and to the server's side of stampede's read done raw
+//! (its pipelined `GETRANGE` and `TIME`; the `READ_FRESH` script it uses on a cluster), in one
+//! run.
 //!
 //! The stampede function is `backend = "redis"`: nothing is kept in this process, so every
 //! call asks Redis, and finds its value there (written by the warm-up call). Each contender
@@ -8,16 +10,17 @@
 //! taking turns; the figure is the mean time per call of each run, then the median of the runs.
 //!
 //! Needs a Redis: `STAMPEDE_BENCH_REDIS=URL`, or a `redis-server` on `PATH`, which it starts on
-//! a free loopback port. Run: `cargo bench -p stampede-benches --bench redis_hit` (about 15 s).
+//! a free loopback port. Run: `cargo bench -p stampede-benches --bench redis_hit` (about 45 s).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use stampede_benches::BenchRedis;
 
-/// The script of stampede's read (`READ_FRESH`: the size checked, a `GET`, the server's `TIME`,
-/// the envelope's fresh deadline matched and compared), run with `EVALSHA` on the raw connection: what the
-/// server's side of stampede's round trip costs, without the runtime. A copy of the script in
+/// The script of stampede's read on a cluster and of a value longer than a hit's first read
+/// (`READ_FRESH`: the size checked, a `GET`, the server's `TIME`, the envelope's fresh deadline
+/// matched and compared), run with `EVALSHA` on the raw connection: what the script costs next
+/// to the pipeline a standalone server is read with. A copy of the script in
 /// `stampede-runtime/src/redis/scripts.rs` (the runtime keeps its scripts private): change both.
 const READ_SHAPE: &str = r"
 if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then
@@ -39,7 +42,9 @@ return false
 /// Calls per run and contender.
 const CALLS: u32 = 10_000;
 /// Runs per contender.
-const RUNS: usize = 5;
+const RUNS: usize = 15;
+/// What a hit reads with `GETRANGE` (`HIT_WINDOW` in `stampede-runtime/src/redis/ops.rs`).
+const HIT_WINDOW: usize = 16 << 10;
 
 fn value() -> String {
     "v".repeat(100)
@@ -121,7 +126,7 @@ fn main() {
         (raw, longest.0)
     });
     let script = redis::Script::new(READ_SHAPE);
-    let mut times: [Vec<Duration>; 4] = Default::default();
+    let mut times: [Vec<Duration>; 5] = Default::default();
     rt.block_on(async {
         for _ in 0..RUNS {
             times[0].push(per_call(|| stampede_redis(black_box(7))).await);
@@ -155,6 +160,24 @@ fn main() {
                 })
                 .await,
             );
+            times[4].push(
+                per_call(|| {
+                    let mut raw = raw.clone();
+                    let key = raw_key.as_str();
+                    async move {
+                        redis::pipe()
+                            .cmd("GETRANGE")
+                            .arg(key)
+                            .arg(0)
+                            .arg(HIT_WINDOW - 1)
+                            .cmd("TIME")
+                            .query_async::<(Vec<u8>, (u64, u64))>(&mut raw)
+                            .await
+                            .expect("GETRANGE + TIME")
+                    }
+                })
+                .await,
+            );
         }
     });
     let stats = stampede::stats("bench::redis").expect("called");
@@ -162,7 +185,8 @@ fn main() {
         "stampede backend=redis",
         "raw GET",
         "cached concurrent_cached(redis)",
-        "raw EVALSHA, stampede's read",
+        "raw EVALSHA of READ_FRESH",
+        "raw GETRANGE+TIME, stampede's",
     ];
     let medians: Vec<Duration> = times.iter().cloned().map(median).collect();
     println!(

@@ -386,6 +386,48 @@ async fn a_configured_max_value_size_bounds_what_is_written_and_read() {
     assert!(stored < 2 << 10, "overwritten by the load: {stored} bytes");
 }
 
+static WINDOWED_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+#[cached(
+    ttl = "60s",
+    backend = "redis",
+    redis = "windowed",
+    name = "ident::windowed"
+)]
+async fn windowed(len: u64) -> String {
+    WINDOWED_LOADS.fetch_add(1, SeqCst);
+    "y".repeat(len as usize)
+}
+
+/// A hit reads its value whole, whatever its size under the bound: one that fits the first
+/// read (the first 16 KiB, with its header) and one that does not, which is read again, and
+/// those at the edge between them.
+#[tokio::test]
+async fn values_of_every_size_under_the_bound_come_back_whole_from_redis() {
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("windowed");
+    let edge = (16 << 10) - 100..(16 << 10) + 10;
+    let lens: Vec<u64> = [0, 1, 100, 40 << 10, 1 << 20]
+        .into_iter()
+        .chain(edge)
+        .collect();
+    for &len in &lens {
+        assert_eq!(within(windowed(len)).await.len(), len as usize, "loaded");
+        let hit = within(windowed(len)).await;
+        assert!(
+            hit.len() == len as usize && hit.bytes().all(|b| b == b'y'),
+            "{len} bytes"
+        );
+    }
+    let stats = stampede::stats("ident::windowed").unwrap();
+    assert_eq!(WINDOWED_LOADS.load(SeqCst), lens.len(), "{stats:?}");
+    assert_eq!(stats.remote_hits, lens.len() as u64, "{stats:?}");
+    assert_eq!((stats.decode_errors, stats.degraded), (0, 0), "{stats:?}");
+}
+
 /// The messages of the events logged, and their level.
 #[derive(Clone, Default)]
 struct Logged(Arc<Mutex<Vec<(tracing::Level, String)>>>);

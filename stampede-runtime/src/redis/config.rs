@@ -232,8 +232,8 @@ impl RedisConfig {
     /// returns is served and kept in this process's memory only, with a warning naming the
     /// cache (`prime` returns [`Error::InvalidConfig`] naming it). A larger value found in
     /// Redis, written by a process with a larger bound or by hand, is a miss counted as a
-    /// decode error: the read scripts leave it on the server, so it never slows the
-    /// connection that the other caches share, and the key's load overwrites it.
+    /// decode error: the reads leave it on the server (a hit reads at most its first
+    /// 16 KiB), so it never slows the connection that the other caches share, and the key's load overwrites it.
     pub fn max_value_size(mut self, bytes: usize) -> Self {
         self.max_value_bytes = bytes.clamp(1 << 10, 512 << 20);
         self

@@ -28,7 +28,7 @@ use crate::redis::payload::{self, PayloadError};
 /// The largest payload written to or read from Redis unless the connection says otherwise
 /// (`RedisConfig::max_value_size`): 8 MiB. A larger value is not written (kept in memory only,
 /// with a warning naming the cache); a larger one in Redis is a miss, counted as a decode error,
-/// and the read scripts leave it on the server.
+/// and the reads leave it on the server (a hit reads at most its first 16 KiB).
 pub(crate) const DEFAULT_MAX_VALUE_BYTES: usize = 8 << 20;
 
 /// Room for the header on top of the payload's bound: the longest header a script writes (the

@@ -62,16 +62,24 @@ pub(super) fn scope(error: &redis::RedisError) -> Scope {
 }
 
 /// Whether the reply's code is `code`, or (before Redis 7) a script's `ERR Error running
-/// script` reply quotes it.
+/// script` reply quotes it; for a pipeline, the reply of one of its commands.
 fn has_code(error: &redis::RedisError, code: &str) -> bool {
-    match error.code() {
-        Some(found) if found == code => true,
-        Some("ERR") => error.detail().is_some_and(|detail| {
+    let is = |found: &str, detail: Option<&str>| match found {
+        "ERR" => detail.is_some_and(|detail| {
             detail
                 .split(|c: char| !c.is_ascii_alphanumeric())
                 .any(|word| word == code)
         }),
-        _ => false,
+        found => found == code,
+    };
+    match error.code() {
+        Some(found) => is(found, error.detail()),
+        // A pipeline's error, whose code is only known when it is one redis-rs names.
+        None => error.clone().into_server_errors().is_some_and(|replies| {
+            replies
+                .iter()
+                .any(|(_, reply)| is(reply.code(), reply.details()))
+        }),
     }
 }
 

@@ -378,6 +378,58 @@ async fn a_blackholed_invalidation_feed_is_noticed_within_the_documented_bound()
     invalidations_arrive_again(&server, name, item).await;
 }
 
+/// Simulation seed 536468, on a real Redis: while the feed is not live, a call does not join a
+/// load begun longer ago than the staleness bound. That load may have read a value that another
+/// process invalidated since (its message lost), before this call began. Redis refuses the
+/// process's `SUBSCRIBE` here (an ACL), so its feed never comes up while its commands work.
+#[tokio::test]
+async fn without_a_live_feed_a_call_past_the_bound_does_not_join_an_older_load() {
+    let _serial = serial().await;
+    static VERSION: AtomicUsize = AtomicUsize::new(0);
+    const LOAD: Duration = Duration::from_secs(4);
+
+    #[cached(
+        ttl = "60s",
+        backend = "redis",
+        lock = "local",
+        redis = "feed_denied",
+        name = "faults::feed_denied"
+    )]
+    async fn item(id: u64) -> String {
+        let version = VERSION.fetch_add(1, SeqCst) + 1;
+        tokio::time::sleep(LOAD).await;
+        format!("item {id} v{version}")
+    }
+
+    let server = RedisServer::start();
+    let _: String = server.command(&[
+        "ACL",
+        "SETUSER",
+        "default",
+        "-subscribe",
+        "-ssubscribe",
+        "-psubscribe",
+    ]);
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .heartbeat(HEARTBEAT)
+        .install_as("feed_denied");
+    let name = "faults::feed_denied";
+    let began = Instant::now();
+    let first = tokio::spawn(item(1));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    invalidate_elsewhere(&server, name, 1); // lost: nothing is subscribed
+    tokio::time::sleep_until((began + STALENESS_BOUND + Duration::from_millis(300)).into()).await;
+    assert!(!first.is_finished(), "the first load is still running");
+    let late = within(item(1)).await;
+    assert_eq!(within(first).await.unwrap(), "item 1 v1");
+    assert_eq!(
+        late, "item 1 v2",
+        "a call past the bound after the lost invalidation loads anew"
+    );
+}
+
 /// What another process's invalidation of `id` does, seen from this one: the value is gone from
 /// Redis, and the key is announced on the invalidation channel.
 ///

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use sim::oracle::{Oracle, Reach, Rules, Val};
+use sim::oracle::{Flight, Oracle, Reach, Rules, Val};
 use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, Values, tier_of};
 use stampede_runtime::{Backend, Config, Lock};
 
@@ -334,7 +334,7 @@ impl Source {
         self: Arc<Self>,
         process: usize,
         key: Key,
-        flight: (u64, u64),
+        flight: Flight,
     ) -> Result<Val, String> {
         let oracle = &self.oracle;
         let id = oracle.load_started(self.function, process, key, flight);
@@ -424,7 +424,7 @@ impl Function {
         let source = self.source.clone();
         // Made by the call, which becomes its flight's leader if it starts one: the flight's
         // attempts carry the key's epochs from before it began.
-        let flight = self.source.oracle.epochs(self.index, key);
+        let flight = self.source.oracle.flight(self.index, key);
         move |key: &Key| Box::pin(source.clone().load(process, *key, flight))
     }
 }
@@ -537,6 +537,7 @@ impl World {
                     *store.observer.lock().unwrap() = Some(Arc::new(move |event| match event {
                         Event::Feed { process, down } => {
                             let state = if down { "down" } else { "up" };
+                            oracle.feed(index as u8, process, down);
                             oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, false);
                         }
                         Event::Cleaned { process, key } => {

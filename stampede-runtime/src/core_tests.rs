@@ -736,6 +736,52 @@ async fn a_load_kept_while_the_feed_is_down_is_trusted_from_its_start_not_its_en
 }
 
 #[tokio::test(start_paused = true)]
+async fn while_the_feed_is_down_a_call_does_not_join_a_flight_begun_longer_ago_than_the_bound() {
+    // Simulation seed 536468 (Redis only, `lock = "local"`): this process's feed was down, and a
+    // call joined a 275 ms load begun 196 ms before it, past the 151 ms bound. Another process
+    // had invalidated the key 152 ms before the call (its message lost): the call got the value
+    // read before that invalidation. Memory caps what it keeps at the bound from a flight's
+    // start; a caller joining the flight must meet the same cap.
+    for backend in [Backend::Tiered, Backend::Redis] {
+        let store = Store::new();
+        let mut untrusted = fake_tier::tier(&store);
+        let bound = Duration::from_secs(1);
+        untrusted.trusted_for = Some(bound);
+        let name = format!("core::join_within_bound::{backend:?}");
+        let cache = shared(
+            Config {
+                backend,
+                ..config(&name)
+            },
+            untrusted,
+        );
+        let source = Source::new(Duration::from_secs(3));
+        let first = tokio::spawn(source.get(cache, 4));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        store.drop_silently(&4); // invalidated elsewhere mid-load; the message was lost
+        tokio::time::advance(bound).await;
+        let late = tokio::spawn(source.get(cache, 4));
+        assert_eq!(within(first).await.unwrap().unwrap(), "4 v1", "{backend:?}");
+        assert_eq!(
+            within(late).await.unwrap().unwrap(),
+            "4 v2",
+            "{backend:?}: a caller past the bound after the missed invalidation loads anew"
+        );
+        // Within the bound of a flight's start, callers still share it.
+        let early = tokio::spawn(source.get(cache, 5));
+        tokio::time::advance(bound / 2).await;
+        let joined = tokio::spawn(source.get(cache, 5));
+        assert_eq!(within(early).await.unwrap().unwrap(), "5 v3", "{backend:?}");
+        assert_eq!(
+            within(joined).await.unwrap().unwrap(),
+            "5 v3",
+            "{backend:?}"
+        );
+        assert_eq!(source.loads(), 3, "{backend:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_load_does_not_hand_a_late_waiter_the_stale_value_past_its_deadline() {
     // Simulation seed 27791: the flight served the store's stale value to its waiters, then
     // waited for another process's lock; a caller that joined after the value's stale deadline

@@ -586,6 +586,10 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         true
     }
 
+    fn trusted_for(&self) -> Option<Duration> {
+        self.trusted()
+    }
+
     async fn read(&self, direct: &crate::tier::Direct<'_, K, V>) -> Option<Shared<V>> {
         self.store.stall().await;
         if self.store.down() || lock(&self.dirty).contains(direct.key()) {

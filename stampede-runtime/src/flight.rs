@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -64,6 +65,8 @@ pub(crate) struct Flights<K, V> {
 struct Flight<V> {
     id: u64,
     shared: Arc<Shared<V>>,
+    /// When it began: a caller joins it only while its tier trusts it (`Flights::join`).
+    began: Instant,
 }
 
 /// What a caller became when it asked for a key's load.
@@ -82,10 +85,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         }
     }
 
-    /// Joins the key's load, or becomes its leader when none is in flight.
-    pub(crate) fn join(&self, key: &K) -> Joined<'_, K, V> {
+    /// Joins the key's load, or becomes its leader when none is in flight, or when the one in
+    /// flight began `trusted_for` ago or longer (detached: its callers still get its result).
+    /// `trusted_for` is how long its tier trusts a flight to hear of invalidations made
+    /// elsewhere (`Tier::trusted_for`): past it, the flight may have read a value that another
+    /// process invalidated since, and this caller began after that invalidation.
+    pub(crate) fn join(&self, key: &K, trusted_for: Option<Duration>) -> Joined<'_, K, V> {
         let mut map = self.lock();
-        if let Some(flight) = map.get(key) {
+        let trusted =
+            |flight: &&Flight<V>| trusted_for.is_none_or(|bound| flight.began.elapsed() < bound);
+        if let Some(flight) = map.get(key).filter(trusted) {
             flight.shared.callers.fetch_add(1, Ordering::Relaxed);
             // `notify_one` keeps the wake-up for a refresh that has not started waiting yet.
             flight.shared.urgent.notify_one();
@@ -145,6 +154,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             Flight {
                 id,
                 shared: shared.clone(),
+                began: Instant::now(),
             },
         );
         Leader {

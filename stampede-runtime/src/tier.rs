@@ -105,6 +105,15 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         futures_util::future::join_all(directs.iter().map(|direct| self.read(direct)))
     }
 
+    /// How long a flight of this tier begun now would hear of an invalidation made in another
+    /// process: `None` (throughout) for a tier that shares nothing or whose feed is live;
+    /// `Some(bound)` while the feed is not known to be live (or the store cannot be used).
+    /// Memory keeps a value no longer than that from its flight's start, and a caller joins a
+    /// flight only within that of its start: later, it loads anew.
+    fn trusted_for(&self) -> Option<Duration> {
+        None
+    }
+
     /// Whether [`Tier::read`] may find a key's value: a cache then asks it on the caller's task
     /// before it starts or joins a flight.
     fn reads(&self) -> bool {

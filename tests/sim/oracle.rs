@@ -15,7 +15,8 @@
 //!   prime or a fault, or the cache has no lock or keeps nothing in memory: their racing loads
 //!   nothing orders);
 //! - **one load at a time**: at most one load of a key runs at a time in a process (unless an
-//!   invalidation, a prime or a feed event detached the one running, or `lock = "none"`), and
+//!   invalidation, a prime or a feed event detached the one running, or the process's feed is
+//!   down and the one running began the bound ago or longer, or `lock = "none"`), and
 //!   across processes with `lock = "redis"` (unless a lease lapsed or the store failed);
 //! - **allowed errors**: a call fails only as a failing source, a timeout, an open breaker or a
 //!   busy lock make it (never "the load was dropped" while its runtime runs);
@@ -82,6 +83,16 @@ struct Running {
     started: Duration,
     /// The key's detach epoch and the run's fault epoch when it started.
     epochs: (u64, u64),
+    /// When the call that started its flight began.
+    flight_began: Duration,
+}
+
+/// What the oracle knows of a flight from the call that may start it: the key's epochs then,
+/// and when that call began.
+#[derive(Clone, Copy, Debug)]
+pub struct Flight {
+    epochs: (u64, u64),
+    began: Duration,
 }
 
 #[derive(Default)]
@@ -96,6 +107,9 @@ struct History {
     /// leases).
     overlapping: usize,
     running: HashMap<(u8, u16), Vec<Running>>,
+    /// The (function, process) pairs whose feed is down: the process trusts a flight only for
+    /// the bound from its start, and a call past that starts another load beside it.
+    feed_down: std::collections::HashSet<(u8, usize)>,
     next_load: u64,
     /// Per (function, process, key): the version of the last call that ended, and when (its
     /// place in the order of events).
@@ -428,19 +442,33 @@ impl Oracle {
         }
     }
 
-    /// The key's epochs now: what a flight starting now is detached by when they move on.
-    pub fn epochs(&self, function: u8, key: u16) -> (u64, u64) {
+    /// The key's epochs now (what a flight starting now is detached by when they move on), and
+    /// the time now.
+    pub fn flight(&self, function: u8, key: u16) -> Flight {
+        let began = self.now();
         let history = self.history();
-        (
-            *history.detach.get(&(function, key)).unwrap_or(&0),
-            history.faults,
-        )
+        Flight {
+            epochs: (
+                *history.detach.get(&(function, key)).unwrap_or(&0),
+                history.faults,
+            ),
+            began,
+        }
+    }
+
+    /// The feed of `function`'s cache in `process` went down or came back up.
+    pub fn feed(&self, function: u8, process: usize, down: bool) {
+        let mut history = self.history();
+        match down {
+            true => history.feed_down.insert((function, process)),
+            false => history.feed_down.remove(&(function, process)),
+        };
     }
 
     /// An attempt of a load of a key starts in `process`: checked against the loads running.
     /// `flight` holds the epochs of the call that started its flight: a flight detached before
     /// or during its load (its retries included) is still that detached flight.
-    pub fn load_started(&self, function: u8, process: usize, key: u16, flight: (u64, u64)) -> u64 {
+    pub fn load_started(&self, function: u8, process: usize, key: u16, flight: Flight) -> u64 {
         let now = self.now();
         let rules = &self.rules[function as usize];
         let mut history = self.history();
@@ -450,7 +478,9 @@ impl Oracle {
             *history.detach.get(&(function, key)).unwrap_or(&0),
             history.faults,
         );
-        let epochs = flight;
+        let epochs = flight.epochs;
+        // With its feed down, a process does not join a flight past the bound from its start.
+        let untrusted = history.feed_down.contains(&(function, process));
         let running = history
             .running
             .get(&(function, key))
@@ -461,7 +491,9 @@ impl Oracle {
             .filter(|other| other.epochs == epochs && epochs == current)
         {
             let same_process = other.process == process;
-            if same_process && !rules.no_singleflight {
+            // The older of the two flights may have been past the bound when the other began.
+            let aged_out = untrusted && other.flight_began.min(flight.began) + self.bound <= now;
+            if same_process && !rules.no_singleflight && !aged_out {
                 history.violate(now, format!(
                     "two loads of f{function} k{key} overlap in p{process} (the other began at {:?})",
                     other.started
@@ -486,6 +518,7 @@ impl Oracle {
                 process,
                 started: now,
                 epochs,
+                flight_began: flight.began,
             });
         id
     }

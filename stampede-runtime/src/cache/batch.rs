@@ -144,8 +144,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         }
         let mut led: Led<K, V> = Vec::new();
         let mut waiting = Vec::new();
+        let trusted_for = self.tier.trusted_for();
         for &at in &missed {
-            match core.flights.join(&keys[at]) {
+            match core.flights.join(&keys[at], trusted_for) {
                 Joined::Shared(waiter) => {
                     core.telemetry.shared.bump();
                     waiting.push((at, waiter));

@@ -2,6 +2,7 @@
 //! the key's [`Flow`](super::flow) or one script, and a local load when Redis cannot be used.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -210,6 +211,15 @@ where
 
     fn reads(&self) -> bool {
         true
+    }
+
+    /// While the feed is not known to be live, or Redis cannot be used: the staleness bound.
+    fn trusted_for(&self) -> Option<Duration> {
+        let endpoint = lookup(self.connection.as_deref())?;
+        match endpoint.usable() {
+            true => endpoint.memory_trusted_for(),
+            false => endpoint.local_trusted_for(),
+        }
     }
 
     /// One round trip, without a lock: the entry if Redis holds a fresh one that decodes;

@@ -44,6 +44,10 @@ impl Slot {
         }
     }
 
+    /// The cache of this call's site and types, built at the first call. Inlined into every
+    /// call, as `Recipe::cache` is: out of line, it read the recipe back from the stack the
+    /// caller had just written it to, 11% of a hit (issue 25, benches/README.md).
+    #[inline(always)]
     pub(crate) fn cache<K, V, C, S, T>(
         &'static self,
         site: &'static str,
@@ -150,6 +154,7 @@ pub struct Recipe<C, S, K, V, R = ()> {
 
 impl<C, S, K, V, R> Recipe<C, S, K, V, R> {
     /// The function's cache, built at the first call; and the rules.
+    #[inline(always)]
     pub(crate) fn cache<T>(self) -> (&'static Cache<K, V, T>, R)
     where
         K: Key,

@@ -400,9 +400,13 @@ impl Function {
             // the first to fill does (a later fill read its fence before it). With Redis only, a
             // load without the Redis lock (`lock = "local"`) may be fenced off by another's
             // fill and is kept nowhere, though its callers got it. Nothing orders those values
-            // without source versions; with them, memory keeps the newest, so only Redis only
-            // is left unordered. With the Redis lock every load (a refresh's too) holds it.
-            unordered: (config.lock == Lock::None && !plan.versioned)
+            // without source versions; with them, memory keeps the newest it holds, so only
+            // Redis only is left unordered under a lock. Without a lock, versions do not order
+            // either: a value's version is compared with what is stored now (README, "Source
+            // versions"), and once the newer value expires, a racing load of an older version
+            // that is still running is stored (seeds 862568, 904459). With the Redis lock every
+            // load (a refresh's too) holds it.
+            unordered: config.lock == Lock::None
                 || (config.backend == Backend::Redis && config.lock != Lock::Redis),
             one_load_everywhere: config.lock == Lock::Redis,
         }

@@ -782,6 +782,49 @@ async fn while_the_feed_is_down_a_call_does_not_join_a_flight_begun_longer_ago_t
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_failed_load_falls_back_on_memorys_newer_value_not_the_older_one_the_store_keeps() {
+    // Simulation seeds 713164, 862568, 904459 (`lock = "local"`, tiered, `fail_safe`): this
+    // process's fill was fenced off by another's earlier fill of an older value, so memory held
+    // the newer value and the store the older one. Past both stale deadlines the load failed,
+    // and the store's older fail-safe value replaced memory's and was served.
+    let store = Store::new();
+    // The first fill has expired when the second is refused, so the second keeps its own.
+    let safe = |name: &str| Config {
+        backend: Backend::Tiered,
+        ttl: Duration::from_millis(30),
+        stale: Duration::ZERO,
+        fail_safe: Some(Duration::from_secs(3_600)),
+        ..config(name)
+    };
+    let first = shared(safe("core::fail_safe_newer"), fake_tier::tier(&store));
+    let second = shared(safe("core::fail_safe_newer"), fake_tier::tier(&store));
+    let source = Source::new(Duration::from_millis(100));
+    let older = tokio::spawn(source.get(first, 1));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let newer = tokio::spawn(source.get(second, 1));
+    assert_eq!(within(older).await.unwrap().unwrap(), "1 v1");
+    assert_eq!(
+        within(newer).await.unwrap().unwrap(),
+        "1 v2",
+        "its own load"
+    );
+    assert_eq!(
+        store.value(&1).as_deref(),
+        Some("1 v1"),
+        "the first fill won"
+    );
+    tokio::time::advance(Duration::from_secs(1)).await; // past both values' ttl
+    let down = Flaky::default();
+    down.failing.store(true, SeqCst);
+    assert_eq!(
+        within(down.get(second, 1)).await.unwrap(),
+        "1 v2",
+        "the newer of the last good values, not the store's older one"
+    );
+    assert_eq!(down.loads(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_load_does_not_hand_a_late_waiter_the_stale_value_past_its_deadline() {
     // Simulation seed 27791: the flight served the store's stale value to its waiters, then
     // waited for another process's lock; a caller that joined after the value's stale deadline

@@ -409,7 +409,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         if self.start.run == Run::Refresh {
             return false;
         }
-        let entry = match self.held_later(&shared.entry) {
+        let entry = match self.held_later(&shared.entry, Entry::servable) {
             Some(held) => held,
             None => self.newest(self.begun.entry(shared.entry, shared.trusted_for)),
         };
@@ -420,14 +420,19 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         true
     }
 
-    /// The servable entry memory holds for the key, if it was filled after `entry`: a stale
-    /// value the store still holds may be older than memory's (this process's fill was fenced
-    /// off), and must not replace it.
-    fn held_later(&self, entry: &Entry<V>) -> Option<Entry<V>> {
+    /// The entry memory holds for the key, if it was filled after `entry` and is `usable` now
+    /// (servable; or within its fail-safe window): a stale or fail-safe value the store still
+    /// holds may be older than memory's (this process's fill was fenced off), and must not
+    /// replace it.
+    fn held_later(
+        &self,
+        entry: &Entry<V>,
+        usable: fn(&Entry<V>, Instant) -> bool,
+    ) -> Option<Entry<V>> {
         let now = Instant::now();
         self.core
             .entry(self.key)
-            .filter(|held| held.filled_at() > entry.filled_at() && held.servable(now))
+            .filter(|held| held.filled_at() > entry.filled_at() && usable(held, now))
     }
 
     /// Keeps `entry` in memory, and returns it, or the entry of a newer source version that
@@ -446,7 +451,10 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         if self.core.config.fail_safe.is_none() {
             return;
         }
-        let entry = self.newest(self.begun.entry(shared.entry, shared.trusted_for));
+        let entry = match self.held_later(&shared.entry, Entry::fail_safe) {
+            Some(held) => held,
+            None => self.newest(self.begun.entry(shared.entry, shared.trusted_for)),
+        };
         if let Some(leader) = self.leader {
             leader.offer(entry.clone());
         }

@@ -658,9 +658,11 @@ impl World {
                     version,
                     read_at: oracle.now(),
                 };
+                oracle.prime_running(f, k, version);
                 let done = self
                     .bounded(self.functions[f as usize].cache(p).prime(k, value))
                     .await;
+                oracle.prime_over(f, k, version);
                 // A prime, like an invalidation, detaches the key's flights again once the tier
                 // answered: one begun meanwhile may have read the value it replaces.
                 oracle.detaching(f, k);

@@ -425,13 +425,18 @@ impl Oracle {
         }
         // A call that overlapped an invalidation or a prime of its key, or a fault (a feed going
         // down or up detaches every load), may have got the value of a flight that detached:
-        // ordered before it, not after.
+        // ordered before it, not after. A prime still running when the call ends may land after
+        // it: the primed value then follows, whatever its version (seeds 1590120, 1990573).
         let ended = history.next_seq();
         let now_epochs = (
             *history.detach.get(&(function, key)).unwrap_or(&0),
             history.faults,
         );
-        if now_epochs == detach {
+        let primes_running = history
+            .priming
+            .get(&(function, key))
+            .is_some_and(|running| !running.is_empty());
+        if now_epochs == detach && !primes_running {
             let last = history
                 .last
                 .entry((function, process, key))

@@ -1068,11 +1068,16 @@ async fn callers_of_a_key_another_process_filled_make_at_most_two_reads() {
 #[tokio::test]
 async fn a_refresh_fenced_off_by_a_later_holder_retires_the_older_value_in_redis() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
+    // The refresh's load ends only once the other process holds the lock: with a timed load, a
+    // slow test (CI beside other work) moved the lock after the refresh had filled.
+    static MOVED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
     #[cached(ttl = "60s", lock = "redis", redis = "retire", name = "red::retire")]
     async fn price(id: u64) -> String {
         let n = LOADS.fetch_add(1, SeqCst) + 1;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        if n == 2 {
+            MOVED.notified().await;
+        }
         format!("{id} v{n}")
     }
     #[cached(ttl = "60s", lock = "redis", redis = "retire", name = "red::retire")]
@@ -1085,11 +1090,15 @@ async fn a_refresh_fenced_off_by_a_later_holder_retires_the_older_value_in_redis
     assert_eq!(within(price(1)).await, "1 v1");
     let value = server.key("test:{red::retire~*|1}:v").unwrap();
     let (lock, fence) = (value.replace(":v", ":l"), value.replace(":v", ":f"));
+    // Redis's clock counts milliseconds: a value written in the millisecond of the refresh's
+    // read counts as written since it (not retired).
+    tokio::time::sleep(Duration::from_millis(5)).await;
     let refresh = tokio::spawn(price::refresh(1));
     eventually("the refresh to begin its load", || LOADS.load(SeqCst) == 2).await;
     // Another process takes the lock, as `READ_OR_LOCK` does, and is still loading.
     let _: () = server.command(&["SET", &lock, "another", "PX", "30000"]);
     let _: u64 = server.command(&["INCR", &fence]);
+    MOVED.notify_one();
     assert_eq!(within(refresh).await.unwrap(), "1 v2");
     assert_eq!(
         server.key(&value),

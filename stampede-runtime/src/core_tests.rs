@@ -783,7 +783,7 @@ async fn while_the_feed_is_down_a_call_does_not_join_a_flight_begun_longer_ago_t
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_load_falls_back_on_memorys_newer_value_not_the_older_one_the_store_keeps() {
-    // Simulation seeds 713164, 862568, 904459 (`lock = "local"`, tiered, `fail_safe`): this
+    // Simulation seed 713164 (`lock = "local"`, tiered, `fail_safe`): this
     // process's fill was fenced off by another's earlier fill of an older value, so memory held
     // the newer value and the store the older one. Past both stale deadlines the load failed,
     // and the store's older fail-safe value replaced memory's and was served.

@@ -338,10 +338,7 @@ impl Oracle {
             key,
             began,
             seq: history.next_seq(),
-            detach: (
-                *history.detach.get(&(function, key)).unwrap_or(&0),
-                history.faults,
-            ),
+            detach: history.epochs(function, key),
         }
     }
 
@@ -428,10 +425,7 @@ impl Oracle {
         // ordered before it, not after. A prime still running when the call ends may land after
         // it: the primed value then follows, whatever its version (seeds 1590120, 1990573).
         let ended = history.next_seq();
-        let now_epochs = (
-            *history.detach.get(&(function, key)).unwrap_or(&0),
-            history.faults,
-        );
+        let now_epochs = history.epochs(function, key);
         let primes_running = history
             .priming
             .get(&(function, key))
@@ -453,10 +447,7 @@ impl Oracle {
         let began = self.now();
         let history = self.history();
         Flight {
-            epochs: (
-                *history.detach.get(&(function, key)).unwrap_or(&0),
-                history.faults,
-            ),
+            epochs: history.epochs(function, key),
             began,
         }
     }
@@ -479,10 +470,7 @@ impl Oracle {
         let mut history = self.history();
         history.next_load += 1;
         let id = history.next_load;
-        let current = (
-            *history.detach.get(&(function, key)).unwrap_or(&0),
-            history.faults,
-        );
+        let current = history.epochs(function, key);
         let epochs = flight.epochs;
         // With its feed down, a process does not join a flight past the bound from its start.
         let untrusted = history.feed_down.contains(&(function, process));
@@ -582,6 +570,14 @@ impl History {
             .filter(|floor| floor.prime && floor.seq >= began)
             .map(|floor| floor.version);
         running.chain(completed).collect()
+    }
+
+    /// The key's detach epoch and the run's fault epoch now.
+    fn epochs(&self, function: u8, key: u16) -> (u64, u64) {
+        (
+            *self.detach.get(&(function, key)).unwrap_or(&0),
+            self.faults,
+        )
     }
 
     fn next_seq(&mut self) -> u64 {

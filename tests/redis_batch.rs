@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
@@ -715,4 +715,76 @@ async fn a_batch_refresh_holds_its_keys_locks_so_another_process_s_refresh_gets_
     );
     assert_eq!(within(refresh).await.unwrap().unwrap()[&2], "2 v2");
     assert_eq!(CALLS.all().len(), 2, "{:?}", CALLS.all());
+}
+
+/// A batch load whose first attempt stalls to its timeout while another process primes one of
+/// its keys: the retry read the source after the prime, so its value is newer, and the refused
+/// fill retires the primed value from Redis (as `FILL` does for one key: simulation seed
+/// 1367838) rather than leave it to be served after the newer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_fenced_off_by_a_prime_before_its_retry_retires_the_primed_value() {
+    static CALLS: Calls = Calls::new();
+    static PRIMED: AtomicBool = AtomicBool::new(false);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        timeout = "1s",
+        retries = 1,
+        backoff = "1ms",
+        redis = "retry_a",
+        batch = ids,
+        name = "rb::retry"
+    )]
+    async fn in_a(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        if CALLS.all().len() == 1 {
+            std::future::pending::<()>().await; // stalls to the timeout
+        }
+        let after = if PRIMED.load(SeqCst) {
+            "after"
+        } else {
+            "before"
+        };
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("{id} v2, read {after} the prime")))
+            .collect())
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        redis = "retry_b",
+        batch = ids,
+        name = "rb::retry"
+    )]
+    async fn in_b(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(1, &ids);
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("{id} from b")))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    install(&server.url(), "retry_a");
+    install(&server.url(), "retry_b");
+    let loading = tokio::spawn(in_a(vec![1, 2]));
+    eventually("the first attempt to begin", || CALLS.all().len() == 1).await;
+    within(in_b::prime(1, "primed 1".to_owned())).await.unwrap();
+    PRIMED.store(true, SeqCst);
+    let found = within(loading).await.unwrap().unwrap();
+    assert_eq!(
+        found[&1], "1 v2, read after the prime",
+        "the retry's value, newer than the prime's"
+    );
+    assert_eq!(found[&2], "2 v2, read after the prime");
+    let other = within(in_b(vec![1, 2])).await.unwrap();
+    assert_eq!(
+        other[&1], "1 from b",
+        "Redis no longer holds the primed value, older than the one the retry handed out"
+    );
+    assert_eq!(other[&2], "2 v2, read after the prime", "written as usual");
 }

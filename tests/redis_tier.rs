@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
@@ -1112,6 +1112,76 @@ async fn a_refresh_fenced_off_by_a_later_holder_retires_the_older_value_in_redis
     );
     let _: () = server.command(&["DEL", &lock]);
     assert_eq!(within(elsewhere(1)).await, "1 loaded elsewhere");
+}
+
+/// A load's first attempt stalls to its timeout while another process primes the key, which
+/// fences the load off; its retry reads the source after the prime, so its value is newer. The
+/// refused fill retires the primed value (written before the retry read the source) rather than
+/// leaving it in Redis, where it was served after the newer value. Simulation seed 1367838, in
+/// Redis's terms.
+#[tokio::test]
+async fn a_fill_fenced_off_by_a_prime_before_its_retry_retires_the_primed_value() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+    static PRIMED: AtomicBool = AtomicBool::new(false);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        timeout = "1s",
+        retries = 1,
+        backoff = "1ms",
+        redis = "retry_after_prime",
+        name = "red::retry_after_prime"
+    )]
+    async fn price(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        if n == 1 {
+            std::future::pending::<()>().await; // stalls to the timeout
+        }
+        let after = if PRIMED.load(SeqCst) {
+            "after"
+        } else {
+            "before"
+        };
+        format!("{id} v{n}, read {after} the prime")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        redis = "retry_after_prime",
+        name = "red::retry_after_prime"
+    )]
+    async fn elsewhere(id: u64) -> String {
+        format!("{id} loaded elsewhere")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "retry_after_prime");
+    let first = tokio::spawn(price(7));
+    eventually("the first attempt to begin", || LOADS.load(SeqCst) == 1).await;
+    within(elsewhere::prime(7, "7 primed".to_owned()))
+        .await
+        .unwrap();
+    PRIMED.store(true, SeqCst);
+    let value = server.key("test:{red::retry_after_prime~*|7}:v").unwrap();
+    assert_eq!(
+        within(first).await.unwrap(),
+        "7 v2, read after the prime",
+        "the retry's value, newer than the prime's"
+    );
+    assert_eq!(
+        server.key(&value),
+        None,
+        "Redis no longer holds the primed value, older than the one the retry handed out"
+    );
+    assert_ne!(
+        within(price(7)).await,
+        "7 primed",
+        "an older value after a newer one"
+    );
+    assert_ne!(within(elsewhere(7)).await, "7 primed");
 }
 
 /// With `lock = "redis"` a refresh loads under the key's Redis lock: another process's refresh

@@ -1056,3 +1056,83 @@ async fn with_lock_redis_a_refresh_while_another_process_loads_returns_that_load
     );
     assert_eq!(source.loads(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fill_fenced_off_by_a_prime_retires_it_when_its_retry_read_the_source_after_the_prime() {
+    // Simulation seed 1367838: a load's first attempt stalled to its timeout; meanwhile another
+    // process primed the key, which fenced the load off. The retry read the source after the
+    // prime, so its value was newer; but the prime's value, written after the fence was read,
+    // stayed in the store, and was served as fail-safe once the key's loads failed: an older
+    // value after a newer one.
+    for backend in [Backend::Redis, Backend::Tiered] {
+        let store = Store::new();
+        let mut options = locked("core::retry_after_prime");
+        options.backend = backend;
+        options.ttl = Duration::from_millis(500);
+        options.stale = Duration::ZERO;
+        options.fail_safe = Some(Duration::from_secs(60));
+        options.timeout = Duration::from_secs(1);
+        options.retries = 1;
+        let (a, b) = (
+            shared(options.clone(), fake_tier::tier(&store)),
+            shared(options, fake_tier::tier(&store)),
+        );
+        let loads = Arc::new(AtomicUsize::new(0));
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let get = |cache| {
+            let (loads, failing) = (loads.clone(), failing.clone());
+            cache_get(cache, 7, move |key| {
+                let n = loads.fetch_add(1, SeqCst) + 1;
+                let failing = failing.load(SeqCst);
+                async move {
+                    if n == 1 {
+                        tokio::time::sleep(Duration::from_secs(10)).await; // past the timeout
+                    }
+                    match failing {
+                        true => Err(format!("load {n}: down")),
+                        false => Ok(format!("{key} v{n}")),
+                    }
+                }
+            })
+        };
+        let first = tokio::spawn(get(a));
+        tokio::time::sleep(Duration::from_millis(10)).await; // a holds the lock, loading
+        within(b.prime(7, "7 primed".to_owned())).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await; // the prime's value expired
+        let joined = tokio::spawn(get(a)); // after the prime: this call orders what follows
+        assert_eq!(within(first).await.unwrap().unwrap(), "7 v2", "{backend:?}");
+        assert_eq!(
+            within(joined).await.unwrap().unwrap(),
+            "7 v2",
+            "{backend:?}"
+        );
+        assert_ne!(
+            store.value(&7).as_deref(),
+            Some("7 primed"),
+            "{backend:?}: the prime's value is older than the retry's, which read the source later"
+        );
+        tokio::time::sleep(Duration::from_millis(600)).await; // v2 expired
+        failing.store(true, SeqCst);
+        // In the process that served v2 (b's memory keeps its own prime: processes are not
+        // ordered with each other).
+        assert_ne!(
+            within(get(a)).await.as_deref().ok(),
+            Some("7 primed"),
+            "{backend:?}: an older value after a newer one"
+        );
+    }
+}
+
+/// `cache.get(key)` with `load` as the function's body.
+fn cache_get<T, F, Fut>(
+    cache: &'static Cache<u64, String, T>,
+    key: u64,
+    load: F,
+) -> impl Future<Output = Result<String, Error>> + Send + 'static
+where
+    T: Tier<u64, String>,
+    F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<String, String>> + Send + 'static,
+{
+    cache.get(key, move || move |key: &u64| load(*key))
+}

@@ -24,7 +24,7 @@ use crate::config::{self, Config};
 use crate::entry::Entry;
 use crate::error::Error;
 use crate::kv::{Key, Value};
-use crate::load::Load;
+use crate::load::{Load, Loaded};
 use crate::registry::AnyCache;
 use crate::tier::{Fetched, Handle, Shared, Tier};
 
@@ -444,8 +444,8 @@ pub fn tier_of<K: Key, V: Value>(store: &Arc<Store<K, V>>, process: Process) -> 
 
 /// What a read of the key decided.
 enum Next {
-    /// This flight took the lock, with this token and fence, at this time.
-    Hold(Option<u64>, u64, Instant),
+    /// This flight loads, holding the lock with this token (or without it), at this fence.
+    Hold(Option<u64>, u64),
     /// Another holds the lock, for this much longer.
     Wait(Duration),
 }
@@ -487,7 +487,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                     // No Redis lock (`READ_OR_LOCK` without a token): loaded without one, and
                     // fenced by its fill, which moves the fence on.
                     _ if handle.config().lock != config::Lock::Redis => {
-                        Next::Hold(None, state.fence(handle.key()), now)
+                        Next::Hold(None, state.fence(handle.key()))
                     }
                     None => {
                         let token = state.token();
@@ -495,7 +495,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                         state
                             .locks
                             .insert(handle.key().clone(), Lock { token, until });
-                        Next::Hold(Some(token), state.bump(handle.key()), now)
+                        Next::Hold(Some(token), state.bump(handle.key()))
                     }
                     Some(_) if self.busy_error && !served => return Fetched::Busy,
                     Some(held) => {
@@ -506,15 +506,15 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 }
             };
             let lease_left = match next {
-                Next::Hold(token, fence, read_at) => {
-                    return self.hold(handle, token, fence, read_at).await;
+                Next::Hold(token, fence) => {
+                    return self.hold(handle, token, fence).await;
                 }
                 Next::Wait(lease_left) => lease_left,
             };
             let now = Instant::now();
             if now >= give_up_at {
                 let fence = store.state().fence(handle.key());
-                return self.hold(handle, None, fence, now).await;
+                return self.hold(handle, None, fence).await;
             }
             let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
             let _ = tokio::time::timeout_at(until, notified).await;
@@ -664,14 +664,13 @@ impl<K: Key, V: Value> Fake<K, V> {
     }
 
     /// Loads as the lock's holder (renewing its lease while the load runs, unless leases lapse)
-    /// or without the lock, writes the value if the fence is still `fence` (read at `read_at`),
-    /// releases the lock and wakes the waiters.
+    /// or without the lock, writes the value if the fence is still `fence`, releases the lock
+    /// and wakes the waiters.
     async fn hold<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,
         token: Option<u64>,
         fence: u64,
-        read_at: Instant,
     ) -> Fetched<V> {
         let store = &self.store;
         {
@@ -711,18 +710,18 @@ impl<K: Key, V: Value> Fake<K, V> {
             state.locks.remove(handle.key());
         }
         let newer = match &loaded {
-            Ok(value) => state.newer(handle, value),
+            Ok(loaded) => state.newer(handle, &loaded.value),
             Err(_) => None,
         };
         let fetched = match (loaded, newer) {
             (Err(error), _) => Fetched::Failed(error),
             // The store went down meanwhile: the value is good, kept here.
-            (Ok(value), _) if store.down() => {
+            (Ok(Loaded { value, .. }), _) if store.down() => {
                 drop(state);
                 lock(&self.dirty).insert(handle.key().clone());
                 return Fetched::Loaded(handle.keep_loaded(value, self.trusted()));
             }
-            (Ok(value), None) if state.fence(handle.key()) == fence => {
+            (Ok(Loaded { value, .. }), None) if state.fence(handle.key()) == fence => {
                 if token.is_none() {
                     state.bump(handle.key());
                 }
@@ -733,19 +732,21 @@ impl<K: Key, V: Value> Fake<K, V> {
             }
             // Refused, as `FILL` refuses: the store holds a newer source version, or the fence
             // moved (another holder's fill, a prime, an invalidation). Its callers get what the
-            // store holds, if servable and written since the read (not the value it replaces).
-            (Ok(value), newer) => {
+            // store holds, if servable and written since the source was read (not the value it
+            // replaces).
+            (Ok(Loaded { value, read_from }), newer) => {
                 let now = Instant::now();
                 if newer.is_some() {
                     handle.older_than_stored();
                 } else if state
                     .values
                     .get(handle.key())
-                    .is_some_and(|stored| stored.filled_at < read_at)
+                    .is_some_and(|stored| stored.filled_at < read_from)
                 {
-                    // The fence moved, yet what the store holds was written before this
-                    // flight's read: another load began since and has not filled. That value
-                    // is older than the one this flight hands out: retired, as `FILL` does.
+                    // The fence moved, yet what the store holds was written before the attempt
+                    // that gave this value read the source: it is older than the one this flight
+                    // hands out (another load began since and has not filled, or a prime came
+                    // before a retry), and is retired, as `FILL` does.
                     state.values.remove(handle.key());
                 }
                 let stored = state
@@ -753,7 +754,7 @@ impl<K: Key, V: Value> Fake<K, V> {
                     .get(handle.key())
                     .filter(|stored| stored.kept(now))
                     .filter(|stored| {
-                        newer.is_some() || stored.fence > fence || stored.filled_at > read_at
+                        newer.is_some() || stored.fence > fence || stored.filled_at > read_from
                     })
                     .map(Stored::entry)
                     .filter(|entry| entry.servable(now));

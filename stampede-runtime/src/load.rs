@@ -60,6 +60,15 @@ where
     }
 }
 
+/// A loaded value, with when the attempt that gave it began: it is at least as new as the
+/// source was then, and newer than any value stored before (which was read from the source
+/// earlier still).
+#[derive(Clone)]
+pub(crate) struct Loaded<V> {
+    pub(crate) value: V,
+    pub(crate) read_from: Instant,
+}
+
 /// Runs `load` for `key`: each attempt bounded by the cache's timeout, failed or timed-out ones
 /// retried up to `retries` times after a jittered backoff.
 pub(crate) async fn attempts<K, V, L: Load<K, V>>(
@@ -67,14 +76,15 @@ pub(crate) async fn attempts<K, V, L: Load<K, V>>(
     telemetry: &Telemetry,
     key: &K,
     load: &L,
-) -> Result<V, Error> {
+) -> Result<Loaded<V>, Error> {
     let started = Instant::now();
     let mut retry = 0;
     let outcome = loop {
         telemetry.loads.bump();
+        let read_from = Instant::now();
         let (error, retryable) = match tokio::time::timeout(config.timeout, load.attempt(key)).await
         {
-            Ok(Ok(value)) => break Ok(value),
+            Ok(Ok(value)) => break Ok(Loaded { value, read_from }),
             Ok(Err(error)) => {
                 let retryable = load.retryable(&error);
                 (

@@ -36,7 +36,7 @@ use crate::entry::Entry;
 use crate::error::Error;
 use crate::flight::Leader;
 use crate::kv::{Key, Value};
-use crate::load::Load;
+use crate::load::{Load, Loaded};
 use crate::memory::Kept;
 use crate::stats::{Identity, Stats};
 use crate::telemetry::Reason;
@@ -329,7 +329,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// Runs the function's load here, with its timeout and retries, if the breaker admits it
     /// (else `Error::CircuitOpen`); stores nothing. Its outcome is the breaker's verdict; a panic
     /// in the load is an `Error::LoadPanicked`.
-    pub(crate) async fn load(&self) -> Result<V, Error> {
+    pub(crate) async fn load(&self) -> Result<Loaded<V>, Error> {
         let core = self.core;
         let attempts = crate::load::attempts(&core.config, &core.telemetry, self.key, self.load);
         admitted(core, || self.started(), attempts).await
@@ -347,7 +347,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// cannot be used.
     pub(crate) async fn load_here(&self, trusted_for: Option<Duration>) -> Fetched<V> {
         match self.load().await {
-            Ok(value) => Fetched::Loaded(self.keep_loaded(value, trusted_for)),
+            Ok(loaded) => Fetched::Loaded(self.keep_loaded(loaded.value, trusted_for)),
             Err(error) => Fetched::Failed(error),
         }
     }

@@ -38,6 +38,7 @@ use crate::config::Lock;
 use crate::entry::Entry;
 use crate::error::Error;
 use crate::kv::{Key, Value};
+use crate::load::Loaded;
 use crate::redis::Busy;
 use crate::redis::config::lookup;
 use crate::redis::endpoint::Endpoint;
@@ -45,7 +46,7 @@ use crate::redis::envelope::{self, Decoded};
 use crate::redis::flow::entry_of;
 use crate::redis::keys::{self, RedisKeys};
 use crate::redis::lock;
-use crate::redis::ops::{Read, ReadState};
+use crate::redis::ops::{Read, ReadState, ServerTime};
 use crate::redis::pubsub::Listener;
 use crate::redis::tags::set_lifetime;
 use crate::redis::tier::RedisTier;
@@ -83,8 +84,8 @@ struct Part {
     served: bool,
     /// When another process's lock was first found, if it was.
     busy_since: Option<Instant>,
-    /// The server's time (ms) of its last read, which gave the fence a load writes with.
-    read_at: u64,
+    /// The server's time of its last read, which gave the fence a load writes with.
+    read_at: ServerTime,
 }
 
 /// What a read found of one key, on this process's clock.
@@ -186,8 +187,8 @@ where
         for (&at, loaded) in indices.iter().zip(loaded) {
             let handle = &batch.handles()[at];
             outcomes[at] = Some(match loaded {
-                Ok(value) => {
-                    let value = handle.keep_loaded(value, trusted_for);
+                Ok(loaded) => {
+                    let value = handle.keep_loaded(loaded.value, trusted_for);
                     if let Some(endpoint) = endpoint {
                         self.changed_while_down(endpoint, handle.key(), handle.config());
                     }
@@ -269,7 +270,7 @@ impl Part {
             listener: None,
             served: false,
             busy_since: None,
-            read_at: 0,
+            read_at: ServerTime::replied(0),
         }
     }
 }
@@ -349,7 +350,7 @@ where
             }
         };
         for (&at, read) in reading.iter().zip(reads) {
-            parts[at].read_at = read.now_ms;
+            parts[at].read_at = ServerTime::replied(read.now_ms);
             parts[at].step = self.next_step(at, &mut parts[at], &read, outcomes);
         }
     }
@@ -621,8 +622,8 @@ where
             let handle = &batch.handles()[at];
             self.tier.telemetry.degraded.bump();
             outcomes[at] = Some(match loaded {
-                Ok(value) => {
-                    let value = handle.keep_loaded(value.clone(), trusted_for);
+                Ok(loaded) => {
+                    let value = handle.keep_loaded(loaded.value.clone(), trusted_for);
                     self.tier
                         .changed_while_down(&self.endpoint, handle.key(), handle.config());
                     Fetched::Loaded(value)
@@ -635,16 +636,21 @@ where
         for (&(at, locked, fence), loaded) in fill.iter().zip(filled) {
             let handle = &batch.handles()[at];
             match loaded {
-                Ok(value) => match envelope::encode(value, self.endpoint.config.max_value_bytes) {
-                    Ok(payload) => fills.push((at, locked, fence, value.clone(), payload)),
-                    Err(error) => {
-                        tracing::warn!(cache = %batch.config().name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
-                        unwritten.push((at, locked));
-                        outcomes[at] = Some(Fetched::Loaded(
-                            handle.keep_loaded(value.clone(), trusted_for),
-                        ));
+                Ok(Loaded { value, read_from }) => {
+                    match envelope::encode(value, self.endpoint.config.max_value_bytes) {
+                        Ok(payload) => {
+                            let read_from = parts[at].read_at.at(*read_from);
+                            fills.push((at, locked, fence, value.clone(), payload, read_from));
+                        }
+                        Err(error) => {
+                            tracing::warn!(cache = %batch.config().name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
+                            unwritten.push((at, locked));
+                            outcomes[at] = Some(Fetched::Loaded(
+                                handle.keep_loaded(value.clone(), trusted_for),
+                            ));
+                        }
                     }
-                },
+                }
                 Err(error) => {
                     unwritten.push((at, locked));
                     outcomes[at] = Some(Fetched::Failed(error.clone()));
@@ -663,7 +669,7 @@ where
         let config = batch.config();
         let writes: Vec<Fill<'_>> = fills
             .iter()
-            .map(|(at, locked, fence, value, payload)| Fill {
+            .map(|(at, locked, fence, value, payload, read_from)| Fill {
                 keys: &parts[*at].keys,
                 token: if *locked { token } else { "" },
                 fresh: batch.handles()[*at].fresh_for(value),
@@ -671,7 +677,7 @@ where
                 keep_for: config.fail_safe.unwrap_or_default(),
                 load: took,
                 fence: *fence,
-                read_at: parts[*at].read_at,
+                read_at: *read_from,
                 source_version: batch.handles()[*at].source_version(value),
                 payload: payload.clone(),
             })
@@ -681,7 +687,8 @@ where
         drop(writes);
         match written {
             Ok(written) => {
-                for ((at, _, fence, value, _), written) in fills.into_iter().zip(written) {
+                for ((at, _, fence, value, _, read_from), written) in fills.into_iter().zip(written)
+                {
                     let handle = &batch.handles()[at];
                     if written.written {
                         outcomes[at] = Some(Fetched::Loaded(
@@ -691,15 +698,15 @@ where
                     }
                     // Refused: Redis holds a newer source version, or the key's fence moved
                     // since its read (another holder's fill, a prime, an invalidation). Its
-                    // callers get what Redis holds when that was written since the read, as
+                    // callers get what Redis holds when that was written since the source was
+                    // read (`FILL_MANY` deleted it if written before), as
                     // every process will (as `Flow::hold` does); else their own, in memory
                     // unless invalidated here.
                     if written.newer {
                         handle.older_than_stored();
                     }
-                    let read_at = parts[at].read_at;
                     let stored = written.stored.as_deref().filter(|stored| {
-                        written.newer || envelope::written_since(stored, fence, read_at)
+                        written.newer || envelope::written_since(stored, fence, read_from)
                     });
                     let stored = match self.found(handle, stored, Some(written.now_ms)) {
                         Found::Usable(entry) => Some(self.keep(handle, entry)),
@@ -713,7 +720,7 @@ where
             // Redis failed after the load: the values are good, kept here; Redis drops its
             // own once it answers again.
             Err(_) => {
-                for (at, _, _, value, _) in fills {
+                for (at, _, _, value, ..) in fills {
                     let handle = &batch.handles()[at];
                     self.tier
                         .changed_while_down(&self.endpoint, handle.key(), handle.config());

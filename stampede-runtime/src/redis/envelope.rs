@@ -96,9 +96,9 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// Whether `bytes` are an envelope written after the read that gave `fence` at `read_at` (the
-/// server's ms): by a holder that took the lock since (a later fence), or by a fill without the
-/// lock or a prime since (the same fence, a later time). Not the value that read found.
+/// Whether `bytes` are an envelope written by a holder that took the lock after the read that
+/// gave `fence` (a later fence), or after `read_at` (the server's ms when the source was read,
+/// after that read): not the value that read found, nor one older than the load's.
 pub(crate) fn written_since(bytes: &[u8], fence: u64, read_at: u64) -> bool {
     Envelope::parse(bytes)
         .is_some_and(|envelope| envelope.fence > fence || envelope.written_at > read_at)

@@ -27,7 +27,7 @@ use crate::load::Load;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Decoded};
 use crate::redis::keys::RedisKeys;
-use crate::redis::ops::{Read, ReadState, Write, Written};
+use crate::redis::ops::{Read, ReadState, ServerTime, Write, Written};
 use crate::redis::pubsub::Listener;
 use crate::redis::tags::set_lifetime;
 use crate::redis::tier::RedisTier;
@@ -56,8 +56,8 @@ pub(super) struct Flow<'a, K: Key, V: Value, L> {
     served: bool,
     /// When another process's lock was first found, if it was.
     busy_since: Option<Instant>,
-    /// The server's time (ms) of the last read, which gave the fence a load writes with.
-    read_at: u64,
+    /// The server's time of the last read, which gave the fence a load writes with.
+    read_at: ServerTime,
 }
 
 /// What a flow does next.
@@ -110,7 +110,7 @@ where
             listener: None,
             served: false,
             busy_since: None,
-            read_at: 0,
+            read_at: ServerTime::replied(0),
         }
     }
 
@@ -169,7 +169,7 @@ where
                 return Step::Degrade;
             }
         };
-        self.read_at = read.now_ms;
+        self.read_at = ServerTime::replied(read.now_ms);
         let Some(current) = self.current(&read) else {
             return Step::Read; // a fresh header over bytes that do not decode: read again
         };
@@ -329,8 +329,8 @@ where
             Some(held) => held.while_held(self.handle.load()).await,
             None => lock::while_fenced(&self.endpoint, &self.keys, fence, self.handle.load()).await,
         };
-        let value = match loaded {
-            Ok(value) => value,
+        let (value, read_from) = match loaded {
+            Ok(loaded) => (loaded.value, self.read_at.at(loaded.read_from)),
             Err(error) => {
                 if let Some(held) = held {
                     held.release().await;
@@ -338,19 +338,23 @@ where
                 return Fetched::Failed(error);
             }
         };
-        match self.write(&value, held, fence, started.elapsed()).await {
+        match self
+            .write(&value, held, fence, read_from, started.elapsed())
+            .await
+        {
             Some(written) if written.written => {
                 Fetched::Loaded(self.keep(entry_of(value, &written)))
             }
             // Refused: Redis holds a newer source version, or the key's fence moved since the
             // read (another holder's fill, a prime, an invalidation), which orders what Redis
-            // holds after this load. Its callers get what Redis holds, as every process will.
+            // holds after this load, unless written before the source was read (then `FILL`
+            // deleted it). Its callers get what Redis holds, as every process will.
             Some(written) => {
                 if written.newer {
                     self.handle.older_than_stored();
                 }
                 let stored = written.stored.as_deref().filter(|stored| {
-                    written.newer || envelope::written_since(stored, fence, self.read_at)
+                    written.newer || envelope::written_since(stored, fence, read_from)
                 });
                 Fetched::Loaded(match self.stored(stored, written.now_ms) {
                     Some(stored) => stored,
@@ -367,13 +371,15 @@ where
         }
     }
 
-    /// `FILL`: writes a loaded value (unless the fence moved), publishes it, releases the lock;
-    /// `None` when Redis failed or the value cannot be encoded.
+    /// `FILL`: writes a value loaded from the source read at `read_from` (server ms) in `took`
+    /// (unless the fence moved), publishes it, releases the lock; `None` when Redis failed or
+    /// the value cannot be encoded.
     async fn write(
         &self,
         value: &V,
         held: Option<lock::Held>,
         fence: u64,
+        read_from: u64,
         took: Duration,
     ) -> Option<Written> {
         let config = self.config();
@@ -398,7 +404,7 @@ where
             version,
             &payload,
         )
-        .loaded(self.read_at, took);
+        .loaded(read_from, took);
         let written = self.endpoint.write(&self.keys, write).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {

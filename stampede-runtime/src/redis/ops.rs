@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope;
 use crate::redis::failure::Failure;
@@ -37,6 +39,30 @@ pub(crate) enum ReadState {
     NoLock,
 }
 
+/// A time on the server's clock (ms), taken from a reply that had reached this process by
+/// `replied`: the server's time at a later instant here is bounded from below by it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ServerTime {
+    ms: u64,
+    replied: Instant,
+}
+
+impl ServerTime {
+    /// The server's time `ms`, from a reply that has just come.
+    pub(crate) fn replied(ms: u64) -> ServerTime {
+        ServerTime {
+            ms,
+            replied: Instant::now(),
+        }
+    }
+
+    /// The server's time (ms) at `then`, rounded down: the server's clock said `ms` before the
+    /// reply came, and has run since about as long as this process's.
+    pub(crate) fn at(self, then: Instant) -> u64 {
+        self.ms + millis(then.saturating_duration_since(self.replied))
+    }
+}
+
 /// What `FILL` did.
 pub(crate) struct Written {
     /// False when the key's fence moved since it was read (another holder, fill, prime or an
@@ -65,14 +91,15 @@ pub(crate) struct Write<'a> {
     pub(crate) fence: Option<u64>,
     /// The value's source version: the fill is refused if the value stored has a newer one.
     pub(crate) source_version: Option<u64>,
-    /// The server's time (ms) of the read that gave `fence`: a refused fill deletes a value
-    /// written before it (see `FILL`). 0 for none.
+    /// The server's time (ms) when the value was read from the source (the start of the load's
+    /// attempt that gave it, bounded from below; after the read that gave `fence`): a refused
+    /// fill deletes a value written before it, which is older (see `FILL`). 0 for none.
     pub(crate) read_at: u64,
     pub(crate) payload: &'a [u8],
 }
 
 impl Write<'_> {
-    /// The fill of a load that read the key at `read_at` (server ms) and took `load` (the
+    /// The fill of a load that read its source at `read_at` (server ms) and took `load` (the
     /// envelope records it).
     pub(crate) fn loaded(mut self, read_at: u64, load: Duration) -> Self {
         self.read_at = read_at;

@@ -100,15 +100,17 @@ return {value, 'busy', now, fence, redis.call('PTTL', KEYS[2]), oversized}
 /// fence read (empty for a prime: written whatever the fence, which it moves on), the payload, the channel, how long to keep the value past its stale deadline
 /// (the cache's `fail_safe`, ms), the publishing command (`SPUBLISH` on a cluster, else
 /// `PUBLISH`), the value's source version (decimal; empty for none), the largest value to
-/// return in bytes, the server's time (ms) of the read that gave the fence (0 for none).
+/// return in bytes, the server's time (ms) when the value was read from the source (the start
+/// of the attempt that gave it, after the read that gave the fence; 0 for none).
 ///
 /// Returns `{written, now_ms, fresh_until, stale_until, stored}`: written is 1, or 0 when the
 /// fence moved, or 2 when the value stored has a newer source version; when nothing was
 /// written, `stored` is the value Redis holds (nil when none, or over the size given).
 ///
-/// When the fence moved and the value stored was written before the read, another load began
-/// since and has not filled: that value is older than the one this load hands out, and is
-/// deleted, so that no process is served it after this one's (the next reader waits for the
+/// When the fence moved and the value stored was written before the source was read (another
+/// load began since and has not filled, or a prime came while the first attempt stalled and a
+/// retry read the source after it), that value is older than the one this load hands out, and
+/// is deleted, so that no process is served it after this one's (the next reader waits for the
 /// other load, or loads).
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(

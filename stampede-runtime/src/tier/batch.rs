@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::core::Core;
 use crate::error::Error;
 use crate::kv::{Key, Value};
-use crate::load::Load;
+use crate::load::{Load, Loaded};
 use crate::tier::{Fetched, Handle, admitted};
 
 /// A batch function's load: called with the keys to load, it answers each of them, in their
@@ -95,7 +95,7 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
     /// Loads the keys at `indices` (of [`Batch::handles`]) with one call of the function, with
     /// the timeout and retries of one load, if the breaker admits it; stores nothing. Each key
     /// gets its value, or every key the same error (the breaker's verdict is the call's).
-    pub(crate) async fn load(&self, indices: &[usize]) -> Vec<Result<V, Error>> {
+    pub(crate) async fn load(&self, indices: &[usize]) -> Vec<Result<Loaded<V>, Error>> {
         let core = self.core;
         let keys: Vec<K> = indices
             .iter()
@@ -108,8 +108,11 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
         };
         let attempts = crate::load::attempts(&core.config, &core.telemetry, &keys, self.load);
         match admitted(core, started, attempts).await {
-            Ok(values) if values.len() == keys.len() => values.into_iter().map(Ok).collect(),
-            Ok(values) => {
+            Ok(Loaded { value, read_from }) if value.len() == keys.len() => value
+                .into_iter()
+                .map(|value| Ok(Loaded { value, read_from }))
+                .collect(),
+            Ok(Loaded { value: values, .. }) => {
                 // Only a hand-written load can get here: the generated one answers each key.
                 let error = Error::LoadPanicked {
                     cache: core.config.name.clone(),
@@ -136,7 +139,7 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
             .iter()
             .zip(loaded)
             .map(|(handle, loaded)| match loaded {
-                Ok(value) => Fetched::Loaded(handle.keep_loaded(value, trusted_for)),
+                Ok(loaded) => Fetched::Loaded(handle.keep_loaded(loaded.value, trusted_for)),
                 Err(error) => Fetched::Failed(error),
             })
             .collect()

@@ -32,7 +32,8 @@ pub(crate) struct Fill<'a> {
     pub(crate) keep_for: Duration,
     pub(crate) load: Duration,
     pub(crate) fence: u64,
-    /// The server's time (ms) of the read that gave `fence` (see `FILL_MANY`).
+    /// The server's time (ms) when the value was read from the source, after the read that
+    /// gave `fence` (see `FILL_MANY`).
     pub(crate) read_at: u64,
     /// The value's source version: not written over a value stored with a newer one.
     pub(crate) source_version: Option<u64>,

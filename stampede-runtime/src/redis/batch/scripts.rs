@@ -107,8 +107,8 @@ return out
 /// return in bytes, then per key 10 values: token (empty: the key was loaded without the lock),
 /// fresh ms, stale ms, load ms, the fence read, the payload, the channel, how long to keep the
 /// value past its stale deadline (ms), the value's source version (decimal; empty for none),
-/// the server's time (ms) of the read that gave the fence. A refused key's older value is
-/// deleted as `FILL` deletes it.
+/// the server's time (ms) when the value was read from the source. A refused key's older value
+/// is deleted as `FILL` deletes it.
 ///
 /// Returns `{now_ms, then per key: written, fresh_until, stale_until, stored}` with `FILL`'s
 /// written (1; 0 when the fence moved; 2 when the value stored has a newer source version);

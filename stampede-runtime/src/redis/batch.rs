@@ -677,7 +677,7 @@ where
                 keep_for: config.fail_safe.unwrap_or_default(),
                 load: took,
                 fence: *fence,
-                read_at: *read_from,
+                read_from: *read_from,
                 source_version: batch.handles()[*at].source_version(value),
                 payload: payload.clone(),
             })
@@ -699,9 +699,8 @@ where
                     // Refused: Redis holds a newer source version, or the key's fence moved
                     // since its read (another holder's fill, a prime, an invalidation). Its
                     // callers get what Redis holds when that was written since the source was
-                    // read (`FILL_MANY` deleted it if written before), as
-                    // every process will (as `Flow::hold` does); else their own, in memory
-                    // unless invalidated here.
+                    // read (`FILL_MANY` deleted it if written before), as every process will
+                    // (as `Flow::hold` does); else their own, in memory unless invalidated here.
                     if written.newer {
                         handle.older_than_stored();
                     }

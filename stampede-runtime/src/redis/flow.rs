@@ -534,7 +534,7 @@ pub(super) fn write_of<'a>(
         load: Duration::ZERO,
         fence,
         source_version,
-        read_at: 0,
+        read_from: 0,
         payload,
     }
 }

@@ -94,15 +94,15 @@ pub(crate) struct Write<'a> {
     /// The server's time (ms) when the value was read from the source (the start of the load's
     /// attempt that gave it, bounded from below; after the read that gave `fence`): a refused
     /// fill deletes a value written before it, which is older (see `FILL`). 0 for none.
-    pub(crate) read_at: u64,
+    pub(crate) read_from: u64,
     pub(crate) payload: &'a [u8],
 }
 
 impl Write<'_> {
-    /// The fill of a load that read its source at `read_at` (server ms) and took `load` (the
+    /// The fill of a load that read its source at `read_from` (server ms) and took `load` (the
     /// envelope records it).
-    pub(crate) fn loaded(mut self, read_at: u64, load: Duration) -> Self {
-        self.read_at = read_at;
+    pub(crate) fn loaded(mut self, read_from: u64, load: Duration) -> Self {
+        self.read_from = read_from;
         self.load = load;
         self
     }
@@ -238,7 +238,7 @@ impl Endpoint {
                     .arg(connection.publish_command())
                     .arg(&source_version)
                     .arg(self.most_read())
-                    .arg(write.read_at)
+                    .arg(write.read_from)
                     .invoke_async(&mut connection)
                     .await
             })

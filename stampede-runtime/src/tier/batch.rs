@@ -108,7 +108,10 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
         };
         let attempts = crate::load::attempts(&core.config, &core.telemetry, &keys, self.load);
         match admitted(core, started, attempts).await {
-            Ok(Loaded { value, read_from }) if value.len() == keys.len() => value
+            Ok(Loaded {
+                value: values,
+                read_from,
+            }) if values.len() == keys.len() => values
                 .into_iter()
                 .map(|value| Ok(Loaded { value, read_from }))
                 .collect(),

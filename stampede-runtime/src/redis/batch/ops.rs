@@ -34,7 +34,7 @@ pub(crate) struct Fill<'a> {
     pub(crate) fence: u64,
     /// The server's time (ms) when the value was read from the source, after the read that
     /// gave `fence` (see `FILL_MANY`).
-    pub(crate) read_at: u64,
+    pub(crate) read_from: u64,
     /// The value's source version: not written over a value stored with a newer one.
     pub(crate) source_version: Option<u64>,
     pub(crate) payload: Vec<u8>,
@@ -151,7 +151,7 @@ impl Endpoint {
                     .arg(&fill.keys.channel)
                     .arg(millis(fill.keep_for))
                     .arg(&versions[at])
-                    .arg(fill.read_at);
+                    .arg(fill.read_from);
             }
             let reply: Vec<Value> = script.invoke_async(&mut connection).await?;
             let mut reply = reply.into_iter();

@@ -165,6 +165,48 @@ async fn missing_ttl_bounds_how_long_a_key_is_cached_as_absent() {
     assert_eq!(&CALLS.all()[2..], [vec![101, 102], vec![102], vec![102]]);
 }
 
+/// `missing_ttl = "0s"` is "not cached": no stale window serves the absence (the stale window is
+/// for values, and an absence cached for no time has none), and no fail-safe keeps it.
+#[tokio::test(start_paused = true)]
+async fn missing_ttl_zero_caches_no_absence_whatever_stale_and_fail_safe_say() {
+    static CALLS: Calls = Calls::new();
+    static FAILING: AtomicBool = AtomicBool::new(false);
+
+    #[cached(
+        ttl = "60s",
+        stale = "30s",
+        fail_safe = "5m",
+        missing_ttl = "0s",
+        batch = ids,
+        name = "batch::missing_zero_stale"
+    )]
+    async fn products(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(ids.iter().copied());
+        if FAILING.load(SeqCst) {
+            return Err(AppError::Db("the source is down".into()));
+        }
+        Ok(ids
+            .into_iter()
+            .filter(|id| *id == 1)
+            .map(|id| (id, product(id)))
+            .collect())
+    }
+
+    assert_eq!(within(products(vec![1, 2])).await.unwrap().len(), 1);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    assert_eq!(within(products(vec![1, 2])).await.unwrap().len(), 1);
+    assert_eq!(
+        CALLS.all(),
+        [vec![1, 2], vec![2]],
+        "the absent key is asked for again, not served stale"
+    );
+    FAILING.store(true, SeqCst);
+    assert!(
+        within(products(vec![2])).await.is_err(),
+        "no absence is kept as a last good value"
+    );
+}
+
 /// A gate that holds the loads of a test until it is opened.
 struct Gate {
     opened: AtomicBool,

@@ -788,3 +788,131 @@ async fn a_batch_fenced_off_by_a_prime_before_its_retry_retires_the_primed_value
     );
     assert_eq!(other[&2], "2 v2, read after the prime", "written as usual");
 }
+
+/// A batch loaded without the Redis lock (`lock = "local"`, here on `backend = "redis"`) for
+/// longer than the lease keeps its fences alive as the single-key flow does, so its fill lands:
+/// with nothing in memory, the next call reads Redis instead of loading again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_loaded_without_the_lock_for_longer_than_the_lease_still_fills_redis() {
+    static CALLS: Calls = Calls::new();
+
+    #[cached(ttl = "60s", backend = "redis", redis = "unlocked_long", batch = ids, name = "rb::unlocked_long")]
+    async fn items(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        tokio::time::sleep(Duration::from_millis(1_000)).await; // over three leases
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("item {id}")))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_secs(2))
+        .lease(Duration::from_millis(300))
+        .install_as("unlocked_long");
+    stampede::require_redis(Some("unlocked_long"))
+        .await
+        .unwrap();
+    let loaded = within(items(vec![1, 2])).await.unwrap();
+    assert_eq!(loaded[&1], "item 1");
+    assert_eq!(within(items(vec![1, 2])).await.unwrap(), loaded);
+    assert_eq!(
+        CALLS.all(),
+        [(0, vec![1, 2])],
+        "the second call reads the values the first filled"
+    );
+    assert!(server.key("test:{rb::unlocked_long~*|1}:v").is_some());
+}
+
+/// A batch value over `max_value_size` is kept in memory for its ttl, as a single-key one is,
+/// not only for the staleness bound of a value Redis could not be written for because it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_batch_value_is_kept_in_memory_for_its_ttl() {
+    static CALLS: Calls = Calls::new();
+
+    #[cached(ttl = "60s", lock = "redis", redis = "oversized_kept", batch = ids, name = "rb::oversized_kept")]
+    async fn blobs(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, "x".repeat(id as usize)))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    // A staleness bound of 2 x 100 ms + 500 ms = 700 ms (shorter ones let a busy machine
+    // miss heartbeats: the feed is then not live, and memory rightly keeps nothing longer).
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(500))
+        .heartbeat(Duration::from_millis(100))
+        .max_value_size(1 << 10)
+        .install_as("oversized_kept");
+    stampede::require_redis(Some("oversized_kept"))
+        .await
+        .unwrap();
+    // The feed is live only once its subscription is confirmed and a heartbeat heard: until
+    // then memory rightly keeps every value for the bound only.
+    assert_eq!(within(blobs(vec![1])).await.unwrap()[&1], "x");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let big = 4 << 10;
+    assert_eq!(
+        within(blobs(vec![10, big])).await.unwrap()[&big].len(),
+        big as usize
+    );
+    assert!(
+        server
+            .key(&format!("test:{{rb::oversized_kept~*|{big}}}:v"))
+            .is_none()
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await; // past the staleness bound
+    assert_eq!(
+        within(blobs(vec![10, big])).await.unwrap()[&big].len(),
+        big as usize
+    );
+    assert_eq!(
+        CALLS.all(),
+        [(0, vec![1]), (0, vec![10, big])],
+        "the small key from Redis, the large one from memory"
+    );
+}
+
+/// `missing_ttl = "0s"`: a key the function leaves out is not cached, in memory or in Redis,
+/// whatever `stale` says (the stale window is a value's, and an absence cached for no time has
+/// none): every call asks the function for it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_ttl_zero_with_stale_caches_no_absence_in_either_tier() {
+    static CALLS: Calls = Calls::new();
+    static CREATED: AtomicBool = AtomicBool::new(false);
+
+    #[cached(ttl = "60s", stale = "30s", missing_ttl = "0s", lock = "redis", redis = "missing_zero", batch = ids, name = "rb::missing_zero")]
+    async fn found(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        Ok(ids
+            .into_iter()
+            .filter(|id| *id == 1 || CREATED.load(SeqCst))
+            .map(|id| (id, format!("item {id}")))
+            .collect())
+    }
+
+    let server = RedisServer::start();
+    install(&server.url(), "missing_zero");
+    stampede::require_redis(Some("missing_zero")).await.unwrap();
+    assert_eq!(within(found(vec![1, 2])).await.unwrap().len(), 1);
+    CREATED.store(true, SeqCst); // key 2 is created meanwhile
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        within(found(vec![1, 2])).await.unwrap().len(),
+        2,
+        "key 2 is asked for again, its absence not served stale"
+    );
+    assert_eq!(CALLS.all(), [(0, vec![1, 2]), (0, vec![2])]);
+    assert!(
+        server.key("test:{rb::missing_zero~*|2}:v").is_some(),
+        "key 2, found, is cached"
+    );
+}

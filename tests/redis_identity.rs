@@ -8,6 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::redis_server::RedisServer;
 use common::within;
@@ -500,4 +501,43 @@ fn the_identity_is_logged_when_the_cache_is_built() {
                 && text.contains("version = \"...\"")),
         "{events:#?}"
     );
+}
+
+static KEPT_LOADS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+#[cached(
+    ttl = "60s",
+    backend = "tiered",
+    redis = "oversized_kept",
+    name = "ident::oversized_kept"
+)]
+async fn sized(len: u64) -> String {
+    KEPT_LOADS.lock().unwrap().push(len);
+    "z".repeat(len as usize)
+}
+
+/// A value over `max_value_size` that a load returns is not a Redis failure: it is kept in
+/// this process's memory for its ttl, and the next miss of another key (whose Redis calls would
+/// clean up after a failure) does not take it from memory.
+#[tokio::test]
+async fn an_oversized_value_stays_in_memory_when_another_key_misses() {
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .max_value_size(1 << 10)
+        .install_as("oversized_kept");
+    stampede::require_redis(Some("oversized_kept"))
+        .await
+        .unwrap();
+    let big = 4 << 10;
+    assert_eq!(within(sized(big)).await.len(), big as usize);
+    assert_eq!(within(sized(10)).await.len(), 10, "another key misses");
+    // Time for an announcement to this process to arrive, were one made.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(within(sized(big)).await.len(), big as usize);
+    assert_eq!(within(sized(10)).await.len(), 10);
+    assert_eq!(*KEPT_LOADS.lock().unwrap(), [big, 10], "both from memory");
+    let stats = stampede::stats("ident::oversized_kept").unwrap();
+    assert_eq!(stats.degraded, 0, "Redis never failed: {stats:?}");
 }

@@ -1238,3 +1238,42 @@ async fn refreshes_of_one_key_in_two_processes_share_one_load_under_the_redis_lo
     assert_eq!(LOADS.load(SeqCst), 2, "one load for both refreshes");
     assert_eq!(within(in_b(1)).await, "1 v2");
 }
+
+/// A companion's `refresh` that joins a flight serving the stale value while it reloads gets
+/// the reloaded value: it asked for what the source holds now, not the value being replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_joining_a_flight_that_serves_stale_returns_the_reloaded_value() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "300ms",
+        jitter = 0,
+        stale = "60s",
+        backend = "tiered",
+        redis = "refresh_joins_stale",
+        name = "tier::refresh_joins_stale"
+    )]
+    async fn quote(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        if n > 1 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        format!("{id} v{n}")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "refresh_joins_stale");
+    stampede::require_redis(Some("refresh_joins_stale"))
+        .await
+        .unwrap();
+    assert_eq!(within(quote(1)).await, "1 v1");
+    tokio::time::sleep(Duration::from_millis(400)).await; // stale, in memory and in Redis
+    assert_eq!(
+        within(quote(1)).await,
+        "1 v1",
+        "stale, served while it reloads"
+    );
+    eventually("the reload to begin", || LOADS.load(SeqCst) == 2).await;
+    assert_eq!(within(quote::refresh(1)).await, "1 v2");
+    assert_eq!(LOADS.load(SeqCst), 2, "the refresh joined the reload");
+}

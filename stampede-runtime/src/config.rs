@@ -105,8 +105,9 @@ pub struct Config {
     /// beside its name, its key template and the shapes of its key and value types.
     pub version: Option<Arc<str>>,
     /// `ttl_from = "path"`: each value's own fresh time, capped at `ttl` (which also stands when
-    /// it gives none); jitter and `stale` apply on top. `None`: every value lives `ttl`. Shown
-    /// as whether it is set.
+    /// it gives none); jitter and `stale` apply on top, except to a value whose own time is
+    /// zero, which is not cached at all (see [`Config::lifetime_of`]). `None`: every value
+    /// lives `ttl`. Shown as whether it is set.
     #[serde(serialize_with = "crate::config::is_set")]
     pub ttl_from: Option<TtlFrom>,
     /// For a batch function's cache: the most keys one call of the function loads (a larger
@@ -114,14 +115,43 @@ pub struct Config {
     pub batch_max: Option<usize>,
 }
 
+/// The windows of a value's life, each after the one before: fresh, stale (served while one
+/// refresh runs), then kept as the last good value for a failed load (`fail_safe`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lifetime {
+    pub(crate) fresh: Duration,
+    pub(crate) stale: Duration,
+    pub(crate) fail_safe: Duration,
+}
+
+/// No window at all: the value answers its load's callers and is kept nowhere.
+impl Default for Lifetime {
+    fn default() -> Self {
+        Lifetime {
+            fresh: Duration::ZERO,
+            stale: Duration::ZERO,
+            fail_safe: Duration::ZERO,
+        }
+    }
+}
+
 impl Config {
-    /// How long `value` is fresh, before jitter: its own time (`ttl_from`) capped at `ttl`, else
-    /// `ttl`. The cap keeps every bound derived from `ttl` (tag marks, tag sets in Redis,
-    /// `refresh_after`) a bound for every value.
-    pub(crate) fn ttl_of(&self, value: &(dyn Any + Send + Sync)) -> Duration {
-        match self.ttl_from.and_then(|own| own(value)) {
+    /// The windows of `value`'s life, before jitter. It is fresh for its own time (`ttl_from`,
+    /// or a batch function's `missing_ttl` for a key left out) capped at `ttl`, else `ttl`; the
+    /// cap keeps every bound derived from `ttl` (tag marks, tag sets in Redis, `refresh_after`)
+    /// a bound for every value. Then `stale` and `fail_safe` follow, except for a value whose
+    /// own time is zero: that one is not cached at all (`missing_ttl = "0s"`), so no stale or
+    /// fail-safe window serves it either.
+    pub(crate) fn lifetime_of(&self, value: &(dyn Any + Send + Sync)) -> Lifetime {
+        let fresh = match self.ttl_from.and_then(|own| own(value)) {
+            Some(own) if own.is_zero() => return Lifetime::default(),
             Some(own) => own.min(self.ttl),
             None => self.ttl,
+        };
+        Lifetime {
+            fresh,
+            stale: self.stale,
+            fail_safe: self.fail_safe.unwrap_or_default(),
         }
     }
 

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::breaker::Breaker;
 use crate::clock::after;
-use crate::config::Config;
+use crate::config::{Config, Lifetime};
 use crate::entry::{Entry, jittered_ttl};
 use crate::flight::Flights;
 use crate::hot::HotKeys;
@@ -120,13 +120,18 @@ impl<K: Key, V: Value> Core<K, V> {
     /// An entry loaded now with the cache's deadlines: fresh for a jittered `ttl` (or the
     /// value's own, `ttl_from`), then stale.
     pub(crate) fn loaded(&self, value: V) -> Entry<V> {
-        let fresh = self.fresh_for(&value);
-        Entry::loaded(value, Instant::now(), fresh, self.config.stale)
+        let lifetime = self.lifetime(&value);
+        Entry::loaded(value, Instant::now(), lifetime.fresh, lifetime.stale)
     }
 
-    /// How long `value`, loaded now, is fresh: its time (`ttl` or `ttl_from`), jittered.
-    pub(crate) fn fresh_for(&self, value: &V) -> Duration {
-        jittered_ttl(self.config.ttl_of(value), self.config.jitter)
+    /// The windows of `value`'s life, loaded now ([`Config::lifetime_of`]): its fresh time
+    /// jittered. Every tier keeps a value for these.
+    pub(crate) fn lifetime(&self, value: &V) -> Lifetime {
+        let lifetime = self.config.lifetime_of(value);
+        Lifetime {
+            fresh: jittered_ttl(lifetime.fresh, self.config.jitter),
+            ..lifetime
+        }
     }
 
     /// `entry` as the cache's options have it kept: refreshed early past `refresh_after`, kept
@@ -154,9 +159,10 @@ impl<K: Key, V: Value> Core<K, V> {
             }
             None => entry,
         };
-        let entry = match config.fail_safe {
-            Some(fail_safe) => entry.failing_safe_for(fail_safe),
-            None => entry,
+        let fail_safe = config.lifetime_of(&entry.value).fail_safe;
+        let entry = match fail_safe.is_zero() {
+            true => entry,
+            false => entry.failing_safe_for(fail_safe),
         };
         match trusted_for {
             Some(bound) => entry.capped(after(since, bound)),

@@ -1136,3 +1136,29 @@ where
 {
     cache.get(key, move || move |key: &u64| load(*key))
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_that_joins_a_flight_serving_a_stale_value_returns_the_load_not_the_stale_value()
+{
+    // A stale call's flight hands its waiters the stale value at once while it reloads; a
+    // companion's `refresh` that joins that flight asked for the source's value, not the one
+    // being replaced. Both backends that share values: their flights serve stale this way.
+    for backend in [Backend::Tiered, Backend::Redis] {
+        let store = Store::new();
+        let mut options = config("core::refresh_joins_stale");
+        options.backend = backend;
+        let cache = shared(options, fake_tier::tier(&store));
+        let source = Source::new(Duration::from_secs(1));
+        assert_eq!(within(source.get(cache, 6)).await.unwrap(), "6 v1");
+        tokio::time::advance(Duration::from_secs(11)).await; // past the ttl: stale
+        let stale = tokio::spawn(source.get(cache, 6));
+        tokio::time::sleep(Duration::from_millis(10)).await; // its flight is loading
+        assert_eq!(
+            within(source.refresh(cache, 6)).await.unwrap(),
+            "6 v2",
+            "{backend:?}: the refresh returns the value loaded, not the stale one"
+        );
+        assert_eq!(within(stale).await.unwrap().unwrap(), "6 v1", "{backend:?}");
+        assert_eq!(source.loads(), 2, "{backend:?}: one reload, shared");
+    }
+}

@@ -643,23 +643,22 @@ impl<K: Key, V: Value> Fake<K, V> {
         Shared::new(entry, self.trusted())
     }
 
-    /// A value loaded now, as the store keeps it: fresh for a jittered `ttl`, stale for
-    /// `stale`, kept for `fail_safe`.
+    /// A value loaded now, as the store keeps it: for its lifetime (`Handle::lifetime`).
     fn stored<L>(&self, handle: &Handle<'_, K, V, L>, value: V, fence: u64) -> Stored<V>
     where
         L: Load<K, V>,
     {
-        let config = handle.config();
+        let lifetime = handle.lifetime(&value);
         let now = Instant::now();
-        let fresh_until = crate::clock::after(now, handle.fresh_for(&value));
-        let stale_until = crate::clock::after(fresh_until, config.stale);
+        let fresh_until = crate::clock::after(now, lifetime.fresh);
+        let stale_until = crate::clock::after(fresh_until, lifetime.stale);
         Stored {
             value,
             fence,
             filled_at: now,
             fresh_until,
             stale_until,
-            kept_until: crate::clock::after(stale_until, config.fail_safe.unwrap_or_default()),
+            kept_until: crate::clock::after(stale_until, lifetime.fail_safe),
         }
     }
 

@@ -29,10 +29,12 @@ enum Outcome<V> {
 }
 
 impl<V> Outcome<V> {
-    fn ready(&self) -> bool {
+    /// Whether a waiter can take this outcome: a stale value only if it takes one, and only
+    /// while it is servable.
+    fn ready(&self, takes_stale: bool) -> bool {
         match self {
             Outcome::Running => false,
-            Outcome::Serving(entry) => entry.servable(Instant::now()),
+            Outcome::Serving(entry) => takes_stale && entry.servable(Instant::now()),
             Outcome::Done(_) | Outcome::HandedOff => true,
         }
     }
@@ -100,12 +102,19 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             flight.shared.urgent.notify_one();
             return Joined::Shared(Waiter {
                 shared: flight.shared.clone(),
+                takes_stale: true,
             });
         }
         let leader = self.insert(&mut map, key);
         let shared = leader.shared.clone();
         shared.callers.fetch_add(1, Ordering::Relaxed);
-        Joined::Led(leader, Waiter { shared })
+        Joined::Led(
+            leader,
+            Waiter {
+                shared,
+                takes_stale: true,
+            },
+        )
     }
 
     /// Becomes the key's leader only if no load is in flight (a background refresh).
@@ -261,9 +270,26 @@ impl<K: Hash + Eq + Clone, V: Clone> Drop for Leader<'_, K, V> {
 /// A caller waiting for a key's load.
 pub(crate) struct Waiter<V> {
     shared: Arc<Shared<V>>,
+    /// Whether a stale value the flight serves while it loads answers this caller.
+    takes_stale: bool,
 }
 
 impl<V: Clone> Waiter<V> {
+    /// This waiter for a companion's `refresh`: it asked for the value the load gives, so
+    /// neither the stale value the flight serves meanwhile nor a last good value answers it.
+    pub(crate) fn loaded_only(self) -> Self {
+        Waiter {
+            takes_stale: false,
+            ..self
+        }
+    }
+
+    /// Whether anything but the load's outcome may answer this waiter (a stale value served,
+    /// a last good value after a soft timeout).
+    pub(crate) fn takes_stale(&self) -> bool {
+        self.takes_stale
+    }
+
     /// The last good value the flight's tier offered, if any.
     pub(crate) fn last_good(&self) -> Option<Entry<V>> {
         lock(&self.shared.last_good).clone()
@@ -281,7 +307,7 @@ impl<V: Clone> Waiter<V> {
             changed.as_mut().enable();
             {
                 let outcome = lock(&self.shared.outcome);
-                if outcome.ready() {
+                if outcome.ready(self.takes_stale) {
                     return match &*outcome {
                         Outcome::Serving(entry) => Ok(entry.value.clone()),
                         Outcome::Done(outcome) => outcome.clone(),

@@ -30,7 +30,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::config::Config;
+use crate::config::{Config, Lifetime};
 use crate::core::{Begun, Core};
 use crate::entry::Entry;
 use crate::error::Error;
@@ -309,9 +309,10 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         &self.core.config
     }
 
-    /// How long `value`, loaded now, is fresh: its time (`ttl` or `ttl_from`), jittered.
-    pub(crate) fn fresh_for(&self, value: &V) -> Duration {
-        self.core.fresh_for(value)
+    /// The windows of `value`'s life, loaded now: its fresh time (`ttl` or `ttl_from`)
+    /// jittered, then `stale` and `fail_safe` (none for a value not to be cached).
+    pub(crate) fn lifetime(&self, value: &V) -> Lifetime {
+        self.core.lifetime(value)
     }
 
     /// Why and how the flight started.

@@ -146,16 +146,24 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let mut waiting = Vec::new();
         let trusted_for = self.tier.trusted_for();
         for &at in &missed {
-            match core.flights.join(&keys[at], trusted_for) {
+            let waiter = match core.flights.join(&keys[at], trusted_for) {
                 Joined::Shared(waiter) => {
                     core.telemetry.shared.bump();
-                    waiting.push((at, waiter));
+                    waiter
                 }
                 Joined::Led(leader, waiter) => {
                     led.push((leader, Start::miss(run)));
-                    waiting.push((at, waiter));
+                    waiter
                 }
-            }
+            };
+            // A refresh waits for the load, not the stale value a flight it joined serves.
+            waiting.push((
+                at,
+                match run {
+                    Run::Refresh => waiter.loaded_only(),
+                    Run::Get => waiter,
+                },
+            ));
         }
         span.record(
             "outcome",

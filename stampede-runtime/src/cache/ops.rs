@@ -74,7 +74,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if core.config.lock == Lock::None {
             return self.run_here(&key, prepare(), Run::Refresh).await;
         }
-        let mut waiter = match core.flights.join(&key, self.tier.trusted_for()) {
+        let waiter = match core.flights.join(&key, self.tier.trusted_for()) {
             Joined::Shared(waiter) => {
                 core.telemetry.shared.bump();
                 waiter
@@ -84,6 +84,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 waiter
             }
         };
+        // A flight it joined may be serving the value it replaces: the refresh waits for the load.
+        let mut waiter = waiter.loaded_only();
         let _waiting = core.telemetry.waiters.raise();
         waiter.wait(&core.config.name).await
     }

@@ -611,7 +611,14 @@ where
         for &at in &loading {
             parts[at].step = Step::Done;
         }
-        let guard = Locks::new(&self.endpoint, fill_locks, token);
+        // The fences of the keys loaded without their locks are kept alive as long, so that a
+        // load longer than the lease still fills (as `lock::while_fenced` does for one key).
+        let fenced: Vec<(RedisKeys, u64)> = fill
+            .iter()
+            .filter(|(_, locked, _)| !*locked)
+            .map(|&(at, _, fence)| (parts[at].keys.clone(), fence))
+            .collect();
+        let guard = Locks::new(&self.endpoint, fill_locks, fenced, token);
         let started = Instant::now();
         let loaded = guard.while_held(batch.load(&loading)).await;
         let took = started.elapsed();
@@ -643,11 +650,14 @@ where
                             fills.push((at, locked, fence, value.clone(), payload, read_from));
                         }
                         Err(error) => {
-                            tracing::warn!(cache = %batch.config().name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
                             unwritten.push((at, locked));
-                            outcomes[at] = Some(Fetched::Loaded(
-                                handle.keep_loaded(value.clone(), trusted_for),
-                            ));
+                            let kept = self.tier.unencodable(
+                                &self.endpoint,
+                                handle,
+                                value.clone(),
+                                &error,
+                            );
+                            outcomes[at] = Some(Fetched::Loaded(kept));
                         }
                     }
                 }
@@ -666,15 +676,12 @@ where
             // Waiters read again at once rather than at the end of the lease.
             let _ = self.endpoint.release_many(&release, token).await;
         }
-        let config = batch.config();
         let writes: Vec<Fill<'_>> = fills
             .iter()
             .map(|(at, locked, fence, value, payload, read_from)| Fill {
                 keys: &parts[*at].keys,
                 token: if *locked { token } else { "" },
-                fresh: batch.handles()[*at].fresh_for(value),
-                stale: config.stale,
-                keep_for: config.fail_safe.unwrap_or_default(),
+                lifetime: batch.handles()[*at].lifetime(value),
                 load: took,
                 fence: *fence,
                 read_from: *read_from,
@@ -820,36 +827,57 @@ fn release_later(endpoint: &Arc<Endpoint>, keys: &[&RedisKeys], token: &str) {
 struct Locks {
     endpoint: Arc<Endpoint>,
     keys: Vec<RedisKeys>,
+    /// The keys loaded without their locks, with the fence each load read.
+    fenced: Vec<(RedisKeys, u64)>,
     token: String,
     released: std::sync::atomic::AtomicBool,
 }
 
 impl Locks {
-    fn new(endpoint: &Arc<Endpoint>, keys: Vec<RedisKeys>, token: &str) -> Self {
+    fn new(
+        endpoint: &Arc<Endpoint>,
+        keys: Vec<RedisKeys>,
+        fenced: Vec<(RedisKeys, u64)>,
+        token: &str,
+    ) -> Self {
         Locks {
             endpoint: endpoint.clone(),
             released: std::sync::atomic::AtomicBool::new(keys.is_empty()),
             keys,
+            fenced,
             token: token.to_owned(),
         }
     }
 
-    /// Runs `work` while renewing the leases (`lock::Held::while_held` for many keys); a
-    /// renewal that finds none held any more stops the renewals.
+    /// Runs `work` while renewing the leases (`lock::Held::while_held` for many keys) and
+    /// keeping the fences of the keys loaded without their locks alive (`lock::while_fenced`);
+    /// a renewal that finds none held (or none of those fences) any more stops those renewals.
     async fn while_held<F: std::future::Future>(&self, work: F) -> F::Output {
-        if self.keys.is_empty() {
+        if self.keys.is_empty() && self.fenced.is_empty() {
             return work.await;
         }
         let period = (self.endpoint.config.lease / 3).max(Duration::from_millis(10));
         let keys: Vec<&RedisKeys> = self.keys.iter().collect();
+        let fenced: Vec<(&RedisKeys, u64)> = self
+            .fenced
+            .iter()
+            .map(|(keys, fence)| (keys, *fence))
+            .collect();
         let watchdog = async {
+            let (mut locks, mut fences) = (!keys.is_empty(), !fenced.is_empty());
             loop {
                 tokio::time::sleep(period).await;
-                if let Ok(0) = self.endpoint.extend_many(&keys, &self.token).await {
+                if locks && let Ok(0) = self.endpoint.extend_many(&keys, &self.token).await {
                     tracing::warn!(
                         locks = keys.len(),
                         "stampede: lost the Redis locks' leases of a batch while loading"
                     );
+                    locks = false;
+                }
+                if fences && let Ok(0) = self.endpoint.keep_fences(&fenced).await {
+                    fences = false; // every fence moved: those fills will be refused
+                }
+                if !locks && !fences {
                     std::future::pending::<()>().await;
                 }
             }

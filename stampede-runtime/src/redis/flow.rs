@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::clock::after;
-use crate::config::{Config, Lock};
+use crate::config::{Config, Lifetime, Lock};
 use crate::entry::Entry;
 use crate::kv::{Key, Value};
 use crate::load::Load;
@@ -338,8 +338,20 @@ where
                 return Fetched::Failed(error);
             }
         };
+        let payload = match envelope::encode(&value, self.endpoint.config.max_value_bytes) {
+            Ok(payload) => payload,
+            Err(error) => {
+                if let Some(held) = held {
+                    held.release().await;
+                }
+                let kept = self
+                    .tier
+                    .unencodable(&self.endpoint, self.handle, value, &error);
+                return Fetched::Loaded(kept);
+            }
+        };
         match self
-            .write(&value, held, fence, read_from, started.elapsed())
+            .write(&value, &payload, held, fence, read_from, started.elapsed())
             .await
         {
             Some(written) if written.written => {
@@ -371,40 +383,23 @@ where
         }
     }
 
-    /// `FILL`: writes a value loaded from the source read at `read_from` (server ms) in `took`
-    /// (unless the fence moved), publishes it, releases the lock; `None` when Redis failed or
-    /// the value cannot be encoded.
+    /// `FILL`: writes a value (encoded as `payload`) loaded from the source read at
+    /// `read_from` (server ms) in `took` (unless the fence moved), publishes it, releases the
+    /// lock; `None` when Redis failed.
     async fn write(
         &self,
         value: &V,
+        payload: &[u8],
         held: Option<lock::Held>,
         fence: u64,
         read_from: u64,
         took: Duration,
     ) -> Option<Written> {
-        let config = self.config();
-        let payload = match envelope::encode(value, self.endpoint.config.max_value_bytes) {
-            Ok(payload) => payload,
-            Err(error) => {
-                tracing::warn!(cache = %config.name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
-                if let Some(held) = held {
-                    held.release().await;
-                }
-                return None;
-            }
-        };
         let token = self.token.as_deref().filter(|_| held.is_some());
-        let fresh = self.handle.fresh_for(value);
+        let lifetime = self.handle.lifetime(value);
         let version = self.handle.source_version(value);
-        let write = write_of(
-            config,
-            fresh,
-            token.unwrap_or(""),
-            Some(fence),
-            version,
-            &payload,
-        )
-        .loaded(read_from, took);
+        let write = write_of(lifetime, token.unwrap_or(""), Some(fence), version, payload)
+            .loaded(read_from, took);
         let written = self.endpoint.write(&self.keys, write).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
@@ -424,9 +419,9 @@ where
             self.handle.keep_loaded(value, self.trusted_for());
             return Err("the value's tags could not be written".into());
         }
-        let fresh = self.handle.fresh_for(&value);
+        let lifetime = self.handle.lifetime(&value);
         let version = self.handle.source_version(&value);
-        let write = write_of(self.config(), fresh, "", None, version, payload);
+        let write = write_of(lifetime, "", None, version, payload);
         match self.endpoint.write(&self.keys, write).await {
             Ok(written) if written.written => {
                 self.keep(entry_of(value, &written));
@@ -516,11 +511,10 @@ where
     }
 }
 
-/// What `FILL` writes for a value loaded with the cache's options: fresh for `fresh` (its
-/// jittered `ttl`, see `Handle::fresh_for`), then stale, then kept in Redis for `fail_safe`.
+/// What `FILL` writes for a value of this lifetime (`Handle::lifetime`): fresh, then stale,
+/// then kept in Redis for `fail_safe`.
 pub(super) fn write_of<'a>(
-    config: &Config,
-    fresh: Duration,
+    lifetime: Lifetime,
     token: &'a str,
     fence: Option<u64>,
     source_version: Option<u64>,
@@ -528,9 +522,7 @@ pub(super) fn write_of<'a>(
 ) -> Write<'a> {
     Write {
         token,
-        fresh,
-        stale: config.stale,
-        keep_for: config.fail_safe.unwrap_or_default(),
+        lifetime,
         load: Duration::ZERO,
         fence,
         source_version,

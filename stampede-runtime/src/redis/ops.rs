@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::config::Lifetime;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope;
 use crate::redis::failure::Failure;
@@ -80,10 +81,8 @@ pub(crate) struct Written {
 /// The load's result, ready to be written.
 pub(crate) struct Write<'a> {
     pub(crate) token: &'a str,
-    pub(crate) fresh: Duration,
-    pub(crate) stale: Duration,
-    /// How long Redis keeps the value past its stale deadline: the cache's `fail_safe`.
-    pub(crate) keep_for: Duration,
+    /// Fresh, stale, then kept past its stale deadline for `fail_safe` (`Handle::lifetime`).
+    pub(crate) lifetime: Lifetime,
     pub(crate) load: Duration,
     /// The fence the read returned: the fill is refused unless it is still the key's fence.
     /// `None` for a prime, the latest write by definition: written whatever the fence, which it
@@ -223,8 +222,8 @@ impl Endpoint {
                     .key(&keys.lock)
                     .key(&keys.fence)
                     .arg(write.token)
-                    .arg(millis(write.fresh).max(1))
-                    .arg(millis(write.stale))
+                    .arg(millis(write.lifetime.fresh).max(1))
+                    .arg(millis(write.lifetime.stale))
                     .arg(millis(write.load))
                     .arg(
                         write
@@ -234,7 +233,7 @@ impl Endpoint {
                     )
                     .arg(write.payload)
                     .arg(&keys.channel)
-                    .arg(millis(write.keep_for))
+                    .arg(millis(write.lifetime.fail_safe))
                     .arg(connection.publish_command())
                     .arg(&source_version)
                     .arg(self.most_read())

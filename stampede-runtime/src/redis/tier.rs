@@ -333,6 +333,22 @@ where
         }
     }
 
+    /// A loaded value that cannot be written to Redis (over `max_value_size`, or its
+    /// serializer failed): kept in this process's memory only, as long as a value read from or
+    /// written to Redis now (its own deadlines while the feed is live, which still brings
+    /// other processes' invalidations). Redis did not fail: nothing is to be cleaned up there,
+    /// and the connection's health is untouched.
+    pub(super) fn unencodable<L: Load<K, V>>(
+        &self,
+        endpoint: &Endpoint,
+        handle: &Handle<'_, K, V, L>,
+        value: V,
+        error: &dyn std::fmt::Display,
+    ) -> V {
+        tracing::warn!(cache = %handle.config().name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
+        handle.keep_loaded(value, endpoint.memory_trusted_for())
+    }
+
     pub(super) fn warn_unconfigured(&self, config: &Config) {
         if self.telemetry.degraded.get() == 0 {
             tracing::warn!(

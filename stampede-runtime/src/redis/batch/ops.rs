@@ -12,6 +12,7 @@ use redis::cluster_routing::Slot;
 use redis::{RedisResult, Value};
 
 use super::scripts;
+use crate::config::Lifetime;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::failure::Failure;
 use crate::redis::keys::RedisKeys;
@@ -27,9 +28,8 @@ pub(crate) struct Fill<'a> {
     pub(crate) keys: &'a RedisKeys,
     /// The lock's token, empty for a key loaded without the lock.
     pub(crate) token: &'a str,
-    pub(crate) fresh: Duration,
-    pub(crate) stale: Duration,
-    pub(crate) keep_for: Duration,
+    /// Fresh, stale, then kept past its stale deadline for `fail_safe`.
+    pub(crate) lifetime: Lifetime,
     pub(crate) load: Duration,
     pub(crate) fence: u64,
     /// The server's time (ms) when the value was read from the source, after the read that
@@ -143,13 +143,13 @@ impl Endpoint {
                     .key(&fill.keys.fence);
                 script
                     .arg(fill.token)
-                    .arg(millis(fill.fresh).max(1))
-                    .arg(millis(fill.stale))
+                    .arg(millis(fill.lifetime.fresh).max(1))
+                    .arg(millis(fill.lifetime.stale))
                     .arg(millis(fill.load))
                     .arg(fill.fence)
                     .arg(&fill.payload[..])
                     .arg(&fill.keys.channel)
-                    .arg(millis(fill.keep_for))
+                    .arg(millis(fill.lifetime.fail_safe))
                     .arg(&versions[at])
                     .arg(fill.read_from);
             }
@@ -222,6 +222,32 @@ impl Endpoint {
             })
             .await?;
         Ok(extended.into_iter().sum())
+    }
+
+    /// `KEEP_FENCE_MANY`: keeps alive the fence of each key a batch loads without its lock,
+    /// while it is still the one the load read (`lock::while_fenced` for many keys); how many
+    /// still were.
+    pub(crate) async fn keep_fences(&self, fenced: &[(&RedisKeys, u64)]) -> Result<usize, Failure> {
+        let lease = millis(self.config.lease);
+        let slotted: Vec<&str> = fenced.iter().map(|(keys, _)| keys.value.as_str()).collect();
+        let kept = self
+            .grouped(&slotted, |mut connection, group| async move {
+                let mut script = scripts::KEEP_FENCE_MANY.prepare_invoke();
+                script.arg(lease);
+                for &at in &group {
+                    let (keys, fence) = fenced[at];
+                    script.key(&keys.fence).arg(fence);
+                }
+                let kept: usize = script.invoke_async(&mut connection).await?;
+                // Spread over the group's keys, so that the groups' counts add up.
+                Ok(group
+                    .iter()
+                    .enumerate()
+                    .map(|(at, _)| usize::from(at < kept))
+                    .collect())
+            })
+            .await?;
+        Ok(kept.into_iter().sum())
     }
 
     /// Runs `script` once per group of the items whose first keys are `slotted` (the groups of

@@ -225,3 +225,27 @@ return extended
 ",
     )
 });
+
+/// `KEEP_FENCE` of many keys, for a batch's loads without the lock: each key's fence kept alive
+/// (as long as a lease) while it is still the one its load read.
+///
+/// KEYS: the fence of each key. ARGV: lease ms, then each key's fence as read, in KEYS' order.
+///
+/// Returns how many fences were still the ones read.
+pub(crate) static KEEP_FENCE_MANY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local kept = 0
+local lease = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    if redis.call('PTTL', key) < lease then
+      redis.call('PEXPIRE', key, lease)
+    end
+    kept = kept + 1
+  end
+end
+return kept
+",
+    )
+});

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -32,6 +33,11 @@ use crate::redis::link::{CommandConnection, Commands, Connecting, Link, LinkStat
 use crate::redis::mode::Mode;
 use crate::redis::pubsub::{ClusterFeed, Listener, Settings, Shards, Subscriber, Topology};
 
+/// The states of [`Endpoint`]'s feed.
+const FEED_NEVER: u8 = 0;
+const FEED_HEARD: u8 = 1;
+const FEED_LOST: u8 = 2;
+
 pub(crate) struct Endpoint {
     pub(super) name: String,
     pub(crate) config: RedisConfig,
@@ -41,6 +47,11 @@ pub(crate) struct Endpoint {
     pub(crate) dirty: Dirty,
     /// The nodes known: the seeds given and, on a cluster, those it named.
     topology: Arc<Topology>,
+    /// What the invalidation feeds of this Redis heard so far, in every runtime: `FEED_NEVER`
+    /// (no session was up), `FEED_HEARD` (one was), `FEED_LOST` (one was lost, and warned about,
+    /// and none came up since). A session that comes up after another is a recovery, whether
+    /// the other's runtime is still there or not (see `pubsub`).
+    feed: AtomicU8,
     /// This connection, for the tasks it starts (which must not keep it alive).
     me: Weak<Endpoint>,
 }
@@ -54,6 +65,7 @@ impl Endpoint {
             links: Mutex::new(HashMap::new()),
             health: Health::new(name),
             dirty: Dirty::default(),
+            feed: AtomicU8::new(FEED_NEVER),
             me: me.clone(),
         })
     }
@@ -132,8 +144,19 @@ impl Endpoint {
             .await;
     }
 
-    /// This runtime's invalidation feed was lost (its subscriber dropped every cache's memory).
-    pub(crate) fn feed_lost(&self, reason: &'static str) {
+    /// A session of a runtime's invalidation feed ended (its subscriber dropped every cache's
+    /// memory): lost, and why, and resubscribing; or (`None`) ended with its runtime or its
+    /// subscriber, and nothing resubscribes.
+    pub(crate) fn feed_lost(&self, reason: Option<&'static str>) {
+        let Some(reason) = reason else {
+            tracing::debug!(
+                redis = display_name(&self.name),
+                "stampede: a Redis invalidation feed ended with its runtime or connection; \
+                 memory of Redis-backed caches dropped"
+            );
+            return;
+        };
+        self.feed.store(FEED_LOST, Ordering::Release);
         if self.health.warn_now() {
             tracing::warn!(
                 redis = display_name(&self.name),
@@ -144,12 +167,22 @@ impl Endpoint {
         }
     }
 
-    /// This runtime's invalidation feed is back after a loss.
-    pub(crate) fn feed_restored(&self) {
-        tracing::info!(
-            redis = display_name(&self.name),
-            "stampede: the Redis invalidation feed is back"
-        );
+    /// A session of a runtime's invalidation feed is up. Returns whether it is a recovery: a
+    /// session of this Redis was up before, in this runtime or another (gone, or idle: either
+    /// way it may have heard nothing since), so invalidations may have been missed; the
+    /// subscriber drops every cache's memory.
+    pub(crate) fn feed_up(&self) -> bool {
+        match self.feed.swap(FEED_HEARD, Ordering::AcqRel) {
+            FEED_NEVER => false,
+            FEED_LOST => {
+                tracing::info!(
+                    redis = display_name(&self.name),
+                    "stampede: the Redis invalidation feed is back"
+                );
+                true
+            }
+            _ => true,
+        }
     }
 
     /// Asks Redis for a `PONG`, connecting first if needed, within the connection and operation

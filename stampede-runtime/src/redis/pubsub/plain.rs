@@ -23,9 +23,13 @@
 //! `verified` is when the last token heard was sent (or when the session's `SUBSCRIBE` was). The
 //! feed is *live* while a session is up and `now < verified + bound`, where
 //! `bound = 2 × heartbeat + op_timeout` ([`RedisConfig::heartbeat`]). When the deadline passes or
-//! the session ends, the feed is lost: the memory of every Redis-backed cache of the process is
-//! dropped at once, and again when a new session is up; meanwhile values read from Redis are kept
-//! no longer than `bound` (`Endpoint::memory_trusted_for`). An invalidation that Redis ran at
+//! the session ends, however it ends (lost, the subscriber dropped, or its runtime shut down,
+//! which drops the supervisor's task: caches live in statics, so their memory outlives the
+//! runtime whose feed vouched for it), the feed is lost: the memory of every Redis-backed cache
+//! of the process is dropped at once, and again when the next session of that Redis is up, in
+//! this runtime or another (one that idles hears nothing either), before it counts as live;
+//! meanwhile values read from Redis are kept no longer than `bound`
+//! (`Endpoint::memory_trusted_for`). An invalidation that Redis ran at
 //! `t` and that this process missed ran after the last token heard was sent, so the loss is
 //! noticed before `t + bound`: **a process serves a value from memory at most
 //! `2 × heartbeat + op_timeout` after an invalidation it missed** (2.25 s with the defaults),
@@ -94,8 +98,6 @@ struct Feed {
     /// Heartbeat tokens of this session not heard yet, with when they were sent.
     sent: BTreeMap<u64, Instant>,
     next_token: u64,
-    /// A session was up before: the next one to come up is a recovery.
-    was_up: bool,
 }
 
 impl Subscriber {
@@ -200,17 +202,15 @@ impl Subscriber {
         }
     }
 
-    /// A session is up, subscribed since `sent`. Returns whether it replaces a lost one.
-    fn went_up(&self, sent: Instant) -> bool {
-        let recovered = {
+    /// A session is up, subscribed since `sent`.
+    fn went_up(&self, sent: Instant) {
+        {
             let mut feed = self.feed();
             feed.up = true;
             feed.verified = Some(sent);
             feed.sent.clear();
-            std::mem::replace(&mut feed.was_up, true)
-        };
+        }
         self.up.send_replace(true);
-        recovered
     }
 
     /// The session is lost: no longer live, and every wait ends (a fill may have been missed).
@@ -253,28 +253,32 @@ async fn supervise(
             let Some(subscriber_now) = subscriber.upgrade() else {
                 return;
             };
-            if subscriber_now.went_up(session.sent) {
-                // Invalidations announced while no session was up were missed.
+            // A session of this Redis was up before (this subscriber's, or another runtime's,
+            // which may be gone or idle): invalidations announced since it heard were missed.
+            // Forgotten before this session counts as live, which a new link waits for: no call
+            // is served from that memory after it.
+            let recovered = settings
+                .connection
+                .upgrade()
+                .is_none_or(|connection| connection.feed_up());
+            if recovered {
                 invalidate::forget_all();
-                if let Some(connection) = settings.connection.upgrade() {
-                    connection.feed_restored();
-                }
             }
+            // From here on, however the session ends, it is a loss (see `Up`).
+            let mut up = Up {
+                subscriber: subscriber.clone(),
+                connection: settings.connection.clone(),
+                lost: None,
+            };
+            subscriber_now.went_up(session.sent);
             drop(subscriber_now);
             let Some(reason) =
                 run(session, &subscriber, &settings, &mut commands, &mut closed).await
             else {
                 return;
             };
-            let Some(subscriber_now) = subscriber.upgrade() else {
-                return;
-            };
-            // Not live first, then forget: a flow that keeps a value after this caps it.
-            subscriber_now.went_down();
-            invalidate::forget_all();
-            if let Some(connection) = settings.connection.upgrade() {
-                connection.feed_lost(reason);
-            }
+            up.lost = Some(reason);
+            drop(up);
         }
         // Pause before the next attempt; no subscription is in effect meanwhile.
         let pause = tokio::time::sleep(backoff.mul_f64(rand::random_range(0.5..1.5)));
@@ -293,6 +297,29 @@ async fn supervise(
                     Some(Control::Subscribe(_) | Control::Unsubscribe(_)) => {}
                 },
             }
+        }
+    }
+}
+
+/// A session that is up. Dropped when the session ends, however it ends: lost (`lost` says
+/// why), the subscriber dropped, or the supervisor's task dropped with its runtime, which hears
+/// nothing more and never will. Every way, the feed is no longer live and the memory it vouched
+/// for is dropped; and the next session of this Redis, in any runtime, is a recovery.
+struct Up {
+    subscriber: Weak<Subscriber>,
+    connection: Weak<Endpoint>,
+    lost: Option<&'static str>,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        // Not live first, then forget: a flow that keeps a value after this caps it.
+        if let Some(subscriber) = self.subscriber.upgrade() {
+            subscriber.went_down();
+        }
+        invalidate::forget_all();
+        if let Some(connection) = self.connection.upgrade() {
+            connection.feed_lost(self.lost);
         }
     }
 }

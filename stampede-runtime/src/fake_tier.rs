@@ -286,7 +286,7 @@ impl<K: Key, V: Value> Store<K, V> {
             feeds[process].caches.clone()
         };
         for cache in caches {
-            cache.forget_all_shared();
+            cache.forget_all_shared(None);
         }
     }
 

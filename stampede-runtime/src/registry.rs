@@ -32,8 +32,9 @@ pub(crate) trait AnyCache: Send + Sync {
     /// cache.
     fn forget_tag(&self, tag: &str);
     /// Drops, in this process only, every value of a cache whose tier names its keys to other
-    /// processes (its invalidations may have been missed); nothing for a local cache.
-    fn forget_all_shared(&self);
+    /// processes (its invalidations may have been missed), if it shares them `through` that
+    /// connection (`None`: through any); nothing for a local cache.
+    fn forget_all_shared(&self, through: Option<&str>);
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -135,6 +135,12 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         None
     }
 
+    /// The name of the connection through which the tier shares values (and hears other
+    /// processes' invalidations); `None` for a tier that shares nothing.
+    fn shared_through(&self) -> Option<&str> {
+        None
+    }
+
     /// The cache has `tags`: a tag's invalidation must reach the shared store this tier uses.
     fn tagged(&self) {}
 

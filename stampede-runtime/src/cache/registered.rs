@@ -77,8 +77,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
         }
     }
 
-    fn forget_all_shared(&self) {
-        if self.tier.key_name().is_none() {
+    fn forget_all_shared(&self, through: Option<&str>) {
+        if self.tier.key_name().is_none()
+            || through.is_some_and(|through| self.tier.shared_through() != Some(through))
+        {
             return;
         }
         for key in self.core.flights.keys() {

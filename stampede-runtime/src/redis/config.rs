@@ -322,7 +322,8 @@ fn redact_one(url: &str) -> String {
     }
 }
 
-const DEFAULT: &str = "";
+/// The default connection's name.
+pub(crate) const DEFAULT: &str = "";
 
 static INSTALLED: RwLock<Option<HashMap<String, Arc<Endpoint>>>> = RwLock::new(None);
 static FROM_ENV: OnceLock<Option<Arc<Endpoint>>> = OnceLock::new();

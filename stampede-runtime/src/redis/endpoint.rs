@@ -116,14 +116,7 @@ impl Endpoint {
     /// then outlived by at most that bound, however long the load took.
     /// `Some(Duration::ZERO)` would mean: keep nothing.
     pub(crate) fn memory_trusted_for(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let live = self.links().values().any(|link| {
-            link.lock()
-                .events
-                .as_ref()
-                .is_some_and(|events| events.is_live(now))
-        });
-        if live {
+        if self.feed_live() {
             None
         } else {
             Some(self.config.staleness_bound())
@@ -167,10 +160,23 @@ impl Endpoint {
         }
     }
 
+    /// Whether an invalidation feed of this Redis is live now, in any runtime: it hears every
+    /// invalidation announced, so memory is trusted.
+    pub(crate) fn feed_live(&self) -> bool {
+        let now = Instant::now();
+        self.links().values().any(|link| {
+            link.lock()
+                .events
+                .as_ref()
+                .is_some_and(|events| events.is_live(now))
+        })
+    }
+
     /// A session of a runtime's invalidation feed is up. Returns whether it is a recovery: a
     /// session of this Redis was up before, in this runtime or another (gone, or idle: either
-    /// way it may have heard nothing since), so invalidations may have been missed; the
-    /// subscriber drops every cache's memory.
+    /// way it may have heard nothing since, and an idle one still looks live for up to the
+    /// bound), so invalidations may have been missed; the subscriber drops the memory of the
+    /// caches that share values through this Redis.
     pub(crate) fn feed_up(&self) -> bool {
         match self.feed.swap(FEED_HEARD, Ordering::AcqRel) {
             FEED_NEVER => false,

@@ -85,10 +85,11 @@ pub(crate) fn on_message(payload: &[u8]) {
     }
 }
 
-/// Drops this process's memory of every cache whose keys are shared (any Redis connection's:
-/// over-dropping costs reads, never a wrong value), because invalidations may have been missed.
-pub(crate) fn forget_all() {
+/// Drops this process's memory of every cache whose keys are shared through the Redis
+/// connection named `connection` (`None`: through any; over-dropping costs reads, never a wrong
+/// value), because invalidations announced there may have been missed.
+pub(crate) fn forget_all(connection: Option<&str>) {
     for cache in registry::all() {
-        cache.forget_all_shared();
+        cache.forget_all_shared(connection);
     }
 }

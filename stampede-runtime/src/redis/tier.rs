@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::Load;
 use crate::redis::Busy;
-use crate::redis::config::lookup;
+use crate::redis::config::{self, lookup};
 use crate::redis::dirty::Dirty;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Decoded};
@@ -244,6 +244,10 @@ where
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
         self.shared().ok()?;
         Some(|key| keys::args_text(key).ok())
+    }
+
+    fn shared_through(&self) -> Option<&str> {
+        Some(self.connection.as_deref().unwrap_or(config::DEFAULT))
     }
 
     fn tagged(&self) {

@@ -257,13 +257,14 @@ async fn supervise(
             // which may be gone or idle): invalidations announced since it heard were missed.
             // Forgotten before this session counts as live, which a new link waits for: no call
             // is served from that memory after it.
-            let recovered = settings
-                .connection
-                .upgrade()
-                .is_none_or(|connection| connection.feed_up());
-            if recovered {
-                invalidate::forget_all();
+            let connection = settings.connection.upgrade();
+            if connection
+                .as_ref()
+                .is_none_or(|connection| connection.feed_up())
+            {
+                invalidate::forget_all(connection.as_ref().map(|c| c.name.as_str()));
             }
+            drop(connection);
             // From here on, however the session ends, it is a loss (see `Up`).
             let mut up = Up {
                 subscriber: subscriber.clone(),
@@ -317,8 +318,15 @@ impl Drop for Up {
         if let Some(subscriber) = self.subscriber.upgrade() {
             subscriber.went_down();
         }
-        invalidate::forget_all();
-        if let Some(connection) = self.connection.upgrade() {
+        let connection = self.connection.upgrade();
+        // Another runtime's session of this Redis still live (a test's runtime beside another,
+        // or a second runtime of a service) hears what comes next; what came before it was
+        // up, it dropped when it came up (every session after the first is a recovery).
+        if connection.as_ref().is_some_and(|c| c.feed_live()) {
+            return;
+        }
+        invalidate::forget_all(connection.as_ref().map(|c| c.name.as_str()));
+        if let Some(connection) = connection {
             connection.feed_lost(self.lost);
         }
     }

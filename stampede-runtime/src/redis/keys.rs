@@ -141,12 +141,12 @@ fn escape_into(out: &mut String, text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashSet};
 
     use proptest::prelude::*;
     use serde::Serialize;
 
-    use super::text::{HEAD, MAX_ARGS};
+    use super::text::{HEAD, MAX_ARGS, is_unordered_set};
     use super::*;
 
     #[derive(Serialize)]
@@ -294,6 +294,147 @@ mod tests {
             args_text(&(Entries(vec![("b", 2), ("a", 1)]),)).unwrap(),
             args_text(&(Entries(vec![("a", 1), ("b", 2)]),)).unwrap()
         );
+    }
+
+    /// Two equal `HashSet`s that iterate in different orders: `a` collected in ascending order,
+    /// `b` given another capacity (the first one tried that makes the orders differ) and filled
+    /// in descending order.
+    fn equal_sets_iterating_apart() -> (HashSet<u32>, HashSet<u32>) {
+        let items = [1u32, 2, 3, 10, 20, 300, 4000];
+        let a: HashSet<u32> = items.iter().copied().collect();
+        for capacity in 0..256 {
+            let mut b = HashSet::with_capacity(capacity);
+            b.extend(items.iter().rev().copied());
+            if !a.iter().eq(b.iter()) {
+                assert_eq!(a, b);
+                return (a, b);
+            }
+        }
+        panic!("no capacity gave an equal set that iterates in another order")
+    }
+
+    #[test]
+    fn equal_hash_sets_give_one_key_whatever_order_they_iterate_in() {
+        let (a, b) = equal_sets_iterating_apart();
+        let order = |set: &HashSet<u32>| set.iter().copied().collect::<Vec<_>>();
+        assert_ne!(
+            order(&a),
+            order(&b),
+            "the two sets iterate in different orders"
+        );
+        assert_eq!(
+            args_text(&(a.clone(),)).unwrap(),
+            args_text(&(b.clone(),)).unwrap(),
+            "equal sets, one key"
+        );
+        // Written sorted by the text of their elements.
+        assert_eq!(args_text(&(a.clone(),)).unwrap(), "[1,10,2,20,3,300,4000]");
+
+        /// Asserts that `a` and `b` give one text wherever `place` puts them.
+        fn same<T: Serialize>(
+            a: &HashSet<u32>,
+            b: &HashSet<u32>,
+            place: impl Fn(HashSet<u32>) -> T,
+        ) {
+            let (ta, tb) = (place(a.clone()), place(b.clone()));
+            assert_eq!(args_text(&ta).unwrap(), args_text(&tb).unwrap());
+        }
+        #[derive(Serialize)]
+        struct Members {
+            tenant: u8,
+            ids: HashSet<u32>,
+        }
+        #[derive(Serialize)]
+        struct Wrapped(HashSet<u32>);
+        #[derive(Serialize)]
+        enum Filter {
+            Ids(HashSet<u32>),
+            Pair(u8, HashSet<u32>),
+            Named { ids: HashSet<u32> },
+        }
+        same(&a, &b, |set| (set,));
+        same(&a, &b, |set| (1u8, set, 2u8));
+        same(&a, &b, |set| {
+            (Members {
+                tenant: 1,
+                ids: set,
+            },)
+        });
+        same(&a, &b, |set| (Wrapped(set),));
+        same(&a, &b, |set| (Some(set),));
+        same(&a, &b, |set| (vec![set.clone(), set],));
+        same(&a, &b, |set| (Filter::Ids(set),));
+        same(&a, &b, |set| (Filter::Pair(0, set),));
+        same(&a, &b, |set| (Filter::Named { ids: set },));
+        same(&a, &b, |set| (BTreeMap::from([(1u8, set)]),));
+        same(&a, &b, |set| (Box::new(set),));
+        same(&a, &b, |set| (std::sync::Arc::new(set),));
+        same(
+            &a,
+            &b,
+            |set| (std::borrow::Cow::<HashSet<u32>>::Owned(set),),
+        );
+        same(&a, &b, |set| set); // a key that is the set itself, not a tuple
+        // A reference to a set (a sequence of sets holds them so too).
+        assert_eq!(args_text(&(&a,)).unwrap(), args_text(&(&b,)).unwrap());
+    }
+
+    #[test]
+    fn the_types_written_as_unordered_sets() {
+        let set = "std::collections::hash::set::HashSet<u32>";
+        for name in [
+            set.to_owned(),
+            format!("&{set}"),
+            format!("&&mut {set}"),
+            format!("alloc::boxed::Box<{set}>"),
+            format!("alloc::sync::Arc<&{set}>"),
+            format!("alloc::rc::Rc<alloc::boxed::Box<{set}>>"),
+            format!("alloc::borrow::Cow<'_, {set}>"),
+            "hashbrown::set::HashSet<alloc::string::String, foldhash::fast::RandomState>".into(),
+            "im::hash::set::HashSet<u8>".into(),
+            "indexmap::set::IndexSet<(u8, u8)>".into(),
+            "ahash::hash_set::AHashSet<u8>".into(),
+            "dashmap::set::DashSet<u8>".into(),
+        ] {
+            assert!(is_unordered_set(&name), "{name}");
+        }
+        for name in [
+            format!("alloc::vec::Vec<{set}>"),
+            format!("core::option::Option<{set}>"),
+            format!("({set},)"),
+            format!("[{set}]"),
+            format!("[{set}; 2]"),
+            format!("dyn my::Trait<{set}>"),
+            format!("my::Box<{set}>"),
+            format!("alloc::boxed::Box<alloc::vec::Vec<{set}>>"),
+            "alloc::collections::btree::set::BTreeSet<u8>".into(),
+            "alloc::collections::vec_deque::VecDeque<u8>".into(),
+            "indexmap::map::IndexMap<u8, u8>".into(),
+            "std::collections::hash::map::HashMap<u8, u8>".into(),
+            "my::NotAHashSet".into(),
+            "alloc::boxed::Box<str>".into(),
+            "&str".into(),
+            "u32".into(),
+        ] {
+            assert!(!is_unordered_set(&name), "{name}");
+        }
+    }
+
+    #[test]
+    fn sets_stay_distinct_and_sequences_keep_their_order() {
+        let set = |items: &[u32]| items.iter().copied().collect::<HashSet<u32>>();
+        let text = |items: &[u32]| args_text(&(set(items),)).unwrap();
+        assert_ne!(text(&[1, 2]), text(&[1, 3]));
+        assert_ne!(text(&[1, 2]), text(&[1, 2, 3]));
+        assert_ne!(text(&[]), text(&[0]));
+        // Sequences and ordered sets are written in their order, as before.
+        assert_ne!(
+            args_text(&(vec![1u32, 2],)).unwrap(),
+            args_text(&(vec![2u32, 1],)).unwrap()
+        );
+        assert_eq!(args_text(&(vec![10u32, 9],)).unwrap(), "[10,9]");
+        let ordered: std::collections::BTreeSet<u32> = [10, 9].into();
+        assert_eq!(args_text(&(ordered,)).unwrap(), "[9,10]");
     }
 
     #[test]
@@ -474,6 +615,25 @@ mod tests {
                     prop_assert_eq!(&other, &key, "one text {} for two keys", text);
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// Hash sets share a text exactly when they are equal, however each was built (its
+        /// capacity, the order its elements came in).
+        #[test]
+        fn hash_sets_share_a_text_exactly_when_they_are_equal(
+            a in proptest::collection::vec(any::<u8>(), 0..12),
+            b in proptest::collection::vec(any::<u8>(), 0..12),
+            capacity in 0usize..64,
+        ) {
+            let text = |set: &HashSet<u8>| args_text(&(set.clone(),)).unwrap();
+            let first: HashSet<u8> = a.iter().copied().collect();
+            let mut reordered = HashSet::with_capacity(capacity);
+            reordered.extend(a.iter().rev().copied());
+            prop_assert_eq!(text(&first), text(&reordered));
+            let other: HashSet<u8> = b.iter().copied().collect();
+            prop_assert_eq!(first == other, text(&first) == text(&other));
         }
     }
 

@@ -6,10 +6,22 @@
 //! {prefix}:{{identity}|{arguments}}:v     the value (an envelope, see `envelope`)
 //! {prefix}:{{identity}|{arguments}}:l     the lock, holding its holder's token
 //! {prefix}:{{identity}|{arguments}}:f     the fence, taken with the lock, bumped by invalidation
-//! {prefix}:{{identity}|{arguments}}:c     the channel a fill is published on
+//! {prefix}:{{identity}|{arguments}}:c     the channel a fill is published on (database 0)
+//! {prefix}:{{identity}|{arguments}}:c@{db} the same in database `db`, if not 0
 //! {prefix}:{tag|{tag}}:t                   a tag's set: the key bases loaded with the tag
 //! {prefix}:{tag|{tag}}:p                   those an invalidation of the tag took, until dropped
 //! ```
+//!
+//! Keys live in the database the connection selects; pub/sub channels do not: Redis hands a
+//! publication to every subscriber of its channel's name on the server (on a cluster, on the
+//! shard), whatever database each selected. So every channel of a connection to a database other
+//! than 0 ends in `@{db}` ([`in_database`]): two tenants of one server on two databases, with one
+//! prefix and the same caches, never hear each other's fills or invalidations. Database 0's
+//! channels keep the names of earlier versions, so processes of both versions on database 0
+//! still wake each other during a rolling deploy; on another database, a process of an earlier
+//! version and one of this version do not hear each other (each reads again when the lease runs
+//! out, and an invalidation reaches only the processes of its own version). A Redis Cluster has
+//! only database 0 (Valkey 9's clusters have more, and are named the same way).
 //!
 //! The identity is the cache's name, escaped (`%`, `|`, `{`, `}`, spaces and control characters
 //! percent-encoded), then `~` and a [`fingerprint`]: a digest of the cache's `version`, its key
@@ -38,9 +50,12 @@ pub(crate) struct RedisKeys {
 }
 
 impl RedisKeys {
-    /// The keys of `args` in the cache with this `identity` (see [`identity`]).
-    pub(crate) fn new(prefix: &str, identity: &str, args: &str) -> Self {
-        RedisKeys::of_base(&base(prefix, identity, args))
+    /// The keys of `args` in the cache with this `identity` (see [`identity`]), in database
+    /// `db`.
+    pub(crate) fn new(prefix: &str, db: i64, identity: &str, args: &str) -> Self {
+        let mut keys = RedisKeys::of_base(&base(prefix, identity, args));
+        keys.channel = in_database(keys.channel, db);
+        keys
     }
 
     /// The value key alone, for a read that needs no other.
@@ -50,7 +65,10 @@ impl RedisKeys {
         key
     }
 
-    /// The keys whose common part is `base` (what [`RedisKeys::base`] returns).
+    /// The keys whose common part is `base` (what [`RedisKeys::base`] returns), with the
+    /// channel of database 0: for the keys of a value to drop, whose channel is not used (an
+    /// invalidation is announced on the feed's channel). Keys whose channel is published on or
+    /// listened to come from [`RedisKeys::new`].
     pub(crate) fn of_base(base: &str) -> Self {
         RedisKeys {
             value: format!("{base}{VALUE}"),
@@ -77,6 +95,17 @@ const VALUE: &str = ":v";
 /// The part every Redis key of one cache key shares.
 fn base(prefix: &str, identity: &str, args: &str) -> String {
     format!("{prefix}:{{{identity}|{args}}}")
+}
+
+/// The name of `channel` (named as in database 0) for a connection to database `db`: itself in
+/// database 0, else followed by `@{db}` (see the module's docs). Injective: no channel name of
+/// database 0 ends in `@` and digits (each ends in `:c`, `:invalidations` or `:heartbeat:{id}`),
+/// so the database is read back from the end.
+pub(crate) fn in_database(mut channel: String, db: i64) -> String {
+    if db != 0 {
+        let _ = write!(channel, "@{db}");
+    }
+    channel
 }
 
 /// The Redis keys of a tag, in a slot of their own.
@@ -190,9 +219,60 @@ mod tests {
         let map: BTreeMap<&str, u8> = [("b", 2), ("a", 1)].into();
         assert_eq!(args_text(&(map,)).unwrap(), "{a=1,b=2}");
         assert_eq!(
-            RedisKeys::new("shop", "users::get_user", "42").value,
+            RedisKeys::new("shop", 0, "users::get_user", "42").value,
             "shop:{users::get_user|42}:v"
         );
+    }
+
+    #[test]
+    fn channels_name_their_database_unless_it_is_0() {
+        use crate::redis::config::RedisConfig;
+        use crate::redis::invalidate;
+        use crate::redis::mode::Mode;
+
+        let zero = RedisKeys::new("shop", 0, "users::get_user", "42");
+        let two = RedisKeys::new("shop", 2, "users::get_user", "42");
+        // Database 0's names are those of earlier versions.
+        assert_eq!(zero.channel, "shop:{users::get_user|42}:c");
+        assert_eq!(two.channel, "shop:{users::get_user|42}:c@2");
+        // The keys themselves live in their database: named alike.
+        assert_eq!(
+            (&zero.value, &zero.lock, &zero.fence),
+            (&two.value, &two.lock, &two.fence)
+        );
+        let cluster = Mode::Cluster { sharded: true };
+        assert_eq!(
+            invalidate::channel("shop", 0, Mode::Standalone),
+            "shop:invalidations"
+        );
+        assert_eq!(
+            invalidate::channel("shop", 3, Mode::Standalone),
+            "shop:invalidations@3"
+        );
+        assert_eq!(
+            invalidate::channel("shop", 0, cluster),
+            "shop:{feed|shop}:invalidations"
+        );
+        assert_eq!(
+            invalidate::channel("shop", 3, cluster),
+            "shop:{feed|shop}:invalidations@3"
+        );
+        assert_eq!(
+            invalidate::heartbeat_channel("shop", 0, Mode::Standalone, "ab"),
+            "shop:heartbeat:ab"
+        );
+        assert_eq!(
+            invalidate::heartbeat_channel("shop", 1, cluster, "ab"),
+            "shop:{feed|shop}:heartbeat:ab@1"
+        );
+        // The database is the URL's.
+        let db = |url: &str| RedisConfig::new(url).unwrap().db();
+        assert_eq!(db("redis://127.0.0.1:6379"), 0);
+        assert_eq!(db("redis://127.0.0.1:6379/"), 0);
+        assert_eq!(db("redis://127.0.0.1:6379/2"), 2);
+        assert_eq!(db("redis://:secret@127.0.0.1/15"), 15);
+        assert_eq!(db("redis+unix:///tmp/redis.sock?db=4"), 4);
+        assert_eq!(db("redis://127.0.0.1:7000,redis://127.0.0.1:7001"), 0);
     }
 
     #[test]
@@ -201,10 +281,16 @@ mod tests {
         let f = fingerprint(&[]);
         let a = RedisKeys::new(
             "p",
+            0,
             &identity("n", &f),
             &args_text(&("", "by_id", 42)).unwrap(),
         );
-        let b = RedisKeys::new("p", &identity("n::by_id", &f), &args_text(&(42,)).unwrap());
+        let b = RedisKeys::new(
+            "p",
+            0,
+            &identity("n::by_id", &f),
+            &args_text(&(42,)).unwrap(),
+        );
         assert_ne!(a.value, b.value);
         // A name cannot forge the separator or the hash tag.
         assert!(identity("a|b{c}", &f).starts_with("a%7Cb%7Bc%7D~"));

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -540,4 +540,97 @@ async fn an_oversized_value_stays_in_memory_when_another_key_misses() {
     assert_eq!(*KEPT_LOADS.lock().unwrap(), [big, 10], "both from memory");
     let stats = stampede::stats("ident::oversized_kept").unwrap();
     assert_eq!(stats.degraded, 0, "Redis never failed: {stats:?}");
+}
+
+/// A key holding a set: equal whatever order its ids iterate in (the set's `Eq`, and a `Hash`
+/// written to ignore the order), with a derived `Serialize`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct Members {
+    team: u32,
+    ids: HashSet<u32>,
+}
+
+impl std::hash::Hash for Members {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.team.hash(state);
+        let mut ids: Vec<u32> = self.ids.iter().copied().collect();
+        ids.sort_unstable();
+        ids.hash(state);
+    }
+}
+
+static MEMBER_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+#[cached(ttl = "60s", lock = "redis", redis = "sets", name = "ident::members")]
+async fn members(key: Members) -> String {
+    MEMBER_LOADS.fetch_add(1, SeqCst);
+    format!("team {} of {}", key.team, key.ids.len())
+}
+
+/// Another process of the service.
+#[cached(ttl = "60s", lock = "redis", redis = "sets", name = "ident::members")]
+async fn members_elsewhere(key: Members) -> String {
+    MEMBER_LOADS.fetch_add(1, SeqCst);
+    format!("team {} of {} loaded elsewhere", key.team, key.ids.len())
+}
+
+/// Two equal keys whose sets iterate in different orders: one built in ascending order, the
+/// other with another capacity (the first tried that makes the orders differ), in descending
+/// order.
+fn equal_members_iterating_apart() -> (Members, Members) {
+    let ids = [3u32, 14, 15, 92, 65, 35, 89, 79];
+    let a = Members {
+        team: 7,
+        ids: ids.iter().copied().collect(),
+    };
+    for capacity in 0..256 {
+        let mut set = HashSet::with_capacity(capacity);
+        set.extend(ids.iter().rev().copied());
+        let b = Members { team: 7, ids: set };
+        if !a.ids.iter().eq(b.ids.iter()) {
+            assert_eq!(a, b);
+            return (a, b);
+        }
+    }
+    panic!("no capacity gave an equal set that iterates in another order")
+}
+
+/// A key holding a hash set is one Redis key whatever order the set iterates in: another
+/// process reads the value filled for an equal set, and an invalidation with an equal set drops
+/// it from Redis (the next call loads again).
+#[tokio::test]
+async fn a_key_holding_a_set_is_one_redis_key_whatever_order_the_set_iterates_in() {
+    let server = RedisServer::start();
+    install(&server, "sets");
+    let (a, b) = equal_members_iterating_apart();
+    let order = |key: &Members| key.ids.iter().copied().collect::<Vec<_>>();
+    assert_ne!(
+        order(&a),
+        order(&b),
+        "the two sets iterate in different orders"
+    );
+
+    assert_eq!(within(members(a.clone())).await, "team 7 of 8");
+    assert_eq!(MEMBER_LOADS.load(SeqCst), 1);
+    within(members::invalidate(b.clone())).await.unwrap();
+    let keys: Vec<String> = server.command(&["KEYS", "test:{ident::members~*:v"]);
+    assert!(
+        keys.is_empty(),
+        "the invalidation dropped the value: {keys:?}"
+    );
+    assert_eq!(within(members(a.clone())).await, "team 7 of 8");
+    assert_eq!(
+        MEMBER_LOADS.load(SeqCst),
+        2,
+        "loaded again after the invalidation"
+    );
+
+    assert_eq!(
+        within(members_elsewhere(b.clone())).await,
+        "team 7 of 8",
+        "another process reads the value filled for the equal set"
+    );
+    assert_eq!(MEMBER_LOADS.load(SeqCst), 2);
+    let keys: Vec<String> = server.command(&["KEYS", "test:{ident::members~*:v"]);
+    assert_eq!(keys.len(), 1, "one value key: {keys:?}");
 }

@@ -33,7 +33,8 @@ pub const REDIS_URL_VAR: &str = "STAMPEDE_REDIS_URL";
 ///
 /// A URL is accepted as the `redis` crate accepts it: `redis://[user][:password@]host[:port][/db]`,
 /// `redis+unix:///path`; `user` is an ACL user (Redis 6 and later), and a URL with a password
-/// only authenticates as `default`. `rediss://` (TLS) needs stampede's `tls` feature: the
+/// only authenticates as `default`. Processes on two databases of one server share nothing, not
+/// even with one prefix: the pub/sub channels of a database other than 0 are named with it. `rediss://` (TLS) needs stampede's `tls` feature: the
 /// server's certificate is then checked against the webpki roots, or against the CA given with
 /// `tls_root_ca`, and `tls_client_cert` presents a client certificate (mutual TLS); both exist
 /// with the feature. Without the feature a `rediss://` URL is an [`Error::InvalidConfig`] naming
@@ -237,6 +238,15 @@ impl RedisConfig {
     pub fn max_value_size(mut self, bytes: usize) -> Self {
         self.max_value_bytes = bytes.clamp(1 << 10, 512 << 20);
         self
+    }
+
+    /// The database the connections select: the URL's (`redis://host/2`, `?db=2`), the first
+    /// node's for a list of nodes, 0 when it names none. Pub/sub ignores it, so the channels'
+    /// names carry it (see `keys::in_database`).
+    pub(crate) fn db(&self) -> i64 {
+        self.nodes
+            .first()
+            .map_or(0, |node| node.get_connection_info().redis_settings().db())
     }
 
     /// How long after an invalidation this process may still serve the old value from memory

@@ -365,7 +365,7 @@ impl Endpoint {
 
     /// The subscriber of a connection that reaches a server of `mode`.
     fn subscriber_settings(&self, mode: Mode) -> Settings {
-        let prefix = &self.config.prefix;
+        let (prefix, db) = (&self.config.prefix, self.config.db());
         let cluster = match mode {
             Mode::Standalone => None,
             Mode::Cluster { sharded } => Some(ClusterFeed {
@@ -376,9 +376,10 @@ impl Endpoint {
         Settings {
             nodes: self.config.nodes.clone(),
             cluster,
-            invalidations: invalidate::channel(prefix, mode),
+            invalidations: invalidate::channel(prefix, db, mode),
             heartbeats: invalidate::heartbeat_channel(
                 prefix,
+                db,
                 mode,
                 &format!("{:016x}", rand::random::<u64>()),
             ),

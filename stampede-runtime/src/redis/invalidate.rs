@@ -20,26 +20,34 @@
 //!   `{prefix}:{feed|{prefix}}:heartbeat:{id}`. Nothing of the feed crosses the cluster bus on
 //!   its way to a subscriber, so no link between two nodes can lose an invalidation that a
 //!   heartbeat would vouch for.
+//!
+//! These are database 0's names. Pub/sub ignores the database a connection selects, so on
+//! database `db` every one of them ends in `@{db}` (`{prefix}:invalidations@2`, see
+//! `keys::in_database`): processes on two databases of one server, with one prefix, never drop
+//! each other's memory.
 
+use crate::redis::keys::in_database;
 use crate::redis::link::CommandConnection;
 use crate::redis::mode::Mode;
 use crate::registry;
 
-/// The channel invalidations of `prefix` are announced on.
-pub(crate) fn channel(prefix: &str, mode: Mode) -> String {
-    match mode {
+/// The channel invalidations of `prefix` in database `db` are announced on.
+pub(crate) fn channel(prefix: &str, db: i64, mode: Mode) -> String {
+    let channel = match mode {
         Mode::Standalone => format!("{prefix}:invalidations"),
         Mode::Cluster { .. } => format!("{prefix}:{{feed|{prefix}}}:invalidations"),
-    }
+    };
+    in_database(channel, db)
 }
 
 /// The channel of one subscriber's heartbeats (`id` tells subscribers apart): on a cluster, on
 /// the invalidation channel's slot.
-pub(crate) fn heartbeat_channel(prefix: &str, mode: Mode, id: &str) -> String {
-    match mode {
+pub(crate) fn heartbeat_channel(prefix: &str, db: i64, mode: Mode, id: &str) -> String {
+    let channel = match mode {
         Mode::Standalone => format!("{prefix}:heartbeat:{id}"),
         Mode::Cluster { .. } => format!("{prefix}:{{feed|{prefix}}}:heartbeat:{id}"),
-    }
+    };
+    in_database(channel, db)
 }
 
 /// Publishes `message` on `channel` the way the feed's messages travel on `connection`:

@@ -6,10 +6,22 @@
 //! {prefix}:{{identity}|{arguments}}:v     the value (an envelope, see `envelope`)
 //! {prefix}:{{identity}|{arguments}}:l     the lock, holding its holder's token
 //! {prefix}:{{identity}|{arguments}}:f     the fence, taken with the lock, bumped by invalidation
-//! {prefix}:{{identity}|{arguments}}:c     the channel a fill is published on
+//! {prefix}:{{identity}|{arguments}}:c     the channel a fill is published on (database 0)
+//! {prefix}:{{identity}|{arguments}}:c@{db} the same in database `db`, if not 0
 //! {prefix}:{tag|{tag}}:t                   a tag's set: the key bases loaded with the tag
 //! {prefix}:{tag|{tag}}:p                   those an invalidation of the tag took, until dropped
 //! ```
+//!
+//! Keys live in the database the connection selects; pub/sub channels do not: Redis hands a
+//! publication to every subscriber of its channel's name on the server (on a cluster, on the
+//! shard), whatever database each selected. So every channel of a connection to a database other
+//! than 0 ends in `@{db}` ([`in_database`]): two tenants of one server on two databases, with one
+//! prefix and the same caches, never hear each other's fills or invalidations. Database 0's
+//! channels keep the names of earlier versions, so processes of both versions on database 0
+//! still wake each other during a rolling deploy; on another database, a process of an earlier
+//! version and one of this version do not hear each other (each reads again when the lease runs
+//! out, and an invalidation reaches only the processes of its own version). A Redis Cluster has
+//! only database 0 (Valkey 9's clusters have more, and are named the same way).
 //!
 //! The identity is the cache's name, escaped (`%`, `|`, `{`, `}`, spaces and control characters
 //! percent-encoded), then `~` and a [`fingerprint`]: a digest of the cache's `version`, its key
@@ -38,9 +50,12 @@ pub(crate) struct RedisKeys {
 }
 
 impl RedisKeys {
-    /// The keys of `args` in the cache with this `identity` (see [`identity`]).
-    pub(crate) fn new(prefix: &str, identity: &str, args: &str) -> Self {
-        RedisKeys::of_base(&base(prefix, identity, args))
+    /// The keys of `args` in the cache with this `identity` (see [`identity`]), in database
+    /// `db`.
+    pub(crate) fn new(prefix: &str, db: i64, identity: &str, args: &str) -> Self {
+        let mut keys = RedisKeys::of_base(&base(prefix, identity, args));
+        keys.channel = in_database(keys.channel, db);
+        keys
     }
 
     /// The value key alone, for a read that needs no other.
@@ -50,7 +65,10 @@ impl RedisKeys {
         key
     }
 
-    /// The keys whose common part is `base` (what [`RedisKeys::base`] returns).
+    /// The keys whose common part is `base` (what [`RedisKeys::base`] returns), with the
+    /// channel of database 0: for the keys of a value to drop, whose channel is not used (an
+    /// invalidation is announced on the feed's channel). Keys whose channel is published on or
+    /// listened to come from [`RedisKeys::new`].
     pub(crate) fn of_base(base: &str) -> Self {
         RedisKeys {
             value: format!("{base}{VALUE}"),
@@ -77,6 +95,17 @@ const VALUE: &str = ":v";
 /// The part every Redis key of one cache key shares.
 fn base(prefix: &str, identity: &str, args: &str) -> String {
     format!("{prefix}:{{{identity}|{args}}}")
+}
+
+/// The name of `channel` (named as in database 0) for a connection to database `db`: itself in
+/// database 0, else followed by `@{db}` (see the module's docs). Injective: no channel name of
+/// database 0 ends in `@` and digits (each ends in `:c`, `:invalidations` or `:heartbeat:{id}`),
+/// so the database is read back from the end.
+pub(crate) fn in_database(mut channel: String, db: i64) -> String {
+    if db != 0 {
+        let _ = write!(channel, "@{db}");
+    }
+    channel
 }
 
 /// The Redis keys of a tag, in a slot of their own.
@@ -141,12 +170,12 @@ fn escape_into(out: &mut String, text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashSet};
 
     use proptest::prelude::*;
     use serde::Serialize;
 
-    use super::text::{HEAD, MAX_ARGS};
+    use super::text::{HEAD, MAX_ARGS, is_unordered_set};
     use super::*;
 
     #[derive(Serialize)]
@@ -190,9 +219,60 @@ mod tests {
         let map: BTreeMap<&str, u8> = [("b", 2), ("a", 1)].into();
         assert_eq!(args_text(&(map,)).unwrap(), "{a=1,b=2}");
         assert_eq!(
-            RedisKeys::new("shop", "users::get_user", "42").value,
+            RedisKeys::new("shop", 0, "users::get_user", "42").value,
             "shop:{users::get_user|42}:v"
         );
+    }
+
+    #[test]
+    fn channels_name_their_database_unless_it_is_0() {
+        use crate::redis::config::RedisConfig;
+        use crate::redis::invalidate;
+        use crate::redis::mode::Mode;
+
+        let zero = RedisKeys::new("shop", 0, "users::get_user", "42");
+        let two = RedisKeys::new("shop", 2, "users::get_user", "42");
+        // Database 0's names are those of earlier versions.
+        assert_eq!(zero.channel, "shop:{users::get_user|42}:c");
+        assert_eq!(two.channel, "shop:{users::get_user|42}:c@2");
+        // The keys themselves live in their database: named alike.
+        assert_eq!(
+            (&zero.value, &zero.lock, &zero.fence),
+            (&two.value, &two.lock, &two.fence)
+        );
+        let cluster = Mode::Cluster { sharded: true };
+        assert_eq!(
+            invalidate::channel("shop", 0, Mode::Standalone),
+            "shop:invalidations"
+        );
+        assert_eq!(
+            invalidate::channel("shop", 3, Mode::Standalone),
+            "shop:invalidations@3"
+        );
+        assert_eq!(
+            invalidate::channel("shop", 0, cluster),
+            "shop:{feed|shop}:invalidations"
+        );
+        assert_eq!(
+            invalidate::channel("shop", 3, cluster),
+            "shop:{feed|shop}:invalidations@3"
+        );
+        assert_eq!(
+            invalidate::heartbeat_channel("shop", 0, Mode::Standalone, "ab"),
+            "shop:heartbeat:ab"
+        );
+        assert_eq!(
+            invalidate::heartbeat_channel("shop", 1, cluster, "ab"),
+            "shop:{feed|shop}:heartbeat:ab@1"
+        );
+        // The database is the URL's.
+        let db = |url: &str| RedisConfig::new(url).unwrap().db();
+        assert_eq!(db("redis://127.0.0.1:6379"), 0);
+        assert_eq!(db("redis://127.0.0.1:6379/"), 0);
+        assert_eq!(db("redis://127.0.0.1:6379/2"), 2);
+        assert_eq!(db("redis://:secret@127.0.0.1/15"), 15);
+        assert_eq!(db("redis+unix:///tmp/redis.sock?db=4"), 4);
+        assert_eq!(db("redis://127.0.0.1:7000,redis://127.0.0.1:7001"), 0);
     }
 
     #[test]
@@ -201,10 +281,16 @@ mod tests {
         let f = fingerprint(&[]);
         let a = RedisKeys::new(
             "p",
+            0,
             &identity("n", &f),
             &args_text(&("", "by_id", 42)).unwrap(),
         );
-        let b = RedisKeys::new("p", &identity("n::by_id", &f), &args_text(&(42,)).unwrap());
+        let b = RedisKeys::new(
+            "p",
+            0,
+            &identity("n::by_id", &f),
+            &args_text(&(42,)).unwrap(),
+        );
         assert_ne!(a.value, b.value);
         // A name cannot forge the separator or the hash tag.
         assert!(identity("a|b{c}", &f).starts_with("a%7Cb%7Bc%7D~"));
@@ -294,6 +380,147 @@ mod tests {
             args_text(&(Entries(vec![("b", 2), ("a", 1)]),)).unwrap(),
             args_text(&(Entries(vec![("a", 1), ("b", 2)]),)).unwrap()
         );
+    }
+
+    /// Two equal `HashSet`s that iterate in different orders: `a` collected in ascending order,
+    /// `b` given another capacity (the first one tried that makes the orders differ) and filled
+    /// in descending order.
+    fn equal_sets_iterating_apart() -> (HashSet<u32>, HashSet<u32>) {
+        let items = [1u32, 2, 3, 10, 20, 300, 4000];
+        let a: HashSet<u32> = items.iter().copied().collect();
+        for capacity in 0..256 {
+            let mut b = HashSet::with_capacity(capacity);
+            b.extend(items.iter().rev().copied());
+            if !a.iter().eq(b.iter()) {
+                assert_eq!(a, b);
+                return (a, b);
+            }
+        }
+        panic!("no capacity gave an equal set that iterates in another order")
+    }
+
+    #[test]
+    fn equal_hash_sets_give_one_key_whatever_order_they_iterate_in() {
+        let (a, b) = equal_sets_iterating_apart();
+        let order = |set: &HashSet<u32>| set.iter().copied().collect::<Vec<_>>();
+        assert_ne!(
+            order(&a),
+            order(&b),
+            "the two sets iterate in different orders"
+        );
+        assert_eq!(
+            args_text(&(a.clone(),)).unwrap(),
+            args_text(&(b.clone(),)).unwrap(),
+            "equal sets, one key"
+        );
+        // Written sorted by the text of their elements.
+        assert_eq!(args_text(&(a.clone(),)).unwrap(), "[1,10,2,20,3,300,4000]");
+
+        /// Asserts that `a` and `b` give one text wherever `place` puts them.
+        fn same<T: Serialize>(
+            a: &HashSet<u32>,
+            b: &HashSet<u32>,
+            place: impl Fn(HashSet<u32>) -> T,
+        ) {
+            let (ta, tb) = (place(a.clone()), place(b.clone()));
+            assert_eq!(args_text(&ta).unwrap(), args_text(&tb).unwrap());
+        }
+        #[derive(Serialize)]
+        struct Members {
+            tenant: u8,
+            ids: HashSet<u32>,
+        }
+        #[derive(Serialize)]
+        struct Wrapped(HashSet<u32>);
+        #[derive(Serialize)]
+        enum Filter {
+            Ids(HashSet<u32>),
+            Pair(u8, HashSet<u32>),
+            Named { ids: HashSet<u32> },
+        }
+        same(&a, &b, |set| (set,));
+        same(&a, &b, |set| (1u8, set, 2u8));
+        same(&a, &b, |set| {
+            (Members {
+                tenant: 1,
+                ids: set,
+            },)
+        });
+        same(&a, &b, |set| (Wrapped(set),));
+        same(&a, &b, |set| (Some(set),));
+        same(&a, &b, |set| (vec![set.clone(), set],));
+        same(&a, &b, |set| (Filter::Ids(set),));
+        same(&a, &b, |set| (Filter::Pair(0, set),));
+        same(&a, &b, |set| (Filter::Named { ids: set },));
+        same(&a, &b, |set| (BTreeMap::from([(1u8, set)]),));
+        same(&a, &b, |set| (Box::new(set),));
+        same(&a, &b, |set| (std::sync::Arc::new(set),));
+        same(
+            &a,
+            &b,
+            |set| (std::borrow::Cow::<HashSet<u32>>::Owned(set),),
+        );
+        same(&a, &b, |set| set); // a key that is the set itself, not a tuple
+        // A reference to a set (a sequence of sets holds them so too).
+        assert_eq!(args_text(&(&a,)).unwrap(), args_text(&(&b,)).unwrap());
+    }
+
+    #[test]
+    fn the_types_written_as_unordered_sets() {
+        let set = "std::collections::hash::set::HashSet<u32>";
+        for name in [
+            set.to_owned(),
+            format!("&{set}"),
+            format!("&&mut {set}"),
+            format!("alloc::boxed::Box<{set}>"),
+            format!("alloc::sync::Arc<&{set}>"),
+            format!("alloc::rc::Rc<alloc::boxed::Box<{set}>>"),
+            format!("alloc::borrow::Cow<'_, {set}>"),
+            "hashbrown::set::HashSet<alloc::string::String, foldhash::fast::RandomState>".into(),
+            "im::hash::set::HashSet<u8>".into(),
+            "indexmap::set::IndexSet<(u8, u8)>".into(),
+            "ahash::hash_set::AHashSet<u8>".into(),
+            "dashmap::set::DashSet<u8>".into(),
+        ] {
+            assert!(is_unordered_set(&name), "{name}");
+        }
+        for name in [
+            format!("alloc::vec::Vec<{set}>"),
+            format!("core::option::Option<{set}>"),
+            format!("({set},)"),
+            format!("[{set}]"),
+            format!("[{set}; 2]"),
+            format!("dyn my::Trait<{set}>"),
+            format!("my::Box<{set}>"),
+            format!("alloc::boxed::Box<alloc::vec::Vec<{set}>>"),
+            "alloc::collections::btree::set::BTreeSet<u8>".into(),
+            "alloc::collections::vec_deque::VecDeque<u8>".into(),
+            "indexmap::map::IndexMap<u8, u8>".into(),
+            "std::collections::hash::map::HashMap<u8, u8>".into(),
+            "my::NotAHashSet".into(),
+            "alloc::boxed::Box<str>".into(),
+            "&str".into(),
+            "u32".into(),
+        ] {
+            assert!(!is_unordered_set(&name), "{name}");
+        }
+    }
+
+    #[test]
+    fn sets_stay_distinct_and_sequences_keep_their_order() {
+        let set = |items: &[u32]| items.iter().copied().collect::<HashSet<u32>>();
+        let text = |items: &[u32]| args_text(&(set(items),)).unwrap();
+        assert_ne!(text(&[1, 2]), text(&[1, 3]));
+        assert_ne!(text(&[1, 2]), text(&[1, 2, 3]));
+        assert_ne!(text(&[]), text(&[0]));
+        // Sequences and ordered sets are written in their order, as before.
+        assert_ne!(
+            args_text(&(vec![1u32, 2],)).unwrap(),
+            args_text(&(vec![2u32, 1],)).unwrap()
+        );
+        assert_eq!(args_text(&(vec![10u32, 9],)).unwrap(), "[10,9]");
+        let ordered: std::collections::BTreeSet<u32> = [10, 9].into();
+        assert_eq!(args_text(&(ordered,)).unwrap(), "[9,10]");
     }
 
     #[test]
@@ -474,6 +701,25 @@ mod tests {
                     prop_assert_eq!(&other, &key, "one text {} for two keys", text);
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// Hash sets share a text exactly when they are equal, however each was built (its
+        /// capacity, the order its elements came in).
+        #[test]
+        fn hash_sets_share_a_text_exactly_when_they_are_equal(
+            a in proptest::collection::vec(any::<u8>(), 0..12),
+            b in proptest::collection::vec(any::<u8>(), 0..12),
+            capacity in 0usize..64,
+        ) {
+            let text = |set: &HashSet<u8>| args_text(&(set.clone(),)).unwrap();
+            let first: HashSet<u8> = a.iter().copied().collect();
+            let mut reordered = HashSet::with_capacity(capacity);
+            reordered.extend(a.iter().rev().copied());
+            prop_assert_eq!(text(&first), text(&reordered));
+            let other: HashSet<u8> = b.iter().copied().collect();
+            prop_assert_eq!(first == other, text(&first) == text(&other));
         }
     }
 

@@ -309,7 +309,7 @@ impl Endpoint {
         let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
             let mode = Mode::of(&connection);
-            let channel = invalidate::channel(prefix, mode);
+            let channel = invalidate::channel(prefix, self.config.db(), mode);
             let (in_script, after) = match message {
                 Some(message) if mode.is_cluster() => ("", Some(message)),
                 Some(_) => (channel.as_str(), None),

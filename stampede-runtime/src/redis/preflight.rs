@@ -92,7 +92,8 @@ impl Endpoint {
                 None => Err(failure),
             };
         }
-        let keys = RedisKeys::new(&self.config.prefix, "stampede~preflight", "probe");
+        let db = self.config.db();
+        let keys = RedisKeys::new(&self.config.prefix, db, "stampede~preflight", "probe");
         let base = keys.base().to_owned();
         let (value, fence, channel) = (&keys.value, &keys.fence, &keys.channel);
         let (set, other) = (format!("{base}:t"), format!("{base}:p"));
@@ -112,7 +113,7 @@ impl Endpoint {
         let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
             let heartbeats =
-                invalidate::heartbeat_channel(prefix, Mode::of(&connection), "preflight");
+                invalidate::heartbeat_channel(prefix, db, Mode::of(&connection), "preflight");
             invalidate::publish(&mut connection, &heartbeats, b"").await
         })
         .await?;
@@ -126,7 +127,7 @@ impl Endpoint {
         let node = self.config.nodes.first()?;
         // Named as on a standalone server: whether this is a cluster is not known here, and an
         // ACL that refuses one name of the prefix's channels refuses the other too.
-        let channel = invalidate::channel(&self.config.prefix, Mode::Standalone);
+        let channel = invalidate::channel(&self.config.prefix, self.config.db(), Mode::Standalone);
         let bound = self
             .config
             .connect_timeout

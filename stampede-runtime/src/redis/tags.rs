@@ -144,7 +144,7 @@ impl Endpoint {
         let message = invalidate::tag_message(tag);
         let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
-            let channel = invalidate::channel(prefix, Mode::of(&connection));
+            let channel = invalidate::channel(prefix, self.config.db(), Mode::of(&connection));
             invalidate::publish(&mut connection, &channel, &message).await
         })
         .await?;

@@ -308,7 +308,12 @@ where
 
     /// The Redis keys of `args` in this cache, on `endpoint`.
     pub(super) fn keys(&self, endpoint: &Endpoint, args: &str) -> RedisKeys {
-        RedisKeys::new(&endpoint.config.prefix, &self.identity, args)
+        RedisKeys::new(
+            &endpoint.config.prefix,
+            endpoint.config.db(),
+            &self.identity,
+            args,
+        )
     }
 
     /// Loads the key here, without Redis. Kept in memory no longer than memory is trusted: an

@@ -10,6 +10,23 @@
 //! bytes as `x` and hex. The arguments of one call are joined by `:`. Arguments longer than
 //! [`MAX_ARGS`] bytes keep a readable head and end in `#` and the SHA-256 of the whole text.
 //!
+//! Unordered sets are written as sequences whose elements are sorted by their text, as a map's
+//! entries are, so that two equal sets that iterate in different orders (another capacity,
+//! another insertion order, another hasher's seed) give one text. serde does not tell a set
+//! from a sequence, so a set is known by its Rust type, which the serializer sees for every
+//! value inside another (a field, an element, an entry's key or value, the content of `Some`, of
+//! a newtype struct or of a newtype variant) and for the key itself ([`unordered`]): after
+//! references (`&`, `&mut`) and the standard pointers whose `Serialize` is their content's
+//! (`Box`, `Rc`, `Arc`, `Cow`) are peeled off, the type's path without its generic arguments
+//! ends in `::HashSet` (std's, hashbrown's, im's), `::IndexSet` (indexmap's, whose `Eq` ignores
+//! the order too), `::AHashSet` or `::DashSet`. Every other sequence (`Vec`, `VecDeque`,
+//! `BTreeSet`, whose order is its elements', slices, arrays) keeps its order: `[1,2]` and
+//! `[2,1]` stay two keys. What is not seen is not sorted: a set inside a type whose
+//! `Serialize` hands its serializer straight to the set (`#[serde(transparent)]`,
+//! `#[serde(serialize_with)]`, a hand-written `Serialize`), or a hand-written `Serialize` that
+//! calls `collect_seq` on an unordered iterator. Such a key must write its elements in a
+//! canonical order itself (or hold a `BTreeSet`).
+//!
 //! For one key type, equal keys give equal text and distinct keys distinct text (the proptests
 //! check it), provided the type's `Serialize` agrees with its `Eq`: a key that serializes two
 //! unequal values alike (a `#[serde(skip)]` field that `Eq` compares, an untagged enum whose
@@ -35,6 +52,7 @@ pub(crate) fn args_text<K: Serialize + ?Sized>(key: &K) -> Result<String, KeyErr
     key.serialize(TextSerializer {
         out: &mut out,
         top: true,
+        unordered: unordered::<K>(),
     })?;
     if out.len() > MAX_ARGS {
         let digest = Sha256::digest(out.as_bytes());
@@ -85,14 +103,86 @@ fn push_text(out: &mut String, text: &str) {
     }
 }
 
+/// Whether a value of type `T` is an unordered set, whose elements are written sorted (see the
+/// module's docs).
+fn unordered<T: ?Sized>() -> bool {
+    is_unordered_set(std::any::type_name::<T>())
+}
+
+/// Whether the type named `name` (as `std::any::type_name` names it) is an unordered set: after
+/// references and the standard pointers whose `Serialize` is their content's are peeled off, its
+/// path without generic arguments ends in one of [`UNORDERED_SETS`].
+pub(super) fn is_unordered_set(name: &str) -> bool {
+    let mut name = name.trim_start();
+    loop {
+        if let Some(referenced) = name.strip_prefix('&') {
+            let referenced = referenced.trim_start();
+            name = referenced
+                .strip_prefix("mut ")
+                .unwrap_or(referenced)
+                .trim_start();
+            continue;
+        }
+        let (path, arguments) = match name.find(['<', ',', '>']) {
+            Some(at) if name[at..].starts_with('<') => (&name[..at], Some(&name[at + 1..])),
+            Some(at) => (&name[..at], None),
+            None => (name, None),
+        };
+        let path = path.trim_end();
+        match arguments {
+            Some(arguments) if TRANSPARENT_POINTERS.contains(&path) => {
+                // The first argument that is a type (`Cow<'_, T>` has a lifetime first).
+                name = arguments.trim_start();
+                while let Some(lifetime) = name.strip_prefix('\'') {
+                    name = lifetime
+                        .split_once(',')
+                        .map_or("", |(_, rest)| rest)
+                        .trim_start();
+                }
+            }
+            _ => {
+                // A path: not a tuple, a slice, an array or a trait object.
+                let is_path = path
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == ':');
+                let last = path.rsplit("::").next().unwrap_or(path);
+                return is_path && UNORDERED_SETS.contains(&last);
+            }
+        }
+    }
+}
+
+/// The last segment of the path of a type that is an unordered set: std's, hashbrown's and im's
+/// `HashSet`, indexmap's `IndexSet`, ahash's `AHashSet`, dashmap's `DashSet`.
+const UNORDERED_SETS: [&str; 4] = ["HashSet", "IndexSet", "AHashSet", "DashSet"];
+
+/// The standard pointers that serialize as their content, as `type_name` writes their paths.
+const TRANSPARENT_POINTERS: [&str; 4] = [
+    "alloc::boxed::Box",
+    "alloc::rc::Rc",
+    "alloc::sync::Arc",
+    "alloc::borrow::Cow",
+];
+
 /// Writes one value. `top` is true for the key itself, whose tuple elements (the arguments) are
-/// joined by `:` rather than bracketed.
+/// joined by `:` rather than bracketed. `unordered` is true for a value that is an unordered set
+/// (see [`unordered`]): a sequence it writes is sorted.
 struct TextSerializer<'a> {
     out: &'a mut String,
     top: bool,
+    unordered: bool,
 }
 
 impl<'a> TextSerializer<'a> {
+    /// The serializer of a value of type `T` inside another.
+    fn of<T: ?Sized>(out: &'a mut String) -> Self {
+        TextSerializer {
+            out,
+            top: false,
+            unordered: unordered::<T>(),
+        }
+    }
+
     fn display(self, value: impl fmt::Display) -> Result<(), KeyError> {
         let _ = write!(self.out, "{value}");
         Ok(())
@@ -121,14 +211,14 @@ impl<'a> TextSerializer<'a> {
     }
 }
 
-/// Elements of a sequence, tuple, struct or map, separated and closed. A map's entries are
-/// kept until its end, then written sorted.
+/// Elements of a sequence, tuple, struct or map, separated and closed. A map's entries and an
+/// unordered set's elements are kept until its end, then written sorted.
 struct Compound<'a> {
     out: &'a mut String,
     separator: char,
     close: &'static str,
     first: bool,
-    /// A map's entries, as `key=value` text.
+    /// A map's entries, as `key=value` text, or an unordered set's elements, as text.
     entries: Option<Vec<String>>,
 }
 
@@ -141,21 +231,22 @@ impl Compound<'_> {
     }
 
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), KeyError> {
+        if let Some(entries) = &mut self.entries {
+            // An unordered set's element.
+            let mut entry = String::new();
+            value.serialize(TextSerializer::of::<T>(&mut entry))?;
+            entries.push(entry);
+            return Ok(());
+        }
         self.separate();
-        value.serialize(TextSerializer {
-            out: self.out,
-            top: false,
-        })
+        value.serialize(TextSerializer::of::<T>(self.out))
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), KeyError> {
         self.separate();
         push_text(self.out, name);
         self.out.push('=');
-        value.serialize(TextSerializer {
-            out: self.out,
-            top: false,
-        })
+        value.serialize(TextSerializer::of::<T>(self.out))
     }
 
     fn finish(self) -> Result<(), KeyError> {
@@ -216,10 +307,7 @@ impl ser::SerializeMap for Compound<'_> {
 
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), KeyError> {
         let mut entry = String::new();
-        key.serialize(TextSerializer {
-            out: &mut entry,
-            top: false,
-        })?;
+        key.serialize(TextSerializer::of::<T>(&mut entry))?;
         entry.push('=');
         self.entries.get_or_insert_with(Vec::new).push(entry);
         Ok(())
@@ -231,10 +319,7 @@ impl ser::SerializeMap for Compound<'_> {
             .as_mut()
             .and_then(|entries| entries.last_mut())
             .ok_or_else(|| KeyError("a map's value came before its key".into()))?;
-        value.serialize(TextSerializer {
-            out: entry,
-            top: false,
-        })
+        value.serialize(TextSerializer::of::<T>(entry))
     }
 
     fn end(self) -> Result<(), KeyError> {
@@ -314,10 +399,7 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
     }
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), KeyError> {
         self.out.push('+');
-        value.serialize(TextSerializer {
-            out: self.out,
-            top: false,
-        })
+        value.serialize(TextSerializer::of::<T>(self.out))
     }
     fn serialize_unit(self) -> Result<(), KeyError> {
         // The key of a function without key arguments is empty.
@@ -343,7 +425,9 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
         _name: &'static str,
         value: &T,
     ) -> Result<(), KeyError> {
-        value.serialize(self)
+        // Written as its content: a set inside is a set, and so is a set written as a newtype.
+        let unordered = self.unordered || unordered::<T>();
+        value.serialize(TextSerializer { unordered, ..self })
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
@@ -354,15 +438,17 @@ impl<'a> ser::Serializer for TextSerializer<'a> {
     ) -> Result<(), KeyError> {
         push_text(self.out, variant);
         self.out.push('(');
-        value.serialize(TextSerializer {
-            out: self.out,
-            top: false,
-        })?;
+        value.serialize(TextSerializer::of::<T>(self.out))?;
         self.out.push(')');
         Ok(())
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Compound<'a>, KeyError> {
-        Ok(self.compound("[", "]"))
+        let unordered = self.unordered;
+        let mut compound = self.compound("[", "]");
+        if unordered {
+            compound.entries = Some(Vec::new());
+        }
+        Ok(compound)
     }
     fn serialize_tuple(self, _len: usize) -> Result<Compound<'a>, KeyError> {
         if self.top {

@@ -213,12 +213,7 @@ impl Endpoint {
                     script.key(&keys[at].lock).key(&keys[at].fence);
                 }
                 let extended: usize = script.invoke_async(&mut connection).await?;
-                // Spread over the group's keys, so that the groups' counts add up.
-                Ok(group
-                    .iter()
-                    .enumerate()
-                    .map(|(at, _)| usize::from(at < extended))
-                    .collect())
+                Ok(spread(extended, group.len()))
             })
             .await?;
         Ok(extended.into_iter().sum())
@@ -239,12 +234,7 @@ impl Endpoint {
                     script.key(&keys.fence).arg(fence);
                 }
                 let kept: usize = script.invoke_async(&mut connection).await?;
-                // Spread over the group's keys, so that the groups' counts add up.
-                Ok(group
-                    .iter()
-                    .enumerate()
-                    .map(|(at, _)| usize::from(at < kept))
-                    .collect())
+                Ok(spread(kept, group.len()))
             })
             .await?;
         Ok(kept.into_iter().sum())
@@ -332,4 +322,10 @@ fn next<T: redis::FromRedisValue>(reply: &mut impl Iterator<Item = Value>) -> Re
         ))
     })?;
     Ok(redis::from_redis_value(value)?)
+}
+
+/// A group's count spread over its items (one each for the first `count`), so that the groups'
+/// counts add up when the answers are summed.
+fn spread(count: usize, items: usize) -> Vec<usize> {
+    (0..items).map(|at| usize::from(at < count)).collect()
 }

@@ -173,12 +173,21 @@ macro_rules! on {
 /// What the oracle must know of each function: their options, the bounds of real time.
 fn rules() -> Vec<Rules> {
     let rule = |ttl_and_stale: u64, unordered: bool| Rules {
-        max_age: Duration::from_millis(ttl_and_stale) + OP_TIMEOUT * 4 + MOST_DELAY * 4 + SLACK,
+        // The functions have no `stale`, `ttl_from` nor `fail_safe`: their ttl and stale are one.
+        ttl: Duration::from_millis(ttl_and_stale),
+        ttl_from: None,
+        jitter: 0,
+        stale: Duration::ZERO,
+        slack: OP_TIMEOUT * 4 + MOST_DELAY * 4 + SLACK,
+        stalls: OP_TIMEOUT * 4 + MOST_DELAY * 4 + SLACK,
+        fail_safe: None,
+        retry_if: false,
         shared: true,
         no_singleflight: false,
         // Redis only: a load fenced off by another's fill is kept nowhere (see the simulation).
         unordered,
         one_load_everywhere: false,
+        lock_wait: Duration::MAX,
     };
     vec![rule(700, false), rule(360, false), rule(360, true)]
 }
@@ -309,10 +318,10 @@ async fn faults(
         let oracle = oracle();
         if !restarted && tokio::time::Instant::now() + RUN / 2 > until {
             restarted = true;
-            oracle.fault("the server restarts, empty".into(), true, true);
+            oracle.fault("the server restarts, empty".into(), true, true, None);
             tokio::task::block_in_place(|| server.restart());
             tokio::time::sleep(lasts).await;
-            oracle.fault("the server restarted".into(), false, true);
+            oracle.fault("the server restarted".into(), false, true, None);
             continue;
         }
         let proxy = &proxies[p];
@@ -330,10 +339,10 @@ async fn faults(
                 format!("p{p}'s link cut")
             }
         };
-        oracle.fault(what.clone(), true, true);
+        oracle.fault(what.clone(), true, true, None);
         tokio::time::sleep(lasts).await;
         proxy.pass();
-        oracle.fault(format!("{what}: over"), false, true);
+        oracle.fault(format!("{what}: over"), false, true, None);
     }
     (server, count)
 }

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use sim::oracle::{Flight, Oracle, Reach, Rules, Val};
+use sim::oracle::{Attempt, FailSafe, Flight, Oracle, Reach, Rules, Val};
 use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, Values, tier_of};
 use stampede_runtime::{Backend, Config, Lock};
 
@@ -72,8 +72,14 @@ struct FunctionPlan {
     tagged: bool,
     /// `source_version`: the version the source read is the value's.
     versioned: bool,
-    busy_error: bool,
+    /// `busy`, with `lock = "redis"`.
+    busy: Busy,
+    /// The connection's `lock_wait`: how long a flight waits for another process's fill.
     lock_wait: Duration,
+    /// `retry_if`: the source's permanent errors are not retried.
+    retry_if: bool,
+    /// Per mille of failed loads whose error is permanent (not found, refused).
+    permanent: u32,
     /// Per mille of loads that fail, panic, stall past the timeout.
     fails: u32,
     panics: u32,
@@ -81,6 +87,38 @@ struct FunctionPlan {
     /// The longest a load takes.
     slowest: Duration,
 }
+
+/// `busy = "wait" | "compute" | "error"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Busy {
+    Wait,
+    Compute,
+    Error,
+}
+
+/// The options of the README's table that the plans draw (each takes more than one value across
+/// plans: see `the_plans_cover_the_readmes_options`).
+const PLANNED: &[&str] = &[
+    "ttl",
+    "jitter",
+    "stale",
+    "timeout",
+    "retries",
+    "backoff",
+    "lock",
+    "backend",
+    "busy",
+    "refresh_after",
+    "fail_safe",
+    "fail_safe_throttle",
+    "soft_timeout",
+    "retry_if",
+    "source_version",
+    "ttl_from",
+    "breaker",
+    "breaker_cooldown",
+    "tags",
+];
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -224,13 +262,34 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
         &mut SmallRng::seed_from_u64(seed ^ 0x5eed_0000 ^ index as u64),
         400,
     );
+    // The options planned later, drawn apart too for the same reason.
+    let later = &mut SmallRng::seed_from_u64(seed ^ 0x0071_0000 ^ index as u64);
+    let mut config = config;
+    if chance(later, 300) {
+        config.ttl_from = Some(own_ttl);
+    }
+    let busy_error = lock == Lock::Redis && chance(rng, 300);
+    let busy = match busy_error {
+        true => Busy::Error,
+        false if lock == Lock::Redis && chance(later, 300) => Busy::Compute,
+        false => Busy::Wait,
+    };
+    // Mostly longer than any load, so that a flight gives up waiting only when a lease lapsed;
+    // sometimes shorter than the slowest load, so that a waiter loads beside the holder.
+    let lock_wait = match chance(later, 300) {
+        true => ms(later, 5, 1_500),
+        false => Duration::from_secs(60),
+    };
+    let retry_if = chance(later, 400);
+    let permanent = later.random_range(0..=500);
     FunctionPlan {
         config,
         versioned,
         tagged: chance(rng, 400),
-        busy_error: lock == Lock::Redis && chance(rng, 300),
-        // Longer than any load, so that a flight gives up waiting only when a lease lapsed.
-        lock_wait: Duration::from_secs(60),
+        busy,
+        lock_wait,
+        retry_if,
+        permanent,
         fails: rng.random_range(0..=300),
         panics: rng.random_range(0..=30),
         stalls: rng.random_range(0..=50),
@@ -268,7 +327,8 @@ fn fault(rng: &mut SmallRng, processes: usize, functions: usize) -> Fault {
         },
         2 => Fault::DelayFeed {
             process: rng.random_range(0..processes),
-            delay: ms(rng, 1, 300),
+            // Up to longer than any bound: past half of it, the process notices its feed late.
+            delay: ms(rng, 1, 3_000),
             lasting,
         },
         3 => Fault::LoseWakeups(lasting),
@@ -316,6 +376,26 @@ fn version_of(value: &Val) -> u64 {
     value.version
 }
 
+/// `ttl_from`: a value's own fresh time, a function of its version (some longer than any
+/// `ttl`, capped; some none, `ttl` then).
+fn own_ttl(value: &(dyn std::any::Any + Send + Sync)) -> Option<Duration> {
+    let value = value.downcast_ref::<Val>()?;
+    own_ttl_of(value)
+}
+
+fn own_ttl_of(value: &Val) -> Option<Duration> {
+    match value.version % 5 {
+        0 => None,
+        1 => Some(Duration::ZERO),
+        n => Some(Duration::from_millis(400 * n * n)),
+    }
+}
+
+/// `retry_if`: the source's permanent errors are not worth another attempt.
+fn transient(error: &String) -> bool {
+    !error.contains("permanent")
+}
+
 fn tags_of(key: &Key) -> Vec<String> {
     RUN.with(|run| {
         let run = run.get();
@@ -338,7 +418,7 @@ impl Source {
     ) -> Result<Val, String> {
         let oracle = &self.oracle;
         let id = oracle.load_started(self.function, process, key, flight);
-        let _ended = Ended(&self, key, id);
+        let mut _ended = Ended(&self, key, id, Attempt::Dropped);
         let (delay, outcome) = {
             let mut rng = self.rng.lock().unwrap();
             let delay =
@@ -355,7 +435,20 @@ impl Source {
         };
         tokio::time::sleep(delay).await;
         let plan = &self.plan;
-        if self.down.load(std::sync::atomic::Ordering::SeqCst) || outcome < plan.fails {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            _ended.3 = Attempt::Failed;
+            return Err(format!("f{} k{key}: the database is down", self.function));
+        }
+        if outcome < plan.fails {
+            // The first part of the failures (per mille of them) is permanent.
+            if outcome * 1000 < plan.fails * plan.permanent {
+                _ended.3 = match plan.retry_if {
+                    true => Attempt::Permanent,
+                    false => Attempt::Failed,
+                };
+                return Err(format!("f{} k{key}: a permanent failure", self.function));
+            }
+            _ended.3 = Attempt::Failed;
             return Err(format!("f{} k{key}: the database failed", self.function));
         }
         if outcome < plan.fails + plan.panics {
@@ -364,56 +457,92 @@ impl Source {
         if outcome < plan.fails + plan.panics + plan.stalls {
             tokio::time::sleep(plan.config.timeout * 2).await;
         }
+        _ended.3 = Attempt::Loaded;
         Ok(value)
     }
 }
 
-/// Tells the oracle a load ended, however it ended (a dropped load included).
-struct Ended<'a>(&'a Source, Key, u64);
+/// Tells the oracle an attempt of a load ended, however it ended (a panic, or dropped when it
+/// timed out or its runtime was dropped: [`Attempt::Dropped`] unless it said otherwise).
+struct Ended<'a>(&'a Source, Key, u64, Attempt);
 
 impl Drop for Ended<'_> {
     fn drop(&mut self) {
-        self.0.oracle.load_ended(self.0.function, self.1, self.2);
+        self.0
+            .oracle
+            .load_ended(self.0.function, self.1, self.2, self.3);
     }
 }
 
 impl Function {
     /// The rules the oracle checks this function's values against.
-    fn rules(plan: &FunctionPlan, stall: Duration) -> Rules {
+    fn rules(plan: &FunctionPlan, stall: Duration, lease: Duration) -> Rules {
         let config = &plan.config;
         let attempts = config.retries + 1;
         let backoffs: Duration = (0..config.retries)
             .map(|retry| config.backoff.mul_f64(1.5) * (1 << retry))
             .sum();
         let loading = (config.timeout * 2).max(plan.slowest) * attempts + backoffs;
-        let fail_safe = config.fail_safe.unwrap_or_default();
+        let stalls = stall * 4 + Duration::from_millis(5);
+        let slack = loading + stalls;
+        let redis_lock = config.lock == Lock::Redis;
+        // A waiter loads without the Redis lock: at once with `busy = "compute"`, and when its
+        // lock wait runs out (README, options: "`"wait"` for its value (then load it here after
+        // the connection's `lock_wait`), `"compute"` at once"): a wait lasts a holder's load and
+        // its stalls, or with lost wake-ups until the holder's lease would run out, and may
+        // meet several holders in turn; only the 60 s wait outlasts them all.
+        let unlocked_waiters =
+            redis_lock && (plan.busy == Busy::Compute || plan.lock_wait <= (slack + lease) * 4);
         Rules {
-            max_age: config.ttl
-                + config.stale
-                + fail_safe
-                + loading
-                + stall * 4
-                + Duration::from_millis(5),
+            ttl: config.ttl,
+            ttl_from: config
+                .ttl_from
+                .map(|_| own_ttl_of as fn(&Val) -> Option<Duration>),
+            jitter: config.jitter,
+            stale: config.stale,
+            slack,
+            stalls,
+            fail_safe: config.fail_safe.map(|keep| FailSafe {
+                keep,
+                // README, options: "`fail_safe_throttle` ... kept in memory, so not with
+                // `backend = "redis"`".
+                throttle: match config.backend {
+                    Backend::Redis => Duration::ZERO,
+                    _ => config.fail_safe_throttle,
+                },
+                soft_timeout: config.soft_timeout,
+                breaker: config.breaker.map(|opens| (opens, config.breaker_cooldown)),
+            }),
+            retry_if: plan.retry_if,
             shared: config.backend != Backend::Memory,
             no_singleflight: config.lock == Lock::None,
             // Without a lock, loads race: in memory the last to finish stays, in the shared tier
             // the first to fill does (a later fill read its fence before it). With Redis only, a
-            // load without the Redis lock (`lock = "local"`) may be fenced off by another's
-            // fill and is kept nowhere, though its callers got it. Nothing orders those values
-            // without source versions; with them, memory keeps the newest it holds, so only
-            // Redis only is left unordered under a lock. Without a lock, versions do not order
-            // either: a value's version is compared with what is stored now (README, "Source
-            // versions"), and once the newer value expires, a racing load of an older version
-            // that is still running is stored (seeds 862568, 904459). With the Redis lock every
-            // load (a refresh's too) holds it.
+            // load without the Redis lock (`lock = "local"`, a waiter's with `busy = "compute"`
+            // or past its lock wait) may be fenced off by another's fill and is kept nowhere,
+            // though its callers got it. Nothing orders those values without source versions;
+            // with them, memory keeps the newest it holds, so only Redis only is left unordered
+            // under a lock. Without a lock, versions do not order either: a value's version is
+            // compared with what is stored now (README, "Source versions"), and once the newer
+            // value expires, a racing load of an older version that is still running is stored
+            // (seeds 862568, 904459). With the Redis lock every load (a refresh's too) holds it,
+            // unless a waiter loads beside it.
             unordered: config.lock == Lock::None
-                || (config.backend == Backend::Redis && config.lock != Lock::Redis),
-            one_load_everywhere: config.lock == Lock::Redis,
+                || (config.backend == Backend::Redis && (!redis_lock || unlocked_waiters)),
+            one_load_everywhere: redis_lock && plan.busy != Busy::Compute,
+            lock_wait: plan.lock_wait,
         }
     }
 
     fn cache(&self, process: usize) -> Cache {
         self.caches[process]
+    }
+
+    /// Its `retry_if`, if it has one.
+    fn retry_if(&self) -> Option<fn(&String) -> bool> {
+        self.plan
+            .retry_if
+            .then_some(transient as fn(&String) -> bool)
     }
 
     /// The load a call of this function makes in `process`.
@@ -441,9 +570,10 @@ impl Cache {
         key: Key,
     ) -> Result<Val, stampede::Error> {
         let load = function.load(process, key);
+        let retry_if = function.retry_if();
         match self {
-            Cache::Local(cache) => cache.get(key, load).await,
-            Cache::Shared(cache) => cache.get(key, load).await,
+            Cache::Local(cache) => cache.get(key, load, retry_if).await,
+            Cache::Shared(cache) => cache.get(key, load, retry_if).await,
         }
     }
 
@@ -456,9 +586,10 @@ impl Cache {
         // A companion's refresh loads whatever other processes hold, under the Redis lock with
         // `lock = "redis"`.
         let load = function.load(process, key);
+        let retry_if = function.retry_if();
         match self {
-            Cache::Local(cache) => cache.refresh(key, load).await,
-            Cache::Shared(cache) => cache.refresh(key, load).await,
+            Cache::Local(cache) => cache.refresh(key, load, retry_if).await,
+            Cache::Shared(cache) => cache.refresh(key, load, retry_if).await,
         }
     }
 
@@ -524,7 +655,7 @@ impl World {
         let rules = plan
             .functions
             .iter()
-            .map(|f| Function::rules(f, stall))
+            .map(|f| Function::rules(f, stall, plan.lease))
             .collect();
         let oracle = Oracle::new(rules, plan.bound);
         let functions = plan
@@ -542,7 +673,7 @@ impl World {
                         Event::Feed { process, down } => {
                             let state = if down { "down" } else { "up" };
                             oracle.feed(index as u8, process, down);
-                            oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, false);
+                            oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, false, Some(index as u8));
                         }
                         Event::Cleaned { process, key } => {
                             oracle.note(format!("f{index} k{key} dropped from the store by p{process}, changed while it was down"));
@@ -568,7 +699,8 @@ impl World {
                         (Some(store), Some(processes)) => {
                             let mut tier = tier_of(store, processes[p]);
                             tier.lock_wait = fplan.lock_wait;
-                            tier.busy_error = fplan.busy_error;
+                            tier.busy_error = fplan.busy == Busy::Error;
+                            tier.busy_compute = fplan.busy == Busy::Compute;
                             Cache::Shared(SimCache::shared(fplan.config.clone(), tier, tags, values))
                         }
                         _ => Cache::Local(SimCache::new(fplan.config.clone(), Local, tags, values)),
@@ -675,6 +807,8 @@ impl World {
                 let world = self.clone();
                 let call = tokio::spawn(async move {
                     let function = &world.functions[f as usize];
+                    // Told, not checked: its caller is gone before or after it answers.
+                    let _began = world.oracle.call(f, p, k);
                     let _ = function.cache(p).get(function, p, k).await;
                 });
                 tokio::time::sleep(after).await;
@@ -732,8 +866,30 @@ impl World {
     async fn inject(self: Arc<Self>, at: Duration, fault: Fault) {
         tokio::time::sleep(at).await;
         let overlapping = matches!(fault, Fault::Outage { .. } | Fault::LapseLeases(_));
-        self.oracle
-            .fault(format!("fault: {fault:?}"), true, overlapping);
+        // The functions it reaches: those of the shared tier for its faults; none for a source
+        // that fails (its loads fail, which the oracle is told of load by load: nothing else
+        // about the function is exempted by it).
+        let reached: Vec<u8> = match fault {
+            Fault::SourceDown { .. } => Vec::new(),
+            _ => self
+                .functions
+                .iter()
+                .filter(|function| function.store.is_some())
+                .map(|function| function.index)
+                .collect(),
+        };
+        let tell = |what: String, began: bool| {
+            self.oracle.note(what.clone());
+            for &function in &reached {
+                self.oracle.fault(
+                    format!("  reaches f{function}"),
+                    began,
+                    overlapping,
+                    Some(function),
+                );
+            }
+        };
+        tell(format!("fault: {fault:?}"), true);
         let stores: Vec<_> = self.stores().cloned().collect();
         let (lasting, undo): (Duration, Box<dyn FnOnce() + Send>) = match fault {
             Fault::Outage { noticed, lasting } => {
@@ -758,7 +914,7 @@ impl World {
                 lasting,
             } => {
                 for store in &stores {
-                    store.delay_feed(process, delay.min(self.plan.bound / 2));
+                    store.delay_feed(process, delay);
                 }
                 let stores = stores.clone();
                 (
@@ -813,8 +969,7 @@ impl World {
         };
         tokio::time::sleep(lasting).await;
         undo();
-        self.oracle
-            .fault(format!("fault over: {fault:?}"), false, overlapping);
+        tell(format!("fault over: {fault:?}"), false);
     }
 
     /// What the caches hold that must be gone now that nothing runs.

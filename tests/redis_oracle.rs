@@ -27,7 +27,7 @@ use common::redis_server::RedisServer;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
-use sim::oracle::{Oracle, Reach, Rules, Val};
+use sim::oracle::{Effect, Oracle, Reach, Rules, Val};
 use stampede::{RedisConfig, cached};
 
 const PROCESSES: usize = 3;
@@ -182,6 +182,8 @@ fn rules() -> Vec<Rules> {
         stalls: OP_TIMEOUT * 4 + MOST_DELAY * 4 + SLACK,
         fail_safe: None,
         retry_if: false,
+        breaker: false,
+        busy_error: false,
         shared: true,
         no_singleflight: false,
         // Redis only: a load fenced off by another's fill is kept nowhere (see the simulation).
@@ -318,10 +320,15 @@ async fn faults(
         let oracle = oracle();
         if !restarted && tokio::time::Instant::now() + RUN / 2 > until {
             restarted = true;
-            oracle.fault("the server restarts, empty".into(), true, true, None);
+            oracle.fault(
+                "the server restarts, empty".into(),
+                true,
+                Effect::Detaches,
+                None,
+            );
             tokio::task::block_in_place(|| server.restart());
             tokio::time::sleep(lasts).await;
-            oracle.fault("the server restarted".into(), false, true, None);
+            oracle.fault("the server restarted".into(), false, Effect::Detaches, None);
             continue;
         }
         let proxy = &proxies[p];
@@ -339,10 +346,10 @@ async fn faults(
                 format!("p{p}'s link cut")
             }
         };
-        oracle.fault(what.clone(), true, true, None);
+        oracle.fault(what.clone(), true, Effect::Detaches, None);
         tokio::time::sleep(lasts).await;
         proxy.pass();
-        oracle.fault(format!("{what}: over"), false, true, None);
+        oracle.fault(format!("{what}: over"), false, Effect::Detaches, None);
     }
     (server, count)
 }

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use sim::oracle::{Attempt, FailSafe, Flight, Oracle, Reach, Rules, Val};
+use sim::oracle::{Attempt, Effect, FailSafe, Flight, Oracle, Reach, Rules, Val};
 use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, Values, tier_of};
 use stampede_runtime::{Backend, Config, Lock};
 
@@ -562,6 +562,8 @@ impl Function {
                 breaker: config.breaker.map(|opens| (opens, config.breaker_cooldown)),
             }),
             retry_if: plan.retry_if,
+            breaker: config.breaker.is_some(),
+            busy_error: plan.busy == Busy::Error,
             shared: config.backend != Backend::Memory,
             no_singleflight: config.lock == Lock::None,
             // Without a lock, loads race: in memory the last to finish stays, in the shared tier
@@ -721,7 +723,7 @@ impl World {
                         Event::Feed { process, down } => {
                             let state = if down { "down" } else { "up" };
                             oracle.feed(index as u8, process, down);
-                            oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, false, Some(index as u8));
+                            oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, Effect::Detaches, Some(index as u8));
                         }
                         Event::Cleaned { process, key } => {
                             oracle.note(format!("f{index} k{key} dropped from the store by p{process}, changed while it was down"));
@@ -913,26 +915,28 @@ impl World {
     /// Injects one fault at its time.
     async fn inject(self: Arc<Self>, at: Duration, fault: Fault) {
         tokio::time::sleep(at).await;
-        let overlapping = matches!(fault, Fault::Outage { .. } | Fault::LapseLeases(_));
-        // The functions it reaches: those of the shared tier for its faults; none for a source
-        // that fails (its loads fail, which the oracle is told of load by load: nothing else
-        // about the function is exempted by it).
+        // The functions it reaches, and how: the store down or leases lapsed let loads of one
+        // key run in several processes (the functions of the shared tier). The other faults of
+        // the store (stalls, lost wake-ups, a cut or delayed feed) grant nothing by themselves:
+        // what they cause (a feed noticed down or back up, an announcement heard) is told by
+        // the store as it happens. A source that fails grants nothing either: its failed loads
+        // are told load by load.
         let reached: Vec<u8> = match fault {
-            Fault::SourceDown { .. } => Vec::new(),
-            _ => self
+            Fault::Outage { .. } | Fault::LapseLeases(_) => self
                 .functions
                 .iter()
                 .filter(|function| function.store.is_some())
                 .map(|function| function.index)
                 .collect(),
+            _ => Vec::new(),
         };
         let tell = |what: String, began: bool| {
-            self.oracle.note(what.clone());
+            self.oracle.note(what);
             for &function in &reached {
                 self.oracle.fault(
                     format!("  reaches f{function}"),
                     began,
-                    overlapping,
+                    Effect::Overlapping,
                     Some(function),
                 );
             }

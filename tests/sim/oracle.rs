@@ -58,6 +58,10 @@ pub struct Rules {
     pub fail_safe: Option<FailSafe>,
     /// `retry_if` refuses the source's permanent errors: a load never retries one.
     pub retry_if: bool,
+    /// `breaker`: a call may fail with `CircuitOpen`.
+    pub breaker: bool,
+    /// `busy = "error"`: a call may fail with `LockBusy`.
+    pub busy_error: bool,
     /// Values are shared between processes (tiered or Redis-only): invalidations reach them.
     pub shared: bool,
     /// No lock: loads of one key may overlap.
@@ -125,21 +129,58 @@ struct Running {
     process: usize,
     started: Duration,
     /// The key's detach epoch and the run's fault epoch when it started.
-    epochs: (u64, u64),
+    epochs: Epochs,
     /// When the call that started its flight began.
     flight_began: Duration,
     /// The flight (the call whose load it is an attempt of).
     flight: u64,
 }
 
+/// What has detached a key's loads, or let them run in several processes, so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Epochs {
+    /// Bumped when an invalidation, a prime or an announcement detaches the key's loads.
+    detach: u64,
+    /// Bumped when a fault detaches every load of the function ([`Effect::Detaches`]).
+    faults: u64,
+    /// Bumped when a fault that lets loads run in several processes begins or ends
+    /// ([`Effect::Overlapping`]).
+    overlap: u64,
+}
+
+impl Epochs {
+    /// What orders calls: the loads detached (not those that may have run beside another
+    /// process's, which one process's calls still see in order).
+    fn ordering(self) -> (u64, u64) {
+        (self.detach, self.faults)
+    }
+}
+
 /// What the oracle knows of a flight from the call that may start it: the key's epochs then,
 /// and when that call began.
 #[derive(Clone, Copy, Debug)]
 pub struct Flight {
-    epochs: (u64, u64),
+    epochs: Epochs,
     began: Duration,
     /// Which call's load it is: every attempt of one load carries it.
     id: u64,
+}
+
+/// What a fault does to the oracle's rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// It detaches every running load of the function's keys (README, "A lost invalidation is
+    /// never silent": a process "drops its memory of every Redis-backed cache when the
+    /// subscription is lost and again when it is back"; a server restarted empty): a load
+    /// running then is compared with no later one, and a call that overlapped it orders none
+    /// after it.
+    Detaches,
+    /// While it lasts, loads of one key may run in several processes: the store is down (README,
+    /// "When Redis is sick": "the cache falls back to local singleflight and the function's own
+    /// load") or leases lapse (README, Redis: "If the holder dies, its lease runs out and one of
+    /// them takes over"; "A holder paused past its lease ... never writes its older value over
+    /// the next holder's"). A load that begins meanwhile is held to one load per process only.
+    Overlapping,
 }
 
 /// Why a call may have been given the last good value.
@@ -176,6 +217,9 @@ struct History {
     /// Per function: faults going on that let loads of one key run in several processes (an
     /// outage, lapsed leases).
     overlapping: HashMap<u8, usize>,
+    /// Per function: bumped by the beginning and end of each of those faults (a load that ran
+    /// across one may have lost its lock, or never had it).
+    overlap_epochs: HashMap<u8, u64>,
     /// Per (function, process, key): when an attempt of a load last failed (an error, a panic,
     /// a timeout).
     failed: HashMap<(u8, usize, u16), Duration>,
@@ -225,7 +269,7 @@ pub struct Call {
     began: Duration,
     seq: u64,
     /// The key's detach epoch and the run's fault epoch when it began.
-    detach: (u64, u64),
+    detach: Epochs,
     /// How many attempts of its cache's loads had failed in a row when it began.
     breaker_count: u32,
 }
@@ -256,10 +300,8 @@ impl Oracle {
     pub fn restarted(&self) {
         let now = self.now();
         let mut history = self.history();
-        // A new runtime reaches every function.
-        for function in 0..self.rules.len() as u8 {
-            *history.faults.entry(function).or_default() += 1;
-        }
+        // The loads of the last runtime were dropped with it (each told the oracle so), and no
+        // call spans the restart: nothing to exempt. The faults it ran end with it.
         history.overlapping.clear();
         history.note(now, "a new runtime".into());
     }
@@ -290,10 +332,9 @@ impl Oracle {
         *self.history().detach.entry((function, key)).or_default() += 1;
     }
 
-    /// A fault begins (`began`) or ends, reaching `function`'s cache (`None`: every function's);
-    /// `overlapping`: whether loads of one key may run in several processes while it lasts.
-    /// Only the functions it reaches are exempted by it.
-    pub fn fault(&self, what: String, began: bool, overlapping: bool, function: Option<u8>) {
+    /// A fault begins (`began`) or ends, reaching `function`'s cache (`None`: every function's),
+    /// with its `effect` on the rules. Only the functions it reaches are exempted by it.
+    pub fn fault(&self, what: String, began: bool, effect: Effect, function: Option<u8>) {
         let now = self.now();
         let mut history = self.history();
         let reached: Vec<u8> = match function {
@@ -301,12 +342,15 @@ impl Oracle {
             None => (0..self.rules.len() as u8).collect(),
         };
         for function in reached {
-            *history.faults.entry(function).or_default() += 1;
-            if overlapping {
-                let count = history.overlapping.entry(function).or_default();
-                match began {
-                    true => *count += 1,
-                    false => *count = count.saturating_sub(1),
+            match effect {
+                Effect::Detaches => *history.faults.entry(function).or_default() += 1,
+                Effect::Overlapping => {
+                    *history.overlap_epochs.entry(function).or_default() += 1;
+                    let count = history.overlapping.entry(function).or_default();
+                    match began {
+                        true => *count += 1,
+                        false => *count = count.saturating_sub(1),
+                    }
                 }
             }
         }
@@ -480,7 +524,7 @@ impl Oracle {
                     now,
                     format!("{what} p{process} f{function} k{key} -> {error}"),
                 );
-                if !allowed(error) {
+                if !allowed(error, rules) {
                     history.violate(
                         now,
                         format!(
@@ -569,7 +613,7 @@ impl Oracle {
             .priming
             .get(&(function, key))
             .is_some_and(|running| !running.is_empty());
-        if now_epochs == detach && !primes_running {
+        if now_epochs.ordering() == detach.ordering() && !primes_running {
             let last = history
                 .last
                 .entry((function, process, key))
@@ -749,12 +793,13 @@ impl History {
         running.chain(completed).collect()
     }
 
-    /// The key's detach epoch and its function's fault epoch now.
-    fn epochs(&self, function: u8, key: u16) -> (u64, u64) {
-        (
-            *self.detach.get(&(function, key)).unwrap_or(&0),
-            *self.faults.get(&function).unwrap_or(&0),
-        )
+    /// The key's epochs now.
+    fn epochs(&self, function: u8, key: u16) -> Epochs {
+        Epochs {
+            detach: *self.detach.get(&(function, key)).unwrap_or(&0),
+            faults: *self.faults.get(&function).unwrap_or(&0),
+            overlap: *self.overlap_epochs.get(&function).unwrap_or(&0),
+        }
     }
 
     /// Whether `call`, ending `now`, may have been given the last good value (README, options:
@@ -860,16 +905,24 @@ impl History {
     }
 }
 
-/// The errors a call may end with in a run: the source's own, a timeout, an open breaker, a busy
-/// lock. A load dropped unfinished while its runtime runs, or a call outside a runtime, is a
-/// defect.
-fn allowed(error: &stampede::Error) -> bool {
-    matches!(
-        error,
+/// The errors a call may end with in a run, each as the README grants it (a load dropped
+/// unfinished while its runtime runs, or a call outside a runtime, is a defect):
+///
+/// - the source's own: "Only `Ok` is cached; errors never are" (Errors), shared as
+///   `Error::Upstream` ("every caller of a shared load, when `E` is not `Clone` |
+///   `E::from(stampede::Error::Upstream(..))`");
+/// - "a load that timed out (`timeout`) or panicked" (Errors);
+/// - `CircuitOpen` with `breaker` only: "skip the source for `breaker_cooldown`: the fail-safe
+///   value, else `stampede::Error::CircuitOpen`, at once" (options);
+/// - `LockBusy` with `busy = "error"` only: "`"error"`" (options, `busy`), and "(with
+///   `busy = "error"`, `Error::LockBusy`)" for a refresh (Invalidation).
+fn allowed(error: &stampede::Error, rules: &Rules) -> bool {
+    match error {
         stampede::Error::Upstream(_)
-            | stampede::Error::Timeout { .. }
-            | stampede::Error::LoadPanicked { .. }
-            | stampede::Error::CircuitOpen { .. }
-            | stampede::Error::LockBusy { .. }
-    )
+        | stampede::Error::Timeout { .. }
+        | stampede::Error::LoadPanicked { .. } => true,
+        stampede::Error::CircuitOpen { .. } => rules.breaker,
+        stampede::Error::LockBusy { .. } => rules.busy_error,
+        _ => false,
+    }
 }

@@ -1,15 +1,18 @@
 //! A deterministic simulation of the runtime, in the spirit of FoundationDB's simulation and
 //! TigerBeetle's VOPR: one seed generates one run, and replays it exactly.
 //!
-//! A run generates a few cached functions with random but valid options (ttl, jitter, stale,
-//! refresh_after, fail_safe and its throttle, soft_timeout, retries, timeout, breaker, tags,
-//! lock, backend), several "processes" (a cache per function and process; with a shared
+//! A run generates a few cached functions with random but valid options (every option of the
+//! README's table in [`PLANNED`]: ttl and ttl_from, jitter, stale, refresh_after, fail_safe and
+//! its throttle, soft_timeout, retries, retry_if, timeout, breaker, tags, capacity, lock, busy,
+//! backend, and the connection's lock wait; those not yet simulated are in [`NOT_SIMULATED`],
+//! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
 //! with a lease and a fence, values with deadlines, an invalidation feed per process), a
 //! versioned source per key that fails, panics, stalls past the timeout or is slow, and clients
 //! that call, peek, write and invalidate, invalidate tags, prime, refresh and drop calls
-//! mid-way. Faults hit the shared tier meanwhile: outages, cut or delayed feeds, lost wake-ups,
-//! lapsed leases, stalls; and the runtime itself is dropped mid-run and replaced by a new one.
+//! mid-way. Faults hit the shared tier meanwhile: outages, cut or delayed feeds (delays past the
+//! bound too), lost wake-ups, lapsed leases, stalls; and the runtime itself is dropped mid-run
+//! and replaced by a new one.
 //! The oracle (`sim/oracle.rs`) checks every value returned; at the end of each runtime nothing
 //! may be left in flight.
 //!

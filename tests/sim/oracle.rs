@@ -1,5 +1,6 @@
-//! The oracle of the simulations: it is told every write, invalidation, prime and load as it
-//! happens, and checks every value a call returns against that history.
+//! The oracle of the simulations: it is told every write, invalidation, prime and load attempt
+//! (and how it ended) as it happens, and checks every value a call returns against that history.
+//! Each exemption cites the README sentence that grants it; `docs/oracle.md` lists them all.
 //!
 //! What it checks (each a violation, with the trace of the key's history):
 //!
@@ -8,18 +9,23 @@
 //!   before the last invalidation (or tag invalidation, or prime) of that key that completed
 //!   before the call began, in the call's process; in another process (a shared backend only),
 //!   once the documented bound has passed since it completed;
-//! - **age**: a value is no older than its function's options allow (`ttl + stale`, plus
-//!   `fail_safe` when it has one), plus what a load and the store's stalls take;
+//! - **age**: a value is no older than its fresh time (`ttl`, or its own with `ttl_from`) plus
+//!   `stale`, plus what a load and the store's stalls take; `fail_safe` adds its window only for
+//!   a call that met a failed load of its key, an open breaker or its `soft_timeout`, or came
+//!   within `fail_safe_throttle` after one of those;
 //! - **no older value over a newer one**: in one process, a call that began after another ended
 //!   returns a version at least that one's (unless the other overlapped an invalidation, a
-//!   prime or a fault, or the cache has no lock or keeps nothing in memory: their racing loads
-//!   nothing orders);
+//!   prime or a feed going down or up, or the cache's racing loads nothing orders: no lock, or
+//!   Redis only with loads outside the Redis lock);
 //! - **one load at a time**: at most one load of a key runs at a time in a process (unless an
 //!   invalidation, a prime or a feed event detached the one running, or the process's feed is
 //!   down and the one running began the bound ago or longer, or `lock = "none"`), and
-//!   across processes with `lock = "redis"` (unless a lease lapsed or the store failed);
-//! - **allowed errors**: a call fails only as a failing source, a timeout, an open breaker or a
-//!   busy lock make it (never "the load was dropped" while its runtime runs);
+//!   across processes with `lock = "redis"` (unless a lease lapsed or the store failed, `busy =
+//!   "compute"`, or a flight's lock wait ran out);
+//! - **retry_if**: a load never retries an error its `retry_if` refuses;
+//! - **allowed errors**: a call fails only as a failing source, a timeout, a panic, an open
+//!   breaker (with `breaker`) or a busy lock (with `busy = "error"`) make it (never "the load
+//!   was dropped" while its runtime runs);
 //! - **no hang** and **nothing left behind** are checked by the runs themselves.
 
 use std::collections::HashMap;
@@ -439,10 +445,13 @@ impl Oracle {
         let seq = history.next_seq();
         // Racing primes of one key: nothing orders their versions (the store keeps the last
         // write, which may be the older version), so a process may see one after the other.
+        // README, Invalidation: "`prime` is the latest write: it is written whatever the fence".
         let raced = history.racing_primes(function, key, began, Some(version));
         let floors = history.floors.entry((function, key)).or_default();
         // What completed while it ran (an invalidation, another prime) or still runs overlapped
-        // it: either may take effect last, so the lowest of them bounds the key.
+        // it: either may take effect last, so the lowest of them bounds the key (README,
+        // Invalidation: "`prime` is the latest write"; an invalidation guarantees only what
+        // began "before it" returned).
         let lowest = floors
             .iter()
             .filter(|floor| floor.seq >= began)
@@ -589,6 +598,11 @@ impl Oracle {
                 )),
             }
         }
+        // Exempt: caches whose racing loads nothing orders (`Rules::unordered`, README, "Source
+        // versions": fences "cannot order values read from the source at different moments by
+        // loads that do not share a lock"; "with `lock = "none"` ... a load of an older version
+        // still running when the newer value expires is stored and served after it"), and
+        // primes that raced ("`prime` is the latest write").
         if !rules.unordered
             && let Some(&(last, ended)) = history.last.get(&(function, process, key))
             && ended < began_seq
@@ -603,10 +617,14 @@ impl Oracle {
                 value.version
             ));
         }
-        // A call that overlapped an invalidation or a prime of its key, or a fault (a feed going
-        // down or up detaches every load), may have got the value of a flight that detached:
-        // ordered before it, not after. A prime still running when the call ends may land after
-        // it: the primed value then follows, whatever its version (seeds 1590120, 1990573).
+        // A call that overlapped an invalidation or a prime of its key, or a feed going down or
+        // up (which detaches every load), may have got the value of a flight that detached:
+        // ordered before it, not after (README, Invalidation: a load "that was running meanwhile
+        // is detached ..., still answers the callers already waiting for it"; "A lost
+        // invalidation is never silent": a process "drops its memory of every Redis-backed cache
+        // when the subscription is lost and again when it is back"). A prime still running when
+        // the call ends may land after it: the primed value then follows, whatever its version
+        // (seeds 1590120, 1990573; "`prime` is the latest write").
         let ended = history.next_seq();
         let now_epochs = history.epochs(function, key);
         let primes_running = history
@@ -673,16 +691,28 @@ impl Oracle {
             .unwrap_or_default();
         for other in running
             .iter()
+            // Loads detached since they began are compared with none (README, Invalidation: a
+            // detached load "stores nothing, and the next call starts a new load"; a feed going
+            // down or up: see `Effect::Detaches`), nor those that may have run beside another
+            // process's during an outage or lapsed leases (`Effect::Overlapping`).
             .filter(|other| other.epochs == epochs && epochs == current)
         {
             let same_process = other.process == process;
-            // The older of the two flights may have been past the bound when the other began.
+            // The older of the two flights may have been past the bound when the other began
+            // (README, "A lost invalidation is never silent": with its subscription quiet, a
+            // process "lets a call join a load in flight only within that bound of the load's
+            // start (a later call loads anew beside it)").
             let aged_out = untrusted && other.flight_began.min(flight.began) + self.bound <= now;
             // README, options: "`busy` | ... `"wait"` for its value (then load it here after the
             // connection's `lock_wait`)": either load may be a waiter's that gave up (its
             // flight began `lock_wait` or longer before it).
             let gave_up = other.started.saturating_sub(other.flight_began) >= rules.lock_wait
                 || now.saturating_sub(flight.began) >= rules.lock_wait;
+            // `lock = "none"` (README, options: "no coordination, every miss loads"); across
+            // processes only `lock = "redis"` promises one load ("one load per key across every
+            // process sharing the Redis"), and not with `busy = "compute"` ("`"compute"` at
+            // once"), during an outage or lapsed leases (`Effect::Overlapping`), or past a lock
+            // wait.
             if same_process && !rules.no_singleflight && !aged_out {
                 history.violate(now, format!(
                     "two loads of f{function} k{key} overlap in p{process} (the other began at {:?})",
@@ -895,8 +925,16 @@ impl History {
             .iter()
             .filter(|floor| match floor.reach {
                 Reach::Everywhere => floor.seq < call.seq,
+                // A prime reaches its own process only (README, Invalidation: "Other processes
+                // keep a copy they already hold until it expires, so `invalidate` when every
+                // process must drop it").
                 Reach::Only(process) => process == call.process && floor.seq < call.seq,
                 Reach::From(process) if process == call.process => floor.seq < call.seq,
+                // Another process: only through a shared tier (README, options: `"memory"`:
+                // "values live in this process"), and after the bound (README, Invalidation:
+                // another process "drops its copy when the announcement arrives; if its
+                // subscription was lost, it trusts its memory at most `2 x heartbeat +
+                // op_timeout` ... after the last sign of life").
                 Reach::From(_) => shared && floor.done + bound <= call.began,
             })
             .map(|floor| floor.version)

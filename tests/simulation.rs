@@ -443,6 +443,7 @@ fn own_ttl_of(value: &Val) -> Option<Duration> {
 }
 
 /// `retry_if`: the source's permanent errors are not worth another attempt.
+#[allow(clippy::ptr_arg)] // `retry_if` takes `fn(&E)`, and the source's error `E` is `String`
 fn transient(error: &String) -> bool {
     !error.contains("permanent")
 }

@@ -293,7 +293,7 @@ impl<K: Key, V: Value> Store<K, V> {
                 let mut feeds = lock(&store.feeds);
                 let feed = &mut feeds[process];
                 // Unless it lags again.
-                if feed.delay <= half && !feed.clogged_until.is_some_and(|at| at > now) {
+                if feed.delay <= half && feed.clogged_until.is_none_or(|at| at <= now) {
                     feed.late = false;
                 }
                 drop(feeds);

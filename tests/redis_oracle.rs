@@ -27,7 +27,7 @@ use common::redis_server::RedisServer;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
-use sim::oracle::{Oracle, Reach, Rules, Val};
+use sim::oracle::{Effect, Oracle, Reach, Rules, Val};
 use stampede::{RedisConfig, cached};
 
 const PROCESSES: usize = 3;
@@ -173,12 +173,23 @@ macro_rules! on {
 /// What the oracle must know of each function: their options, the bounds of real time.
 fn rules() -> Vec<Rules> {
     let rule = |ttl_and_stale: u64, unordered: bool| Rules {
-        max_age: Duration::from_millis(ttl_and_stale) + OP_TIMEOUT * 4 + MOST_DELAY * 4 + SLACK,
+        // The functions have no `stale`, `ttl_from` nor `fail_safe`: their ttl and stale are one.
+        ttl: Duration::from_millis(ttl_and_stale),
+        ttl_from: None,
+        jitter: 0,
+        stale: Duration::ZERO,
+        slack: OP_TIMEOUT * 4 + MOST_DELAY * 4 + SLACK,
+        stalls: OP_TIMEOUT * 4 + MOST_DELAY * 4 + SLACK,
+        fail_safe: None,
+        retry_if: false,
+        breaker: false,
+        busy_error: false,
         shared: true,
         no_singleflight: false,
         // Redis only: a load fenced off by another's fill is kept nowhere (see the simulation).
         unordered,
         one_load_everywhere: false,
+        lock_wait: Duration::MAX,
     };
     vec![rule(700, false), rule(360, false), rule(360, true)]
 }
@@ -309,10 +320,15 @@ async fn faults(
         let oracle = oracle();
         if !restarted && tokio::time::Instant::now() + RUN / 2 > until {
             restarted = true;
-            oracle.fault("the server restarts, empty".into(), true, true);
+            oracle.fault(
+                "the server restarts, empty".into(),
+                true,
+                Effect::Detaches,
+                None,
+            );
             tokio::task::block_in_place(|| server.restart());
             tokio::time::sleep(lasts).await;
-            oracle.fault("the server restarted".into(), false, true);
+            oracle.fault("the server restarted".into(), false, Effect::Detaches, None);
             continue;
         }
         let proxy = &proxies[p];
@@ -330,10 +346,10 @@ async fn faults(
                 format!("p{p}'s link cut")
             }
         };
-        oracle.fault(what.clone(), true, true);
+        oracle.fault(what.clone(), true, Effect::Detaches, None);
         tokio::time::sleep(lasts).await;
         proxy.pass();
-        oracle.fault(format!("{what}: over"), false, true);
+        oracle.fault(format!("{what}: over"), false, Effect::Detaches, None);
     }
     (server, count)
 }

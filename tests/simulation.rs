@@ -1,15 +1,18 @@
 //! A deterministic simulation of the runtime, in the spirit of FoundationDB's simulation and
 //! TigerBeetle's VOPR: one seed generates one run, and replays it exactly.
 //!
-//! A run generates a few cached functions with random but valid options (ttl, jitter, stale,
-//! refresh_after, fail_safe and its throttle, soft_timeout, retries, timeout, breaker, tags,
-//! lock, backend), several "processes" (a cache per function and process; with a shared
+//! A run generates a few cached functions with random but valid options (every option of the
+//! README's table in [`PLANNED`]: ttl and ttl_from, jitter, stale, refresh_after, fail_safe and
+//! its throttle, soft_timeout, retries, retry_if, timeout, breaker, tags, capacity, lock, busy,
+//! backend, and the connection's lock wait; those not yet simulated are in [`NOT_SIMULATED`],
+//! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
 //! with a lease and a fence, values with deadlines, an invalidation feed per process), a
 //! versioned source per key that fails, panics, stalls past the timeout or is slow, and clients
 //! that call, peek, write and invalidate, invalidate tags, prime, refresh and drop calls
-//! mid-way. Faults hit the shared tier meanwhile: outages, cut or delayed feeds, lost wake-ups,
-//! lapsed leases, stalls; and the runtime itself is dropped mid-run and replaced by a new one.
+//! mid-way. Faults hit the shared tier meanwhile: outages, cut or delayed feeds (delays past the
+//! bound too), lost wake-ups, lapsed leases, stalls; and the runtime itself is dropped mid-run
+//! and replaced by a new one.
 //! The oracle (`sim/oracle.rs`) checks every value returned; at the end of each runtime nothing
 //! may be left in flight.
 //!
@@ -35,7 +38,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use sim::oracle::{Flight, Oracle, Reach, Rules, Val};
+use sim::oracle::{Attempt, Effect, FailSafe, Flight, Oracle, Reach, Rules, Val};
 use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, Values, tier_of};
 use stampede_runtime::{Backend, Config, Lock};
 
@@ -72,8 +75,14 @@ struct FunctionPlan {
     tagged: bool,
     /// `source_version`: the version the source read is the value's.
     versioned: bool,
-    busy_error: bool,
+    /// `busy`, with `lock = "redis"`.
+    busy: Busy,
+    /// The connection's `lock_wait`: how long a flight waits for another process's fill.
     lock_wait: Duration,
+    /// `retry_if`: the source's permanent errors are not retried.
+    retry_if: bool,
+    /// Per mille of failed loads whose error is permanent (not found, refused).
+    permanent: u32,
     /// Per mille of loads that fail, panic, stall past the timeout.
     fails: u32,
     panics: u32,
@@ -81,6 +90,82 @@ struct FunctionPlan {
     /// The longest a load takes.
     slowest: Duration,
 }
+
+/// `busy = "wait" | "compute" | "error"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Busy {
+    Wait,
+    Compute,
+    Error,
+}
+
+/// The options of the README's table that the plans draw (each takes more than one value across
+/// plans: see `the_plans_cover_the_readmes_options`).
+const PLANNED: &[&str] = &[
+    "ttl",
+    "jitter",
+    "stale",
+    "timeout",
+    "retries",
+    "backoff",
+    "lock",
+    "backend",
+    "busy",
+    "refresh_after",
+    "fail_safe",
+    "fail_safe_throttle",
+    "soft_timeout",
+    "retry_if",
+    "source_version",
+    "ttl_from",
+    "breaker",
+    "breaker_cooldown",
+    "capacity",
+    "tags",
+];
+
+/// The options of the README's table that the plans do not draw yet, and why: each needs work
+/// in the runtime's simulation hooks or fake tier first.
+const NOT_SIMULATED: &[(&str, &str)] = &[
+    (
+        "batch",
+        "batch functions: `SimCache` has no batch call (`get_many`) and the fake tier no batch          fetch (the Redis tier's batch scripts: one read, lock and fill for many keys)",
+    ),
+    ("batch_max", "with `batch` only (see `batch`)"),
+    ("missing_ttl", "with `batch` only (see `batch`)"),
+    (
+        "batch_loader",
+        "a single-key function made a call of a batch function's cache: needs `batch` and a          windowed call (`get_in_window`) in `SimCache`",
+    ),
+    (
+        "batch_window",
+        "with `batch_loader` only (see `batch_loader`)",
+    ),
+    (
+        "redis",
+        "a named connection: one fake store stands for one Redis per function; several          connections (databases, prefixes) on one server, and caches of one name on two          connections, are not modelled by the fake tier",
+    ),
+];
+
+/// The options of the README's table that change nothing a run could see: the cache's identity
+/// (a fake store per function: names never meet) or what the macro accepts at compile time.
+const IDENTITY_OR_COMPILE_TIME: &[(&str, &str)] = &[
+    (
+        "name",
+        "identity: the plans name each cache `sim<seed>::f<n>`",
+    ),
+    ("version", "identity in a shared tier, beside the name"),
+    ("key", "identity: the key template; keys are numbers here"),
+    (
+        "companion",
+        "compile time: which operations the macro emits (the plans call them all)",
+    ),
+    ("crate", "compile time: the path of the crate"),
+    (
+        "long_windows",
+        "compile time: accepts a `stale` or `fail_safe` over 1,000 times `ttl`",
+    ),
+];
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -224,13 +309,38 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
         &mut SmallRng::seed_from_u64(seed ^ 0x5eed_0000 ^ index as u64),
         400,
     );
+    // The options planned later, drawn apart too for the same reason.
+    let later = &mut SmallRng::seed_from_u64(seed ^ 0x0071_0000 ^ index as u64);
+    let mut config = config;
+    if chance(later, 300) {
+        config.ttl_from = Some(own_ttl);
+    }
+    let busy_error = lock == Lock::Redis && chance(rng, 300);
+    let busy = match busy_error {
+        true => Busy::Error,
+        false if lock == Lock::Redis && chance(later, 300) => Busy::Compute,
+        false => Busy::Wait,
+    };
+    // Mostly longer than any load, so that a flight gives up waiting only when a lease lapsed;
+    // sometimes shorter than the slowest load, so that a waiter loads beside the holder.
+    let lock_wait = match chance(later, 300) {
+        true => ms(later, 5, 1_500),
+        false => Duration::from_secs(60),
+    };
+    let retry_if = chance(later, 400);
+    let permanent = later.random_range(0..=500);
+    // A memory that holds fewer keys than the run uses evicts.
+    if chance(later, 250) {
+        config.capacity = later.random_range(1..=3);
+    }
     FunctionPlan {
         config,
         versioned,
         tagged: chance(rng, 400),
-        busy_error: lock == Lock::Redis && chance(rng, 300),
-        // Longer than any load, so that a flight gives up waiting only when a lease lapsed.
-        lock_wait: Duration::from_secs(60),
+        busy,
+        lock_wait,
+        retry_if,
+        permanent,
         fails: rng.random_range(0..=300),
         panics: rng.random_range(0..=30),
         stalls: rng.random_range(0..=50),
@@ -268,7 +378,8 @@ fn fault(rng: &mut SmallRng, processes: usize, functions: usize) -> Fault {
         },
         2 => Fault::DelayFeed {
             process: rng.random_range(0..processes),
-            delay: ms(rng, 1, 300),
+            // Up to longer than any bound: past half of it, the process notices its feed late.
+            delay: ms(rng, 1, 3_000),
             lasting,
         },
         3 => Fault::LoseWakeups(lasting),
@@ -316,6 +427,27 @@ fn version_of(value: &Val) -> u64 {
     value.version
 }
 
+/// `ttl_from`: a value's own fresh time, a function of its version (some longer than any
+/// `ttl`, capped; some none, `ttl` then).
+fn own_ttl(value: &(dyn std::any::Any + Send + Sync)) -> Option<Duration> {
+    let value = value.downcast_ref::<Val>()?;
+    own_ttl_of(value)
+}
+
+fn own_ttl_of(value: &Val) -> Option<Duration> {
+    match value.version % 5 {
+        0 => None,
+        1 => Some(Duration::ZERO),
+        n => Some(Duration::from_millis(400 * n * n)),
+    }
+}
+
+/// `retry_if`: the source's permanent errors are not worth another attempt.
+#[allow(clippy::ptr_arg)] // `retry_if` takes `fn(&E)`, and the source's error `E` is `String`
+fn transient(error: &String) -> bool {
+    !error.contains("permanent")
+}
+
 fn tags_of(key: &Key) -> Vec<String> {
     RUN.with(|run| {
         let run = run.get();
@@ -338,7 +470,7 @@ impl Source {
     ) -> Result<Val, String> {
         let oracle = &self.oracle;
         let id = oracle.load_started(self.function, process, key, flight);
-        let _ended = Ended(&self, key, id);
+        let mut _ended = Ended(&self, key, id, Attempt::Dropped);
         let (delay, outcome) = {
             let mut rng = self.rng.lock().unwrap();
             let delay =
@@ -355,7 +487,20 @@ impl Source {
         };
         tokio::time::sleep(delay).await;
         let plan = &self.plan;
-        if self.down.load(std::sync::atomic::Ordering::SeqCst) || outcome < plan.fails {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            _ended.3 = Attempt::Failed;
+            return Err(format!("f{} k{key}: the database is down", self.function));
+        }
+        if outcome < plan.fails {
+            // The first part of the failures (per mille of them) is permanent.
+            if outcome * 1000 < plan.fails * plan.permanent {
+                _ended.3 = match plan.retry_if {
+                    true => Attempt::Permanent,
+                    false => Attempt::Failed,
+                };
+                return Err(format!("f{} k{key}: a permanent failure", self.function));
+            }
+            _ended.3 = Attempt::Failed;
             return Err(format!("f{} k{key}: the database failed", self.function));
         }
         if outcome < plan.fails + plan.panics {
@@ -364,56 +509,94 @@ impl Source {
         if outcome < plan.fails + plan.panics + plan.stalls {
             tokio::time::sleep(plan.config.timeout * 2).await;
         }
+        _ended.3 = Attempt::Loaded;
         Ok(value)
     }
 }
 
-/// Tells the oracle a load ended, however it ended (a dropped load included).
-struct Ended<'a>(&'a Source, Key, u64);
+/// Tells the oracle an attempt of a load ended, however it ended (a panic, or dropped when it
+/// timed out or its runtime was dropped: [`Attempt::Dropped`] unless it said otherwise).
+struct Ended<'a>(&'a Source, Key, u64, Attempt);
 
 impl Drop for Ended<'_> {
     fn drop(&mut self) {
-        self.0.oracle.load_ended(self.0.function, self.1, self.2);
+        self.0
+            .oracle
+            .load_ended(self.0.function, self.1, self.2, self.3);
     }
 }
 
 impl Function {
     /// The rules the oracle checks this function's values against.
-    fn rules(plan: &FunctionPlan, stall: Duration) -> Rules {
+    fn rules(plan: &FunctionPlan, stall: Duration, lease: Duration) -> Rules {
         let config = &plan.config;
         let attempts = config.retries + 1;
         let backoffs: Duration = (0..config.retries)
             .map(|retry| config.backoff.mul_f64(1.5) * (1 << retry))
             .sum();
         let loading = (config.timeout * 2).max(plan.slowest) * attempts + backoffs;
-        let fail_safe = config.fail_safe.unwrap_or_default();
+        let stalls = stall * 4 + Duration::from_millis(5);
+        let slack = loading + stalls;
+        let redis_lock = config.lock == Lock::Redis;
+        // A waiter loads without the Redis lock: at once with `busy = "compute"`, and when its
+        // lock wait runs out (README, options: "`"wait"` for its value (then load it here after
+        // the connection's `lock_wait`), `"compute"` at once"): a wait lasts a holder's load and
+        // its stalls, or with lost wake-ups until the holder's lease would run out, and may
+        // meet several holders in turn; only the 60 s wait outlasts them all.
+        let unlocked_waiters =
+            redis_lock && (plan.busy == Busy::Compute || plan.lock_wait <= (slack + lease) * 4);
         Rules {
-            max_age: config.ttl
-                + config.stale
-                + fail_safe
-                + loading
-                + stall * 4
-                + Duration::from_millis(5),
+            ttl: config.ttl,
+            ttl_from: config
+                .ttl_from
+                .map(|_| own_ttl_of as fn(&Val) -> Option<Duration>),
+            jitter: config.jitter,
+            stale: config.stale,
+            slack,
+            stalls,
+            fail_safe: config.fail_safe.map(|keep| FailSafe {
+                keep,
+                // README, options: "`fail_safe_throttle` ... kept in memory, so not with
+                // `backend = "redis"`".
+                throttle: match config.backend {
+                    Backend::Redis => Duration::ZERO,
+                    _ => config.fail_safe_throttle,
+                },
+                soft_timeout: config.soft_timeout,
+                breaker: config.breaker.map(|opens| (opens, config.breaker_cooldown)),
+            }),
+            retry_if: plan.retry_if,
+            breaker: config.breaker.is_some(),
+            busy_error: plan.busy == Busy::Error,
             shared: config.backend != Backend::Memory,
             no_singleflight: config.lock == Lock::None,
             // Without a lock, loads race: in memory the last to finish stays, in the shared tier
             // the first to fill does (a later fill read its fence before it). With Redis only, a
-            // load without the Redis lock (`lock = "local"`) may be fenced off by another's
-            // fill and is kept nowhere, though its callers got it. Nothing orders those values
-            // without source versions; with them, memory keeps the newest it holds, so only
-            // Redis only is left unordered under a lock. Without a lock, versions do not order
-            // either: a value's version is compared with what is stored now (README, "Source
-            // versions"), and once the newer value expires, a racing load of an older version
-            // that is still running is stored (seeds 862568, 904459). With the Redis lock every
-            // load (a refresh's too) holds it.
+            // load without the Redis lock (`lock = "local"`, a waiter's with `busy = "compute"`
+            // or past its lock wait) may be fenced off by another's fill and is kept nowhere,
+            // though its callers got it. Nothing orders those values without source versions;
+            // with them, memory keeps the newest it holds, so only Redis only is left unordered
+            // under a lock. Without a lock, versions do not order either: a value's version is
+            // compared with what is stored now (README, "Source versions"), and once the newer
+            // value expires, a racing load of an older version that is still running is stored
+            // (seeds 862568, 904459). With the Redis lock every load (a refresh's too) holds it,
+            // unless a waiter loads beside it.
             unordered: config.lock == Lock::None
-                || (config.backend == Backend::Redis && config.lock != Lock::Redis),
-            one_load_everywhere: config.lock == Lock::Redis,
+                || (config.backend == Backend::Redis && (!redis_lock || unlocked_waiters)),
+            one_load_everywhere: redis_lock && plan.busy != Busy::Compute,
+            lock_wait: plan.lock_wait,
         }
     }
 
     fn cache(&self, process: usize) -> Cache {
         self.caches[process]
+    }
+
+    /// Its `retry_if`, if it has one.
+    fn retry_if(&self) -> Option<fn(&String) -> bool> {
+        self.plan
+            .retry_if
+            .then_some(transient as fn(&String) -> bool)
     }
 
     /// The load a call of this function makes in `process`.
@@ -441,9 +624,10 @@ impl Cache {
         key: Key,
     ) -> Result<Val, stampede::Error> {
         let load = function.load(process, key);
+        let retry_if = function.retry_if();
         match self {
-            Cache::Local(cache) => cache.get(key, load).await,
-            Cache::Shared(cache) => cache.get(key, load).await,
+            Cache::Local(cache) => cache.get(key, load, retry_if).await,
+            Cache::Shared(cache) => cache.get(key, load, retry_if).await,
         }
     }
 
@@ -456,9 +640,10 @@ impl Cache {
         // A companion's refresh loads whatever other processes hold, under the Redis lock with
         // `lock = "redis"`.
         let load = function.load(process, key);
+        let retry_if = function.retry_if();
         match self {
-            Cache::Local(cache) => cache.refresh(key, load).await,
-            Cache::Shared(cache) => cache.refresh(key, load).await,
+            Cache::Local(cache) => cache.refresh(key, load, retry_if).await,
+            Cache::Shared(cache) => cache.refresh(key, load, retry_if).await,
         }
     }
 
@@ -524,7 +709,7 @@ impl World {
         let rules = plan
             .functions
             .iter()
-            .map(|f| Function::rules(f, stall))
+            .map(|f| Function::rules(f, stall, plan.lease))
             .collect();
         let oracle = Oracle::new(rules, plan.bound);
         let functions = plan
@@ -542,7 +727,7 @@ impl World {
                         Event::Feed { process, down } => {
                             let state = if down { "down" } else { "up" };
                             oracle.feed(index as u8, process, down);
-                            oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, false);
+                            oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, Effect::Detaches, Some(index as u8));
                         }
                         Event::Cleaned { process, key } => {
                             oracle.note(format!("f{index} k{key} dropped from the store by p{process}, changed while it was down"));
@@ -568,7 +753,8 @@ impl World {
                         (Some(store), Some(processes)) => {
                             let mut tier = tier_of(store, processes[p]);
                             tier.lock_wait = fplan.lock_wait;
-                            tier.busy_error = fplan.busy_error;
+                            tier.busy_error = fplan.busy == Busy::Error;
+                            tier.busy_compute = fplan.busy == Busy::Compute;
                             Cache::Shared(SimCache::shared(fplan.config.clone(), tier, tags, values))
                         }
                         _ => Cache::Local(SimCache::new(fplan.config.clone(), Local, tags, values)),
@@ -675,6 +861,8 @@ impl World {
                 let world = self.clone();
                 let call = tokio::spawn(async move {
                     let function = &world.functions[f as usize];
+                    // Told, not checked: its caller is gone before or after it answers.
+                    let _began = world.oracle.call(f, p, k);
                     let _ = function.cache(p).get(function, p, k).await;
                 });
                 tokio::time::sleep(after).await;
@@ -731,9 +919,33 @@ impl World {
     /// Injects one fault at its time.
     async fn inject(self: Arc<Self>, at: Duration, fault: Fault) {
         tokio::time::sleep(at).await;
-        let overlapping = matches!(fault, Fault::Outage { .. } | Fault::LapseLeases(_));
-        self.oracle
-            .fault(format!("fault: {fault:?}"), true, overlapping);
+        // The functions it reaches, and how: the store down or leases lapsed let loads of one
+        // key run in several processes (the functions of the shared tier). The other faults of
+        // the store (stalls, lost wake-ups, a cut or delayed feed) grant nothing by themselves:
+        // what they cause (a feed noticed down or back up, an announcement heard) is told by
+        // the store as it happens. A source that fails grants nothing either: its failed loads
+        // are told load by load.
+        let reached: Vec<u8> = match fault {
+            Fault::Outage { .. } | Fault::LapseLeases(_) => self
+                .functions
+                .iter()
+                .filter(|function| function.store.is_some())
+                .map(|function| function.index)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let tell = |what: String, began: bool| {
+            self.oracle.note(what);
+            for &function in &reached {
+                self.oracle.fault(
+                    format!("  reaches f{function}"),
+                    began,
+                    Effect::Overlapping,
+                    Some(function),
+                );
+            }
+        };
+        tell(format!("fault: {fault:?}"), true);
         let stores: Vec<_> = self.stores().cloned().collect();
         let (lasting, undo): (Duration, Box<dyn FnOnce() + Send>) = match fault {
             Fault::Outage { noticed, lasting } => {
@@ -758,7 +970,7 @@ impl World {
                 lasting,
             } => {
                 for store in &stores {
-                    store.delay_feed(process, delay.min(self.plan.bound / 2));
+                    store.delay_feed(process, delay);
                 }
                 let stores = stores.clone();
                 (
@@ -813,8 +1025,7 @@ impl World {
         };
         tokio::time::sleep(lasting).await;
         undo();
-        self.oracle
-            .fault(format!("fault over: {fault:?}"), false, overlapping);
+        tell(format!("fault over: {fault:?}"), false);
     }
 
     /// What the caches hold that must be gone now that nothing runs.
@@ -1081,5 +1292,100 @@ fn a_seed_replays_the_same_run() {
         }
         assert_eq!(first.len(), second.len(), "seed {seed}");
         assert!(first.len() > 20, "the run did something");
+    }
+}
+
+/// The backquoted option names of the first column of the README's `## Options` table.
+fn readme_options() -> Vec<String> {
+    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+    let table = readme
+        .split("\n## Options\n")
+        .nth(1)
+        .expect("the README has an `## Options` section");
+    table
+        .lines()
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2) // the header and its rule
+        .flat_map(|row| {
+            let first = row.split('|').nth(1).unwrap_or_default();
+            first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// What a plan drew for `option` (its `Debug`), for the README option `option`.
+fn drawn(plan: &FunctionPlan, option: &str) -> String {
+    let config = &plan.config;
+    match option {
+        "ttl" => format!("{:?}", config.ttl),
+        "jitter" => format!("{:?}", config.jitter),
+        "stale" => format!("{:?}", config.stale),
+        "timeout" => format!("{:?}", config.timeout),
+        "retries" => format!("{:?}", config.retries),
+        "backoff" => format!("{:?}", config.backoff),
+        "lock" => format!("{:?}", config.lock),
+        "backend" => format!("{:?}", config.backend),
+        "busy" => format!("{:?}", plan.busy),
+        "refresh_after" => format!("{:?}", config.refresh_after),
+        "fail_safe" => format!("{:?}", config.fail_safe),
+        "fail_safe_throttle" => format!("{:?}", config.fail_safe_throttle),
+        "soft_timeout" => format!("{:?}", config.soft_timeout),
+        "retry_if" => format!("{:?}", plan.retry_if),
+        "source_version" => format!("{:?}", plan.versioned),
+        "ttl_from" => format!("{:?}", config.ttl_from.is_some()),
+        "breaker" => format!("{:?}", config.breaker),
+        "breaker_cooldown" => format!("{:?}", config.breaker_cooldown),
+        "capacity" => format!("{:?}", config.capacity),
+        "tags" => format!("{:?}", plan.tagged),
+        other => panic!("`{other}` is in PLANNED but `drawn` does not read it"),
+    }
+}
+
+#[test]
+fn the_plans_cover_the_readmes_options() {
+    let readme = readme_options();
+    assert!(readme.len() > 20, "the table was read: {readme:?}");
+    let listed: Vec<&str> = PLANNED
+        .iter()
+        .copied()
+        .chain(NOT_SIMULATED.iter().map(|(name, _)| *name))
+        .chain(IDENTITY_OR_COMPILE_TIME.iter().map(|(name, _)| *name))
+        .collect();
+    let unlisted: Vec<&String> = readme
+        .iter()
+        .filter(|name| !listed.contains(&name.as_str()))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "README options neither planned (PLANNED) nor listed with a reason (NOT_SIMULATED, \
+         IDENTITY_OR_COMPILE_TIME): {unlisted:?}"
+    );
+    let gone: Vec<&&str> = listed
+        .iter()
+        .filter(|name| !readme.iter().any(|option| option == *name))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "listed, but not in the README's table: {gone:?}"
+    );
+    let mut seen = BTreeSet::new();
+    let twice: Vec<&&str> = listed.iter().filter(|name| !seen.insert(**name)).collect();
+    assert!(twice.is_empty(), "listed twice: {twice:?}");
+    // Each planned option takes more than one value across plans.
+    let plans: Vec<FunctionPlan> = (1..=2_000)
+        .flat_map(|seed| Plan::of(seed, 0).functions)
+        .collect();
+    for option in PLANNED {
+        let values: BTreeSet<String> = plans.iter().map(|plan| drawn(plan, option)).collect();
+        assert!(
+            values.len() > 1,
+            "`{option}` is planned but always {values:?}"
+        );
     }
 }

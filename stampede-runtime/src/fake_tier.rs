@@ -90,6 +90,14 @@ struct Feed {
     down: bool,
     /// Its announcements arrive this late.
     delay: Duration,
+    /// It noticed its cut (`cut` since the time it takes to notice).
+    cut_noticed: bool,
+    /// It noticed its announcements (and so its heartbeats) arriving later than half the bound:
+    /// the feed has gone quiet, as the Redis tier's heartbeat tells.
+    late: bool,
+    /// Nothing announced arrives before this: the feed is one connection, first in first out,
+    /// so what was sent before a delay ended still holds back what is sent after it.
+    clogged_until: Option<Instant>,
 }
 
 /// A process, as the store knows it.
@@ -228,16 +236,70 @@ impl<K: Key, V: Value> Store<K, V> {
         tokio::spawn(async move {
             let started = Instant::now();
             tokio::time::sleep(noticed.min(store.bound)).await;
-            store.feed_down(process, true);
+            lock(&store.feeds)[process].cut_noticed = true;
+            store.feed_changed(process);
             tokio::time::sleep_until(started + lasting.max(noticed)).await;
-            lock(&store.feeds)[process].cut = false;
-            store.feed_down(process, false);
+            let mut feeds = lock(&store.feeds);
+            feeds[process].cut = false;
+            feeds[process].cut_noticed = false;
+            drop(feeds);
+            store.feed_changed(process);
         });
     }
 
-    /// From now on `process`'s announcements arrive `delay` late (zero: at once).
-    pub fn delay_feed(&self, process: Process, delay: Duration) {
-        lock(&self.feeds)[process].delay = delay;
+    /// From now on `process`'s announcements arrive `delay` late (zero: at once), and never
+    /// before those sent earlier (the feed is first in first out). When an announcement (a
+    /// heartbeat) sent now arrives more than half the bound late, the process notices it within
+    /// half the bound (the feed has gone quiet): its feed is down until what was sent while it
+    /// lagged has arrived.
+    pub fn delay_feed(self: &Arc<Self>, process: Process, delay: Duration) {
+        let now = Instant::now();
+        let half = self.bound / 2;
+        let (lag, clear_at) = {
+            let mut feeds = lock(&self.feeds);
+            let feed = &mut feeds[process];
+            let before = std::mem::replace(&mut feed.delay, delay);
+            if delay < before {
+                // What was sent just before arrives `before` after it.
+                let until = now + before;
+                feed.clogged_until = Some(feed.clogged_until.map_or(until, |at| at.max(until)));
+            }
+            let clogged = feed.clogged_until.filter(|&at| at > now);
+            let lag = clogged.map_or(delay, |at| delay.max(at - now));
+            (lag, clogged.filter(|_| delay <= half))
+        };
+        if lag > half {
+            let store = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(half).await;
+                let now = Instant::now();
+                let mut feeds = lock(&store.feeds);
+                let feed = &mut feeds[process];
+                // Unless it caught up meanwhile.
+                if feed.delay > half || feed.clogged_until.is_some_and(|at| at > now) {
+                    feed.late = true;
+                }
+                drop(feeds);
+                store.feed_changed(process);
+            });
+        }
+        if delay <= half {
+            let store = self.clone();
+            tokio::spawn(async move {
+                if let Some(at) = clear_at {
+                    tokio::time::sleep_until(at).await;
+                }
+                let now = Instant::now();
+                let mut feeds = lock(&store.feeds);
+                let feed = &mut feeds[process];
+                // Unless it lags again.
+                if feed.delay <= half && feed.clogged_until.is_none_or(|at| at <= now) {
+                    feed.late = false;
+                }
+                drop(feeds);
+                store.feed_changed(process);
+            });
+        }
     }
 
     /// The store is down for `lasting`: every operation fails, and every feed is cut (each
@@ -267,6 +329,9 @@ impl<K: Key, V: Value> Store<K, V> {
         for process in 0..processes {
             let mut feeds = lock(&self.feeds);
             feeds[process].cut = false;
+            feeds[process].cut_noticed = false;
+            feeds[process].late = false;
+            feeds[process].clogged_until = None;
             feeds[process].delay = Duration::ZERO;
             drop(feeds);
             self.feed_down(process, false);
@@ -276,6 +341,19 @@ impl<K: Key, V: Value> Store<K, V> {
     /// How long `process` may trust what it keeps now.
     fn trusted_for(&self, process: Process) -> Option<Duration> {
         lock(&self.feeds)[process].down.then_some(self.bound)
+    }
+
+    /// The feed is down while a cut or a late delivery is noticed: when that changes, as
+    /// [`Store::feed_down`].
+    fn feed_changed(&self, process: Process) {
+        let (was, now) = {
+            let feeds = lock(&self.feeds);
+            let feed = &feeds[process];
+            (feed.down, feed.cut_noticed || feed.late)
+        };
+        if was != now {
+            self.feed_down(process, now);
+        }
     }
 
     fn feed_down(&self, process: Process, down: bool) {
@@ -296,15 +374,23 @@ impl<K: Key, V: Value> Store<K, V> {
         if self.lose_messages.load(Ordering::SeqCst) {
             return;
         }
-        let feeds = lock(&self.feeds);
-        for (process, feed) in feeds.iter().enumerate().filter(|(_, feed)| !feed.cut) {
+        let now = Instant::now();
+        let mut feeds = lock(&self.feeds);
+        for (process, feed) in feeds.iter_mut().enumerate().filter(|(_, feed)| !feed.cut) {
             let caches: Vec<&'static dyn AnyCache> = feed
                 .caches
                 .iter()
                 .copied()
                 .filter(|cache| &*cache.config().name == name)
                 .collect();
-            let (delay, text) = (feed.delay, text.clone());
+            // First in first out: not before what was sent earlier.
+            let at = feed
+                .clogged_until
+                .map_or(now + feed.delay, |at| at.max(now + feed.delay));
+            if at > now {
+                feed.clogged_until = Some(at);
+            }
+            let text = text.clone();
             let observer = self.observer_handle();
             let deliver = move || {
                 if !caches.is_empty() {
@@ -317,11 +403,11 @@ impl<K: Key, V: Value> Store<K, V> {
                     cache.forget_named(&text);
                 }
             };
-            if delay.is_zero() {
+            if at <= now {
                 deliver();
             } else {
                 tokio::spawn(async move {
-                    tokio::time::sleep(delay).await;
+                    tokio::time::sleep_until(at).await;
                     deliver();
                 });
             }
@@ -418,6 +504,9 @@ pub struct Fake<K, V> {
     /// While another process holds the lock, report it busy instead of waiting (as
     /// `busy = "error"` does), unless a stale value was served.
     pub busy_error: bool,
+    /// While another process holds the lock, load here at once without it, fenced (as
+    /// `busy = "compute"` does).
+    pub busy_compute: bool,
     /// How long this process trusts what it keeps, whatever its feed says (a test's override).
     pub trusted_for: Option<Duration>,
     /// The keys this process changed while the store was down: the store drops them before
@@ -437,6 +526,7 @@ pub fn tier_of<K: Key, V: Value>(store: &Arc<Store<K, V>>, process: Process) -> 
         process,
         lock_wait: Duration::from_secs(5),
         busy_error: false,
+        busy_compute: false,
         trusted_for: None,
         dirty: Mutex::new(HashSet::new()),
     }
@@ -498,6 +588,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                         Next::Hold(Some(token), state.bump(handle.key()))
                     }
                     Some(_) if self.busy_error && !served => return Fetched::Busy,
+                    Some(_) if self.busy_compute => Next::Hold(None, state.fence(handle.key())),
                     Some(held) => {
                         // Registered before the lock is let go: a fill after this wakes it.
                         notified.as_mut().enable();

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::core::Tags;
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
+use crate::load::RetryIf;
 use crate::registry::{self, AnyCache as _};
 use crate::stats::Stats;
 use crate::tier::Tier;
@@ -50,28 +51,37 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
         SimCache { cache }
     }
 
-    /// A call of the function whose attempts `load` makes.
-    pub fn get<F, Fut, E>(self, key: K, load: F) -> impl Future<Output = Result<V, Error>> + Send
-    where
-        F: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
-        E: LoadError,
-    {
-        self.cache.get(key, move || load)
-    }
-
-    /// The companion's `refresh`.
-    pub fn refresh<F, Fut, E>(
+    /// A call of the function whose attempts `load` makes; its failed attempts retried only when
+    /// `retry_if` (`#[cached(retry_if = "path")]`) accepts their error, every one without it.
+    pub fn get<F, Fut, E>(
         self,
         key: K,
         load: F,
+        retry_if: Option<fn(&E) -> bool>,
     ) -> impl Future<Output = Result<V, Error>> + Send
     where
         F: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
         E: LoadError,
     {
-        self.cache.refresh(key, move || load)
+        let retry_if = retry_if.unwrap_or(|_| true);
+        self.cache.get(key, move || RetryIf { load, retry_if })
+    }
+
+    /// The companion's `refresh`, its attempts retried as [`SimCache::get`]'s.
+    pub fn refresh<F, Fut, E>(
+        self,
+        key: K,
+        load: F,
+        retry_if: Option<fn(&E) -> bool>,
+    ) -> impl Future<Output = Result<V, Error>> + Send
+    where
+        F: Fn(&K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        E: LoadError,
+    {
+        let retry_if = retry_if.unwrap_or(|_| true);
+        self.cache.refresh(key, move || RetryIf { load, retry_if })
     }
 
     /// The companion's `invalidate`; whether a value was held for the key.

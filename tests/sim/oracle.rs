@@ -1,5 +1,6 @@
-//! The oracle of the simulations: it is told every write, invalidation, prime and load as it
-//! happens, and checks every value a call returns against that history.
+//! The oracle of the simulations: it is told every write, invalidation, prime and load attempt
+//! (and how it ended) as it happens, and checks every value a call returns against that history.
+//! Each exemption cites the README sentence that grants it; `docs/oracle.md` lists them all.
 //!
 //! What it checks (each a violation, with the trace of the key's history):
 //!
@@ -8,18 +9,23 @@
 //!   before the last invalidation (or tag invalidation, or prime) of that key that completed
 //!   before the call began, in the call's process; in another process (a shared backend only),
 //!   once the documented bound has passed since it completed;
-//! - **age**: a value is no older than its function's options allow (`ttl + stale`, plus
-//!   `fail_safe` when it has one), plus what a load and the store's stalls take;
+//! - **age**: a value is no older than its fresh time (`ttl`, or its own with `ttl_from`) plus
+//!   `stale`, plus what a load and the store's stalls take; `fail_safe` adds its window only for
+//!   a call that met a failed load of its key, an open breaker or its `soft_timeout`, or came
+//!   within `fail_safe_throttle` after one of those;
 //! - **no older value over a newer one**: in one process, a call that began after another ended
 //!   returns a version at least that one's (unless the other overlapped an invalidation, a
-//!   prime or a fault, or the cache has no lock or keeps nothing in memory: their racing loads
-//!   nothing orders);
+//!   prime or a feed going down or up, or the cache's racing loads nothing orders: no lock, or
+//!   Redis only with loads outside the Redis lock);
 //! - **one load at a time**: at most one load of a key runs at a time in a process (unless an
 //!   invalidation, a prime or a feed event detached the one running, or the process's feed is
 //!   down and the one running began the bound ago or longer, or `lock = "none"`), and
-//!   across processes with `lock = "redis"` (unless a lease lapsed or the store failed);
-//! - **allowed errors**: a call fails only as a failing source, a timeout, an open breaker or a
-//!   busy lock make it (never "the load was dropped" while its runtime runs);
+//!   across processes with `lock = "redis"` (unless a lease lapsed or the store failed, `busy =
+//!   "compute"`, or a flight's lock wait ran out);
+//! - **retry_if**: a load never retries an error its `retry_if` refuses;
+//! - **allowed errors**: a call fails only as a failing source, a timeout, a panic, an open
+//!   breaker (with `breaker`) or a busy lock (with `busy = "error"`) make it (never "the load
+//!   was dropped" while its runtime runs);
 //! - **no hang** and **nothing left behind** are checked by the runs themselves.
 
 use std::collections::HashMap;
@@ -41,8 +47,27 @@ pub struct Val {
 /// What the oracle must know of one function.
 #[derive(Clone, Debug)]
 pub struct Rules {
-    /// The longest a value may be served after it was read.
-    pub max_age: Duration,
+    /// How long a value is fresh: `ttl`, or its own time (`ttl_from`, given the value) capped at
+    /// `ttl` (README, options: "each value's own fresh time ..., capped at `ttl`").
+    pub ttl: Duration,
+    pub ttl_from: Option<fn(&Val) -> Option<Duration>>,
+    /// Percent by which a fill may shorten its fresh time.
+    pub jitter: u8,
+    pub stale: Duration,
+    /// What a value may age beyond its windows: the time between its read and its fill (a load,
+    /// its retries and backoffs) and the store's stalls.
+    pub slack: Duration,
+    /// The part of `slack` that the store's operations (their stalls) take: what a value given
+    /// for a failed attempt may come after it.
+    pub stalls: Duration,
+    /// `fail_safe`, when the function has it: the longer age it grants after a failed load.
+    pub fail_safe: Option<FailSafe>,
+    /// `retry_if` refuses the source's permanent errors: a load never retries one.
+    pub retry_if: bool,
+    /// `breaker`: a call may fail with `CircuitOpen`.
+    pub breaker: bool,
+    /// `busy = "error"`: a call may fail with `LockBusy`.
+    pub busy_error: bool,
     /// Values are shared between processes (tiered or Redis-only): invalidations reach them.
     pub shared: bool,
     /// No lock: loads of one key may overlap.
@@ -50,8 +75,36 @@ pub struct Rules {
     /// Nothing orders the values of loads that race (no lock; or Redis only, where a load
     /// without the Redis lock may be fenced off by another's fill and kept nowhere).
     pub unordered: bool,
-    /// `lock = "redis"` (and a lock wait longer than any load): one load across processes.
+    /// `lock = "redis"` and `busy` not `"compute"`: one load across processes, but for a waiter
+    /// whose lock wait ran out.
     pub one_load_everywhere: bool,
+    /// The connection's `lock_wait`: a flight that waited this long loads beside the holder.
+    pub lock_wait: Duration,
+}
+
+/// A function's fail-safe options: when a value past its stale deadline may still be served.
+#[derive(Clone, Copy, Debug)]
+pub struct FailSafe {
+    /// `fail_safe`: how long past its stale deadline the last good value may be served.
+    pub keep: Duration,
+    /// `fail_safe_throttle` (zero with `backend = "redis"`, which keeps no throttle): how long
+    /// after a failed load the last good value stands without another load.
+    pub throttle: Duration,
+    /// `soft_timeout`: a call that waited this long may get the last good value.
+    pub soft_timeout: Option<Duration>,
+    /// `breaker` and `breaker_cooldown`: after how many consecutive failed loads of the cache
+    /// the breaker opens, and how long it then serves the last good value without a load.
+    pub breaker: Option<(u32, Duration)>,
+}
+
+impl Rules {
+    /// How long `value` is fresh.
+    fn ttl_of(&self, value: &Val) -> Duration {
+        match self.ttl_from.and_then(|own| own(value)) {
+            Some(own) => own.min(self.ttl),
+            None => self.ttl,
+        }
+    }
 }
 
 /// Where an invalidation reached.
@@ -82,17 +135,80 @@ struct Running {
     process: usize,
     started: Duration,
     /// The key's detach epoch and the run's fault epoch when it started.
-    epochs: (u64, u64),
+    epochs: Epochs,
     /// When the call that started its flight began.
     flight_began: Duration,
+    /// The flight (the call whose load it is an attempt of).
+    flight: u64,
+}
+
+/// What has detached a key's loads, or let them run in several processes, so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Epochs {
+    /// Bumped when an invalidation, a prime or an announcement detaches the key's loads.
+    detach: u64,
+    /// Bumped when a fault detaches every load of the function ([`Effect::Detaches`]).
+    faults: u64,
+    /// Bumped when a fault that lets loads run in several processes begins or ends
+    /// ([`Effect::Overlapping`]).
+    overlap: u64,
+}
+
+impl Epochs {
+    /// What orders calls: the loads detached (not those that may have run beside another
+    /// process's, which one process's calls still see in order).
+    fn ordering(self) -> (u64, u64) {
+        (self.detach, self.faults)
+    }
 }
 
 /// What the oracle knows of a flight from the call that may start it: the key's epochs then,
 /// and when that call began.
 #[derive(Clone, Copy, Debug)]
 pub struct Flight {
-    epochs: (u64, u64),
+    epochs: Epochs,
     began: Duration,
+    /// Which call's load it is: every attempt of one load carries it.
+    id: u64,
+}
+
+/// What a fault does to the oracle's rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// It detaches every running load of the function's keys (README, "A lost invalidation is
+    /// never silent": a process "drops its memory of every Redis-backed cache when the
+    /// subscription is lost and again when it is back"; a server restarted empty): a load
+    /// running then is compared with no later one, and a call that overlapped it orders none
+    /// after it.
+    Detaches,
+    /// While it lasts, loads of one key may run in several processes: the store is down (README,
+    /// "When Redis is sick": "the cache falls back to local singleflight and the function's own
+    /// load") or leases lapse (README, Redis: "If the holder dies, its lease runs out and one of
+    /// them takes over"; "A holder paused past its lease ... never writes its older value over
+    /// the next holder's"). A load that begins meanwhile is held to one load per process only.
+    Overlapping,
+}
+
+/// Why a call may have been given the last good value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grant {
+    /// A failed load, an open breaker, a soft timeout.
+    Failure,
+    /// The throttle after one.
+    Throttle,
+}
+
+/// How an attempt of a load ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// It returned a value.
+    Loaded,
+    /// It failed with an error that `retry_if` accepts (or there is no `retry_if`).
+    Failed,
+    /// It failed with an error `retry_if` refuses: the load may not try again.
+    Permanent,
+    /// It panicked, or was dropped (timed out, or its runtime dropped).
+    Dropped,
 }
 
 #[derive(Default)]
@@ -101,11 +217,28 @@ struct History {
     floors: HashMap<(u8, u16), Vec<Floor>>,
     /// Per (function, key): bumped when something detaches the key's running loads.
     detach: HashMap<(u8, u16), u64>,
-    /// Bumped by every fault's beginning and end (outages, feed events, lapsed leases, ...).
-    faults: u64,
-    /// Faults going on that let loads of one key run in several processes (an outage, lapsed
-    /// leases).
-    overlapping: usize,
+    /// Per function: bumped by every beginning and end of a fault that reaches its cache
+    /// (outages, feed events, lapsed leases, ... of its shared tier; a new runtime).
+    faults: HashMap<u8, u64>,
+    /// Per function: faults going on that let loads of one key run in several processes (an
+    /// outage, lapsed leases).
+    overlapping: HashMap<u8, usize>,
+    /// Per function: bumped by the beginning and end of each of those faults (a load that ran
+    /// across one may have lost its lock, or never had it).
+    overlap_epochs: HashMap<u8, u64>,
+    /// Per (function, process, key): when an attempt of a load last failed (an error, a panic,
+    /// a timeout).
+    failed: HashMap<(u8, usize, u16), Duration>,
+    /// Per (function, process): when an attempt of a load of any key last failed (the breaker's
+    /// count is the cache's), and how many attempts in a row have failed since one loaded.
+    cache_failed: HashMap<(u8, usize), (Option<Duration>, u32)>,
+    /// Per (function, process, key): when a call was last given the last good value past its
+    /// stale deadline for a failed load, an open breaker or a soft timeout (the throttle counts
+    /// from then).
+    fail_safe_served: HashMap<(u8, usize, u16), Duration>,
+    /// Per flight: its attempts that failed with an error `retry_if` refuses.
+    permanent: std::collections::HashSet<u64>,
+    next_flight: u64,
     running: HashMap<(u8, u16), Vec<Running>>,
     /// The (function, process) pairs whose feed is down: the process trusts a flight only for
     /// the bound from its start, and a call past that starts another load beside it.
@@ -142,7 +275,9 @@ pub struct Call {
     began: Duration,
     seq: u64,
     /// The key's detach epoch and the run's fault epoch when it began.
-    detach: (u64, u64),
+    detach: Epochs,
+    /// How many attempts of its cache's loads had failed in a row when it began.
+    breaker_count: u32,
 }
 
 impl Oracle {
@@ -171,8 +306,9 @@ impl Oracle {
     pub fn restarted(&self) {
         let now = self.now();
         let mut history = self.history();
-        history.faults += 1;
-        history.overlapping = 0;
+        // The loads of the last runtime were dropped with it (each told the oracle so), and no
+        // call spans the restart: nothing to exempt. The faults it ran end with it.
+        history.overlapping.clear();
         history.note(now, "a new runtime".into());
     }
 
@@ -202,16 +338,26 @@ impl Oracle {
         *self.history().detach.entry((function, key)).or_default() += 1;
     }
 
-    /// A fault begins (`Some(overlapping)`: whether loads may run in several processes while
-    /// it lasts) or ends (`None`, with the `overlapping` it began with).
-    pub fn fault(&self, what: String, began: bool, overlapping: bool) {
+    /// A fault begins (`began`) or ends, reaching `function`'s cache (`None`: every function's),
+    /// with its `effect` on the rules. Only the functions it reaches are exempted by it.
+    pub fn fault(&self, what: String, began: bool, effect: Effect, function: Option<u8>) {
         let now = self.now();
         let mut history = self.history();
-        history.faults += 1;
-        if overlapping {
-            match began {
-                true => history.overlapping += 1,
-                false => history.overlapping -= 1,
+        let reached: Vec<u8> = match function {
+            Some(function) => vec![function],
+            None => (0..self.rules.len() as u8).collect(),
+        };
+        for function in reached {
+            match effect {
+                Effect::Detaches => *history.faults.entry(function).or_default() += 1,
+                Effect::Overlapping => {
+                    *history.overlap_epochs.entry(function).or_default() += 1;
+                    let count = history.overlapping.entry(function).or_default();
+                    match began {
+                        true => *count += 1,
+                        false => *count = count.saturating_sub(1),
+                    }
+                }
             }
         }
         history.note(now, what);
@@ -299,10 +445,13 @@ impl Oracle {
         let seq = history.next_seq();
         // Racing primes of one key: nothing orders their versions (the store keeps the last
         // write, which may be the older version), so a process may see one after the other.
+        // README, Invalidation: "`prime` is the latest write: it is written whatever the fence".
         let raced = history.racing_primes(function, key, began, Some(version));
         let floors = history.floors.entry((function, key)).or_default();
         // What completed while it ran (an invalidation, another prime) or still runs overlapped
-        // it: either may take effect last, so the lowest of them bounds the key.
+        // it: either may take effect last, so the lowest of them bounds the key (README,
+        // Invalidation: "`prime` is the latest write"; an invalidation guarantees only what
+        // began "before it" returned).
         let lowest = floors
             .iter()
             .filter(|floor| floor.seq >= began)
@@ -331,7 +480,18 @@ impl Oracle {
     /// A call begins.
     pub fn call(&self, function: u8, process: usize, key: u16) -> Call {
         let began = self.now();
+        let rules = &self.rules[function as usize];
         let mut history = self.history();
+        // A call that meets an open breaker may be given the last good value at once, which
+        // then stands for the throttle, whatever the call is told: a dropped call's flight
+        // still settles (a throttle may begin once the store answered).
+        if let Some(fail_safe) = &rules.fail_safe
+            && history.breaker_may_be_open(function, process, began, 0, fail_safe, rules)
+        {
+            history
+                .fail_safe_served
+                .insert((function, process, key), began + rules.stalls);
+        }
         Call {
             function,
             process,
@@ -339,6 +499,10 @@ impl Oracle {
             began,
             seq: history.next_seq(),
             detach: history.epochs(function, key),
+            breaker_count: history
+                .cache_failed
+                .get(&(function, process))
+                .map_or(0, |failed| failed.1),
         }
     }
 
@@ -359,6 +523,7 @@ impl Oracle {
             began,
             seq: began_seq,
             detach,
+            ..
         } = *call;
         let value = match outcome {
             Ok(Some(value)) => value,
@@ -368,7 +533,7 @@ impl Oracle {
                     now,
                     format!("{what} p{process} f{function} k{key} -> {error}"),
                 );
-                if !allowed(error) {
+                if !allowed(error, rules) {
                     history.violate(
                         now,
                         format!(
@@ -399,13 +564,45 @@ impl Oracle {
                 value.version
             ));
         }
+        // README, "Which option applies when": a value is served fresh for its ttl (its own,
+        // with `ttl_from`), then stale for `stale`; past that, "a load; if it fails, or takes
+        // longer than `soft_timeout`, the last good value" (`fail_safe`). Every value is
+        // counted from its read, so the time its load took to fill it (and the store's stalls)
+        // is added.
         let age = now.saturating_sub(value.read_at);
-        if age > rules.max_age {
-            history.violate(now, format!(
-                "{what} of p{process} f{function} k{key} returned a value {age:?} old, past the {:?} its options allow",
-                rules.max_age
-            ));
+        let own_ttl = rules.ttl_of(value);
+        let servable = own_ttl + rules.stale + rules.slack;
+        let grant = rules
+            .fail_safe
+            .and_then(|fail_safe| history.fail_safe_grant(call, &fail_safe, now, rules));
+        // Past its stale deadline at the earliest (a fill's fresh time is cut by `jitter` at
+        // most), a value given for a failure stands for `fail_safe_throttle` (README, options:
+        // "how long a served last good value stands before the source is asked again").
+        let past_stale = age > own_ttl.mul_f64(1.0 - f64::from(rules.jitter) / 100.0) + rules.stale;
+        if grant == Some(Grant::Failure) && past_stale {
+            history
+                .fail_safe_served
+                .insert((function, process, key), now);
         }
+        if age > servable {
+            let granted = rules.fail_safe.filter(|_| grant.is_some());
+            match granted {
+                Some(fail_safe) if age <= servable + fail_safe.keep => {}
+                Some(fail_safe) => history.violate(now, format!(
+                    "{what} of p{process} f{function} k{key} returned a value {age:?} old, past the {:?} its options allow with fail-safe",
+                    servable + fail_safe.keep
+                )),
+                None => history.violate(now, format!(
+                    "{what} of p{process} f{function} k{key} returned a value {age:?} old, past the {servable:?} its options allow without a failed load{}",
+                    if rules.fail_safe.is_some() { " (fail-safe needs one)" } else { "" }
+                )),
+            }
+        }
+        // Exempt: caches whose racing loads nothing orders (`Rules::unordered`, README, "Source
+        // versions": fences "cannot order values read from the source at different moments by
+        // loads that do not share a lock"; "with `lock = "none"` ... a load of an older version
+        // still running when the newer value expires is stored and served after it"), and
+        // primes that raced ("`prime` is the latest write").
         if !rules.unordered
             && let Some(&(last, ended)) = history.last.get(&(function, process, key))
             && ended < began_seq
@@ -420,17 +617,21 @@ impl Oracle {
                 value.version
             ));
         }
-        // A call that overlapped an invalidation or a prime of its key, or a fault (a feed going
-        // down or up detaches every load), may have got the value of a flight that detached:
-        // ordered before it, not after. A prime still running when the call ends may land after
-        // it: the primed value then follows, whatever its version (seeds 1590120, 1990573).
+        // A call that overlapped an invalidation or a prime of its key, or a feed going down or
+        // up (which detaches every load), may have got the value of a flight that detached:
+        // ordered before it, not after (README, Invalidation: a load "that was running meanwhile
+        // is detached ..., still answers the callers already waiting for it"; "A lost
+        // invalidation is never silent": a process "drops its memory of every Redis-backed cache
+        // when the subscription is lost and again when it is back"). A prime still running when
+        // the call ends may land after it: the primed value then follows, whatever its version
+        // (seeds 1590120, 1990573; "`prime` is the latest write").
         let ended = history.next_seq();
         let now_epochs = history.epochs(function, key);
         let primes_running = history
             .priming
             .get(&(function, key))
             .is_some_and(|running| !running.is_empty());
-        if now_epochs == detach && !primes_running {
+        if now_epochs.ordering() == detach.ordering() && !primes_running {
             let last = history
                 .last
                 .entry((function, process, key))
@@ -445,10 +646,12 @@ impl Oracle {
     /// the time now.
     pub fn flight(&self, function: u8, key: u16) -> Flight {
         let began = self.now();
-        let history = self.history();
+        let mut history = self.history();
+        history.next_flight += 1;
         Flight {
             epochs: history.epochs(function, key),
             began,
+            id: history.next_flight,
         }
     }
 
@@ -474,6 +677,13 @@ impl Oracle {
         let epochs = flight.epochs;
         // With its feed down, a process does not join a flight past the bound from its start.
         let untrusted = history.feed_down.contains(&(function, process));
+        // README, options: "`retry_if` ...: only errors it accepts are retried".
+        if rules.retry_if && history.permanent.contains(&flight.id) {
+            history.violate(now, format!(
+                "a load of f{function} k{key} in p{process} tried again after an error retry_if refuses"
+            ));
+        }
+        let overlapping = history.overlapping.get(&function).copied().unwrap_or(0);
         let running = history
             .running
             .get(&(function, key))
@@ -481,17 +691,34 @@ impl Oracle {
             .unwrap_or_default();
         for other in running
             .iter()
+            // Loads detached since they began are compared with none (README, Invalidation: a
+            // detached load "stores nothing, and the next call starts a new load"; a feed going
+            // down or up: see `Effect::Detaches`), nor those that may have run beside another
+            // process's during an outage or lapsed leases (`Effect::Overlapping`).
             .filter(|other| other.epochs == epochs && epochs == current)
         {
             let same_process = other.process == process;
-            // The older of the two flights may have been past the bound when the other began.
+            // The older of the two flights may have been past the bound when the other began
+            // (README, "A lost invalidation is never silent": with its subscription quiet, a
+            // process "lets a call join a load in flight only within that bound of the load's
+            // start (a later call loads anew beside it)").
             let aged_out = untrusted && other.flight_began.min(flight.began) + self.bound <= now;
+            // README, options: "`busy` | ... `"wait"` for its value (then load it here after the
+            // connection's `lock_wait`)": either load may be a waiter's that gave up (its
+            // flight began `lock_wait` or longer before it).
+            let gave_up = other.started.saturating_sub(other.flight_began) >= rules.lock_wait
+                || now.saturating_sub(flight.began) >= rules.lock_wait;
+            // `lock = "none"` (README, options: "no coordination, every miss loads"); across
+            // processes only `lock = "redis"` promises one load ("one load per key across every
+            // process sharing the Redis"), and not with `busy = "compute"` ("`"compute"` at
+            // once"), during an outage or lapsed leases (`Effect::Overlapping`), or past a lock
+            // wait.
             if same_process && !rules.no_singleflight && !aged_out {
                 history.violate(now, format!(
                     "two loads of f{function} k{key} overlap in p{process} (the other began at {:?})",
                     other.started
                 ));
-            } else if !same_process && rules.one_load_everywhere && history.overlapping == 0 {
+            } else if !same_process && rules.one_load_everywhere && overlapping == 0 && !gave_up {
                 history.violate(now, format!(
                     "loads of f{function} k{key} overlap in p{process} and p{} with lock = \"redis\" (the other began at {:?})",
                     other.process, other.started
@@ -512,15 +739,39 @@ impl Oracle {
                 started: now,
                 epochs,
                 flight_began: flight.began,
+                flight: flight.id,
             });
         id
     }
 
-    /// A load ended (finished, failed or dropped).
-    pub fn load_ended(&self, function: u8, key: u16, id: u64) {
+    /// An attempt of a load ended (finished, failed or dropped).
+    pub fn load_ended(&self, function: u8, key: u16, id: u64, how: Attempt) {
+        let now = self.now();
         let mut history = self.history();
-        if let Some(running) = history.running.get_mut(&(function, key)) {
-            running.retain(|load| load.id != id);
+        let Some(running) = history.running.get_mut(&(function, key)) else {
+            return;
+        };
+        let Some(at) = running.iter().position(|load| load.id == id) else {
+            return;
+        };
+        let ended = running.remove(at);
+        let cache = history
+            .cache_failed
+            .entry((function, ended.process))
+            .or_default();
+        match how {
+            Attempt::Loaded => cache.1 = 0,
+            _ => *cache = (Some(now), cache.1 + 1),
+        }
+        if how != Attempt::Loaded {
+            history.note(
+                now,
+                format!("load {id} of f{function} k{key} ends: {how:?}"),
+            );
+            history.failed.insert((function, ended.process, key), now);
+        }
+        if how == Attempt::Permanent {
+            history.permanent.insert(ended.flight);
         }
     }
 
@@ -572,12 +823,83 @@ impl History {
         running.chain(completed).collect()
     }
 
-    /// The key's detach epoch and the run's fault epoch now.
-    fn epochs(&self, function: u8, key: u16) -> (u64, u64) {
-        (
-            *self.detach.get(&(function, key)).unwrap_or(&0),
-            self.faults,
-        )
+    /// The key's epochs now.
+    fn epochs(&self, function: u8, key: u16) -> Epochs {
+        Epochs {
+            detach: *self.detach.get(&(function, key)).unwrap_or(&0),
+            faults: *self.faults.get(&function).unwrap_or(&0),
+            overlap: *self.overlap_epochs.get(&function).unwrap_or(&0),
+        }
+    }
+
+    /// Whether `call`, ending `now`, may have been given the last good value (README, options:
+    /// "`fail_safe` | when a load fails (error, timeout, panic, open breaker), serve the last
+    /// good value ..."), and why: an attempt of a load of its key in its process failed while
+    /// it ran; or, with `breaker`, a load of its cache failed within `breaker_cooldown` (and a
+    /// probe's load) before it began ("skip the source for `breaker_cooldown`: the fail-safe
+    /// value ... at once; then one probe"); or it waited `soft_timeout` ("a caller waiting for
+    /// a load gets the last good value after this"). Or a failure of its key, or a last good
+    /// value given for one, came within `fail_safe_throttle` before it began
+    /// (`fail_safe_throttle`: "how long a served last good value stands before the source is
+    /// asked again").
+    fn fail_safe_grant(
+        &self,
+        call: &Call,
+        fail_safe: &FailSafe,
+        now: Duration,
+        rules: &Rules,
+    ) -> Option<Grant> {
+        let since = |at: Option<&Duration>, window: Duration| {
+            at.is_some_and(|&at| at + window >= call.began)
+        };
+        let key = (call.function, call.process, call.key);
+        let breaker = self.breaker_may_be_open(
+            call.function,
+            call.process,
+            call.began,
+            call.breaker_count,
+            fail_safe,
+            rules,
+        );
+        let failure = since(self.failed.get(&key), Duration::ZERO)
+            || breaker
+            || fail_safe
+                .soft_timeout
+                .is_some_and(|soft| now.saturating_sub(call.began) >= soft);
+        // The last good value is given (and its throttle begins) once the store answered after
+        // the failed attempt.
+        let throttled = since(self.failed.get(&key), fail_safe.throttle + rules.stalls)
+            || since(self.fail_safe_served.get(&key), fail_safe.throttle);
+        match (failure, throttled) {
+            (true, _) => Some(Grant::Failure),
+            (false, true) => Some(Grant::Throttle),
+            (false, false) => None,
+        }
+    }
+
+    /// Whether the cache's breaker may be open for a call that began at `began`, when
+    /// `count_then` attempts in a row had failed: as many attempts of the cache's loads have
+    /// failed in a row (then, or now) as open it, and no probe has loaded since (a load that
+    /// fails several attempts is one failed load: the count is a bound); or one failed within
+    /// a cooldown (and a load's time, the probe's) before the call began.
+    fn breaker_may_be_open(
+        &self,
+        function: u8,
+        process: usize,
+        began: Duration,
+        count_then: u32,
+        fail_safe: &FailSafe,
+        rules: &Rules,
+    ) -> bool {
+        let (last, count) = self
+            .cache_failed
+            .get(&(function, process))
+            .copied()
+            .unwrap_or_default();
+        fail_safe.breaker.is_some_and(|(opens, cooldown)| {
+            count_then.max(count) >= opens
+                || last.is_some_and(|last| last + cooldown + rules.slack >= began)
+        })
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -603,8 +925,16 @@ impl History {
             .iter()
             .filter(|floor| match floor.reach {
                 Reach::Everywhere => floor.seq < call.seq,
+                // A prime reaches its own process only (README, Invalidation: "Other processes
+                // keep a copy they already hold until it expires, so `invalidate` when every
+                // process must drop it").
                 Reach::Only(process) => process == call.process && floor.seq < call.seq,
                 Reach::From(process) if process == call.process => floor.seq < call.seq,
+                // Another process: only through a shared tier (README, options: `"memory"`:
+                // "values live in this process"), and after the bound (README, Invalidation:
+                // another process "drops its copy when the announcement arrives; if its
+                // subscription was lost, it trusts its memory at most `2 x heartbeat +
+                // op_timeout` ... after the last sign of life").
                 Reach::From(_) => shared && floor.done + bound <= call.began,
             })
             .map(|floor| floor.version)
@@ -613,16 +943,24 @@ impl History {
     }
 }
 
-/// The errors a call may end with in a run: the source's own, a timeout, an open breaker, a busy
-/// lock. A load dropped unfinished while its runtime runs, or a call outside a runtime, is a
-/// defect.
-fn allowed(error: &stampede::Error) -> bool {
-    matches!(
-        error,
+/// The errors a call may end with in a run, each as the README grants it (a load dropped
+/// unfinished while its runtime runs, or a call outside a runtime, is a defect):
+///
+/// - the source's own: "Only `Ok` is cached; errors never are" (Errors), shared as
+///   `Error::Upstream` ("every caller of a shared load, when `E` is not `Clone` |
+///   `E::from(stampede::Error::Upstream(..))`");
+/// - "a load that timed out (`timeout`) or panicked" (Errors);
+/// - `CircuitOpen` with `breaker` only: "skip the source for `breaker_cooldown`: the fail-safe
+///   value, else `stampede::Error::CircuitOpen`, at once" (options);
+/// - `LockBusy` with `busy = "error"` only: "`"error"`" (options, `busy`), and "(with
+///   `busy = "error"`, `Error::LockBusy`)" for a refresh (Invalidation).
+fn allowed(error: &stampede::Error, rules: &Rules) -> bool {
+    match error {
         stampede::Error::Upstream(_)
-            | stampede::Error::Timeout { .. }
-            | stampede::Error::LoadPanicked { .. }
-            | stampede::Error::CircuitOpen { .. }
-            | stampede::Error::LockBusy { .. }
-    )
+        | stampede::Error::Timeout { .. }
+        | stampede::Error::LoadPanicked { .. } => true,
+        stampede::Error::CircuitOpen { .. } => rules.breaker,
+        stampede::Error::LockBusy { .. } => rules.busy_error,
+        _ => false,
+    }
 }

@@ -47,6 +47,11 @@ type Key = u16;
 /// How many seeds CI runs, from `FIRST_SEED`.
 const CI_SEEDS: u64 = 250;
 const FIRST_SEED: u64 = 1;
+/// Seeds past CI's range that found a defect, run by CI too (with the plans of this generator:
+/// a change to how plans are drawn changes what a seed runs).
+/// 301432: a Redis-only flight served its stale value to a call that joined it after another
+/// flight of the process had returned a newer value (`Leader::finish` stops it serving).
+const FOUND: &[u64] = &[301_432];
 /// No operation of a run may take longer (virtual time): past it, it hung.
 const HANG: Duration = Duration::from_secs(600);
 /// How long after the first runtime ends the second begins.
@@ -1251,7 +1256,7 @@ fn the_runtime_keeps_the_oracles_rules_on_every_seed() {
     let seeds = env("STAMPEDE_SIM_SEEDS").unwrap_or(CI_SEEDS);
     let first = env("STAMPEDE_SIM_FIRST").unwrap_or(FIRST_SEED);
     let mut failed = BTreeSet::new();
-    for seed in first..first + seeds {
+    for seed in (first..first + seeds).chain(FOUND.iter().copied()) {
         let outcome =
             std::panic::catch_unwind(AssertUnwindSafe(|| run(&Plan::of(seed, usize::MAX)).0));
         match outcome {

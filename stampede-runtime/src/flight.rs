@@ -132,6 +132,18 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         self.lock().remove(key);
     }
 
+    /// The key's flight in the map, if it serves a stale value, serves it no more: its callers
+    /// from now on wait for its outcome (see [`Leader::finish`]).
+    fn stop_serving(&self, key: &K) {
+        let map = self.lock();
+        if let Some(flight) = map.get(key) {
+            let mut outcome = lock(&flight.shared.outcome);
+            if matches!(*outcome, Outcome::Serving(_)) {
+                *outcome = Outcome::Running;
+            }
+        }
+    }
+
     /// Whether the key has a load in flight now.
     pub(crate) fn contains(&self, key: &K) -> bool {
         self.lock().contains_key(key)
@@ -231,8 +243,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
 
     /// Releases the key, then hands the outcome to every waiter. Store the value before calling
     /// this, so that a caller arriving after the release finds it.
+    ///
+    /// A value this flight answers with is as new as any stale value another flight of the key
+    /// (begun after this one was detached) serves meanwhile: that flight stops serving it, so
+    /// that no caller joining it after this answer gets an older value (its joiners wait for
+    /// its outcome instead).
     pub(crate) fn finish(mut self, outcome: Result<V, Error>) {
         self.release();
+        if outcome.is_ok() {
+            self.flights.stop_serving(&self.key);
+        }
         // Released: nobody joins any more, so the count of callers is final.
         if let Err(Error::Upstream(_)) = &outcome
             && self.shared.callers.load(Ordering::Relaxed) == 1

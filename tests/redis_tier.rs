@@ -1277,3 +1277,38 @@ async fn a_refresh_joining_a_flight_that_serves_stale_returns_the_reloaded_value
     assert_eq!(within(quote::refresh(1)).await, "1 v2");
     assert_eq!(LOADS.load(SeqCst), 2, "the refresh joined the reload");
 }
+
+/// An admin tool that declares a Redis-backed cache but installs no `RedisConfig` reaches no
+/// other process: its `invalidate` and `prime` say so, naming the connection, the cache and the
+/// fix, rather than `Ok`.
+#[tokio::test]
+async fn an_invalidation_or_prime_without_a_configured_redis_is_an_error_that_says_so() {
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "admin_never_installed",
+        name = "red::admin"
+    )]
+    async fn row(id: u64) -> u64 {
+        id
+    }
+
+    for outcome in [
+        within(row::invalidate(1)).await,
+        within(stampede::invalidate("red::admin", (1u64,))).await,
+        within(row::prime(1, 1)).await,
+    ] {
+        match outcome {
+            Err(stampede::Error::InvalidConfig { message }) => {
+                for part in [
+                    "admin_never_installed",
+                    "red::admin",
+                    "install a RedisConfig",
+                ] {
+                    assert!(message.contains(part), "{part:?} in {message}");
+                }
+            }
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+}

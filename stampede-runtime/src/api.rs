@@ -64,7 +64,10 @@ pub fn caches() -> Vec<CacheInfo> {
 /// # Ok(()) }
 /// ```
 ///
-/// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type. It works
+/// Fails with [`Error::InvalidConfig`] when no cache of that name has that key type, or when
+/// a cache of that name is backed by Redis through a connection this process has not
+/// configured (the invalidation would reach no other process), and with
+/// [`Error::RedisUnavailable`] when that Redis does not answer. It works
 /// in a process that never called the function when the function is a non-generic free
 /// function linked into the binary (its cache is built then); a method's cache exists from its
 /// first call on. Prefer the function's companion, which is typed (a wrong key type is a

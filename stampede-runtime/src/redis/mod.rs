@@ -139,10 +139,7 @@ pub enum Busy {
 pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
     let shown = connection.unwrap_or("default");
     let Some(redis) = config::lookup(connection) else {
-        return Err(Error::invalid_config(format!(
-            "the `{shown}` Redis connection is not configured: install a RedisConfig under that \
-             name, or set {REDIS_URL_VAR} for the default one"
-        )));
+        return Err(not_configured(connection, ""));
     };
     redis
         .preflight()
@@ -157,4 +154,14 @@ pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
                 message: failure.to_string().into(),
             },
         })
+}
+
+/// The connection named `connection` (`None`: the default one) is not configured in this
+/// process; `what` says what that cost (empty: nothing more to say).
+pub(crate) fn not_configured(connection: Option<&str>, what: &str) -> Error {
+    let shown = connection.unwrap_or("default");
+    Error::invalid_config(format!(
+        "the `{shown}` Redis connection is not configured{what}: install a RedisConfig under that \
+         name, or set {REDIS_URL_VAR} for the default one"
+    ))
 }

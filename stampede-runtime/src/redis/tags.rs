@@ -58,7 +58,19 @@ pub(crate) async fn invalidate_tag(tag: &str) -> Result<(), Error> {
         .cloned()
         .collect();
     let mut failed = None;
-    for connection in names.iter().filter_map(|name| lookup(name.as_deref())) {
+    for name in &names {
+        let Some(connection) = lookup(name.as_deref()) else {
+            // Not an error: a tag names no cache, and a binary may declare tagged caches on a
+            // connection it does not use in every mode. Said at warn, so a tool that forgot its
+            // RedisConfig is not silent.
+            let what =
+                format!(", so the invalidation of tag `{tag}` reached no other process through it");
+            tracing::warn!(
+                "stampede: {}",
+                super::not_configured(name.as_deref(), &what)
+            );
+            continue;
+        };
         if let Err(failure) = connection.invalidate_tag(tag).await {
             failed.get_or_insert(Error::RedisUnavailable {
                 cache: format!("tag `{tag}`").into(),

@@ -180,7 +180,13 @@ where
     async fn invalidate(&self, config: &Config, key: &K) -> Result<bool, Error> {
         self.shared()?;
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
-            return Ok(false); // nothing shared: the local copy is gone already
+            // The local copy is gone, but no other process heard of it: an admin tool that
+            // forgot its RedisConfig must not be told it invalidated the fleet's copies.
+            let what = format!(
+                ", so the invalidation of cache `{}` reached no other process",
+                config.name
+            );
+            return Err(super::not_configured(self.connection.as_deref(), &what));
         };
         let args =
             keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
@@ -385,7 +391,11 @@ where
         }
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
             handle.keep_loaded(value, None); // nothing shared
-            return Ok(());
+            let what = format!(
+                ", so cache `{}` kept the primed value in this process only",
+                config.name
+            );
+            return Err(super::not_configured(self.connection.as_deref(), &what));
         };
         let args = keys::args_text(handle.key())
             .map_err(|error| Error::invalid_config(error.to_string()))?;

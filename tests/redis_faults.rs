@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::fault_proxy::FaultProxy;
 use common::redis_server::RedisServer;
-use common::{AppError, misses, until, within};
+use common::{AppError, eventually, misses, until, within};
 use stampede::{RedisConfig, cached};
 
 /// The heartbeat of the feed tests, and the staleness bound it gives with the default operation
@@ -634,4 +634,68 @@ async fn every_duration_up_to_max_still_serves_values() {
     assert_eq!(within(cooldown(1)).await, 6, "loaded here: nothing listens");
     assert_eq!(within(cooldown(2)).await, 7, "skipped during the cool-down");
     assert_eq!(stampede::stats("faults::max_cooldown").unwrap().degraded, 2);
+}
+
+/// A holder whose give-back of the lock fell in a pause of Redis (its load failed meanwhile, so
+/// no fill releases it) tries again until Redis answers: the process waiting for it is woken
+/// soon after the pause, not when the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_given_back_during_a_pause_is_released_once_redis_answers() {
+    let _serial = serial().await;
+    static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+    static HOLDING: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "pause_holder",
+        name = "faults::give_back"
+    )]
+    async fn holder(id: u64) -> Result<String, AppError> {
+        HOLDING.fetch_add(1, SeqCst);
+        GATE.notified().await;
+        Err(AppError::Db(format!("{id}: the query failed")))
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "pause_waiter",
+        name = "faults::give_back"
+    )]
+    async fn waiter(id: u64) -> Result<String, AppError> {
+        Ok(format!("{id} loaded by the waiter"))
+    }
+
+    let server = RedisServer::start();
+    for connection in ["pause_holder", "pause_waiter"] {
+        RedisConfig::new(&server.url())
+            .unwrap()
+            .prefix("test")
+            .op_timeout(Duration::from_millis(200))
+            .lease(Duration::from_secs(3))
+            .lock_wait(Duration::from_secs(20))
+            .cooldown(Duration::from_millis(100), 10)
+            .install_as(connection);
+        stampede::require_redis(Some(connection)).await.unwrap();
+    }
+    let held = tokio::spawn(holder(1));
+    eventually("the holder to load under the lock", || {
+        HOLDING.load(SeqCst) == 1
+    })
+    .await;
+    let started = Instant::now();
+    let waiting = tokio::spawn(waiter(1));
+    tokio::time::sleep(Duration::from_millis(100)).await; // the waiter waits for the holder
+    let _: () = server.command(&["CLIENT", "PAUSE", "1000", "ALL"]);
+    GATE.notify_one(); // the holder's load fails: its give-back meets the pause
+    assert!(within(held).await.unwrap().is_err());
+    assert_eq!(
+        within(waiting).await.unwrap().unwrap(),
+        "1 loaded by the waiter"
+    );
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2_300),
+        "the waiter was woken {took:?} after it began: the lock stayed until its 3 s lease ran out"
+    );
 }

@@ -341,7 +341,7 @@ where
                 // The script may have taken locks before the answer was lost: give them back
                 // rather than make every other process wait out the lease.
                 if let Some(token) = &self.token {
-                    release_later(&self.endpoint, &keys, token);
+                    lock::give_back(&self.endpoint, &keys, token);
                 }
                 for &at in reading {
                     parts[at].step = Step::Degrade;
@@ -599,12 +599,8 @@ where
             .filter(|&&at| matches!(parts[at].step, Step::Hold { locked: true, .. }))
             .map(|&at| parts[at].keys.clone())
             .collect();
-        if !untagged_locks.is_empty() {
-            let _ = self
-                .endpoint
-                .release_many(&untagged_locks.iter().collect::<Vec<_>>(), token)
-                .await;
-        }
+        let untagged: Vec<&RedisKeys> = untagged_locks.iter().collect();
+        lock::release(&self.endpoint, &untagged, token).await;
         local.extend_from_slice(degrading);
         let mut loading: Vec<usize> = fill.iter().map(|&(at, _, _)| at).collect();
         loading.extend_from_slice(&local);
@@ -672,10 +668,8 @@ where
             .filter(|(_, locked)| *locked)
             .map(|&(at, _)| &parts[at].keys)
             .collect();
-        if !release.is_empty() {
-            // Waiters read again at once rather than at the end of the lease.
-            let _ = self.endpoint.release_many(&release, token).await;
-        }
+        // Waiters read again at once rather than at the end of the lease.
+        lock::release(&self.endpoint, &release, token).await;
         let writes: Vec<Fill<'_>> = fills
             .iter()
             .map(|(at, locked, fence, value, payload, read_from)| Fill {
@@ -807,20 +801,6 @@ fn at_step(parts: &[Part], at: impl Fn(&Step) -> bool) -> Vec<usize> {
         .collect()
 }
 
-/// Gives back the locks `token` may hold from a task of its own (see `lock::release_later`).
-fn release_later(endpoint: &Arc<Endpoint>, keys: &[&RedisKeys], token: &str) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let (endpoint, token) = (endpoint.clone(), token.to_owned());
-    let keys: Vec<RedisKeys> = keys.iter().map(|keys| (*keys).clone()).collect();
-    runtime.spawn(async move {
-        let _ = endpoint
-            .release_many(&keys.iter().collect::<Vec<_>>(), &token)
-            .await;
-    });
-}
-
 /// The locks a batch holds while it loads: renewed every third of the lease, given back when
 /// the load is not followed by a fill that releases them (from a task, if dropped first: a load
 /// that panicked, a flight cancelled by a runtime shutting down).
@@ -893,7 +873,7 @@ impl Locks {
     fn done(&self, filled: bool) {
         if !filled {
             let keys: Vec<&RedisKeys> = self.keys.iter().collect();
-            release_later(&self.endpoint, &keys, &self.token);
+            lock::give_back(&self.endpoint, &keys, &self.token);
         }
         self.released
             .store(true, std::sync::atomic::Ordering::Release);
@@ -904,7 +884,7 @@ impl Drop for Locks {
     fn drop(&mut self) {
         if !self.released.load(std::sync::atomic::Ordering::Acquire) {
             let keys: Vec<&RedisKeys> = self.keys.iter().collect();
-            release_later(&self.endpoint, &keys, &self.token);
+            lock::give_back(&self.endpoint, &keys, &self.token);
         }
     }
 }

@@ -164,7 +164,7 @@ where
                 // The script may have taken the lock before the answer was lost: give it back
                 // rather than make every other process wait out the lease.
                 if let Some(token) = &self.token {
-                    lock::release_later(&self.endpoint, &self.keys, token);
+                    lock::give_back(&self.endpoint, &[&self.keys], token);
                 }
                 return Step::Degrade;
             }

@@ -5,6 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::clock::after;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::failure::Failure;
 use crate::redis::keys::RedisKeys;
@@ -44,10 +47,18 @@ impl Held {
         renewing(&self.connection, renew, lost, work).await
     }
 
-    /// Releases the lock if this flow still holds it (compare-and-delete).
+    /// Releases the lock if this flow still holds it (compare-and-delete); if Redis does not
+    /// answer, gives it back from a task until it does ([`give_back`]).
     pub(crate) async fn release(mut self) {
         self.done = true;
-        let _ = self.connection.release(&self.keys, &self.token).await;
+        if self
+            .connection
+            .release(&self.keys, &self.token)
+            .await
+            .is_err()
+        {
+            give_back(&self.connection, &[&self.keys], &self.token);
+        }
     }
 
     /// The lock was released by another script (`FILL`).
@@ -59,7 +70,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if !self.done {
-            release_later(&self.connection, &self.keys, &self.token);
+            give_back(&self.connection, &[&self.keys], &self.token);
         }
     }
 }
@@ -108,14 +119,36 @@ where
     }
 }
 
-/// Releases a lock that `token` may hold from a task of its own, when the flow cannot wait for
-/// it (outside a runtime, the lease runs out instead).
-pub(crate) fn release_later(connection: &Arc<Endpoint>, keys: &RedisKeys, token: &str) {
+/// Releases the locks that `token` holds on `keys` now, so that their waiters read again at
+/// once; if Redis does not answer, gives them back from a task until it does ([`give_back`]).
+pub(crate) async fn release(connection: &Arc<Endpoint>, keys: &[&RedisKeys], token: &str) {
+    if !keys.is_empty() && connection.release_many(keys, token).await.is_err() {
+        give_back(connection, keys, token);
+    }
+}
+
+/// Gives back the locks that `token` may hold on `keys` from a task of its own, when the flow
+/// cannot wait for it or a release failed: tried again every operation timeout until Redis
+/// answers (a pause, a cool-down) or the lease has run out, so that the waiters are woken soon
+/// after Redis answers again, not at the end of the lease. Outside a runtime, the lease runs
+/// out instead.
+pub(crate) fn give_back(connection: &Arc<Endpoint>, keys: &[&RedisKeys], token: &str) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let (connection, keys, token) = (connection.clone(), keys.clone(), token.to_owned());
+    let (connection, token) = (connection.clone(), token.to_owned());
+    let keys: Vec<RedisKeys> = keys.iter().map(|keys| (*keys).clone()).collect();
+    // The last renewal was before now: the lease runs out by then at the latest.
+    let until = after(Instant::now(), connection.config.lease);
     runtime.spawn(async move {
-        let _ = connection.release(&keys, &token).await;
+        let keys: Vec<&RedisKeys> = keys.iter().collect();
+        while connection.release_many(&keys, &token).await.is_err() {
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            let pause = connection.config.op_timeout.min(until - now);
+            tokio::time::sleep(pause.max(Duration::from_millis(10))).await;
+        }
     });
 }

@@ -52,7 +52,7 @@ options! {
     "ttl" => |o, p| put(&mut o.ttl, p, duration(p)?),
         doc: "how long a value is fresh, e.g. `\"500ms\"`, `\"60s\"`, `\"5m\"`",
         default: "required";
-    "jitter" => |o, p| put(&mut o.jitter, p, int(p, "20")?),
+    "jitter" => |o, p| put(&mut o.jitter, p, percent(p)?),
         doc: "percent 0..=100: each fill is fresh for `ttl * (1 - u)`, `u` uniform in `[0, jitter/100]`",
         default: "`10`";
     "stale" => |o, p| put(&mut o.stale, p, duration(p)?),
@@ -470,17 +470,73 @@ where
     T::Err: std::fmt::Display,
 {
     let name = &pair.name;
-    let not_a_number = |span| {
-        error(
-            span,
+    match pair.lit()? {
+        Lit::Int(int) => int.base10_parse().map_err(|e| {
+            error(
+                int.span(),
+                format!("`{name} = {}` does not fit ({e})", int.base10_digits()),
+                format!("write a smaller number, e.g. `{name} = {example}`"),
+            )
+        }),
+        Lit::Str(text) => Err(error(
+            text.span(),
             format!("`{name}` takes a whole number"),
             format!("write it without quotes, e.g. `{name} = {example}`"),
-        )
-    };
-    match pair.lit()? {
-        Lit::Int(int) => int.base10_parse().map_err(|_| not_a_number(int.span())),
-        other => Err(not_a_number(other.span())),
+        )),
+        Lit::Float(float) => {
+            let help = match whole(float) {
+                Some(whole) => format!("write it without a fraction: `{name} = {whole}`"),
+                None => format!("write a whole number, e.g. `{name} = {example}`"),
+            };
+            Err(error(
+                float.span(),
+                format!(
+                    "`{name}` takes a whole number, not `{}`",
+                    float.base10_digits()
+                ),
+                help,
+            ))
+        }
+        other => Err(error(
+            other.span(),
+            format!("`{name}` takes a whole number"),
+            format!("write e.g. `{name} = {example}`"),
+        )),
     }
+}
+
+/// `jitter`'s whole percent, `jitter = 20` for 20% (its range is checked with the other
+/// options). A fraction, `jitter = 0.2`, is the likely slip: the fix names its percent.
+fn percent(pair: &Pair) -> syn::Result<u64> {
+    let name = &pair.name;
+    let Ok(Lit::Float(float)) = pair.lit() else {
+        return int(pair, "20");
+    };
+    let help = match (whole(float), float.base10_parse::<f64>()) {
+        (Some(whole), _) => format!("write it without a fraction: `{name} = {whole}` for {whole}%"),
+        (None, Ok(fraction)) if fraction > 0.0 && fraction < 1.0 => {
+            let percent = (fraction * 100.0).round();
+            format!(
+                "write the percent as a whole number, `{name} = {percent}` for {percent}%, not a fraction of 1"
+            )
+        }
+        (None, _) => format!("write a whole number from 0 to 100, e.g. `{name} = 20` for 20%"),
+    };
+    Err(error(
+        float.span(),
+        format!(
+            "`{name}` is a whole percent from 0 to 100, not `{}`",
+            float.base10_digits()
+        ),
+        help,
+    ))
+}
+
+/// The whole number a float literal is equal to (`20.0`, `1e4`), if it is one.
+fn whole(float: &syn::LitFloat) -> Option<u64> {
+    let value = float.base10_parse::<f64>().ok()?;
+    // Below 2^53 every whole number is exact in an f64.
+    (value.fract() == 0.0 && (0.0..9.0e15).contains(&value)).then_some(value as u64)
 }
 
 /// `true` or `false`, written without quotes.
@@ -654,6 +710,51 @@ mod tests {
         let mut errors = Errors::default();
         let options = Options::parse(args.parse().unwrap(), &mut errors);
         assert!(options.ttl.is_some() && options.busy.is_some() && options.krate.is_some());
+    }
+
+    #[test]
+    fn a_fractional_jitter_is_told_its_whole_percent() {
+        let error = errors_of("jitter = 0.2");
+        assert!(
+            error.contains("`jitter` is a whole percent from 0 to 100, not `0.2`"),
+            "{error}"
+        );
+        assert!(error.contains("`jitter = 20` for 20%"), "{error}");
+        assert!(!error.contains("quotes"), "{error}");
+        let error = errors_of("jitter = 20.0");
+        assert!(error.contains("`jitter = 20` for 20%"), "{error}");
+        let error = errors_of("jitter = 12.5");
+        assert!(error.contains("e.g. `jitter = 20` for 20%"), "{error}");
+    }
+
+    #[test]
+    fn a_quoted_number_is_told_to_drop_the_quotes() {
+        let error = errors_of("jitter = \"20\"");
+        assert!(error.contains("`jitter` takes a whole number"), "{error}");
+        assert!(
+            error.contains("write it without quotes, e.g. `jitter = 20`"),
+            "{error}"
+        );
+        let error = errors_of("retries = \"2\"");
+        assert!(
+            error.contains("write it without quotes, e.g. `retries = 2`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_float_or_an_overflowing_count_is_told_what_is_wrong() {
+        let error = errors_of("capacity = 1e4");
+        assert!(
+            error.contains("`capacity` takes a whole number, not `1e4`"),
+            "{error}"
+        );
+        assert!(error.contains("`capacity = 10000`"), "{error}");
+        let error = errors_of("retries = 1.5");
+        assert!(error.contains("e.g. `retries = 2`"), "{error}");
+        let error = errors_of("retries = 99999999999999999999999");
+        assert!(error.contains("does not fit"), "{error}");
+        assert!(!error.contains("quotes"), "{error}");
     }
 
     #[test]

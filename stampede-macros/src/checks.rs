@@ -60,7 +60,7 @@ checks! {
     ArgSend => ArgSendCheck::__stampede_arg_send,
     /// An argument the load gets a clone of is `Sync`.
     ArgSync => ArgSyncCheck::__stampede_arg_sync,
-    /// The receiver is `Clone`.
+    /// The receiver is sized (in a trait's default method, `Self` may not be).
     ReceiverSized => ReceiverSizedCheck::__stampede_receiver_sized,
     /// The receiver is `Clone`.
     ReceiverClone => ReceiverCloneCheck::__stampede_receiver_clone,
@@ -98,6 +98,8 @@ checks! {
     ErrorSend => ErrorSendCheck::__stampede_error_send,
     /// The `E` of a returned `Result<T, E>` is `Sync`.
     ErrorSync => ErrorSyncCheck::__stampede_error_sync,
+    /// The function named by `source_version` is a `fn(&T) -> u64` of the stored value.
+    SourceVersion => SourceVersionCheck::__stampede_source_version,
 }
 
 impl Check {

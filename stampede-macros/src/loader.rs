@@ -6,16 +6,17 @@
 //! With `batch_window`, calls that must load within the window of each other are loaded by one
 //! call of the batch function.
 //!
-//! Its body is not used: write it as a declaration, `async fn product(id: u64) ->
-//! Option<Product>;`, or with an empty body.
+//! Its body is never run: write it as a declaration, `async fn product(id: u64) ->
+//! Option<Product>;`, or with an empty body (`{}`, the form `#[async_trait]` needs), or a body
+//! of `unreachable!()`. Any other body is refused, as its code would be silently skipped.
 
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::parse::{Parse, ParseStream};
-use syn::{Attribute, Block, ItemFn, Signature, Token, Visibility};
+use syn::{Attribute, Block, Expr, ItemFn, Pat, Signature, Stmt, Token, Visibility};
 
 use crate::attr::Options;
-use crate::diag::{Errors, error};
+use crate::diag::{Errors, error, error_at};
 use crate::func::{Function, Shape};
 
 /// The options a function with `batch_loader` takes; the others are the batch function's.
@@ -84,6 +85,16 @@ pub(crate) fn expand(options: Options, item: TokenStream) -> syn::Result<TokenSt
         }
     };
     let function = Function::analyze(item, &mut errors);
+    let name = &function.sig.ident;
+    if let Some(body) = written_body(&function.shape, &function.body)
+        && !never_run(body)
+    {
+        errors.push(error_at(
+            quote!(#(#body)*),
+            format!("the body of `{name}` is never run: with `batch_loader`, its calls are served by the cache of `{shown}`, which loads their keys"),
+            format!("end the declaration with `;` after the return type, or leave the body empty (`{{}}`, which `#[async_trait]` needs) or `unreachable!()`; what loads the keys goes in `{shown}`"),
+        ));
+    }
     errors.finish(())?;
     let Function {
         attrs,
@@ -111,4 +122,46 @@ pub(crate) fn expand(options: Options, item: TokenStream) -> syn::Result<TokenSt
             #block
         }
     })
+}
+
+/// The statements the user wrote in the body: all of it for an `async fn`; for what
+/// `#[async_trait]` made of one, the block it binds to `__ret`, if it did (`None`: unknown).
+fn written_body<'a>(shape: &Shape, body: &'a [Stmt]) -> Option<&'a [Stmt]> {
+    match shape {
+        Shape::Async => Some(body),
+        Shape::AsyncTrait => body.iter().find_map(|stmt| {
+            let Stmt::Local(local) = stmt else {
+                return None;
+            };
+            let Pat::Type(typed) = &local.pat else {
+                return None;
+            };
+            let Pat::Ident(binding) = &*typed.pat else {
+                return None;
+            };
+            match &local.init {
+                Some(init) if binding.ident == "__ret" => match &*init.expr {
+                    Expr::Block(block) => Some(block.block.stmts.as_slice()),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }),
+    }
+}
+
+/// Whether a body says it is not run: empty, or only `unreachable!(..)`.
+fn never_run(body: &[Stmt]) -> bool {
+    let unreachable = |mac: &syn::Macro| {
+        mac.path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "unreachable")
+    };
+    match body {
+        [] => true,
+        [Stmt::Macro(stmt)] => unreachable(&stmt.mac),
+        [Stmt::Expr(Expr::Macro(expr), _)] => unreachable(&expr.mac),
+        _ => false,
+    }
 }

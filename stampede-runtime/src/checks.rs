@@ -351,6 +351,32 @@ pub fn own_ttl(ttl: impl OwnTtl) -> Option<std::time::Duration> {
     ttl.own_ttl()
 }
 
+/// The function `F` named by `source_version` reads the version of a stored value `V`: it is a
+/// `fn(&V) -> u64`. The generated code checks a `(function, PhantomData<V>)` it builds at the
+/// option's span, with `V` as the cache stores it, so that a function of another type is
+/// reported there in these words, not as a mismatch with a signature of the runtime. (rustc
+/// words a failed method call with the marker's message only when the marker is on the
+/// receiver's own type: hence the tuple, and `F` as a parameter to name the function.)
+#[diagnostic::on_unimplemented(
+    message = "`source_version` must name a `fn(&{V}) -> u64`, and this one is `{F}`",
+    label = "the cache calls this function on each value it stores, to keep the newest version",
+    note = "write it as `fn(value: &{V}) -> u64`: it gets each value as the cache stores it (the returned type, or the `T` of a `Result<T, E>`, `Option` and all; for a batch function, a value of its map) and returns the version of the source the value was read at, e.g. a row version"
+)]
+pub trait SourceVersion<F, V> {}
+
+impl<F, V> SourceVersion<F, V> for (F, PhantomData<V>) where F: Fn(&V) -> u64 {}
+
+/// The check of `SourceVersion`.
+pub trait SourceVersionCheck: Sized {
+    /// `self`, where `SourceVersion` holds: the function is then `.0`.
+    #[inline(always)]
+    fn __stampede_source_version(self) -> Self {
+        self
+    }
+}
+
+impl<F, V> SourceVersionCheck for (F, PhantomData<V>) where (F, PhantomData<V>): SourceVersion<F, V> {}
+
 /// Every check's trait, by name, and what a chain of checks ends with. The generated code
 /// imports the traits a chain calls in a block around that chain only
 /// (`{ use checks::{KeyHashCheck as _, ..}; .. }`), so that no name reaches the scope of the
@@ -361,6 +387,6 @@ pub mod names {
         ErrorFromCheck, ErrorSendCheck, ErrorSyncCheck, KeyCloneCheck, KeyDebugCheck, KeyEqCheck,
         KeyHashCheck, KeySendCheck, KeySyncCheck, OkCloneCheck, OkSendCheck, OkSyncCheck, Probe,
         Probed, ReceiverCloneCheck, ReceiverSendCheck, ReceiverSizedCheck, ReceiverSyncCheck,
-        ValueCloneCheck, ValueSendCheck, ValueSyncCheck,
+        SourceVersionCheck, ValueCloneCheck, ValueSendCheck, ValueSyncCheck,
     };
 }

@@ -46,13 +46,4 @@ async fn retry_if_of_another_type(id: u64) -> Result<u64, AppError> {
     Ok(id)
 }
 
-fn version_of_another_type(_: &u64) -> u32 {
-    1
-}
-
-#[stampede::cached(ttl = "60s", source_version = "version_of_another_type")]
-async fn source_version_of_another_type(id: u64) -> Result<String, AppError> {
-    Ok(id.to_string())
-}
-
 fn main() {}

@@ -61,8 +61,9 @@ impl Expansion<'_> {
     }
 
     /// What the runtime knows of the values (`Values`): `source_version` the option's function,
-    /// checked to be a `fn(&T) -> u64` at the option's span; for a batch function, whose cache
-    /// holds `Option<T>`, a key its map left out has no version.
+    /// checked to be a `fn(&T) -> u64` (`T` the value as the cache stores it) at the option's
+    /// span; for a batch function, whose cache holds `Option<T>`, a key its map left out has no
+    /// version.
     fn values(&self) -> TokenStream {
         let private = &self.private;
         let some = quote!(::core::option::Option::Some);
@@ -73,10 +74,18 @@ impl Expansion<'_> {
                     .segments
                     .last()
                     .map_or(Span::call_site(), |s| s.ident.span());
-                // Every token at the option's span, so that a function of another type is
-                // reported there, not at the attribute.
-                let private = respan(private.clone(), span);
-                let version = quote_spanned!(span=> #private::version_of(#path, __stampede_value));
+                // A function of another type fails the check, at the option's span, with a
+                // message that names the `fn(&T) -> u64` it must be; the failed check is an
+                // error type, which silences the call of it.
+                let value = self.value_type();
+                let function = chain(
+                    span,
+                    private,
+                    quote_spanned!(span=> (#path, ::core::marker::PhantomData::<#value>)),
+                    &[Check::SourceVersion],
+                    Finish::Probe,
+                );
+                let version = quote_spanned!(span=> (#function.0)(__stampede_value));
                 match self.settings.batch {
                     None => quote! {
                         #some(|__stampede_value| #some(#version))
@@ -351,24 +360,6 @@ impl Expansion<'_> {
 
 /// `Some(path)` for an option that names a function, spanned at the option's value so that a
 /// function whose signature does not fit is reported there; `None` without the option.
-/// `tokens` with every token (and group) at `span`.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut token| {
-            if let proc_macro2::TokenTree::Group(group) = &token {
-                let mut inner =
-                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
-                token = proc_macro2::TokenTree::Group(inner);
-            } else {
-                token.set_span(span);
-            }
-            token
-        })
-        .collect()
-}
-
 fn optional_fn(path: Option<&syn::Path>) -> TokenStream {
     match path {
         Some(path) => {

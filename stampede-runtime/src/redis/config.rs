@@ -314,8 +314,205 @@ fn open(url: &str, tls: &Tls) -> Result<redis::Client, Error> {
         tls::install_crypto_provider();
     }
     tls::client(url, tls).map_err(|e| {
-        Error::invalid_config(format!("`{}` is not a usable Redis URL: {e}", redact(url)))
+        let wrong = explain(url).unwrap_or_else(|| e.to_string());
+        Error::invalid_config(format!(
+            "`{}` is not a usable Redis URL: {wrong}",
+            redact(url)
+        ))
     })
+}
+
+/// The schemes of a Redis reached over TCP, and over a Unix socket (the `redis` crate's).
+const TCP_SCHEMES: &[&str] = &["redis", "rediss", "valkey", "valkeys"];
+const UNIX_SCHEMES: &[&str] = &["redis+unix", "valkey+unix", "unix"];
+
+/// A URL of the right form, for the messages.
+const EXAMPLE: &str = "redis://host:6379/0";
+
+/// What is wrong with a URL the `redis` crate refused, naming the part to fix (its scheme,
+/// host, port, database number, a user name or password that needs escaping); `None` when no
+/// part is found wrong, for the crate's own words. It never quotes the user name or password.
+fn explain(url: &str) -> Option<String> {
+    let url = url.trim();
+    let scheme = url
+        .split_once(':')
+        .map(|(scheme, _)| scheme)
+        .filter(|scheme| is_scheme(scheme));
+    let Some(scheme) = scheme else {
+        return Some(format!(
+            "it does not start with a scheme: write it as {EXAMPLE} (rediss:// for TLS, \
+             redis+unix:///path for a Unix socket)"
+        ));
+    };
+    let known = |schemes: &[&str]| schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme));
+    if known(UNIX_SCHEMES) {
+        // The crate's words ("Missing path", "Invalid database number") say it for a socket.
+        return None;
+    }
+    let after_scheme = &url[scheme.len() + 1..];
+    if !known(TCP_SCHEMES) {
+        return Some(match after_scheme.starts_with("//") {
+            true => format!(
+                "`{scheme}://` is not a Redis scheme: use redis:// (rediss:// for TLS, \
+                 redis+unix:// for a Unix socket)"
+            ),
+            // `localhost:6379`, `user:password@host`: what precedes the `:` is no scheme.
+            false => format!("it does not start with a scheme: write it as {EXAMPLE}"),
+        });
+    }
+    let Some(rest) = after_scheme.strip_prefix("//") else {
+        return Some(format!("it needs `//` after `{scheme}:`, as in {EXAMPLE}"));
+    };
+    // The host part ends at the first `/`, `?` or `#`, even one inside a password.
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(end);
+    let host_port = match authority.rfind('@') {
+        Some(at) => {
+            if !decodes(&authority[..at]) {
+                return Some(
+                    "its user name or password holds a %-escape that is not UTF-8 text: write a \
+                     `%` in it as %25"
+                        .to_owned(),
+                );
+            }
+            &authority[at + 1..]
+        }
+        None if after.contains('@') => {
+            return Some(
+                "its user name or password holds a `/`, `?` or `#`, which ends the host part of \
+                 a URL: percent-encode it there (`/` as %2F, `?` as %3F, `#` as %23, `%` as %25)"
+                    .to_owned(),
+            );
+        }
+        None => authority,
+    };
+    let (host, port) = match host_port.strip_prefix('[') {
+        Some(bracketed) => {
+            let Some((address, port)) = bracketed.split_once(']') else {
+                return Some(
+                    "its IPv6 address has no closing `]`: write it as redis://[::1]:6379/0"
+                        .to_owned(),
+                );
+            };
+            if address.parse::<std::net::Ipv6Addr>().is_err() {
+                return Some(format!("`[{address}]` is not an IPv6 address"));
+            }
+            match port.strip_prefix(':') {
+                Some(port) => (address, Some(port)),
+                None if port.is_empty() => (address, None),
+                None => return Some(format!("`{port}` after its IPv6 address is not `:port`")),
+            }
+        }
+        None if host_port.matches(':').count() > 1 => {
+            return Some(
+                "its host looks like an IPv6 address, which goes in brackets: \
+                 redis://[::1]:6379/0"
+                    .to_owned(),
+            );
+        }
+        None => match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        return Some(format!("it names no host: write it as {EXAMPLE}"));
+    }
+    let forbidden = |c: char| c.is_whitespace() || c.is_control() || "<>[]\\^|".contains(c);
+    if let Some(c) = host.chars().find(|c| forbidden(*c)) {
+        return Some(format!(
+            "its host `{host}` holds {c:?}, which a host name cannot"
+        ));
+    }
+    if host == "0.0.0.0" || host == "::" {
+        return Some(format!(
+            "`{host}` is the wildcard address a server listens on, not one to connect to: name the \
+             server's host, e.g. 127.0.0.1"
+        ));
+    }
+    if let Some(port) = port.filter(|port| !port.is_empty())
+        && port.parse::<u16>().is_err()
+    {
+        // Shown only when it is digits: in `redis://user:secret` (no `@host`), the "port" is
+        // the password.
+        return Some(match port.bytes().all(|b| b.is_ascii_digit()) {
+            true => format!("its port `{port}` is not a number from 0 to 65535"),
+            false => "its port is not a number from 0 to 65535 (a password goes before an `@` \
+                      and the host: redis://user:password@host:6379/0)"
+                .to_owned(),
+        });
+    }
+    let (path, query, fragment) = split_tail(after);
+    let db = path.trim_matches('/');
+    if !db.is_empty() && db.parse::<i64>().is_err() {
+        return Some(format!(
+            "its database number `{db}` is not a number: write it after the host, e.g. \
+             redis://host:6379/2"
+        ));
+    }
+    let protocol = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("protocol="));
+    if let Some(protocol) = protocol
+        && !["2", "3", "resp2", "resp3"].contains(&protocol)
+    {
+        return Some(format!(
+            "its `protocol={protocol}` is neither 2 (resp2) nor 3 (resp3)"
+        ));
+    }
+    if let Some(fragment) = fragment
+        && tls::is_tls_url(url)
+        && fragment != "insecure"
+    {
+        return Some(format!(
+            "`#{fragment}` cannot follow a rediss:// URL: only `#insecure` (no certificate check) can"
+        ));
+    }
+    None
+}
+
+/// Whether `text` is a URL scheme: a letter, then letters, digits, `+`, `-` or `.`.
+fn is_scheme(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+}
+
+/// Whether the %-escapes of `text` decode to UTF-8 (a `%` without two hex digits is kept).
+fn decodes(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let escaped = bytes.get(at + 1..at + 3).and_then(|hex| {
+            std::str::from_utf8(hex)
+                .ok()
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+        });
+        match (bytes[at], escaped) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8(decoded).is_ok()
+}
+
+/// The path, the query and the fragment of what follows a URL's host part.
+fn split_tail(after: &str) -> (&str, &str, Option<&str>) {
+    let (before_fragment, fragment) = match after.split_once('#') {
+        Some((before, fragment)) => (before, Some(fragment)),
+        None => (after, None),
+    };
+    let (path, query) = before_fragment
+        .split_once('?')
+        .unwrap_or((before_fragment, ""));
+    (path, query, fragment)
 }
 
 /// The URL (or comma-separated URLs) without passwords.
@@ -385,6 +582,106 @@ mod tests {
         );
         let error = RedisConfig::new("redis://user:hunter2@[::1:6379").unwrap_err();
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    /// The message of `RedisConfig::new(url)`'s error.
+    fn refusal(url: &str) -> String {
+        RedisConfig::new(url).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_bad_url_says_which_part_is_wrong() {
+        for (url, says) in [
+            (
+                "http://example.com",
+                "`http://` is not a Redis scheme: use redis://",
+            ),
+            ("localhost:6379", "it does not start with a scheme"),
+            ("redis//localhost", "it does not start with a scheme"),
+            ("redis:/localhost", "it needs `//` after `redis:`"),
+            ("redis://", "it names no host"),
+            ("redis://:6379/0", "it names no host"),
+            (
+                "redis://cache:port",
+                "its port is not a number from 0 to 65535",
+            ),
+            ("redis://cache:99999", "its port `99999` is not a number"),
+            (
+                "redis://cache:6379/abc",
+                "its database number `abc` is not a number",
+            ),
+            (
+                "redis://cache/0/1",
+                "its database number `0/1` is not a number",
+            ),
+            ("redis://::1:6379", "goes in brackets: redis://[::1]:6379/0"),
+            ("redis://[::1:6379", "its IPv6 address has no closing `]`"),
+            ("redis://[::g]:6379", "`[::g]` is not an IPv6 address"),
+            ("redis://cache host:6379", "its host `cache host` holds ' '"),
+            ("redis://cache^:6379", "its host `cache^` holds '^'"),
+            ("redis://0.0.0.0:6379", "`0.0.0.0` is the wildcard address"),
+            (
+                "redis://cache/?protocol=9",
+                "its `protocol=9` is neither 2 (resp2) nor 3 (resp3)",
+            ),
+        ] {
+            let message = refusal(url);
+            assert!(
+                message.contains("is not a usable Redis URL"),
+                "{url}: {message}"
+            );
+            assert!(message.contains(says), "{url}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_password_that_needs_escaping_is_named_but_never_shown() {
+        for (url, says) in [
+            ("redis://:hun/ter2@cache:6379", "holds a `/`, `?` or `#`"),
+            (
+                "redis://user:hun#ter2@cache:6379",
+                "holds a `/`, `?` or `#`",
+            ),
+            (
+                "redis://user:hun?ter2@cache:6379/0",
+                "holds a `/`, `?` or `#`",
+            ),
+            (
+                "redis://user:hun%fftr2@cache:6379",
+                "a %-escape that is not UTF-8",
+            ),
+        ] {
+            let message = refusal(url);
+            assert!(message.contains(says), "{url}: {message}");
+            for secret in ["hun", "ter2", "tr2"] {
+                assert!(!message.contains(secret), "{url}: {message}");
+            }
+        }
+        // A password without the `@host` that follows it reads as a port: it is not shown.
+        let message = refusal("redis://default:hunter2");
+        assert!(message.contains("its port is not a number"), "{message}");
+        assert!(
+            !message
+                .replace("redis://default:hunter2", "")
+                .contains("hunter2"),
+            "{message}"
+        );
+        // An `@`, a `:` or a space in a password need no escaping: the URL is accepted.
+        for url in [
+            "redis://user:p@ss@cache",
+            "redis://user:p:ss@cache",
+            "redis://:p ss@cache",
+        ] {
+            assert!(RedisConfig::new(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_url_the_crate_refuses_for_another_reason_keeps_its_words() {
+        let message = refusal("redis+unix://");
+        assert!(message.contains("Missing path"), "{message}");
+        let message = refusal("redis+unix:///tmp/redis.sock?db=x");
+        assert!(message.contains("Invalid database number"), "{message}");
     }
 
     #[test]

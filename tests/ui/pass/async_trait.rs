@@ -1,6 +1,7 @@
 //! Methods of an `#[async_trait]` impl, next to `#[tracing::instrument]` in either order; the
 //! trait stays object safe.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 #[async_trait::async_trait]
@@ -10,8 +11,27 @@ pub trait Users: Send + Sync {
     async fn traced_inside(&self, id: u64) -> u64;
 }
 
+#[async_trait::async_trait]
+pub trait Prices: Send + Sync {
+    async fn prices(&self, ids: Vec<u64>) -> HashMap<u64, u64>;
+    async fn price(&self, id: u64) -> Option<u64>;
+}
+
 #[derive(Clone)]
 pub struct Db;
+
+// A single-key function of a batch method's cache: `#[async_trait]` needs a body, left empty.
+#[stampede::companions]
+#[async_trait::async_trait]
+impl Prices for Db {
+    #[stampede::cached(ttl = "60s", batch = ids, companion = true)]
+    async fn prices(&self, ids: Vec<u64>) -> HashMap<u64, u64> {
+        ids.into_iter().map(|id| (id, id * 100)).collect()
+    }
+
+    #[stampede::cached(batch_loader = Self::prices)]
+    async fn price(&self, id: u64) -> Option<u64> {}
+}
 
 #[async_trait::async_trait]
 impl Users for Db {

@@ -46,6 +46,28 @@ async fn rows(ids: Vec<u64>) -> Result<HashMap<u64, Row>, AppError> {
     Ok(ids.into_iter().map(|id| (id, Row { version: id, max_age: Duration::from_secs(5) })).collect())
 }
 
+// The single-key functions of the batch's cache: a declaration, an empty body, `unreachable!()`.
+#[stampede::cached(batch_loader = rows)]
+async fn declared_row(id: u64) -> Result<Option<Row>, AppError>;
+
+#[stampede::cached(batch_loader = rows)]
+async fn empty_row(id: u64) -> Result<Option<Row>, AppError> {}
+
+#[stampede::cached(batch_loader = rows, batch_window = "2ms")]
+async fn unreachable_row(id: u64) -> Result<Option<Row>, AppError> {
+    unreachable!()
+}
+
+// The cache of a function returning `Option` stores the `Option`: its version is read from it.
+fn maybe_row_version(row: &Option<Row>) -> u64 {
+    row.as_ref().map_or(0, |row| row.version)
+}
+
+#[stampede::cached(ttl = "60s", source_version = maybe_row_version)]
+async fn maybe_row(id: u64) -> Result<Option<Row>, AppError> {
+    Ok(Some(Row { version: id, max_age: Duration::from_secs(5) }))
+}
+
 #[stampede::cached(ttl = "1s", stale = "1h", long_windows = true)]
 async fn meant(id: u64) -> u64 {
     id

@@ -52,12 +52,6 @@ impl<V> Values<V> {
     };
 }
 
-/// `source_version`'s function applied to a value: what the code generated for the option
-/// calls, so that the function is checked to be a `fn(&T) -> u64` where the user named it.
-pub fn version_of<V>(version: fn(&V) -> u64, value: &V) -> u64 {
-    version(value)
-}
-
 /// What every tier's flights use of a cache. A tier reaches it only through the handle it is
 /// lent (`tier::Handle`, `tier::Direct`).
 pub(crate) struct Core<K: Key, V: Value> {

@@ -91,7 +91,7 @@ pub mod __private {
         pub use crate::redis::bounds::*;
     }
     pub use crate::config::{Backend, Config, Lock, TtlFrom};
-    pub use crate::core::{Tags, Values, tagged, version_of};
+    pub use crate::core::{Tags, Values, tagged};
     pub use crate::kv::{Key, Value};
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};

@@ -699,3 +699,79 @@ async fn a_lock_given_back_during_a_pause_is_released_once_redis_answers() {
         "the waiter was woken {took:?} after it began: the lock stayed until its 3 s lease ran out"
     );
 }
+
+/// An invalidation that failed because Redis could not be reached is delivered as soon as Redis
+/// answers again, by a task of its own: a writer that only invalidates (and never reads the key
+/// again) still reaches the other processes, which then stop serving the old value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_invalidation_is_delivered_once_redis_answers_without_another_call() {
+    let _serial = serial().await;
+    static VERSION: AtomicUsize = AtomicUsize::new(1);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "resend_writer",
+        name = "faults::resend"
+    )]
+    async fn writer(id: u64) -> String {
+        format!("{id} v{}", VERSION.load(SeqCst))
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "resend_reader",
+        name = "faults::resend"
+    )]
+    async fn reader(id: u64) -> String {
+        format!("{id} v{}", VERSION.load(SeqCst))
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(200))
+        .cooldown(Duration::from_millis(300), 3)
+        .install_as("resend_writer");
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("resend_reader");
+    stampede::require_redis(Some("resend_writer"))
+        .await
+        .unwrap();
+    stampede::require_redis(Some("resend_reader"))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        within(reader(1)).await,
+        "1 v1",
+        "the reader keeps v1 in memory"
+    );
+    assert_eq!(within(writer(1)).await, "1 v1", "read from Redis");
+    proxy.cut();
+    VERSION.store(2, SeqCst);
+    assert!(
+        matches!(
+            within(writer::invalidate(1)).await,
+            Err(stampede::Error::RedisUnavailable { .. })
+        ),
+        "the writer cannot reach Redis"
+    );
+    assert_eq!(
+        within(reader(1)).await,
+        "1 v1",
+        "nothing reached the reader yet"
+    );
+    proxy.pass();
+    // The writer makes no other call: its task delivers the invalidation.
+    until(
+        "the reader to hear the invalidation the writer could not send",
+        Duration::from_secs(10),
+        || async { (reader(1).await == "1 v2").then_some(()) },
+    )
+    .await;
+}

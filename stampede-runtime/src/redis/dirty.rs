@@ -7,7 +7,8 @@
 //! invalidation meant to drop. So the keys loaded locally, invalidated or primed while Redis
 //! failed are remembered here, and each is dropped from Redis (value deleted, fence moved on,
 //! the invalidation announced) before this process reads it from Redis again; the rest are
-//! dropped as soon as a call of this process reaches Redis.
+//! dropped by a task that tries every operation timeout until Redis answers, whatever else the
+//! process does (a writer that only invalidates delivers its failed invalidations too).
 //!
 //! The set is bounded ([`MOST`] keys per connection): past it, keys are no longer remembered,
 //! and a warning says that they may serve their pre-outage values until those expire.
@@ -22,6 +23,9 @@ use crate::redis::keys::RedisKeys;
 
 /// The most keys one connection remembers.
 pub(crate) const MOST: usize = 100_000;
+
+/// The shortest pause between two rounds of dropping the remembered keys.
+const RETRY_LEAST: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Keys to drop from Redis, by their base, with the invalidation message to announce.
 #[derive(Default)]
@@ -74,8 +78,16 @@ impl Dirty {
         Ok(())
     }
 
-    /// Drops every remembered key from Redis, from a task of its own (one at a time), now that
-    /// a call of this process reached it.
+    /// Remembers the key of `keys` (see [`mark`](Self::mark)) and starts the task that drops
+    /// the remembered keys as soon as Redis answers.
+    pub(crate) fn mark_and_clean(endpoint: &Arc<Endpoint>, keys: &RedisKeys, message: Vec<u8>) {
+        endpoint.dirty.mark(keys, message);
+        Dirty::clean_all(endpoint);
+    }
+
+    /// Drops every remembered key from Redis, one at a time, from a task of its own (one per
+    /// connection): a round that Redis fails is tried again an operation timeout later, until
+    /// every key is dropped. Outside a runtime, the next call in one does it.
     pub(crate) fn clean_all(endpoint: &Arc<Endpoint>) {
         let dirty = &endpoint.dirty;
         if !dirty.any.load(Ordering::Acquire) || dirty.cleaning.swap(true, Ordering::AcqRel) {
@@ -87,18 +99,45 @@ impl Dirty {
         };
         let endpoint = endpoint.clone();
         runtime.spawn(async move {
+            // Cleared however the task ends (its runtime may shut down mid-way), and a key
+            // remembered meanwhile gets a task of its own.
+            let cleaning = Cleaning(&endpoint);
             let dirty = &endpoint.dirty;
-            let bases: Vec<String> = dirty.lock().keys().cloned().collect();
-            for base in bases {
-                if dirty.clean(&endpoint, &base).await.is_err() {
+            loop {
+                let bases: Vec<String> = dirty.lock().keys().cloned().collect();
+                let mut failed = false;
+                for base in bases {
+                    if dirty.clean(&endpoint, &base).await.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                if !failed {
                     break;
                 }
+                let pause = endpoint.config.op_timeout.max(RETRY_LEAST);
+                tokio::time::sleep(pause).await;
             }
-            dirty.cleaning.store(false, Ordering::Release);
+            drop(cleaning);
         });
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<u8>>> {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The cleaning task of a connection is running: cleared on drop, after which a key remembered
+/// during its last round starts another.
+struct Cleaning<'a>(&'a Arc<Endpoint>);
+
+impl Drop for Cleaning<'_> {
+    fn drop(&mut self) {
+        self.0.dirty.cleaning.store(false, Ordering::Release);
+        // Outside a runtime (a shut-down one's task dropped) this spawns nothing: the next call
+        // starts it again.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            Dirty::clean_all(self.0);
+        }
     }
 }

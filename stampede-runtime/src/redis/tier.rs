@@ -196,8 +196,9 @@ where
             .invalidate(&keys, Some(&message))
             .await
             .map_err(|failure| {
-                // Done as soon as Redis answers again, before this process reads the key there.
-                endpoint.dirty.mark(&keys, message);
+                // Done as soon as Redis answers again (a task tries until it does), and before
+                // this process reads the key there.
+                Dirty::mark_and_clean(&endpoint, &keys, message);
                 Error::RedisUnavailable {
                     cache: config.name.clone(),
                     message: failure.to_string().into(),
@@ -341,10 +342,10 @@ where
 
     /// This process serves a value of `key` that Redis does not have (loaded or primed while
     /// Redis failed): Redis drops its own once it answers again (see `dirty`).
-    pub(super) fn changed_while_down(&self, endpoint: &Endpoint, key: &K, config: &Config) {
+    pub(super) fn changed_while_down(&self, endpoint: &Arc<Endpoint>, key: &K, config: &Config) {
         if let Ok(args) = keys::args_text(key) {
             let message = invalidate::message(&config.name, &args);
-            endpoint.dirty.mark(&self.keys(endpoint, &args), message);
+            Dirty::mark_and_clean(endpoint, &self.keys(endpoint, &args), message);
         }
     }
 

@@ -632,7 +632,7 @@ fn shared_tier(
             errors.push(error(
                 span,
                 "this option needs stampede's `redis` feature, which is disabled",
-                "enable it in Cargo.toml: add `features = [\"redis\"]` to the `stampede` dependency, or drop its `default-features = false` (it is on by default)",
+                "enable it in Cargo.toml: add `features = [\"redis\"]` to the `stampede-cache` dependency, or drop its `default-features = false` (it is on by default)",
             ));
         }
     }

@@ -2,7 +2,7 @@
 //! `.cargo/config.toml`):
 //!
 //! - `cargo xtask test [ARGS...]`: makes sure the test servers are installed, then runs
-//!   `cargo test --workspace --features stampede/tls ARGS...` (the `tls` feature so that the
+//!   `cargo test --workspace --features stampede-cache/tls ARGS...` (the `tls` feature so that the
 //!   TLS tests run too). The Redis tests start their own `redis-server` (or the
 //!   server named by `STAMPEDE_TEST_SERVER`, e.g. `valkey-server`) on free loopback ports, the
 //!   nodes of their clusters too (joined with cluster commands, no `redis-cli`). When it is
@@ -53,7 +53,7 @@ usage: cargo xtask <command>
 
 commands:
   test [ARGS...]  install the test servers if missing, then
-                  `cargo test --workspace --features stampede/tls ARGS...`
+                  `cargo test --workspace --features stampede-cache/tls ARGS...`
   setup           only install the test servers if missing
 
 The tests start `redis-server` (or $STAMPEDE_TEST_SERVER, e.g. `valkey-server`) themselves.
@@ -181,9 +181,9 @@ fn setup() -> Result<(), Stop> {
 
 /// What `test` runs before the passed arguments: every package, with the facade's `tls`
 /// feature on so that the TLS tests (`tests/redis_tls*.rs`, which require it) run too.
-const TEST: [&str; 4] = ["test", "--workspace", "--features", "stampede/tls"];
+const TEST: [&str; 4] = ["test", "--workspace", "--features", "stampede-cache/tls"];
 
-/// Runs `cargo test --workspace --features stampede/tls` with `args`, and exits as it did.
+/// Runs `cargo test --workspace --features stampede-cache/tls` with `args`, and exits as it did.
 fn test(args: &[OsString]) -> ExitCode {
     for needed in needed() {
         let version = Command::new(find(&needed.binary).unwrap_or(needed.binary.into()))

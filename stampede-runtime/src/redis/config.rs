@@ -69,7 +69,8 @@ impl RedisConfig {
     /// 250ms, lock lease 5s, lock wait 10s, cool-down 1s after 3 failures in a row,
     /// connection setup 1s, heartbeat 1s.
     ///
-    /// Whether the server is a Redis Cluster is asked of it when connecting (`INFO cluster`):
+    /// Whether the server is a Redis Cluster is asked of it when connecting (`HELLO`, else
+    /// `INFO cluster`, else `CLUSTER INFO`):
     /// one node's URL is enough, and the same caches and attributes work on either. A list of
     /// several URLs is always a cluster; its nodes are the seeds of the slot map, so a cache can
     /// connect while some of them are down.

@@ -15,7 +15,7 @@
 //! # Redis Cluster
 //!
 //! [`RedisConfig::new`] takes one node's URL (whether it is a cluster is asked of the server,
-//! `INFO cluster`, when connecting) or a comma-separated list of nodes (always a cluster). On a
+//! `HELLO`, else `INFO cluster`, else `CLUSTER INFO`, when connecting) or a comma-separated list of nodes (always a cluster). On a
 //! cluster the command connection is the `redis` crate's async cluster client: it sends each
 //! script to the master owning the slot of its first key and follows `MOVED`/`ASK`. Every key
 //! of one cache key (value, lock, fence) and its channel carry one hash tag

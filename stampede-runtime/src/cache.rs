@@ -219,8 +219,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             outcome("miss");
             return self.run_here(&key, prepare(), Run::Get).await;
         }
-        // A value another process shared: read on this task without a lock (one round trip; a
-        // value of 16 KiB or more, or on a cluster, a second one or a script);
+        // A value another process shared: read on this task without a lock (one round trip,
+        // two for a value of 16 KiB or more on a standalone server);
         // the flight, its task and the lock only when there is none, or when a load or a read
         // of the key runs here already (its callers share that rather than read again).
         let prepare = if self.tier.reads() && !core.flights.contains(&key) {

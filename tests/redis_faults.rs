@@ -13,6 +13,7 @@
 mod common;
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
@@ -774,4 +775,57 @@ async fn a_failed_invalidation_is_delivered_once_redis_answers_without_another_c
         || async { (reader(1).await == "1 v2").then_some(()) },
     )
     .await;
+}
+
+/// While Redis is down, a value loaded here is kept for the staleness bound by default (a load
+/// per key every bound), or for the connection's `trust_while_deaf`, which trades that bound for
+/// fewer loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_memory_is_trusted_for_the_bound_or_the_connections_choice() {
+    let _serial = serial().await;
+    static LOADS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "deaf_default",
+        name = "faults::deaf_default"
+    )]
+    async fn by_default(id: u64) -> u64 {
+        LOADS.lock().unwrap().push("default");
+        id
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "deaf_trusting",
+        name = "faults::deaf_trusting"
+    )]
+    async fn trusting(id: u64) -> u64 {
+        LOADS.lock().unwrap().push("trusting");
+        id
+    }
+
+    let mut server = RedisServer::start();
+    // The staleness bound: 2 x 100 ms + 100 ms = 300 ms.
+    let config = RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(100))
+        .heartbeat(Duration::from_millis(100));
+    config.clone().install_as("deaf_default");
+    config
+        .trust_while_deaf(Duration::from_secs(60))
+        .install_as("deaf_trusting");
+    server.kill();
+    assert_eq!(within(by_default(1)).await, 1);
+    assert_eq!(within(trusting(1)).await, 1);
+    tokio::time::sleep(Duration::from_millis(800)).await; // past the bound
+    assert_eq!(within(by_default(1)).await, 1);
+    assert_eq!(within(trusting(1)).await, 1);
+    assert_eq!(
+        *LOADS.lock().unwrap(),
+        ["default", "trusting", "default"],
+        "past the bound, the default cache loads again; the trusting one serves its memory"
+    );
 }

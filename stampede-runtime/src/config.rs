@@ -106,7 +106,7 @@ pub struct Config {
     pub version: Option<Arc<str>>,
     /// `ttl_from = "path"`: each value's own fresh time, capped at `ttl` (which also stands when
     /// it gives none); jitter and `stale` apply on top, except to a value whose own time is
-    /// zero, which is not cached at all (see [`Config::lifetime_of`]). `None`: every value
+    /// zero, which is not cached at all. `None`: every value
     /// lives `ttl`. Shown as whether it is set.
     #[serde(serialize_with = "crate::config::is_set")]
     pub ttl_from: Option<TtlFrom>,

@@ -53,6 +53,9 @@ pub struct RedisConfig {
     pub(crate) failures_before_cooldown: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) heartbeat: Duration,
+    /// How long memory is trusted while the feed is not live (`trust_while_deaf`); `None`: the
+    /// staleness bound.
+    pub(crate) deaf_trust: Option<Duration>,
     /// The largest value payload written to or read from Redis, in bytes.
     pub(crate) max_value_bytes: usize,
     /// The certificates for `rediss://` nodes (feature `tls`), see `tls`.
@@ -90,6 +93,7 @@ impl RedisConfig {
             failures_before_cooldown: 3,
             connect_timeout: Duration::from_secs(1),
             heartbeat: Duration::from_secs(1),
+            deaf_trust: None,
             max_value_bytes: envelope::DEFAULT_MAX_VALUE_BYTES,
             tls,
         })
@@ -227,6 +231,24 @@ impl RedisConfig {
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.heartbeat = clamp(every, Duration::from_millis(10));
         self
+    }
+
+    /// How long this process keeps in memory what it loads or reads while its invalidation
+    /// feed is not live (Redis down or paused, the subscription lost or quiet): by default the
+    /// staleness bound (`2 × heartbeat + op_timeout`, see [`heartbeat`](Self::heartbeat)), so
+    /// that a missed invalidation is outlived by at most that, at the cost of a load per key
+    /// and process every bound during an outage. A longer trust trades that bound for fewer
+    /// loads: an invalidation missed while deaf may be outlived by up to `trust` (the memory is
+    /// still dropped when the feed is lost and when it is back). Clamped to at most 24h.
+    pub fn trust_while_deaf(mut self, trust: Duration) -> Self {
+        self.deaf_trust = Some(clamp(trust, Duration::ZERO));
+        self
+    }
+
+    /// How long memory is trusted while the feed is not live: `trust_while_deaf`, else the
+    /// staleness bound.
+    pub(crate) fn trusted_while_deaf(&self) -> Duration {
+        self.deaf_trust.unwrap_or_else(|| self.staleness_bound())
     }
 
     /// The largest value, encoded, that a cache writes to or reads from this Redis (default

@@ -102,24 +102,25 @@ impl Endpoint {
     }
 
     /// How long this process may keep in memory a value it loaded or primed here because Redis
-    /// could not be used: the staleness bound, whatever the feed says. Redis does not have the
+    /// could not be used: the staleness bound (or `trust_while_deaf`), whatever the feed says. Redis does not have the
     /// value, so nothing there would ever replace it; and the process reads Redis again (where
     /// the key is dropped first, see `dirty`) only once memory no longer serves it.
     pub(crate) fn local_trusted_for(&self) -> Option<Duration> {
-        Some(self.config.staleness_bound())
+        Some(self.config.trusted_while_deaf())
     }
 
     /// How long this process may keep in memory a value it reads from or writes to Redis now,
     /// counted from when the read or load began (`Begun`): `None` (as long as the cache's own
     /// deadlines say) while the invalidation feed is live, `Some(bound)` while it is not known
-    /// to be (`2 × heartbeat + op_timeout`, see `pubsub`): an invalidation missed meanwhile is
-    /// then outlived by at most that bound, however long the load took.
+    /// to be (`2 × heartbeat + op_timeout`, see `pubsub`, or the connection's
+    /// `trust_while_deaf`): an invalidation missed meanwhile is then outlived by at most that,
+    /// however long the load took.
     /// `Some(Duration::ZERO)` would mean: keep nothing.
     pub(crate) fn memory_trusted_for(&self) -> Option<Duration> {
         if self.feed_live() {
             None
         } else {
-            Some(self.config.staleness_bound())
+            Some(self.config.trusted_while_deaf())
         }
     }
 

@@ -4,13 +4,15 @@
 //! A run generates a few cached functions with random but valid options (every option of the
 //! README's table in [`PLANNED`]: ttl and ttl_from, jitter, stale, refresh_after, fail_safe and
 //! its throttle, soft_timeout, retries, retry_if, timeout, breaker, tags, capacity, lock, busy,
-//! backend, and the connection's lock wait; those not yet simulated are in [`NOT_SIMULATED`],
+//! backend, the connection's lock wait, and batch functions: `batch`, `batch_max`, `missing_ttl`,
+//! single-key calls through `batch_loader`; those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
 //! with a lease and a fence, values with deadlines, an invalidation feed per process), a
 //! versioned source per key that fails, panics, stalls past the timeout or is slow, and clients
 //! that call, peek, write and invalidate, invalidate tags, prime, refresh and drop calls
-//! mid-way. Faults hit the shared tier meanwhile: outages, cut or delayed feeds (delays past the
+//! mid-way (a batch function's calls and refreshes of 1 to 50 keys too, sharing flights with its
+//! single-key calls; its source leaves some keys out at some versions). Faults hit the shared tier meanwhile: outages, cut or delayed feeds (delays past the
 //! bound too), lost wake-ups, lapsed leases, stalls; and the runtime itself is dropped mid-run
 //! and replaced by a new one.
 //! The oracle (`sim/oracle.rs`) checks every value returned; at the end of each runtime nothing
@@ -480,10 +482,12 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             false => k,
         };
         *op = match *op {
-            Op::Call(f, p, _) if keys.seed % 2 == 0 => Op::Batch(f, p, keys, BatchCall::Get),
+            Op::Call(f, p, _) if keys.seed.is_multiple_of(2) => {
+                Op::Batch(f, p, keys, BatchCall::Get)
+            }
             Op::Call(f, p, k) => Op::Call(f, p, wide(k)),
             Op::Refresh(f, p, _) => Op::Batch(f, p, keys, BatchCall::Refresh),
-            Op::Dropped(f, p, _, after) if keys.seed % 2 == 0 => {
+            Op::Dropped(f, p, _, after) if keys.seed.is_multiple_of(2) => {
                 Op::Batch(f, p, keys, BatchCall::Dropped(after))
             }
             Op::Dropped(f, p, k, after) => Op::Dropped(f, p, wide(k), after),
@@ -1171,7 +1175,12 @@ impl World {
                         return;
                     }
                 };
-                let calls: Vec<_> = unique.iter().map(|&k| oracle.call(f, p, k)).collect();
+                let several = unique.len() > 1;
+                let calls: Vec<_> = unique
+                    .iter()
+                    .map(|&k| oracle.call(f, p, k))
+                    .map(|call| if several { call.among_others() } else { call })
+                    .collect();
                 let refresh = matches!(how, BatchCall::Refresh);
                 let outcome = self
                     .bounded(function.cache(p).get_many(function, p, keys, refresh))

@@ -136,14 +136,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
     }
 }
 
+/// The future of one attempt of a batch load: each key's answer, in order.
+type Answers<V, E> = std::pin::Pin<Box<dyn Future<Output = Result<Vec<Option<V>>, E>> + Send>>;
+
 /// The load of a batch function's cache, as the generated code makes it: a call of the
 /// function with the keys, each key answered from its map (`None`: left out, absent).
-fn answered<K, V, F, Fut, E>(
-    load: F,
-) -> impl Fn(&Vec<K>) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<Option<V>>, E>> + Send>>
-+ Send
-+ Sync
-+ 'static
+fn answered<K, V, F, Fut, E>(load: F) -> impl Fn(&Vec<K>) -> Answers<V, E> + Send + Sync + 'static
 where
     K: Key,
     V: Value,
@@ -151,7 +149,7 @@ where
     Fut: Future<Output = Result<HashMap<K, V>, E>> + Send + 'static,
     E: LoadError,
 {
-    move |keys: &Vec<K>| {
+    move |keys: &Vec<K>| -> Answers<V, E> {
         let call = load(keys);
         let keys = keys.clone();
         Box::pin(async move {

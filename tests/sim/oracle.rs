@@ -5,6 +5,8 @@
 //! What it checks (each a violation, with the trace of the key's history):
 //!
 //! - **own key**: a value is the value of its own function and key;
+//! - **absent keys** (batch functions): a key answered absent is the key's absence at one of the
+//!   versions at which the source left it out, each check below holding for one of them;
 //! - **not older than a completed invalidation**: its version is at least the version written
 //!   before the last invalidation (or tag invalidation, or prime) of that key that completed
 //!   before the call began, in the call's process; in another process (a shared backend only),
@@ -312,6 +314,16 @@ pub struct Call {
     detach: Epochs,
     /// How many attempts of its cache's loads had failed in a row when it began.
     breaker_count: u32,
+    /// A key of a batch call of several keys: answered when the last of them is.
+    among_others: bool,
+}
+
+impl Call {
+    /// The call is of one key of a batch call of several keys.
+    pub fn among_others(mut self) -> Self {
+        self.among_others = true;
+        self
+    }
 }
 
 impl Oracle {
@@ -542,6 +554,7 @@ impl Oracle {
                 .cache_failed
                 .get(&(function, process))
                 .map_or(0, |failed| failed.1),
+            among_others: false,
         }
     }
 
@@ -622,11 +635,21 @@ impl Oracle {
                     .filter(|&version| absent(function, key, version))
                     .collect();
                 let ordered_after = history.ordered_after(call, rules);
+                // Primes that raced are unordered (as the order check below grants, seed 28421:
+                // a raced prime's v5, then an absence at v1).
+                let raced = |version: u64| {
+                    history.raced.get(&(function, key)).is_some_and(|raced| {
+                        ordered_after.is_some_and(|last| raced.contains(&last))
+                            && raced.contains(&version)
+                    })
+                };
                 let candidates: Vec<u64> = absences
                     .iter()
                     .copied()
                     .filter(|&version| version >= floor)
-                    .filter(|&version| ordered_after.is_none_or(|last| version >= last))
+                    .filter(|&version| {
+                        ordered_after.is_none_or(|last| version >= last) || raced(version)
+                    })
                     .collect();
                 let (Some(&least), Some(&youngest)) = (candidates.first(), candidates.last())
                 else {
@@ -651,6 +674,14 @@ impl Oracle {
             ));
         }
         let absence = matches!(seen, Seen::Absent);
+        // A key of a batch call of several keys is answered when the call's last key is: its
+        // value may have aged since the call got it by up to the call's time (README, Batch
+        // functions: "a batch answers all its keys or an error"; "A call returns once its last
+        // key is answered"). Its age is counted from the call's beginning at the latest.
+        let age = match call.among_others {
+            true => age.saturating_sub(now.saturating_sub(began)),
+            false => age,
+        };
         // README, "Which option applies when": a value is served fresh for its ttl (its own,
         // with `ttl_from`; an absence for `missing_ttl`), then stale for `stale`; past that, "a
         // load; if it fails, or takes longer than `soft_timeout`, the last good value"
@@ -999,11 +1030,7 @@ impl History {
     /// (see the order check in [`Oracle::returned`]), if any.
     fn ordered_after(&self, call: &Call, rules: &Rules) -> Option<u64> {
         let &(last, ended) = self.last.get(&(call.function, call.process, call.key))?;
-        let raced = self
-            .raced
-            .get(&(call.function, call.key))
-            .is_some_and(|raced| raced.contains(&last));
-        (!rules.unordered && ended < call.seq && !raced).then_some(last)
+        (!rules.unordered && ended < call.seq).then_some(last)
     }
 
     fn next_seq(&mut self) -> u64 {

@@ -27,7 +27,7 @@ use common::redis_server::RedisServer;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
-use sim::oracle::{Effect, Oracle, Reach, Rules, Val};
+use sim::oracle::{Effect, Oracle, Reach, Rules, Seen, Val};
 use stampede::{RedisConfig, cached};
 
 const PROCESSES: usize = 3;
@@ -194,6 +194,7 @@ fn rules() -> Vec<Rules> {
         // The functions have no `stale`, `ttl_from` nor `fail_safe`: their ttl and stale are one.
         ttl: Duration::from_millis(ttl_and_stale),
         ttl_from: None,
+        missing_ttl: None,
         jitter: 0,
         stale: Duration::ZERO,
         slack: AGE_SLACK,
@@ -243,13 +244,15 @@ async fn client(until: tokio::time::Instant) -> usize {
                 if let Some(value) =
                     bounded("a call", async { on!(f, p, |function| function(k).await) }).await
                 {
-                    oracle.returned(&call, Ok(Some(&value.val())), "call");
+                    oracle.returned(&call, Ok(Seen::Value(&value.val())), "call");
                 }
             }
             65..75 => {
                 let call = oracle.call(f, p, k);
                 let held = on!(f, p, |function| function::peek(k));
-                oracle.returned(&call, Ok(held.map(|held| held.val()).as_ref()), "peek");
+                let held = held.map(|held| held.val());
+                let seen = held.as_ref().map_or(Seen::Nothing, Seen::Value);
+                oracle.returned(&call, Ok(seen), "peek");
             }
             75..85 => {
                 let version = oracle.write(f, k);

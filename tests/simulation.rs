@@ -4,13 +4,15 @@
 //! A run generates a few cached functions with random but valid options (every option of the
 //! README's table in [`PLANNED`]: ttl and ttl_from, jitter, stale, refresh_after, fail_safe and
 //! its throttle, soft_timeout, retries, retry_if, timeout, breaker, tags, capacity, lock, busy,
-//! backend, and the connection's lock wait; those not yet simulated are in [`NOT_SIMULATED`],
+//! backend, the connection's lock wait, and batch functions: `batch`, `batch_max`, `missing_ttl`,
+//! single-key calls through `batch_loader`; those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
 //! with a lease and a fence, values with deadlines, an invalidation feed per process), a
 //! versioned source per key that fails, panics, stalls past the timeout or is slow, and clients
 //! that call, peek, write and invalidate, invalidate tags, prime, refresh and drop calls
-//! mid-way. Faults hit the shared tier meanwhile: outages, cut or delayed feeds (delays past the
+//! mid-way (a batch function's calls and refreshes of 1 to 50 keys too, sharing flights with its
+//! single-key calls; its source leaves some keys out at some versions). Faults hit the shared tier meanwhile: outages, cut or delayed feeds (delays past the
 //! bound too), lost wake-ups, lapsed leases, stalls; and the runtime itself is dropped mid-run
 //! and replaced by a new one.
 //! The oracle (`sim/oracle.rs`) checks every value returned; at the end of each runtime nothing
@@ -31,18 +33,21 @@
 
 mod sim;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use sim::oracle::{Attempt, Effect, FailSafe, Flight, Oracle, Reach, Rules, Val};
+use sim::oracle::{Attempt, Effect, FailSafe, Flight, Oracle, Reach, Rules, Seen, Val};
 use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, Values, tier_of};
 use stampede_runtime::{Backend, Config, Lock};
 
 type Key = u16;
+/// What a cache holds: a function's value, or for a batch function a key its map left out
+/// (`None`, absent). A single-key function's cache holds `Some` only.
+type Held = Option<Val>;
 
 /// How many seeds CI runs, from `FIRST_SEED`.
 const CI_SEEDS: u64 = 250;
@@ -77,6 +82,10 @@ struct Plan {
 #[derive(Clone, Debug)]
 struct FunctionPlan {
     config: Config,
+    /// `ttl_from`: a value's own fresh time (`own_ttl_of`).
+    ttl_from: bool,
+    /// `batch`: a batch function, with its options.
+    batch: Option<BatchPlan>,
     tagged: bool,
     /// `source_version`: the version the source read is the value's.
     versioned: bool,
@@ -94,6 +103,38 @@ struct FunctionPlan {
     stalls: u32,
     /// The longest a load takes.
     slowest: Duration,
+}
+
+/// What a batch function's plan adds.
+#[derive(Clone, Copy, Debug)]
+struct BatchPlan {
+    /// Its keys are `0..keys`: its batch calls draw from all of them, the other operations
+    /// (single-key calls through `batch_loader`, writes, ...) from them or from the plan's keys.
+    keys: Key,
+    /// `missing_ttl`: how long a key the map leaves out is cached as absent.
+    missing: Missing,
+}
+
+/// `missing_ttl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Missing {
+    /// `"0s"`: not cached at all.
+    Zero,
+    /// Shorter than `ttl` (one of the fixed times `batch_ttl` is made for).
+    Short(u64),
+    /// `ttl` (the default).
+    Ttl,
+}
+
+impl Missing {
+    /// The fresh time of an absence.
+    fn fresh(self, ttl: Duration) -> Duration {
+        match self {
+            Missing::Zero => Duration::ZERO,
+            Missing::Short(ms) => Duration::from_millis(ms).min(ttl),
+            Missing::Ttl => ttl,
+        }
+    }
 }
 
 /// `busy = "wait" | "compute" | "error"`.
@@ -127,24 +168,20 @@ const PLANNED: &[&str] = &[
     "breaker_cooldown",
     "capacity",
     "tags",
+    "batch",
+    "batch_max",
+    "missing_ttl",
+    "batch_loader",
 ];
 
 /// The options of the README's table that the plans do not draw yet, and why: each needs work
 /// in the runtime's simulation hooks or fake tier first.
 const NOT_SIMULATED: &[(&str, &str)] = &[
     (
-        "batch",
-        "batch functions: `SimCache` has no batch call (`get_many`) and the fake tier no batch          fetch (the Redis tier's batch scripts: one read, lock and fill for many keys)",
-    ),
-    ("batch_max", "with `batch` only (see `batch`)"),
-    ("missing_ttl", "with `batch` only (see `batch`)"),
-    (
-        "batch_loader",
-        "a single-key function made a call of a batch function's cache: needs `batch` and a          windowed call (`get_in_window`) in `SimCache`",
-    ),
-    (
         "batch_window",
-        "with `batch_loader` only (see `batch_loader`)",
+        "the oracle ties each attempt of a load to the flight of the call that started it (its \
+         epochs, when it began); a window's load is the first caller's, with the keys of other \
+         calls whose flights it cannot name: needs the flights of a window's keys in its load",
     ),
     (
         "redis",
@@ -185,6 +222,30 @@ enum Op {
     Refresh(u8, usize, Key),
     /// A call its caller gives up on after this long.
     Dropped(u8, usize, Key, Duration),
+    /// A call of a batch function (of its companion's `refresh`; one its caller gives up on).
+    Batch(u8, usize, BatchKeys, BatchCall),
+}
+
+/// The keys of a batch call: `count` keys drawn from `seed` among the function's (repeats
+/// included: a call gives each key once).
+#[derive(Clone, Copy, Debug)]
+struct BatchKeys {
+    seed: u64,
+    count: u8,
+}
+
+impl BatchKeys {
+    fn keys(self, of: Key) -> Vec<Key> {
+        let mut rng = SmallRng::seed_from_u64(self.seed);
+        (0..self.count).map(|_| rng.random_range(0..of)).collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum BatchCall {
+    Get,
+    Refresh,
+    Dropped(Duration),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -230,11 +291,11 @@ impl Plan {
         let processes = rng.random_range(1..=3);
         let keys = rng.random_range(1..=4);
         let functions: Vec<FunctionPlan> = (0..rng.random_range(1..=2))
-            .map(|f| function(&mut rng, seed, f))
+            .map(|f| function(&mut rng, seed, f, keys))
             .collect();
         // Drawn whole, then cut: a shrunk plan is a prefix of the full one.
         let clients = (0..rng.random_range(2..=5))
-            .map(|_| {
+            .map(|client| {
                 let count = rng.random_range(10..=40);
                 let mut drawn: Vec<Op> = (0..count)
                     .flat_map(|_| {
@@ -242,6 +303,7 @@ impl Plan {
                         [pause, op(&mut rng, &functions, processes, keys)]
                     })
                     .collect();
+                batched(&mut drawn, &functions, seed, client);
                 drawn.truncate(ops.saturating_mul(2));
                 drawn
             })
@@ -272,7 +334,7 @@ impl Plan {
 }
 
 /// A function's random but valid options, as `#[cached]` would accept them.
-fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
+fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionPlan {
     let lock = [Lock::Local, Lock::Redis, Lock::None][rng.random_range(0..3)];
     let backend = match lock {
         Lock::Redis => [Backend::Tiered, Backend::Redis][rng.random_range(0..2)],
@@ -317,7 +379,8 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
     // The options planned later, drawn apart too for the same reason.
     let later = &mut SmallRng::seed_from_u64(seed ^ 0x0071_0000 ^ index as u64);
     let mut config = config;
-    if chance(later, 300) {
+    let ttl_from = chance(later, 300);
+    if ttl_from {
         config.ttl_from = Some(own_ttl);
     }
     let busy_error = lock == Lock::Redis && chance(rng, 300);
@@ -338,8 +401,26 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize) -> FunctionPlan {
     if chance(later, 250) {
         config.capacity = later.random_range(1..=3);
     }
+    // Batch functions, drawn apart too.
+    let batchy = &mut SmallRng::seed_from_u64(seed ^ 0xba7c_0000 ^ index as u64);
+    let batch = chance(batchy, 350).then(|| {
+        config.batch_max = chance(batchy, 500).then(|| batchy.random_range(1..=8));
+        let missing = match batchy.random_range(0..3) {
+            0 => Missing::Zero,
+            1 if config.ttl >= Duration::from_millis(400) => Missing::Short(300),
+            1 => Missing::Short(50),
+            _ => Missing::Ttl,
+        };
+        config.ttl_from = batch_ttl(ttl_from, missing);
+        BatchPlan {
+            keys: keys + batchy.random_range(0..=40),
+            missing,
+        }
+    });
     FunctionPlan {
         config,
+        ttl_from,
+        batch,
         versioned,
         tagged: chance(rng, 400),
         busy,
@@ -366,6 +447,56 @@ fn op(rng: &mut SmallRng, functions: &[FunctionPlan], processes: usize, keys: Ke
         81..86 if functions[f as usize].tagged => Op::WriteInvalidateTag(f, k),
         81..92 => Op::Refresh(f, p, k),
         _ => Op::Dropped(f, p, k, ms(rng, 0, 100)),
+    }
+}
+
+/// Turns a client's operations on batch functions into theirs (from a generator of their own, so
+/// that the other functions' operations stay as drawn): half their calls are batch calls of 1
+/// to 50 keys, the others single-key calls through `batch_loader`; a refresh is the companion's
+/// `refresh` of many keys; and half of the keys of single-key operations are drawn among all
+/// the function's keys.
+fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize) {
+    let rng = &mut SmallRng::seed_from_u64(seed ^ 0xba7c_c000 ^ client as u64);
+    for op in ops.iter_mut() {
+        let f = match *op {
+            Op::Sleep(_) => continue,
+            Op::Call(f, ..)
+            | Op::Peek(f, ..)
+            | Op::Write(f, _)
+            | Op::WriteInvalidate(f, ..)
+            | Op::WritePrime(f, ..)
+            | Op::WriteInvalidateTag(f, _)
+            | Op::Refresh(f, ..)
+            | Op::Dropped(f, ..)
+            | Op::Batch(f, ..) => f,
+        };
+        let Some(batch) = functions[f as usize].batch else {
+            continue;
+        };
+        let keys = BatchKeys {
+            seed: rng.random(),
+            count: rng.random_range(1..=50),
+        };
+        let mut wide = |k: Key| match chance(rng, 500) {
+            true => rng.random_range(0..batch.keys),
+            false => k,
+        };
+        *op = match *op {
+            Op::Call(f, p, _) if keys.seed.is_multiple_of(2) => {
+                Op::Batch(f, p, keys, BatchCall::Get)
+            }
+            Op::Call(f, p, k) => Op::Call(f, p, wide(k)),
+            Op::Refresh(f, p, _) => Op::Batch(f, p, keys, BatchCall::Refresh),
+            Op::Dropped(f, p, _, after) if keys.seed.is_multiple_of(2) => {
+                Op::Batch(f, p, keys, BatchCall::Dropped(after))
+            }
+            Op::Dropped(f, p, k, after) => Op::Dropped(f, p, wide(k), after),
+            Op::Peek(f, p, k) => Op::Peek(f, p, wide(k)),
+            Op::Write(f, k) => Op::Write(f, wide(k)),
+            Op::WriteInvalidate(f, p, k) => Op::WriteInvalidate(f, p, wide(k)),
+            Op::WritePrime(f, p, k) => Op::WritePrime(f, p, wide(k)),
+            other => other,
+        };
     }
 }
 
@@ -407,14 +538,14 @@ struct Function {
     index: u8,
     plan: FunctionPlan,
     caches: Vec<Cache>,
-    store: Option<Arc<Store<Key, Val>>>,
+    store: Option<Arc<Store<Key, Held>>>,
     source: Arc<Source>,
 }
 
 #[derive(Clone, Copy)]
 enum Cache {
-    Local(SimCache<Key, Val, Local>),
-    Shared(SimCache<Key, Val, Fake<Key, Val>>),
+    Local(SimCache<Key, Held, Local>),
+    Shared(SimCache<Key, Held, Fake<Key, Held>>),
 }
 
 /// The database behind one function: versions per key (kept by the oracle), and how it fails.
@@ -428,15 +559,45 @@ struct Source {
 
 /// The tags of a key of a tagged function: its parity and all keys, named by run.
 /// A value's source version (`source_version`): the version of the source its load read.
-fn version_of(value: &Val) -> u64 {
-    value.version
+/// A batch function's absent key has none (README, Batch functions: "an absent key has no
+/// version").
+fn version_of(value: &Held) -> Option<u64> {
+    value.as_ref().map(|value| value.version)
 }
 
 /// `ttl_from`: a value's own fresh time, a function of its version (some longer than any
 /// `ttl`, capped; some none, `ttl` then).
 fn own_ttl(value: &(dyn std::any::Any + Send + Sync)) -> Option<Duration> {
-    let value = value.downcast_ref::<Val>()?;
+    let value = value.downcast_ref::<Held>()?.as_ref()?;
     own_ttl_of(value)
+}
+
+/// A batch function's `ttl_from`, as the macro makes it: a found value's own time (`OWN`: with
+/// `ttl_from`), and for an absent key `missing_ttl` (`MISSING_MS`; `u64::MAX`: none, `ttl`).
+fn batch_ttl_of<const OWN: bool, const MISSING_MS: u64>(
+    value: &(dyn std::any::Any + Send + Sync),
+) -> Option<Duration> {
+    match value.downcast_ref::<Held>()? {
+        Some(found) if OWN => own_ttl_of(found),
+        Some(_) => None,
+        None => (MISSING_MS != u64::MAX).then(|| Duration::from_millis(MISSING_MS)),
+    }
+}
+
+type TtlFrom = fn(&(dyn std::any::Any + Send + Sync)) -> Option<Duration>;
+
+/// The `ttl_from` of a batch function's cache (none without `ttl_from` and `missing_ttl`).
+fn batch_ttl(own: bool, missing: Missing) -> Option<TtlFrom> {
+    Some(match (own, missing) {
+        (false, Missing::Ttl) => return None,
+        (false, Missing::Zero) => batch_ttl_of::<false, 0>,
+        (false, Missing::Short(50)) => batch_ttl_of::<false, 50>,
+        (false, Missing::Short(_)) => batch_ttl_of::<false, 300>,
+        (true, Missing::Ttl) => batch_ttl_of::<true, { u64::MAX }>,
+        (true, Missing::Zero) => batch_ttl_of::<true, 0>,
+        (true, Missing::Short(50)) => batch_ttl_of::<true, 50>,
+        (true, Missing::Short(_)) => batch_ttl_of::<true, 300>,
+    })
 }
 
 fn own_ttl_of(value: &Val) -> Option<Duration> {
@@ -473,9 +634,65 @@ impl Source {
         key: Key,
         flight: Flight,
     ) -> Result<Val, String> {
+        let id = self
+            .oracle
+            .load_started(self.function, process, key, flight);
+        let ended = Ended(&self, vec![(key, id)], Attempt::Dropped);
+        self.attempt(format!("k{key}"), ended, || self.read(key))
+            .await
+    }
+
+    /// One attempt of a batch function's load of `keys` in `process`: one call of the source
+    /// for them all, the map of the keys present at the version it reads (`flights`: the flight
+    /// of each key, as its call made it).
+    async fn load_many(
+        self: Arc<Self>,
+        process: usize,
+        keys: Vec<Key>,
+        flights: Arc<HashMap<Key, Flight>>,
+    ) -> Result<HashMap<Key, Val>, String> {
         let oracle = &self.oracle;
-        let id = oracle.load_started(self.function, process, key, flight);
-        let mut _ended = Ended(&self, key, id, Attempt::Dropped);
+        let ids = keys
+            .iter()
+            .map(|&key| {
+                let flight = flights
+                    .get(&key)
+                    .copied()
+                    .unwrap_or_else(|| oracle.flight(self.function, key));
+                (
+                    key,
+                    oracle.load_started(self.function, process, key, flight),
+                )
+            })
+            .collect();
+        let ended = Ended(&self, ids, Attempt::Dropped);
+        self.attempt(format!("k{keys:?}"), ended, || {
+            keys.iter()
+                .map(|&key| (key, self.read(key)))
+                .filter(|(_, value)| !sim::oracle::absent(self.function, value.key, value.version))
+                .collect()
+        })
+        .await
+    }
+
+    /// What the source holds for `key` when a load reads it.
+    fn read(&self, key: Key) -> Val {
+        Val {
+            function: self.function,
+            key,
+            version: self.oracle.version(self.function, key),
+            read_at: self.oracle.now(),
+        }
+    }
+
+    /// One attempt of a load: reads the source (`read`), takes its time, and fails, panics or
+    /// stalls past the timeout as the plan draws; `ended` tells the oracle how it ended.
+    async fn attempt<T>(
+        &self,
+        what: String,
+        mut ended: Ended<'_>,
+        read: impl FnOnce() -> T,
+    ) -> Result<T, String> {
         let (delay, outcome) = {
             let mut rng = self.rng.lock().unwrap();
             let delay =
@@ -483,51 +700,46 @@ impl Source {
             let roll = rng.random_range(0..1000);
             (delay, roll)
         };
-        // What the source holds when the load reads it.
-        let value = Val {
-            function: self.function,
-            key,
-            version: oracle.version(self.function, key),
-            read_at: oracle.now(),
-        };
+        let value = read();
         tokio::time::sleep(delay).await;
         let plan = &self.plan;
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            _ended.3 = Attempt::Failed;
-            return Err(format!("f{} k{key}: the database is down", self.function));
+            ended.2 = Attempt::Failed;
+            return Err(format!("f{} {what}: the database is down", self.function));
         }
         if outcome < plan.fails {
             // The first part of the failures (per mille of them) is permanent.
             if outcome * 1000 < plan.fails * plan.permanent {
-                _ended.3 = match plan.retry_if {
+                ended.2 = match plan.retry_if {
                     true => Attempt::Permanent,
                     false => Attempt::Failed,
                 };
-                return Err(format!("f{} k{key}: a permanent failure", self.function));
+                return Err(format!("f{} {what}: a permanent failure", self.function));
             }
-            _ended.3 = Attempt::Failed;
-            return Err(format!("f{} k{key}: the database failed", self.function));
+            ended.2 = Attempt::Failed;
+            return Err(format!("f{} {what}: the database failed", self.function));
         }
         if outcome < plan.fails + plan.panics {
-            panic!("simulated panic: f{} k{key}", self.function);
+            panic!("simulated panic: f{} {what}", self.function);
         }
         if outcome < plan.fails + plan.panics + plan.stalls {
             tokio::time::sleep(plan.config.timeout * 2).await;
         }
-        _ended.3 = Attempt::Loaded;
+        ended.2 = Attempt::Loaded;
         Ok(value)
     }
 }
 
-/// Tells the oracle an attempt of a load ended, however it ended (a panic, or dropped when it
-/// timed out or its runtime was dropped: [`Attempt::Dropped`] unless it said otherwise).
-struct Ended<'a>(&'a Source, Key, u64, Attempt);
+/// Tells the oracle an attempt of a load of some keys ended, however it ended (a panic, or
+/// dropped when it timed out or its runtime was dropped: [`Attempt::Dropped`] unless it said
+/// otherwise).
+struct Ended<'a>(&'a Source, Vec<(Key, u64)>, Attempt);
 
 impl Drop for Ended<'_> {
     fn drop(&mut self) {
-        self.0
-            .oracle
-            .load_ended(self.0.function, self.1, self.2, self.3);
+        for &(key, id) in &self.1 {
+            self.0.oracle.load_ended(self.0.function, key, id, self.2);
+        }
     }
 }
 
@@ -554,7 +766,11 @@ impl Function {
             ttl: config.ttl,
             ttl_from: config
                 .ttl_from
+                .filter(|_| plan.ttl_from)
                 .map(|_| own_ttl_of as fn(&Val) -> Option<Duration>),
+            // README, options: `missing_ttl` "how long a key the map leaves out is cached as
+            // absent (at most `ttl`; `"0s"`: not cached at all ...)".
+            missing_ttl: plan.batch.map(|batch| batch.missing.fresh(config.ttl)),
             jitter: config.jitter,
             stale: config.stale,
             slack,
@@ -604,35 +820,95 @@ impl Function {
             .then_some(transient as fn(&String) -> bool)
     }
 
+    /// The keys of this function (a batch function's, the plan's and more).
+    fn keys(&self, plan: &Plan) -> Key {
+        self.plan.batch.map_or(plan.keys, |batch| batch.keys)
+    }
+
     /// The load a call of this function makes in `process`.
-    fn load(
-        &self,
-        process: usize,
-        key: Key,
-    ) -> impl Fn(&Key) -> std::pin::Pin<Box<dyn Future<Output = Result<Val, String>> + Send>>
-    + Send
-    + Sync
-    + 'static {
+    fn load(&self, process: usize, key: Key) -> impl Load {
         let source = self.source.clone();
         // Made by the call, which becomes its flight's leader if it starts one: the flight's
         // attempts carry the key's epochs from before it began.
         let flight = self.source.oracle.flight(self.index, key);
-        move |key: &Key| Box::pin(source.clone().load(process, *key, flight))
+        move |key: &Key| -> Pinned<Result<Held, String>> {
+            let load = source.clone().load(process, *key, flight);
+            Box::pin(async move { load.await.map(Some) })
+        }
+    }
+
+    /// The load a call of this batch function makes in `process` for `keys` (a single-key
+    /// call's: its key), each key's flight made now.
+    fn load_many(&self, process: usize, keys: &[Key]) -> impl LoadMany {
+        let source = self.source.clone();
+        let flights: Arc<HashMap<Key, Flight>> = Arc::new(
+            keys.iter()
+                .map(|&key| (key, self.source.oracle.flight(self.index, key)))
+                .collect(),
+        );
+        move |keys: &Vec<Key>| -> Pinned<Result<HashMap<Key, Val>, String>> {
+            Box::pin(
+                source
+                    .clone()
+                    .load_many(process, keys.clone(), flights.clone()),
+            )
+        }
     }
 }
 
+type Pinned<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A single-key function's load.
+trait Load: Fn(&Key) -> Pinned<Result<Held, String>> + Send + Sync + 'static {}
+impl<F: Fn(&Key) -> Pinned<Result<Held, String>> + Send + Sync + 'static> Load for F {}
+
+/// A batch function's load: the map of the keys found.
+trait LoadMany:
+    Fn(&Vec<Key>) -> Pinned<Result<HashMap<Key, Val>, String>> + Send + Sync + 'static
+{
+}
+impl<F> LoadMany for F where
+    F: Fn(&Vec<Key>) -> Pinned<Result<HashMap<Key, Val>, String>> + Send + Sync + 'static
+{
+}
+
 impl Cache {
+    /// A single-key call: of a batch function, through `batch_loader` (its load calls the
+    /// batch function with the key).
     async fn get(
         self,
         function: &Function,
         process: usize,
         key: Key,
-    ) -> Result<Val, stampede::Error> {
-        let load = function.load(process, key);
+    ) -> Result<Held, stampede::Error> {
         let retry_if = function.retry_if();
+        if function.plan.batch.is_some() {
+            let load = function.load_many(process, &[key]);
+            return match self {
+                Cache::Local(cache) => cache.get_one(key, load, retry_if, None).await,
+                Cache::Shared(cache) => cache.get_one(key, load, retry_if, None).await,
+            };
+        }
+        let load = function.load(process, key);
         match self {
             Cache::Local(cache) => cache.get(key, load, retry_if).await,
             Cache::Shared(cache) => cache.get(key, load, retry_if).await,
+        }
+    }
+
+    /// A call of a batch function (`refresh`: its companion's `refresh`).
+    async fn get_many(
+        self,
+        function: &Function,
+        process: usize,
+        keys: Vec<Key>,
+        refresh: bool,
+    ) -> Vec<(Key, Result<Held, stampede::Error>)> {
+        let load = function.load_many(process, &keys);
+        let retry_if = function.retry_if();
+        match self {
+            Cache::Local(cache) => cache.get_many(keys, load, retry_if, refresh).await,
+            Cache::Shared(cache) => cache.get_many(keys, load, retry_if, refresh).await,
         }
     }
 
@@ -641,7 +917,7 @@ impl Cache {
         function: &Function,
         process: usize,
         key: Key,
-    ) -> Result<Val, stampede::Error> {
+    ) -> Result<Held, stampede::Error> {
         // A companion's refresh loads whatever other processes hold, under the Redis lock with
         // `lock = "redis"`.
         let load = function.load(process, key);
@@ -659,14 +935,14 @@ impl Cache {
         }
     }
 
-    async fn prime(self, key: Key, value: Val) -> Result<(), stampede::Error> {
+    async fn prime(self, key: Key, value: Held) -> Result<(), stampede::Error> {
         match self {
             Cache::Local(cache) => cache.prime(key, value).await,
             Cache::Shared(cache) => cache.prime(key, value).await,
         }
     }
 
-    fn peek(self, key: Key) -> Option<Val> {
+    fn peek(self, key: Key) -> Option<Held> {
         match self {
             Cache::Local(cache) => cache.peek(&key),
             Cache::Shared(cache) => cache.peek(&key),
@@ -751,7 +1027,7 @@ impl World {
                 let values = Values {
                     source_version: fplan
                         .versioned
-                        .then_some((|value| Some(version_of(value))) as fn(&Val) -> Option<u64>),
+                        .then_some(version_of as fn(&Held) -> Option<u64>),
                 };
                 let caches = (0..plan.processes)
                     .map(|p| match (&store, &processes) {
@@ -788,7 +1064,7 @@ impl World {
         }
     }
 
-    fn stores(&self) -> impl Iterator<Item = &Arc<Store<Key, Val>>> {
+    fn stores(&self) -> impl Iterator<Item = &Arc<Store<Key, Held>>> {
         self.functions.iter().filter_map(|f| f.store.as_ref())
     }
 
@@ -805,7 +1081,7 @@ impl World {
                 let call = oracle.call(f, p, k);
                 let outcome = self.bounded(function.cache(p).get(function, p, k)).await;
                 if let Some(outcome) = outcome {
-                    oracle.returned(&call, outcome.as_ref().map(Some), "call");
+                    oracle.returned(&call, outcome.as_ref().map(Seen::of), "call");
                 }
             }
             Op::Refresh(f, p, k) => {
@@ -815,13 +1091,14 @@ impl World {
                     .bounded(function.cache(p).refresh(function, p, k))
                     .await;
                 if let Some(outcome) = outcome {
-                    oracle.returned(&call, outcome.as_ref().map(Some), "refresh");
+                    oracle.returned(&call, outcome.as_ref().map(Seen::of), "refresh");
                 }
             }
             Op::Peek(f, p, k) => {
                 let call = oracle.call(f, p, k);
                 let held = self.functions[f as usize].cache(p).peek(k);
-                oracle.returned(&call, Ok(held.as_ref()), "peek");
+                let seen = held.as_ref().map_or(Seen::Nothing, Seen::of);
+                oracle.returned(&call, Ok(seen), "peek");
             }
             Op::Write(f, k) => {
                 oracle.write(f, k);
@@ -850,8 +1127,9 @@ impl World {
                     read_at: oracle.now(),
                 };
                 oracle.prime_running(f, k, version);
+                // A batch function's `prime(id, value)` stores `Some(value)` too.
                 let done = self
-                    .bounded(self.functions[f as usize].cache(p).prime(k, value))
+                    .bounded(self.functions[f as usize].cache(p).prime(k, Some(value)))
                     .await;
                 oracle.prime_over(f, k, version);
                 // A prime, like an invalidation, detaches the key's flights again once the tier
@@ -873,6 +1151,54 @@ impl World {
                 tokio::time::sleep(after).await;
                 call.abort();
             }
+            Op::Batch(f, p, keys, how) => {
+                let function = &self.functions[f as usize];
+                let keys = keys.keys(function.keys(&self.plan));
+                // Each key once, in the order first given (as the call answers them).
+                let mut seen = std::collections::HashSet::new();
+                let unique: Vec<Key> = keys.iter().copied().filter(|k| seen.insert(*k)).collect();
+                let what = match how {
+                    BatchCall::Get => "batch call",
+                    BatchCall::Refresh => "batch refresh",
+                    BatchCall::Dropped(after) => {
+                        let world = self.clone();
+                        let call = tokio::spawn(async move {
+                            let function = &world.functions[f as usize];
+                            // Told, not checked: its caller is gone before or after it answers.
+                            for &k in &unique {
+                                let _began = world.oracle.call(f, p, k);
+                            }
+                            let _ = function.cache(p).get_many(function, p, keys, false).await;
+                        });
+                        tokio::time::sleep(after).await;
+                        call.abort();
+                        return;
+                    }
+                };
+                let several = unique.len() > 1;
+                let calls: Vec<_> = unique
+                    .iter()
+                    .map(|&k| oracle.call(f, p, k))
+                    .map(|call| if several { call.among_others() } else { call })
+                    .collect();
+                let refresh = matches!(how, BatchCall::Refresh);
+                let outcome = self
+                    .bounded(function.cache(p).get_many(function, p, keys, refresh))
+                    .await;
+                let Some(answers) = outcome else {
+                    return;
+                };
+                let answered: Vec<Key> = answers.iter().map(|(k, _)| *k).collect();
+                if answered != unique {
+                    oracle.violation(format!(
+                        "a {what} of p{p} f{f} asked for {unique:?} and was answered for {answered:?}"
+                    ));
+                    return;
+                }
+                for (call, (_, answer)) in calls.iter().zip(&answers) {
+                    oracle.returned(call, answer.as_ref().map(Seen::of), what);
+                }
+            }
         }
     }
 
@@ -886,7 +1212,7 @@ impl World {
             .iter()
             .filter(|function| function.plan.tagged)
             .flat_map(|function| {
-                (0..self.plan.keys)
+                (0..function.keys(&self.plan))
                     .filter(|key| tags_of(key).contains(&tag))
                     .map(|key| (function.index, key, oracle.write(function.index, key)))
                     .collect::<Vec<_>>()
@@ -1050,8 +1376,8 @@ impl World {
 }
 
 fn flag(
-    stores: &[Arc<Store<Key, Val>>],
-    which: fn(&Store<Key, Val>) -> &std::sync::atomic::AtomicBool,
+    stores: &[Arc<Store<Key, Held>>],
+    which: fn(&Store<Key, Held>) -> &std::sync::atomic::AtomicBool,
     on: bool,
 ) {
     for store in stores {
@@ -1343,11 +1669,16 @@ fn drawn(plan: &FunctionPlan, option: &str) -> String {
         "soft_timeout" => format!("{:?}", config.soft_timeout),
         "retry_if" => format!("{:?}", plan.retry_if),
         "source_version" => format!("{:?}", plan.versioned),
-        "ttl_from" => format!("{:?}", config.ttl_from.is_some()),
+        "ttl_from" => format!("{:?}", plan.ttl_from),
         "breaker" => format!("{:?}", config.breaker),
         "breaker_cooldown" => format!("{:?}", config.breaker_cooldown),
         "capacity" => format!("{:?}", config.capacity),
         "tags" => format!("{:?}", plan.tagged),
+        "batch" => format!("{:?}", plan.batch.is_some()),
+        "batch_max" => format!("{:?}", config.batch_max),
+        "missing_ttl" => format!("{:?}", plan.batch.map(|batch| batch.missing)),
+        // A batch function's single-key calls are those of a function with `batch_loader`.
+        "batch_loader" => format!("{:?}", plan.batch.is_some()),
         other => panic!("`{other}` is in PLANNED but `drawn` does not read it"),
     }
 }

@@ -13,6 +13,7 @@
 //! delayed, and lapsed leases (a paused holder does not renew its lock: another may take it).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -26,7 +27,7 @@ use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
 use crate::registry::AnyCache;
-use crate::tier::{Fetched, Handle, Shared, Tier};
+use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, Shared, Tier};
 
 /// The store several fake tiers share.
 pub struct Store<K, V> {
@@ -461,6 +462,21 @@ impl<K: Key, V: Value> State<K, V> {
 }
 
 impl<K: Key, V> State<K, V> {
+    /// Adds the flight's key to its tags' sets: before its load reads the source, so that a
+    /// tag's invalidation fences off a load running meanwhile.
+    fn tag<L>(&mut self, handle: &Handle<'_, K, V, L>)
+    where
+        V: Value,
+        L: Load<K, V>,
+    {
+        for tag in handle.tags() {
+            self.tagged
+                .entry(tag.clone())
+                .or_default()
+                .insert(handle.key().clone());
+        }
+    }
+
     fn token(&mut self) -> u64 {
         self.next_token += 1;
         self.next_token
@@ -533,11 +549,21 @@ pub fn tier_of<K: Key, V: Value>(store: &Arc<Store<K, V>>, process: Process) -> 
 }
 
 /// What a read of the key decided.
-enum Next {
+enum Next<V> {
+    /// Answered: a fresh value read from the store, or the lock busy (`busy = "error"`).
+    Done(Fetched<V>),
     /// This flight loads, holding the lock with this token (or without it), at this fence.
     Hold(Option<u64>, u64),
     /// Another holds the lock, for this much longer.
     Wait(Duration),
+}
+
+/// What a fill decided.
+enum Filled<V> {
+    /// The key's outcome, with the store written (or the fill refused, or the load failed).
+    Stored(Fetched<V>),
+    /// The store went down meanwhile: the value is good, kept in this process only.
+    Here(V),
 }
 
 impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
@@ -555,51 +581,16 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             tokio::pin!(notified);
             let next = {
                 let mut state = store.state();
-                let now = Instant::now();
-                if let Some(stored) = state.values.get(handle.key()) {
-                    let refreshes = handle
-                        .refreshing()
-                        .is_some_and(|old| stored.filled_at <= old);
-                    if now < stored.fresh_until && !refreshes {
-                        return Fetched::Read(handle.keep(self.shared(stored.entry())));
-                    }
-                    if now < stored.stale_until && !served {
-                        served = handle.serve(self.shared(stored.entry()));
-                    } else if now >= stored.stale_until && now < stored.kept_until {
-                        handle.last_good(self.shared(stored.entry()));
-                    }
+                let next = self.decide(handle, &mut state, &mut served);
+                if let Next::Wait(_) = next {
+                    // Registered before the lock is let go: a fill after this wakes it.
+                    notified.as_mut().enable();
                 }
-                let held = state
-                    .locks
-                    .get(handle.key())
-                    .filter(|held| held.until > now);
-                match held {
-                    // No Redis lock (`READ_OR_LOCK` without a token): loaded without one, and
-                    // fenced by its fill, which moves the fence on.
-                    _ if handle.config().lock != config::Lock::Redis => {
-                        Next::Hold(None, state.fence(handle.key()))
-                    }
-                    None => {
-                        let token = state.token();
-                        let until = now + store.lease;
-                        state
-                            .locks
-                            .insert(handle.key().clone(), Lock { token, until });
-                        Next::Hold(Some(token), state.bump(handle.key()))
-                    }
-                    Some(_) if self.busy_error && !served => return Fetched::Busy,
-                    Some(_) if self.busy_compute => Next::Hold(None, state.fence(handle.key())),
-                    Some(held) => {
-                        // Registered before the lock is let go: a fill after this wakes it.
-                        notified.as_mut().enable();
-                        Next::Wait(held.until - now)
-                    }
-                }
+                next
             };
             let lease_left = match next {
-                Next::Hold(token, fence) => {
-                    return self.hold(handle, token, fence).await;
-                }
+                Next::Done(fetched) => return fetched,
+                Next::Hold(token, fence) => return self.hold(handle, token, fence).await,
                 Next::Wait(lease_left) => lease_left,
             };
             let now = Instant::now();
@@ -610,6 +601,82 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
             let _ = tokio::time::timeout_at(until, notified).await;
         }
+    }
+
+    /// The keys' flow of [`Tier::fetch`], each step once for all the keys at it (as the Redis
+    /// tier's batch: one read of every key, one load of those this process holds or loads
+    /// without the lock, one fill; the keys another process holds are waited for, then read
+    /// again), each key decided, filled and fenced by the single key's rules.
+    async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) -> Vec<Fetched<V>> {
+        let store = &self.store;
+        let handles = batch.handles();
+        let give_up_at = Instant::now() + self.lock_wait;
+        let mut outcomes: Vec<Option<Fetched<V>>> = handles.iter().map(|_| None).collect();
+        let mut served = vec![false; handles.len()];
+        let mut pending: Vec<usize> = (0..handles.len()).collect();
+        while !pending.is_empty() {
+            store.stall().await;
+            if store.down() {
+                self.degraded_many(batch, &pending, &mut outcomes).await;
+                break;
+            }
+            for &at in &pending {
+                self.clean(handles[at].key(), &batch.config().name);
+            }
+            let notified = store.filled.notified();
+            tokio::pin!(notified);
+            let (mut holding, mut busy, mut lease_left) = (Vec::new(), Vec::new(), Duration::MAX);
+            {
+                let mut state = store.state();
+                for &at in &pending {
+                    match self.decide(&handles[at], &mut state, &mut served[at]) {
+                        Next::Done(fetched) => outcomes[at] = Some(fetched),
+                        Next::Hold(token, fence) => holding.push((at, token, fence)),
+                        Next::Wait(left) => {
+                            busy.push(at);
+                            lease_left = lease_left.min(left);
+                        }
+                    }
+                }
+                if !busy.is_empty() {
+                    // Registered before the lock is let go: a fill after this wakes it.
+                    notified.as_mut().enable();
+                }
+            }
+            pending = busy;
+            if !holding.is_empty() {
+                self.hold_many(batch, &holding, &mut outcomes).await;
+                // The keys another process holds are read again.
+                continue;
+            }
+            if pending.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            if now >= give_up_at {
+                let held: Vec<(usize, Option<u64>, u64)> = {
+                    let state = store.state();
+                    pending
+                        .iter()
+                        .map(|&at| (at, None, state.fence(handles[at].key())))
+                        .collect()
+                };
+                self.hold_many(batch, &held, &mut outcomes).await;
+                break;
+            }
+            let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
+            let _ = tokio::time::timeout_at(until, notified).await;
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| {
+                    Fetched::Failed(Error::LoadAborted {
+                        cache: batch.config().name.clone(),
+                    })
+                })
+            })
+            .collect()
     }
 
     /// The key's flow, as for a miss (as the Redis tier's refresh): the value held is the one
@@ -642,13 +709,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             return Ok(());
         }
         let fence = state.bump(handle.key());
-        for tag in handle.tags() {
-            state
-                .tagged
-                .entry(tag.clone())
-                .or_default()
-                .insert(handle.key().clone());
-        }
+        state.tag(handle);
         let stored = self.stored(handle, value, fence);
         let entry = stored.entry();
         state.values.insert(handle.key().clone(), stored);
@@ -681,14 +742,15 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         self.trusted()
     }
 
-    async fn read(&self, direct: &crate::tier::Direct<'_, K, V>) -> Option<Shared<V>> {
+    async fn read(&self, direct: &Direct<'_, K, V>) -> Option<Shared<V>> {
         self.store.stall().await;
-        if self.store.down() || lock(&self.dirty).contains(direct.key()) {
-            return None;
-        }
-        let state = self.store.state();
-        let stored = state.values.get(direct.key())?;
-        (Instant::now() < stored.fresh_until).then(|| self.shared(stored.entry()))
+        self.read_now(direct)
+    }
+
+    /// One operation for every key, as the Redis tier's batch read.
+    async fn read_many(&self, directs: &[Direct<'_, K, V>]) -> Vec<Option<Shared<V>>> {
+        self.store.stall().await;
+        directs.iter().map(|direct| self.read_now(direct)).collect()
     }
 
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {
@@ -700,11 +762,89 @@ impl<K: Key, V: Value> Fake<K, V> {
     /// Loads here while the store is down; the key is dropped from the store before this
     /// process reads it there again.
     async fn degraded<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        let fetched = handle.load_here(self.trusted()).await;
-        if let Fetched::Loaded(_) = fetched {
-            lock(&self.dirty).insert(handle.key().clone());
+        let trusted = self.trusted();
+        let loaded = handle.load().await;
+        self.loaded_here(handle, loaded, trusted)
+    }
+
+    /// [`Fake::degraded`] for the keys at `indices` of a batch, with one load.
+    async fn degraded_many<L: BatchLoad<K, V>>(
+        &self,
+        batch: &Batch<'_, K, V, L>,
+        indices: &[usize],
+        outcomes: &mut [Option<Fetched<V>>],
+    ) {
+        let trusted = self.trusted();
+        let loaded = batch.load(indices).await;
+        for (&at, loaded) in indices.iter().zip(loaded) {
+            outcomes[at] = Some(self.loaded_here(&batch.handles()[at], loaded, trusted));
         }
-        fetched
+    }
+
+    /// A load made while the store was down: kept here for `trusted`, the key dropped from the
+    /// store before this process reads it there again.
+    fn loaded_here<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        loaded: Result<Loaded<V>, Error>,
+        trusted: Option<Duration>,
+    ) -> Fetched<V> {
+        match loaded {
+            Ok(loaded) => {
+                let value = handle.keep_loaded(loaded.value, trusted);
+                lock(&self.dirty).insert(handle.key().clone());
+                Fetched::Loaded(value)
+            }
+            Err(error) => Fetched::Failed(error),
+        }
+    }
+
+    /// What a read of the key (under the store's lock) decides: its fresh value; else a stale
+    /// one is handed to the waiters (once: `served`) or a last good one offered, and the flight
+    /// takes the lock, loads without it, waits for its holder, or is told it is busy.
+    fn decide<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        state: &mut State<K, V>,
+        served: &mut bool,
+    ) -> Next<V> {
+        let store = &self.store;
+        let now = Instant::now();
+        if let Some(stored) = state.values.get(handle.key()) {
+            let refreshes = handle
+                .refreshing()
+                .is_some_and(|old| stored.filled_at <= old);
+            if now < stored.fresh_until && !refreshes {
+                return Next::Done(Fetched::Read(handle.keep(self.shared(stored.entry()))));
+            }
+            if now < stored.stale_until && !*served {
+                *served = handle.serve(self.shared(stored.entry()));
+            } else if now >= stored.stale_until && now < stored.kept_until {
+                handle.last_good(self.shared(stored.entry()));
+            }
+        }
+        let held = state
+            .locks
+            .get(handle.key())
+            .filter(|held| held.until > now);
+        match held {
+            // No Redis lock (`READ_OR_LOCK` without a token): loaded without one, and fenced by
+            // its fill, which moves the fence on.
+            _ if handle.config().lock != config::Lock::Redis => {
+                Next::Hold(None, state.fence(handle.key()))
+            }
+            None => {
+                let token = state.token();
+                let until = now + store.lease;
+                state
+                    .locks
+                    .insert(handle.key().clone(), Lock { token, until });
+                Next::Hold(Some(token), state.bump(handle.key()))
+            }
+            Some(_) if self.busy_error && !*served => Next::Done(Fetched::Busy),
+            Some(_) if self.busy_compute => Next::Hold(None, state.fence(handle.key())),
+            Some(held) => Next::Wait(held.until - now),
+        }
     }
 
     /// Drops `key` from the store (and announces it) if this process changed it while the
@@ -762,36 +902,102 @@ impl<K: Key, V: Value> Fake<K, V> {
         token: Option<u64>,
         fence: u64,
     ) -> Fetched<V> {
-        let store = &self.store;
+        self.store.state().tag(handle);
+        let loaded = self.renewing(&[(handle.key(), token)], handle.load()).await;
+        self.store.stall().await;
+        let mut state = self.store.state();
+        let filled = self.fill(&mut state, handle, token, fence, loaded);
+        drop(state);
+        match filled {
+            Filled::Stored(fetched) => {
+                self.store.wake();
+                fetched
+            }
+            Filled::Here(value) => self.kept_here(handle, value),
+        }
+    }
+
+    /// [`Fake::hold`] of the keys of a batch at `held` (each with its token and fence), with
+    /// one load of them all and one fill.
+    async fn hold_many<L: BatchLoad<K, V>>(
+        &self,
+        batch: &Batch<'_, K, V, L>,
+        held: &[(usize, Option<u64>, u64)],
+        outcomes: &mut [Option<Fetched<V>>],
+    ) {
+        let handles = batch.handles();
         {
-            let mut state = store.state();
-            for tag in handle.tags() {
-                state
-                    .tagged
-                    .entry(tag.clone())
-                    .or_default()
-                    .insert(handle.key().clone());
+            let mut state = self.store.state();
+            for &(at, ..) in held {
+                state.tag(&handles[at]);
             }
         }
+        let indices: Vec<usize> = held.iter().map(|&(at, ..)| at).collect();
+        let locks: Vec<(&K, Option<u64>)> = held
+            .iter()
+            .map(|&(at, token, _)| (handles[at].key(), token))
+            .collect();
+        let loaded = self.renewing(&locks, batch.load(&indices)).await;
+        self.store.stall().await;
+        let (mut here, mut wake) = (Vec::new(), false);
+        {
+            let mut state = self.store.state();
+            for (&(at, token, fence), loaded) in held.iter().zip(loaded) {
+                match self.fill(&mut state, &handles[at], token, fence, loaded) {
+                    Filled::Stored(fetched) => {
+                        outcomes[at] = Some(fetched);
+                        wake = true;
+                    }
+                    Filled::Here(value) => here.push((at, value)),
+                }
+            }
+        }
+        for (at, value) in here {
+            outcomes[at] = Some(self.kept_here(&handles[at], value));
+        }
+        if wake {
+            self.store.wake();
+        }
+    }
+
+    /// Runs `work` while renewing the leases of the locks `held` (a key with the token it holds
+    /// its lock with; `None`: without the lock), unless leases lapse.
+    async fn renewing<F: Future>(&self, held: &[(&K, Option<u64>)], work: F) -> F::Output {
+        let store = &self.store;
         let renew = async {
             loop {
                 tokio::time::sleep(store.lease / 3).await;
                 let mut state = store.state();
-                if !store.lapse.load(Ordering::SeqCst)
-                    && let Some(held) = state.locks.get_mut(handle.key())
-                    && Some(held.token) == token
-                {
-                    held.until = Instant::now() + store.lease;
+                if store.lapse.load(Ordering::SeqCst) {
+                    continue;
+                }
+                for &(key, token) in held {
+                    if let Some(lock) = state.locks.get_mut(key)
+                        && Some(lock.token) == token
+                    {
+                        lock.until = Instant::now() + store.lease;
+                    }
                 }
             }
         };
-        let loaded = tokio::select! {
+        tokio::select! {
             biased;
-            loaded = handle.load() => loaded,
+            output = work => output,
             () = renew => unreachable!("the renewals loop until the load ends"),
-        };
-        store.stall().await;
-        let mut state = store.state();
+        }
+    }
+
+    /// After a load: releases the key's lock if `token` still holds it, and writes the value if
+    /// the fence is still `fence` and the store holds no newer source version (Redis's `FILL`);
+    /// refused, its callers get what the store holds if written since the source was read.
+    fn fill<L: Load<K, V>>(
+        &self,
+        state: &mut State<K, V>,
+        handle: &Handle<'_, K, V, L>,
+        token: Option<u64>,
+        fence: u64,
+        loaded: Result<Loaded<V>, Error>,
+    ) -> Filled<V> {
         if state
             .locks
             .get(handle.key())
@@ -803,14 +1009,10 @@ impl<K: Key, V: Value> Fake<K, V> {
             Ok(loaded) => state.newer(handle, &loaded.value),
             Err(_) => None,
         };
-        let fetched = match (loaded, newer) {
+        Filled::Stored(match (loaded, newer) {
             (Err(error), _) => Fetched::Failed(error),
             // The store went down meanwhile: the value is good, kept here.
-            (Ok(Loaded { value, .. }), _) if store.down() => {
-                drop(state);
-                lock(&self.dirty).insert(handle.key().clone());
-                return Fetched::Loaded(handle.keep_loaded(value, self.trusted()));
-            }
+            (Ok(Loaded { value, .. }), _) if self.store.down() => return Filled::Here(value),
             (Ok(Loaded { value, .. }), None) if state.fence(handle.key()) == fence => {
                 if token.is_none() {
                     state.bump(handle.key());
@@ -853,10 +1055,24 @@ impl<K: Key, V: Value> Fake<K, V> {
                     None => Fetched::Loaded(handle.fenced_off(value, self.trusted())),
                 }
             }
-        };
-        drop(state);
-        store.wake();
-        fetched
+        })
+    }
+
+    /// A value loaded while the store went down: kept here, the key dropped from the store
+    /// before this process reads it there again.
+    fn kept_here<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>, value: V) -> Fetched<V> {
+        lock(&self.dirty).insert(handle.key().clone());
+        Fetched::Loaded(handle.keep_loaded(value, self.trusted()))
+    }
+
+    /// The fresh value the store holds for the key, read without a lock ([`Tier::read`]).
+    fn read_now(&self, direct: &Direct<'_, K, V>) -> Option<Shared<V>> {
+        if self.store.down() || lock(&self.dirty).contains(direct.key()) {
+            return None;
+        }
+        let state = self.store.state();
+        let stored = state.values.get(direct.key())?;
+        (Instant::now() < stored.fresh_until).then(|| self.shared(stored.entry()))
     }
 }
 

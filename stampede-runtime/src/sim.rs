@@ -2,7 +2,10 @@
 //! built over any tier outside the generated code, the fake shared tier, seeded randomness, and
 //! what a cache leaves behind after a run. Not for users: it changes without notice.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::cache::Cache;
 use crate::config::Config;
@@ -12,7 +15,7 @@ use crate::kv::{Key, Value};
 use crate::load::RetryIf;
 use crate::registry::{self, AnyCache as _};
 use crate::stats::Stats;
-use crate::tier::Tier;
+use crate::tier::{One, Run, Tier};
 
 pub use crate::core::Values;
 pub use crate::fake_tier::{Event, Fake, Process, Store, tier, tier_of};
@@ -130,6 +133,81 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
         // SAFETY: the cache was leaked from a `Box` in `new`, and the caller guarantees that no
         // reference to it is left.
         drop(unsafe { Box::from_raw(cache) });
+    }
+}
+
+/// The future of one attempt of a batch load: each key's answer, in order.
+type Answers<V, E> = std::pin::Pin<Box<dyn Future<Output = Result<Vec<Option<V>>, E>> + Send>>;
+
+/// The load of a batch function's cache, as the generated code makes it: a call of the
+/// function with the keys, each key answered from its map (`None`: left out, absent).
+fn answered<K, V, F, Fut, E>(load: F) -> impl Fn(&Vec<K>) -> Answers<V, E> + Send + Sync + 'static
+where
+    K: Key,
+    V: Value,
+    F: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<HashMap<K, V>, E>> + Send + 'static,
+    E: LoadError,
+{
+    move |keys: &Vec<K>| -> Answers<V, E> {
+        let call = load(keys);
+        let keys = keys.clone();
+        Box::pin(async move {
+            let mut found = call.await?;
+            Ok(keys.iter().map(|key| found.remove(key)).collect())
+        })
+    }
+}
+
+impl<K: Key, V: Value, T: Tier<K, Option<V>>> SimCache<K, Option<V>, T> {
+    /// A call of a batch function (`refresh`: its companion's `refresh`) whose attempts `load`
+    /// makes, each with the keys to load, returning a map of those it found; its failed attempts
+    /// retried as [`SimCache::get`]'s. Each key once, in the order first given, with its own
+    /// answer (`None`: absent).
+    pub fn get_many<F, Fut, E>(
+        self,
+        keys: Vec<K>,
+        load: F,
+        retry_if: Option<fn(&E) -> bool>,
+        refresh: bool,
+    ) -> impl Future<Output = Vec<(K, Result<Option<V>, Error>)>> + Send
+    where
+        F: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<HashMap<K, V>, E>> + Send + 'static,
+        E: LoadError,
+    {
+        let retry_if = retry_if.unwrap_or(|_| true);
+        let run = if refresh { Run::Refresh } else { Run::Get };
+        let load = answered(load);
+        self.cache
+            .get_many(keys, move || RetryIf { load, retry_if }, run)
+    }
+
+    /// A single-key call of a batch function's cache (a function with `batch_loader`), whose
+    /// load calls the batch function with its key; with `window`, loaded together with the
+    /// other single-key calls that must load within it (`batch_window`).
+    pub fn get_one<F, Fut, E>(
+        self,
+        key: K,
+        load: F,
+        retry_if: Option<fn(&E) -> bool>,
+        window: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<V>, Error>> + Send
+    where
+        F: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<HashMap<K, V>, E>> + Send + 'static,
+        E: LoadError,
+    {
+        let retry_if = retry_if.unwrap_or(|_| true);
+        let load = answered(load);
+        let prepare = move || RetryIf { load, retry_if };
+        let cache = self.cache;
+        async move {
+            match window {
+                Some(window) => cache.get_in_window(key, prepare, window).await,
+                None => cache.get(key, move || One::new(Arc::new(prepare()))).await,
+            }
+        }
     }
 }
 

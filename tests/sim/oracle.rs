@@ -5,6 +5,8 @@
 //! What it checks (each a violation, with the trace of the key's history):
 //!
 //! - **own key**: a value is the value of its own function and key;
+//! - **absent keys** (batch functions): a key answered absent is the key's absence at one of the
+//!   versions at which the source left it out, each check below holding for one of them;
 //! - **not older than a completed invalidation**: its version is at least the version written
 //!   before the last invalidation (or tag invalidation, or prime) of that key that completed
 //!   before the call began, in the call's process; in another process (a shared backend only),
@@ -44,6 +46,34 @@ pub struct Val {
     pub read_at: Duration,
 }
 
+/// Whether a batch function's source leaves `key` out of its map at `version` (a version of a
+/// key is its value, or its absence: README, Batch functions: "Keys left out of the map are
+/// absent ... and they are cached as absent").
+pub fn absent(function: u8, key: u16, version: u64) -> bool {
+    (version * 5 + u64::from(key) * 3 + u64::from(function)) % 4 == 1
+}
+
+/// What a call returned, when it returned something.
+#[derive(Clone, Copy, Debug)]
+pub enum Seen<'a> {
+    /// A peek that found nothing.
+    Nothing,
+    /// A batch function's key absent (`None`).
+    Absent,
+    /// A value.
+    Value(&'a Val),
+}
+
+impl<'a> Seen<'a> {
+    /// What a cache held: a value, or (a batch function's) an absence.
+    pub fn of(held: &'a Option<Val>) -> Self {
+        match held {
+            Some(value) => Seen::Value(value),
+            None => Seen::Absent,
+        }
+    }
+}
+
 /// What the oracle must know of one function.
 #[derive(Clone, Debug)]
 pub struct Rules {
@@ -51,6 +81,10 @@ pub struct Rules {
     /// `ttl` (README, options: "each value's own fresh time ..., capped at `ttl`").
     pub ttl: Duration,
     pub ttl_from: Option<fn(&Val) -> Option<Duration>>,
+    /// A batch function's `missing_ttl`: how long an absent key is fresh (zero: not cached, so
+    /// no `stale` or `fail_safe` window either); `None` for a single-key function, whose keys
+    /// are never absent.
+    pub missing_ttl: Option<Duration>,
     /// Percent by which a fill may shorten its fresh time.
     pub jitter: u8,
     pub stale: Duration,
@@ -214,6 +248,8 @@ pub enum Attempt {
 #[derive(Default)]
 struct History {
     versions: HashMap<(u8, u16), u64>,
+    /// Per (function, key): when each version from 1 on was written (version `v` at `v - 1`).
+    written: HashMap<(u8, u16), Vec<Duration>>,
     floors: HashMap<(u8, u16), Vec<Floor>>,
     /// Per (function, key): bumped when something detaches the key's running loads.
     detach: HashMap<(u8, u16), u64>,
@@ -278,6 +314,16 @@ pub struct Call {
     detach: Epochs,
     /// How many attempts of its cache's loads had failed in a row when it began.
     breaker_count: u32,
+    /// A key of a batch call of several keys: answered when the last of them is.
+    among_others: bool,
+}
+
+impl Call {
+    /// The call is of one key of a batch call of several keys.
+    pub fn among_others(mut self) -> Self {
+        self.among_others = true;
+        self
+    }
 }
 
 impl Oracle {
@@ -329,6 +375,11 @@ impl Oracle {
         let version = history.versions.entry((function, key)).or_default();
         *version += 1;
         let version = *version;
+        history
+            .written
+            .entry((function, key))
+            .or_default()
+            .push(now);
         history.note(now, format!("write f{function} k{key} -> v{version}"));
         version
     }
@@ -503,16 +554,12 @@ impl Oracle {
                 .cache_failed
                 .get(&(function, process))
                 .map_or(0, |failed| failed.1),
+            among_others: false,
         }
     }
 
-    /// What a call returned (`Ok(None)`: a peek that found nothing).
-    pub fn returned(
-        &self,
-        call: &Call,
-        outcome: Result<Option<&Val>, &stampede::Error>,
-        what: &str,
-    ) {
+    /// What a call returned.
+    pub fn returned(&self, call: &Call, outcome: Result<Seen<'_>, &stampede::Error>, what: &str) {
         let now = self.now();
         let rules = &self.rules[call.function as usize];
         let mut history = self.history();
@@ -525,9 +572,8 @@ impl Oracle {
             detach,
             ..
         } = *call;
-        let value = match outcome {
-            Ok(Some(value)) => value,
-            Ok(None) => return,
+        let seen = match outcome {
+            Ok(seen) => seen,
             Err(error) => {
                 history.note(
                     now,
@@ -544,41 +590,119 @@ impl Oracle {
                 return;
             }
         };
-        history.note(
-            now,
-            format!(
-                "{what} p{process} f{function} k{key} (began {began:?}) -> v{} read at {:?}",
-                value.version, value.read_at
-            ),
-        );
-        if (value.function, value.key) != (function, key) {
-            history.violate(
-                now,
-                format!("{what} of f{function} k{key} returned another's value: {value:?}"),
-            );
-        }
         let floor = history.floor(call, rules.shared, self.bound);
-        if value.version < floor {
+        // The version the call returned, how old it is at the least, and how long it is fresh.
+        let (version, age, own_ttl) = match seen {
+            Seen::Nothing => return,
+            Seen::Value(value) => {
+                history.note(
+                    now,
+                    format!(
+                        "{what} p{process} f{function} k{key} (began {began:?}) -> v{} read at {:?}",
+                        value.version, value.read_at
+                    ),
+                );
+                if (value.function, value.key) != (function, key) {
+                    history.violate(
+                        now,
+                        format!("{what} of f{function} k{key} returned another's value: {value:?}"),
+                    );
+                }
+                (
+                    value.version,
+                    now.saturating_sub(value.read_at),
+                    rules.ttl_of(value),
+                )
+            }
+            // An absence carries no version: it is one of the versions at which the source left
+            // the key out. Those the checks below allow are its candidates: the floor and the
+            // order are checked against the least of them (what a later call is held to), the
+            // age against the youngest (read at the latest while it was current).
+            Seen::Absent => {
+                history.note(
+                    now,
+                    format!("{what} p{process} f{function} k{key} (began {began:?}) -> absent"),
+                );
+                let Some(missing_ttl) = rules.missing_ttl else {
+                    history.violate(
+                        now,
+                        format!("{what} of f{function} k{key} returned an absence, and the function is not a batch function"),
+                    );
+                    return;
+                };
+                let current = history.versions.get(&(function, key)).copied().unwrap_or(0);
+                let absences: Vec<u64> = (0..=current)
+                    .filter(|&version| absent(function, key, version))
+                    .collect();
+                let ordered_after = history.ordered_after(call, rules);
+                // Primes that raced are unordered (as the order check below grants, seed 28421:
+                // a raced prime's v5, then an absence at v1).
+                let raced = |version: u64| {
+                    history.raced.get(&(function, key)).is_some_and(|raced| {
+                        ordered_after.is_some_and(|last| raced.contains(&last))
+                            && raced.contains(&version)
+                    })
+                };
+                let candidates: Vec<u64> = absences
+                    .iter()
+                    .copied()
+                    .filter(|&version| version >= floor)
+                    .filter(|&version| {
+                        ordered_after.is_none_or(|last| version >= last) || raced(version)
+                    })
+                    .collect();
+                let (Some(&least), Some(&youngest)) = (candidates.first(), candidates.last())
+                else {
+                    history.violate(now, format!(
+                        "{what} of p{process} f{function} k{key}, begun at {began:?}, returned an absence, though the key was absent at none of the versions it may return (absent at {absences:?}; an invalidation at v{floor} had completed; an earlier call had returned v{ordered_after:?})"
+                    ));
+                    return;
+                };
+                // Read while it was current: before the next version was written.
+                let until = history
+                    .written
+                    .get(&(function, key))
+                    .and_then(|written| written.get(youngest as usize).copied())
+                    .unwrap_or(now);
+                let _ = least;
+                (least, now.saturating_sub(until), missing_ttl)
+            }
+        };
+        if version < floor {
             history.violate(now, format!(
-                "{what} of p{process} f{function} k{key}, begun at {began:?}, returned v{} though an invalidation at v{floor} had completed",
-                value.version
+                "{what} of p{process} f{function} k{key}, begun at {began:?}, returned v{version} though an invalidation at v{floor} had completed"
             ));
         }
+        let absence = matches!(seen, Seen::Absent);
+        // A key of a batch call of several keys is answered when the call's last key is: its
+        // value may have aged since the call got it by up to the call's time (README, Batch
+        // functions: "a batch answers all its keys or an error"; "A call returns once its last
+        // key is answered"). Its age is counted from the call's beginning at the latest.
+        let age = match call.among_others {
+            true => age.saturating_sub(now.saturating_sub(began)),
+            false => age,
+        };
         // README, "Which option applies when": a value is served fresh for its ttl (its own,
-        // with `ttl_from`), then stale for `stale`; past that, "a load; if it fails, or takes
-        // longer than `soft_timeout`, the last good value" (`fail_safe`). Every value is
-        // counted from its read, so the time its load took to fill it (and the store's stalls)
-        // is added.
-        let age = now.saturating_sub(value.read_at);
-        let own_ttl = rules.ttl_of(value);
-        let servable = own_ttl + rules.stale + rules.slack;
+        // with `ttl_from`; an absence for `missing_ttl`), then stale for `stale`; past that, "a
+        // load; if it fails, or takes longer than `soft_timeout`, the last good value"
+        // (`fail_safe`). Every value is counted from its read, so the time its load took to
+        // fill it (and the store's stalls) is added. An absence not cached (`missing_ttl =
+        // "0s"`) has neither window: "no `stale` or `fail_safe` window serves the absence".
+        let not_cached = absence && own_ttl.is_zero();
+        let stale = if not_cached {
+            Duration::ZERO
+        } else {
+            rules.stale
+        };
+        let servable = own_ttl + stale + rules.slack;
         let grant = rules
             .fail_safe
+            .filter(|_| !not_cached)
             .and_then(|fail_safe| history.fail_safe_grant(call, &fail_safe, now, rules));
         // Past its stale deadline at the earliest (a fill's fresh time is cut by `jitter` at
         // most), a value given for a failure stands for `fail_safe_throttle` (README, options:
         // "how long a served last good value stands before the source is asked again").
-        let past_stale = age > own_ttl.mul_f64(1.0 - f64::from(rules.jitter) / 100.0) + rules.stale;
+        let past_stale = age > own_ttl.mul_f64(1.0 - f64::from(rules.jitter) / 100.0) + stale;
         if grant == Some(Grant::Failure) && past_stale {
             history
                 .fail_safe_served
@@ -593,8 +717,9 @@ impl Oracle {
                     servable + fail_safe.keep
                 )),
                 None => history.violate(now, format!(
-                    "{what} of p{process} f{function} k{key} returned a value {age:?} old, past the {servable:?} its options allow without a failed load{}",
-                    if rules.fail_safe.is_some() { " (fail-safe needs one)" } else { "" }
+                    "{what} of p{process} f{function} k{key} returned a{} value {age:?} old, past the {servable:?} its options allow without a failed load{}",
+                    if absence { "n absent" } else { "" },
+                    if rules.fail_safe.is_some() && !not_cached { " (fail-safe needs one)" } else { "" }
                 )),
             }
         }
@@ -606,15 +731,14 @@ impl Oracle {
         if !rules.unordered
             && let Some(&(last, ended)) = history.last.get(&(function, process, key))
             && ended < began_seq
-            && value.version < last
+            && version < last
             && !history
                 .raced
                 .get(&(function, key))
-                .is_some_and(|raced| raced.contains(&last) && raced.contains(&value.version))
+                .is_some_and(|raced| raced.contains(&last) && raced.contains(&version))
         {
             history.violate(now, format!(
-                "{what} of p{process} f{function} k{key} returned v{} after an earlier call had returned v{last}",
-                value.version
+                "{what} of p{process} f{function} k{key} returned v{version} after an earlier call had returned v{last}"
             ));
         }
         // A call that overlapped an invalidation or a prime of its key, or a feed going down or
@@ -636,8 +760,8 @@ impl Oracle {
                 .last
                 .entry((function, process, key))
                 .or_insert((0, ended));
-            if value.version >= last.0 {
-                *last = (value.version, ended);
+            if version >= last.0 {
+                *last = (version, ended);
             }
         }
     }
@@ -900,6 +1024,13 @@ impl History {
             count_then.max(count) >= opens
                 || last.is_some_and(|last| last + cooldown + rules.slack >= began)
         })
+    }
+
+    /// The version an earlier call of the process returned that `call` may not return below
+    /// (see the order check in [`Oracle::returned`]), if any.
+    fn ordered_after(&self, call: &Call, rules: &Rules) -> Option<u64> {
+        let &(last, ended) = self.last.get(&(call.function, call.process, call.key))?;
+        (!rules.unordered && ended < call.seq).then_some(last)
     }
 
     fn next_seq(&mut self) -> u64 {

@@ -47,18 +47,10 @@ impl Held {
         renewing(&self.connection, renew, lost, work).await
     }
 
-    /// Releases the lock if this flow still holds it (compare-and-delete); if Redis does not
-    /// answer, gives it back from a task until it does ([`give_back`]).
+    /// Releases the lock if this flow still holds it (see [`release`]).
     pub(crate) async fn release(mut self) {
         self.done = true;
-        if self
-            .connection
-            .release(&self.keys, &self.token)
-            .await
-            .is_err()
-        {
-            give_back(&self.connection, &[&self.keys], &self.token);
-        }
+        release(&self.connection, &[&self.keys], &self.token).await;
     }
 
     /// The lock was released by another script (`FILL`).

@@ -252,20 +252,6 @@ impl Endpoint {
         })
     }
 
-    /// Releases the lock if `token` still holds it.
-    pub(crate) async fn release(&self, keys: &RedisKeys, token: &str) -> Result<bool, Failure> {
-        self.call(|mut connection| async move {
-            scripts::RELEASE
-                .key(&keys.lock)
-                .arg(token)
-                .arg(&keys.channel)
-                .arg(connection.publish_command())
-                .invoke_async(&mut connection)
-                .await
-        })
-        .await
-    }
-
     /// Renews the lease if `token` still holds the lock; `false` if it was lost.
     pub(crate) async fn extend(&self, keys: &RedisKeys, token: &str) -> Result<bool, Failure> {
         let lease = millis(self.config.lease);

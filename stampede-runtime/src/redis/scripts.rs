@@ -170,22 +170,6 @@ return {1, now, fresh, stale, false}
     )
 });
 
-/// Releases the lock if the caller still holds it (compare-and-delete), and publishes an empty
-/// message so that waiters read again at once instead of at the end of the lease. KEYS: lock.
-/// ARGV: token, channel, the publishing command (as `FILL`'s). Returns 1 if released.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call(ARGV[3], ARGV[2], '')
-  return 1
-end
-return 0
-",
-    )
-});
-
 /// Extends the lock's lease if the caller still holds it (compare-and-pexpire), and keeps the
 /// key's fence alive as long. KEYS: lock, fence. ARGV: token, lease ms. Returns 1 if extended,
 /// 0 if the lock is someone else's or gone.

@@ -1,6 +1,7 @@
 //! The Lua scripts of a batch: the single-key scripts of `redis::scripts` (`READ_FRESH`,
-//! `READ_OR_LOCK`, `FILL`, `RELEASE`, `EXTEND`) run over many keys in one round trip, each key
-//! exactly as its single-key script treats it (see there for the fence's rules). A script's
+//! `READ_OR_LOCK`, `FILL`, `EXTEND`) run over many keys in one round trip, each key exactly as
+//! its single-key script treats it (see there for the fence's rules); and the one release, of
+//! one key or many (`RELEASE_MANY`). A script's
 //! keys all share one Redis Cluster slot: on a cluster a batch runs one script per slot.
 
 use std::sync::LazyLock;
@@ -180,8 +181,9 @@ return out
     )
 });
 
-/// `RELEASE` of many keys: each lock the token still holds is deleted, and an empty message
-/// published on its key's channel so that waiters read again at once.
+/// `RELEASE` (of one key or many): each lock the token still holds is deleted (compare-and-
+/// delete), and an empty message published on its key's channel so that waiters read again at
+/// once instead of at the end of the lease.
 ///
 /// KEYS: the locks. ARGV: token, the publishing command, then each key's channel.
 ///

@@ -916,3 +916,69 @@ async fn missing_ttl_zero_with_stale_caches_no_absence_in_either_tier() {
         "key 2, found, is cached"
     );
 }
+
+/// A key of a batch is answered when its own load ends: while another key of the batch waits
+/// for another process's lock, a call of a key whose load already failed (the source back)
+/// loads it anew, rather than join the batch's flight and get the old failure when the batch's
+/// last key is answered (simulation seeds 11882, 100700, 105908, 108926).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_whose_load_failed_is_loaded_anew_while_another_key_of_its_batch_waits() {
+    static HOLDING: tokio::sync::Notify = tokio::sync::Notify::const_new();
+    static LET_GO: tokio::sync::Notify = tokio::sync::Notify::const_new();
+    static FAILING: AtomicBool = AtomicBool::new(true);
+    static FAILED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    // Another process, loading key 2 until the test lets it go.
+    #[cached(ttl = "60s", lock = "redis", redis = "settle_a", batch = ids, name = "rb::settle")]
+    async fn in_a(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        HOLDING.notify_one();
+        LET_GO.notified().await;
+        Ok(ids.into_iter().map(|id| (id, format!("{id} a"))).collect())
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "settle_b", batch = ids, name = "rb::settle")]
+    async fn in_b(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        match FAILING.load(SeqCst) {
+            true => {
+                FAILED.notify_one();
+                Err(AppError::Db("the replica is gone".into()))
+            }
+            false => Ok(ids.into_iter().map(|id| (id, format!("{id} b"))).collect()),
+        }
+    }
+
+    let server = RedisServer::start();
+    install(&server.url(), "settle_a");
+    // B waits for A's fill of key 2 longer than the test runs.
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_secs(2))
+        .lock_wait(Duration::from_secs(120))
+        .install_as("settle_b");
+    let holder = tokio::spawn(in_a(vec![2]));
+    within(HOLDING.notified()).await;
+    // Key 1's load fails at once; key 2 waits for A's fill.
+    let batch = tokio::spawn(in_b(vec![1, 2]));
+    within(FAILED.notified()).await;
+    FAILING.store(false, SeqCst);
+    // A call that joined key 1's flight before its failure was settled gets that failure: ask
+    // again. One that waits for the batch's last key does not return before A lets go.
+    let again = within(async {
+        loop {
+            if let Ok(found) = in_b(vec![1]).await {
+                break found;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(again[&1], "1 b");
+    assert!(!batch.is_finished(), "key 2 still waits for A");
+    LET_GO.notify_one();
+    assert_eq!(within(holder).await.unwrap().unwrap()[&2], "2 a");
+    let error = within(batch).await.unwrap().unwrap_err();
+    assert!(
+        matches!(error, AppError::Db(_)),
+        "a batch answers all its keys or an error"
+    );
+}

@@ -571,6 +571,28 @@ impl Flaky {
     fn loads(&self) -> usize {
         self.loads.load(SeqCst)
     }
+
+    /// A batch function's call of `keys` through `cache`: one load of the keys it must load.
+    fn get_many<T: Tier<u64, String>>(
+        &self,
+        cache: &'static Cache<u64, String, T>,
+        keys: Vec<u64>,
+    ) -> impl Future<Output = Vec<(u64, Result<String, Error>)>> + Send + 'static {
+        let (loads, failing) = (self.loads.clone(), self.failing.clone());
+        let load = move || {
+            move |keys: &Vec<u64>| {
+                let (keys, loads, failing) = (keys.clone(), loads.clone(), failing.clone());
+                async move {
+                    let n = loads.fetch_add(1, SeqCst) + 1;
+                    match failing.load(SeqCst) {
+                        true => Err(format!("load {n}: down")),
+                        false => Ok(keys.iter().map(|key| format!("{key} v{n}")).collect()),
+                    }
+                }
+            }
+        };
+        cache.get_many(keys, load, crate::tier::Run::Get)
+    }
 }
 
 fn breaker_open<T: Tier<u64, String>>(cache: &'static Cache<u64, String, T>) -> bool {
@@ -846,6 +868,36 @@ async fn a_failed_load_does_not_hand_a_late_waiter_the_stale_value_past_its_dead
     let late = within(source.get(cache, 3)).await;
     assert!(late.is_err(), "got {late:?} past the stale deadline");
     assert_eq!(source.loads(), 1, "the late caller joined the flight");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_of_a_batch_is_answered_when_its_load_ends_not_when_the_batchs_last_key_is() {
+    // Simulation seeds 11882, 100700, 105908, 108926: a batch's keys were answered together
+    // when its last key was, so a key whose load had failed stayed in flight while another
+    // key waited for another process's lock; a call of it made after the failure, with the
+    // source back, joined that flight and got the old failure (or its fail-safe value).
+    let store = Store::new(); // a 5 s lease
+    store.lock(2); // another process holds key 2's lock, and never fills
+    let cache = shared(
+        locked("core::batch_settles_each_key"),
+        fake_tier::tier(&store),
+    );
+    let source = Flaky::default();
+    source.failing.store(true, SeqCst);
+    let batch = tokio::spawn(source.get_many(cache, vec![1, 2]));
+    tokio::time::sleep(Duration::from_millis(10)).await; // key 1's load has failed by now
+    assert_eq!(source.loads(), 1, "one load, of key 1");
+    source.failing.store(false, SeqCst);
+    assert_eq!(
+        within(source.get(cache, 1)).await.unwrap(),
+        "1 v2",
+        "a call made after the failure loads anew"
+    );
+    let answers = within(batch).await.unwrap();
+    assert!(
+        answers[0].1.is_err(),
+        "the batch's own answer for key 1 is its failure"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -607,17 +607,16 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
     /// tier's batch: one read of every key, one load of those this process holds or loads
     /// without the lock, one fill; the keys another process holds are waited for, then read
     /// again), each key decided, filled and fenced by the single key's rules.
-    async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) -> Vec<Fetched<V>> {
+    async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) {
         let store = &self.store;
         let handles = batch.handles();
         let give_up_at = Instant::now() + self.lock_wait;
-        let mut outcomes: Vec<Option<Fetched<V>>> = handles.iter().map(|_| None).collect();
         let mut served = vec![false; handles.len()];
         let mut pending: Vec<usize> = (0..handles.len()).collect();
         while !pending.is_empty() {
             store.stall().await;
             if store.down() {
-                self.degraded_many(batch, &pending, &mut outcomes).await;
+                self.degraded_many(batch, &pending).await;
                 break;
             }
             for &at in &pending {
@@ -630,7 +629,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 let mut state = store.state();
                 for &at in &pending {
                     match self.decide(&handles[at], &mut state, &mut served[at]) {
-                        Next::Done(fetched) => outcomes[at] = Some(fetched),
+                        Next::Done(fetched) => batch.report(at, fetched),
                         Next::Hold(token, fence) => holding.push((at, token, fence)),
                         Next::Wait(left) => {
                             busy.push(at);
@@ -645,7 +644,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             }
             pending = busy;
             if !holding.is_empty() {
-                self.hold_many(batch, &holding, &mut outcomes).await;
+                self.hold_many(batch, &holding).await;
                 // The keys another process holds are read again.
                 continue;
             }
@@ -661,22 +660,12 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                         .map(|&at| (at, None, state.fence(handles[at].key())))
                         .collect()
                 };
-                self.hold_many(batch, &held, &mut outcomes).await;
+                self.hold_many(batch, &held).await;
                 break;
             }
             let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
             let _ = tokio::time::timeout_at(until, notified).await;
         }
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.unwrap_or_else(|| {
-                    Fetched::Failed(Error::LoadAborted {
-                        cache: batch.config().name.clone(),
-                    })
-                })
-            })
-            .collect()
     }
 
     /// The key's flow, as for a miss (as the Redis tier's refresh): the value held is the one
@@ -772,12 +761,11 @@ impl<K: Key, V: Value> Fake<K, V> {
         &self,
         batch: &Batch<'_, K, V, L>,
         indices: &[usize],
-        outcomes: &mut [Option<Fetched<V>>],
     ) {
         let trusted = self.trusted();
         let loaded = batch.load(indices).await;
         for (&at, loaded) in indices.iter().zip(loaded) {
-            outcomes[at] = Some(self.loaded_here(&batch.handles()[at], loaded, trusted));
+            batch.report(at, self.loaded_here(&batch.handles()[at], loaded, trusted));
         }
     }
 
@@ -923,7 +911,6 @@ impl<K: Key, V: Value> Fake<K, V> {
         &self,
         batch: &Batch<'_, K, V, L>,
         held: &[(usize, Option<u64>, u64)],
-        outcomes: &mut [Option<Fetched<V>>],
     ) {
         let handles = batch.handles();
         {
@@ -945,7 +932,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             for (&(at, token, fence), loaded) in held.iter().zip(loaded) {
                 match self.fill(&mut state, &handles[at], token, fence, loaded) {
                     Filled::Stored(fetched) => {
-                        outcomes[at] = Some(fetched);
+                        batch.report(at, fetched);
                         wake = true;
                     }
                     Filled::Here(value) => here.push((at, value)),
@@ -953,7 +940,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             }
         }
         for (at, value) in here {
-            outcomes[at] = Some(self.kept_here(&handles[at], value));
+            batch.report(at, self.kept_here(&handles[at], value));
         }
         if wake {
             self.store.wake();

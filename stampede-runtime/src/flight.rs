@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ struct Shared<V> {
     outcome: Mutex<Outcome<V>>,
     changed: Notify,
     /// The leader is gone: nothing more will change.
-    closed: std::sync::atomic::AtomicBool,
+    closed: AtomicBool,
     /// How many callers wait for it.
     callers: AtomicUsize,
     /// The failure of a load that had one caller, moved to it rather than shared: the only
@@ -164,7 +164,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
         let shared = Arc::new(Shared {
             outcome: Mutex::new(Outcome::Running),
             changed: Notify::new(),
-            closed: std::sync::atomic::AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             callers: AtomicUsize::new(0),
             handoff: Mutex::new(None),
             urgent: Notify::new(),
@@ -183,7 +183,8 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             key: key.clone(),
             id,
             shared,
-            removed: false,
+            removed: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
         }
     }
 
@@ -210,13 +211,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The right and the duty to load one key. Finish it with [`Leader::finish`]; dropping it
-/// instead releases the key and wakes the waiters with [`Error::LoadAborted`].
+/// unfinished releases the key and wakes the waiters with [`Error::LoadAborted`].
 pub(crate) struct Leader<'a, K: Hash + Eq + Clone, V: Clone> {
     flights: &'a Flights<K, V>,
     key: K,
     id: u64,
     shared: Arc<Shared<V>>,
-    removed: bool,
+    removed: AtomicBool,
+    /// Finished: the outcome is handed out, and nothing the leader does after changes it.
+    finished: AtomicBool,
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
@@ -233,7 +236,9 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
     /// get it at once too while it is servable; the key stays in flight, so no second refresh
     /// starts, until [`finish`](Self::finish) replaces it with the outcome.
     pub(crate) fn serve(&self, entry: Entry<V>) {
-        self.publish(Outcome::Serving(entry));
+        if !self.finished.load(Ordering::Acquire) {
+            self.publish(Outcome::Serving(entry));
+        }
     }
 
     /// Offers the waiters a last good value, which a soft timeout may give them.
@@ -241,14 +246,19 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
         *lock(&self.shared.last_good) = Some(entry);
     }
 
-    /// Releases the key, then hands the outcome to every waiter. Store the value before calling
-    /// this, so that a caller arriving after the release finds it.
+    /// Releases the key, then hands the outcome to every waiter (the first outcome only: a
+    /// leader finishes once). Store the value before calling this, so that a caller arriving
+    /// after the release finds it. A batch's flight finishes each of its keys' leaders as soon
+    /// as that key is settled, while it still holds the others.
     ///
     /// A value this flight answers with is as new as any stale value another flight of the key
     /// (begun after this one was detached) serves meanwhile: that flight stops serving it, so
     /// that no caller joining it after this answer gets an older value (its joiners wait for
     /// its outcome instead).
-    pub(crate) fn finish(mut self, outcome: Result<V, Error>) {
+    pub(crate) fn finish(&self, outcome: Result<V, Error>) {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            return;
+        }
         self.release();
         if outcome.is_ok() {
             self.flights.stop_serving(&self.key);
@@ -270,9 +280,8 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
         self.shared.changed.notify_waiters();
     }
 
-    fn release(&mut self) {
-        if !self.removed {
-            self.removed = true;
+    fn release(&self) {
+        if !self.removed.swap(true, Ordering::AcqRel) {
             self.flights.remove(&self.key, self.id);
         }
     }

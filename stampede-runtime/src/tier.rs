@@ -86,13 +86,14 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
 
     /// Gets the values of many keys this process has no usable value for, as [`Tier::fetch`]
     /// does for one, with one load of the keys it must load here: a batch function's call, or
-    /// a window of single-key calls (`batch_window`). Reports each key's outcome, in the
-    /// batch's order. Runs inside the flight of each key. Without a shared store, every key is
-    /// loaded here: a tier that shares values overrides this.
+    /// a window of single-key calls (`batch_window`). Reports each key's outcome through
+    /// [`Batch::report`] as soon as it is known (not when the last key is), so that no key
+    /// waits in flight for another. Runs inside the flight of each key. Without a shared store,
+    /// every key is loaded here: a tier that shares values overrides this.
     fn fetch_many<L: BatchLoad<K, V>>(
         &self,
         batch: &Batch<'_, K, V, L>,
-    ) -> impl Future<Output = Vec<Fetched<V>>> + Send {
+    ) -> impl Future<Output = ()> + Send {
         batch.load_here(None)
     }
 

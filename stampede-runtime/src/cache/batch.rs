@@ -132,10 +132,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 .iter()
                 .map(|&at| Handle::new(core, &keys[at], &one, Start::miss(run), None))
                 .collect();
-            let loaded = self.flown_many(handles, &*load).await;
-            for (at, answer) in missed.into_iter().zip(loaded) {
-                answers[at] = Some(answer);
-            }
+            self.flown_many(handles, &*load, |at, answer| {
+                answers[missed[at]] = Some(answer);
+            })
+            .await;
             return answered(keys, answers, core);
         }
         if run == Run::Get && self.tier.reads() {
@@ -262,7 +262,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
 
     /// One flight of many keys: a refresh of values being served first waits for a turn in the
     /// process's budget (a load for callers with no value never does); then the tier fetches
-    /// them, the core settles each key, and each key's leader hands its answer to its waiters.
+    /// them, and as each key's outcome is known the core settles it and its leader hands the
+    /// answer to its waiters.
     async fn batch_flight<L: BatchLoad<K, V>>(&'static self, led: Led<K, V>, load: Arc<L>) {
         let core = &self.core;
         let background = led.iter().all(|(_, start)| start.reason != Reason::Miss);
@@ -283,75 +284,78 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             .iter()
             .map(|(leader, start)| Handle::new(core, leader.key(), &one, *start, Some(leader)))
             .collect();
-        let answers = self.flown_many(handles, &*load).await;
-        let failed = answers.iter().filter(|answer| answer.is_err()).count();
+        let mut failed = 0;
+        self.flown_many(handles, &*load, |at, answer| {
+            failed += usize::from(answer.is_err());
+            led[at].0.finish(answer);
+        })
+        .await;
         let span = tracing::Span::current();
         span.record("duration_ms", started.elapsed().as_millis() as u64);
         span.record(
             "outcome",
             match failed {
                 0 => "ok",
-                _ if failed == answers.len() => "error",
+                _ if failed == led.len() => "error",
                 _ => "partial",
             },
         );
-        for ((leader, _), answer) in led.into_iter().zip(answers) {
-            leader.finish(answer);
-        }
     }
 
     /// The keys of `handles` through the tier, a panic in it included, each settled by the
-    /// core (see `settle`); a key a load stored meanwhile is served that value instead.
+    /// core (see `settle`) as soon as the tier reports it and handed to `answer` with its index
+    /// in `handles`; a key a load stored meanwhile is served that value instead.
     async fn flown_many<L: BatchLoad<K, V>>(
         &self,
         handles: Vec<Handle<'_, K, V, One<L>>>,
         load: &L,
-    ) -> Vec<Result<V, Error>> {
-        let mut answers: Vec<Option<Result<V, Error>>> = Vec::with_capacity(handles.len());
+        mut answer: impl FnMut(usize, Result<V, Error>),
+    ) {
         let (mut pending, mut fetch) = (Vec::new(), Vec::new());
         for (at, handle) in handles.into_iter().enumerate() {
             match self.just_stored(&handle) {
-                Some(value) => answers.push(Some(Ok(value))),
+                Some(value) => answer(at, Ok(value)),
                 None => {
-                    answers.push(None);
                     pending.push(at);
                     fetch.push(handle);
                 }
             }
         }
-        if !fetch.is_empty() {
-            let batch = Batch::new(&self.core, fetch, load);
-            let name = &self.core.config.name;
-            let fetched = AssertUnwindSafe(self.tier.fetch_many(&batch))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|panic| {
-                    let error = Error::panicked(name, &*panic);
-                    (0..batch.len())
-                        .map(|_| Fetched::Failed(error.clone()))
-                        .collect()
-                });
-            let mut fetched = fetched.into_iter();
-            for (handle, &at) in batch.handles().iter().zip(&pending) {
-                let fetched = fetched.next().unwrap_or_else(|| {
-                    Fetched::Failed(Error::LoadAborted {
-                        cache: name.clone(),
-                    })
-                });
-                answers[at] = Some(self.settle(handle, fetched).0);
-            }
+        if fetch.is_empty() {
+            return;
         }
+        let batch = Batch::new(&self.core, fetch, load);
+        let mut unanswered = vec![true; batch.len()];
+        let mut settle = |reported: Vec<(usize, Fetched<V>)>| {
+            for (at, fetched) in reported {
+                if unanswered.get(at).copied() == Some(true) {
+                    unanswered[at] = false;
+                    answer(pending[at], self.settle(&batch.handles()[at], fetched).0);
+                }
+            }
+        };
+        let fetching = AssertUnwindSafe(self.tier.fetch_many(&batch)).catch_unwind();
+        tokio::pin!(fetching);
+        let ended = loop {
+            tokio::select! {
+                biased;
+                ended = &mut fetching => break ended,
+                () = batch.news() => settle(batch.take_reported()),
+            }
+        };
+        settle(batch.take_reported());
+        // What the tier left unreported: its panic, or (a tier bug) nothing at all.
         let name = &self.core.config.name;
-        answers
-            .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    Err(Error::LoadAborted {
-                        cache: name.clone(),
-                    })
-                })
-            })
-            .collect()
+        let error = match ended {
+            Ok(()) => Error::LoadAborted {
+                cache: name.clone(),
+            },
+            Err(panic) => Error::panicked(name, &*panic),
+        };
+        let left = (0..batch.len())
+            .map(|at| (at, Fetched::Failed(error.clone())))
+            .collect();
+        settle(left);
     }
 
     /// A single-key call of a batch function's cache whose load, if this call must start one,

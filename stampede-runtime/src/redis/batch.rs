@@ -36,7 +36,6 @@ use tokio::time::Instant;
 use crate::clock::after;
 use crate::config::Lock;
 use crate::entry::Entry;
-use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::Loaded;
 use crate::redis::Busy;
@@ -102,18 +101,16 @@ where
     V: Value + Serialize + DeserializeOwned,
 {
     /// The values of a batch's keys, through Redis (see the module's docs), each key's outcome
-    /// in the batch's order.
-    pub(super) async fn fetch_batch<L: BatchLoad<K, V>>(
-        &self,
-        batch: &Batch<'_, K, V, L>,
-    ) -> Vec<Fetched<V>> {
+    /// reported to the batch once the step that decides it is done.
+    pub(super) async fn fetch_batch<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) {
         let mut outcomes: Vec<Option<Fetched<V>>> = (0..batch.len()).map(|_| None).collect();
         let Some(endpoint) = self.usable_endpoint(batch) else {
             let endpoint = lookup(self.connection.as_deref());
             let all: Vec<usize> = (0..batch.len()).collect();
             self.degraded_many(batch, &all, endpoint.as_ref(), &mut outcomes)
                 .await;
-            return finished(outcomes, batch);
+            report(batch, &mut outcomes);
+            return;
         };
         let refresh = batch
             .handles()
@@ -149,7 +146,6 @@ where
             token,
         };
         flow.run(&mut parts, &mut outcomes).await;
-        finished(outcomes, batch)
     }
 
     /// The endpoint, if the batch's keys can go through Redis at all.
@@ -240,24 +236,17 @@ where
     }
 }
 
-/// The outcome of every key, one that none was found for (a tier bug) failing.
-fn finished<K: Key, V: Value, L>(
-    outcomes: Vec<Option<Fetched<V>>>,
+/// Reports the outcomes decided since the last report: the core settles those keys now,
+/// whatever the others still wait for.
+fn report<K: Key, V: Value, L: BatchLoad<K, V>>(
     batch: &Batch<'_, K, V, L>,
-) -> Vec<Fetched<V>>
-where
-    L: BatchLoad<K, V>,
-{
-    outcomes
-        .into_iter()
-        .map(|outcome| {
-            outcome.unwrap_or_else(|| {
-                Fetched::Failed(Error::LoadAborted {
-                    cache: batch.config().name.clone(),
-                })
-            })
-        })
-        .collect()
+    outcomes: &mut [Option<Fetched<V>>],
+) {
+    for (at, outcome) in outcomes.iter_mut().enumerate() {
+        if let Some(fetched) = outcome.take() {
+            batch.report(at, fetched);
+        }
+    }
 }
 
 impl Part {
@@ -292,9 +281,11 @@ where
     V: Value + Serialize + DeserializeOwned,
     L: BatchLoad<K, V>,
 {
-    /// Runs every part to its outcome.
+    /// Runs every part to its outcome, reporting each key's as soon as the step that decided
+    /// it is done.
     async fn run(&self, parts: &mut [Part], outcomes: &mut [Option<Fetched<V>>]) {
         loop {
+            report(self.batch, outcomes);
             let reading = at_step(parts, |step| matches!(step, Step::Read));
             if !reading.is_empty() {
                 self.read(parts, &reading, outcomes).await;

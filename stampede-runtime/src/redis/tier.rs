@@ -207,7 +207,7 @@ where
     }
 
     /// The keys of a batch through Redis in a few round trips for all of them (see `batch`).
-    async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) -> Vec<Fetched<V>> {
+    async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) {
         self.fetch_batch(batch).await
     }
 

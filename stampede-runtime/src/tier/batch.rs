@@ -5,11 +5,18 @@
 //! a batch: an invalidation of one key detaches that key only, and the core settles each key
 //! from what the tier reports for it. What the batch adds is one load of all its keys: one call
 //! of the function, with the timeout, retries and breaker of a single load.
+//!
+//! The tier reports each key's outcome as soon as it knows it ([`Batch::report`]), and the core
+//! settles that key and ends its flight then: a key is never held in flight by another key's
+//! wait (a call of it made after its load ended starts a load of its own, rather than join a
+//! flight and get an outcome from before it began).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::core::Core;
@@ -62,6 +69,10 @@ pub struct Batch<'a, K: Key, V: Value, L> {
     core: &'a Core<K, V>,
     handles: Vec<Handle<'a, K, V, One<L>>>,
     load: &'a L,
+    /// The outcomes the tier reported that the core has not taken yet: (index, outcome).
+    reported: Mutex<Vec<(usize, Fetched<V>)>>,
+    /// Notified on each report (a permit is kept when the core is not waiting).
+    news: Notify,
 }
 
 impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
@@ -74,7 +85,30 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
             core,
             handles,
             load,
+            reported: Mutex::new(Vec::new()),
+            news: Notify::new(),
         }
+    }
+
+    /// Reports the outcome of the key at `at` (of [`Batch::handles`]): the core settles that key
+    /// and ends its flight now, whatever the batch's other keys still wait for. A key's first
+    /// report is its outcome; a key never reported fails once the tier returns.
+    pub(crate) fn report(&self, at: usize, fetched: Fetched<V>) {
+        self.reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((at, fetched));
+        self.news.notify_one();
+    }
+
+    /// The outcomes reported since the last call.
+    pub(crate) fn take_reported(&self) -> Vec<(usize, Fetched<V>)> {
+        std::mem::take(&mut *self.reported.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Resolves once an outcome was reported since the last time it resolved.
+    pub(crate) async fn news(&self) {
+        self.news.notified().await;
     }
 
     /// The handle of each key, in the batch's order.
@@ -132,19 +166,18 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
         }
     }
 
-    /// Loads every key here with one call, and keeps each value in memory for its jittered
-    /// `ttl`, then `stale`, no longer than `trusted_for`: the path without a shared tier, and a
-    /// tier's fallback when its store cannot be used.
-    pub(crate) async fn load_here(&self, trusted_for: Option<Duration>) -> Vec<Fetched<V>> {
+    /// Loads every key here with one call, keeps each value in memory for its jittered `ttl`,
+    /// then `stale`, no longer than `trusted_for`, and reports each: the path without a shared
+    /// tier.
+    pub(crate) async fn load_here(&self, trusted_for: Option<Duration>) {
         let all: Vec<usize> = (0..self.handles.len()).collect();
         let loaded = self.load(&all).await;
-        self.handles
-            .iter()
-            .zip(loaded)
-            .map(|(handle, loaded)| match loaded {
+        for ((at, handle), loaded) in self.handles.iter().enumerate().zip(loaded) {
+            let fetched = match loaded {
                 Ok(loaded) => Fetched::Loaded(handle.keep_loaded(loaded.value, trusted_for)),
                 Err(error) => Fetched::Failed(error),
-            })
-            .collect()
+            };
+            self.report(at, fetched);
+        }
     }
 }

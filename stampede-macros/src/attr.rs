@@ -101,7 +101,7 @@ options! {
         doc: "`true` accepts a `stale` or `fail_safe` more than 1,000 times `ttl`, which is otherwise refused as a likely slip of the unit",
         default: "`false`";
     "batch" => |o, p| put(&mut o.batch, p, ident(p, "the argument that holds the keys, e.g. `batch = ids`")?),
-        doc: "makes this a batch function: names the argument holding its keys (`Vec<K>`, `&[K]`, `HashSet<K>`, `BTreeSet<K>`), and the function returns a map of the keys it found (`HashMap<K, V>`, `BTreeMap<K, V>`, or a `Result` of one); each key is cached on its own (see the README's Batch section)",
+        doc: "makes this a batch function: names the argument holding its keys (`Vec<K>`, `&[K]`, `HashSet<K>`, `BTreeSet<K>`), and the function returns a map of the keys it found (`HashMap<K, V>`, `BTreeMap<K, V>`, or a `Result` of one); each key is cached on its own (see the guide's [Batch functions](https://docs.rs/stampede-cache/latest/stampede/guide/batch/index.html) page)",
         default: "off";
     "batch_max" => |o, p| put(&mut o.batch_max, p, int(p, "100")?),
         doc: "with `batch`: the most keys one call of the function is given; a larger batch is split into calls of at most this many keys, made at once",

@@ -1,5 +1,6 @@
-//! The `#[cached]` attribute of [`stampede`](https://docs.rs/stampede). Depend on `stampede`,
-//! which re-exports it with its documentation; this crate holds no runtime logic.
+//! The `#[cached]` attribute of [`stampede`](https://docs.rs/stampede-cache) (the package
+//! `stampede-cache`). Depend on that package, which re-exports the attribute with its
+//! documentation; this crate holds no runtime logic.
 //!
 //! The attribute is read in three steps: `attr` parses the options into a typed struct, `func`
 //! reads the function, `validate` checks them against each other and settles the defaults, and

@@ -108,7 +108,7 @@ async fn invalidate_in(
 /// outdated) value: after this returns, no call returns a value whose load began before it.
 ///
 /// No key is scanned: each process checks an entry's tags on read, and Redis keeps, per tag,
-/// the set of keys loaded with it (see the README's "Invalidation" section).
+/// the set of keys loaded with it (see the guide's invalidation page).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), stampede::Error> {

@@ -1,6 +1,6 @@
-//! The runtime behind [`stampede`](https://docs.rs/stampede)'s `#[cached]` attribute.
+//! The runtime behind [`stampede`](https://docs.rs/stampede-cache)'s `#[cached]` attribute.
 //!
-//! Use it through the `stampede` crate: its public items are re-exported there, and the code
+//! Use it through the `stampede` crate (the package `stampede-cache`): its public items are re-exported there, and the code
 //! `#[cached]` generates reaches the rest through `stampede::__private`.
 //!
 //! Per key, a cache runs at most one load at a time (singleflight), detached on the tokio

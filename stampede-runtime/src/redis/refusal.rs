@@ -39,8 +39,8 @@ impl Refusal {
                 .to_owned(),
             Refusal::Permission => format!(
                 "Redis refused a command of the cache tier (NOPERM): the ACL user needs the keys \
-                 `~{prefix}:*`, the channels `&{prefix}:*` and the tier's commands (see the \
-                 README's Redis section for the `ACL SETUSER` line)"
+                 `~{prefix}:*`, the channels `&{prefix}:*` and the tier's commands (the guide's \
+                 Redis page, stampede::guide::redis, gives the `ACL SETUSER` line)"
             ),
             Refusal::Certificate => "the TLS handshake failed on a certificate: check the CA \
                  given with RedisConfig::tls_root_ca (without it the webpki roots are trusted), \

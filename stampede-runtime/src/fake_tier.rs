@@ -26,6 +26,7 @@ use crate::entry::Entry;
 use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
+use crate::order;
 use crate::registry::AnyCache;
 use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, Shared, Tier};
 
@@ -67,8 +68,6 @@ struct State<K, V> {
 /// A value in the store, its deadlines on tokio's clock.
 struct Stored<V> {
     value: V,
-    /// The fence of the write that stored it, as a Redis envelope's.
-    fence: u64,
     filled_at: Instant,
     fresh_until: Instant,
     stale_until: Instant,
@@ -180,8 +179,8 @@ impl<K: Key, V: Value> Store<K, V> {
     #[cfg(test)]
     pub(crate) fn put(&self, key: K, entry: Entry<V>) {
         let mut state = self.state();
+        state.bump(&key);
         let stored = Stored {
-            fence: state.bump(&key),
             filled_at: entry.filled_at(),
             fresh_until: entry.fresh_until(),
             stale_until: entry.stale_until(),
@@ -697,9 +696,9 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             }
             return Ok(());
         }
-        let fence = state.bump(handle.key());
+        state.bump(handle.key());
         state.tag(handle);
-        let stored = self.stored(handle, value, fence);
+        let stored = self.stored(handle, value);
         let entry = stored.entry();
         state.values.insert(handle.key().clone(), stored);
         drop(state);
@@ -863,7 +862,7 @@ impl<K: Key, V: Value> Fake<K, V> {
     }
 
     /// A value loaded now, as the store keeps it: for its lifetime (`Handle::lifetime`).
-    fn stored<L>(&self, handle: &Handle<'_, K, V, L>, value: V, fence: u64) -> Stored<V>
+    fn stored<L>(&self, handle: &Handle<'_, K, V, L>, value: V) -> Stored<V>
     where
         L: Load<K, V>,
     {
@@ -873,7 +872,6 @@ impl<K: Key, V: Value> Fake<K, V> {
         let stale_until = crate::clock::after(fresh_until, lifetime.stale);
         Stored {
             value,
-            fence,
             filled_at: now,
             fresh_until,
             stale_until,
@@ -1004,15 +1002,14 @@ impl<K: Key, V: Value> Fake<K, V> {
                 if token.is_none() {
                     state.bump(handle.key());
                 }
-                let stored = self.stored(handle, value, fence);
+                let stored = self.stored(handle, value);
                 let entry = stored.entry();
                 state.values.insert(handle.key().clone(), stored);
                 Fetched::Loaded(handle.keep(self.shared(entry)))
             }
             // Refused, as `FILL` refuses: the store holds a newer source version, or the fence
             // moved (another holder's fill, a prime, an invalidation). Its callers get what the
-            // store holds, if servable and written since the source was read (not the value it
-            // replaces).
+            // store keeps, if servable.
             (Ok(Loaded { value, read_from }), newer) => {
                 let now = Instant::now();
                 if newer.is_some() {
@@ -1020,7 +1017,7 @@ impl<K: Key, V: Value> Fake<K, V> {
                 } else if state
                     .values
                     .get(handle.key())
-                    .is_some_and(|stored| stored.filled_at < read_from)
+                    .is_some_and(|stored| !order::may_be_newer(stored.filled_at, read_from))
                 {
                     // The fence moved, yet what the store holds was written before the attempt
                     // that gave this value read the source: it is older than the one this flight
@@ -1032,9 +1029,6 @@ impl<K: Key, V: Value> Fake<K, V> {
                     .values
                     .get(handle.key())
                     .filter(|stored| stored.kept(now))
-                    .filter(|stored| {
-                        newer.is_some() || stored.fence > fence || stored.filled_at > read_from
-                    })
                     .map(Stored::entry)
                     .filter(|entry| entry.servable(now));
                 match stored {

@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("clock", 0),
     ("random", 0),
     ("budget", 0),
+    ("order", 0),
     ("config", 1),
     ("tags", 1),
     ("breaker", 1),

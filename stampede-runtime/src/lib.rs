@@ -51,6 +51,8 @@ mod kv;
 mod layers;
 mod load;
 mod memory;
+#[cfg(any(feature = "redis", feature = "simulation"))]
+mod order;
 mod random;
 #[cfg(feature = "redis")]
 mod redis;

@@ -2,8 +2,8 @@
 //! once, each step one round trip for all of them.
 //!
 //! ```text
-//! Read (READ_OR_LOCK_MANY) ──fresh──────────────────────────────▶ Read
-//!   │ ├──locked / no lock──▶ Hold: one load of them all, FILL_MANY ▶ Loaded | Failed
+//! Read (READ_OR_LOCK) ──fresh──────────────────────────────▶ Read
+//!   │ ├──locked / no lock──▶ Hold: one load of them all, FILL ▶ Loaded | Failed
 //!   │ └──busy──▶ subscribe each (then Read them again together), wait for the fills:
 //!   │              published ▶ Read; lease over / released ▶ Read again; gave up ▶ Hold
 //!   └─Redis fails──▶ one load here of the keys left ▶ Loaded | Failed
@@ -22,7 +22,6 @@
 //! the core settles each key from what is reported for it, as for a single flow.
 
 mod ops;
-mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +50,7 @@ use crate::redis::tags::set_lifetime;
 use crate::redis::tier::RedisTier;
 use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, One, Run, Shared};
 
-use ops::Fill;
+use crate::redis::ops::Fill;
 
 /// How one key of a batch stands.
 enum Step {
@@ -310,7 +309,7 @@ where
         }
     }
 
-    /// `READ_OR_LOCK_MANY` of the parts at `reading`: each to its next step.
+    /// `READ_OR_LOCK` of the parts at `reading`: each to its next step.
     async fn read(
         &self,
         parts: &mut [Part],
@@ -668,10 +667,10 @@ where
                 token: if *locked { token } else { "" },
                 lifetime: batch.handles()[*at].lifetime(value),
                 load: took,
-                fence: *fence,
+                fence: Some(*fence),
                 read_from: *read_from,
                 source_version: batch.handles()[*at].source_version(value),
-                payload: payload.clone(),
+                payload,
             })
             .collect();
         let written = self.endpoint.fill_many(&writes).await;
@@ -679,8 +678,7 @@ where
         drop(writes);
         match written {
             Ok(written) => {
-                for ((at, _, fence, value, _, read_from), written) in fills.into_iter().zip(written)
-                {
+                for ((at, _, _, value, ..), written) in fills.into_iter().zip(written) {
                     let handle = &batch.handles()[at];
                     if written.written {
                         outcomes[at] = Some(Fetched::Loaded(
@@ -690,15 +688,13 @@ where
                     }
                     // Refused: Redis holds a newer source version, or the key's fence moved
                     // since its read (another holder's fill, a prime, an invalidation). Its
-                    // callers get what Redis holds when that was written since the source was
-                    // read (`FILL_MANY` deleted it if written before), as every process will
-                    // (as `Flow::hold` does); else their own, in memory unless invalidated here.
+                    // callers get what Redis keeps (`FILL` deleted it if written before the
+                    // source was read), as every process will (as `Flow::hold` does); else
+                    // their own, in memory unless invalidated here.
                     if written.newer {
                         handle.older_than_stored();
                     }
-                    let stored = written.stored.as_deref().filter(|stored| {
-                        written.newer || envelope::written_since(stored, fence, read_from)
-                    });
+                    let stored = written.stored.as_deref();
                     let stored = match self.found(handle, stored, Some(written.now_ms)) {
                         Found::Usable(entry) => Some(self.keep(handle, entry)),
                         Found::Nothing | Found::Undecodable => None,

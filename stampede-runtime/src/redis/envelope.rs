@@ -96,14 +96,6 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// Whether `bytes` are an envelope written by a holder that took the lock after the read that
-/// gave `fence` (a later fence), or after `read_from` (the server's ms when the source was read,
-/// after that read): not the value that read found, nor one older than the load's.
-pub(crate) fn written_since(bytes: &[u8], fence: u64, read_from: u64) -> bool {
-    Envelope::parse(bytes)
-        .is_some_and(|envelope| envelope.fence > fence || envelope.written_at > read_from)
-}
-
 /// Whether published `bytes` are a fill at `fence` or later: what a waiter that read `fence`
 /// may take. A subscriber that lags may hand a new listener a fill published before it
 /// subscribed, older than an invalidation since.

@@ -20,14 +20,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::clock::after;
-use crate::config::{Config, Lifetime, Lock};
+use crate::config::{Config, Lock};
 use crate::entry::Entry;
 use crate::kv::{Key, Value};
 use crate::load::Load;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Decoded};
 use crate::redis::keys::RedisKeys;
-use crate::redis::ops::{Read, ReadState, ServerTime, Write, Written};
+use crate::redis::ops::{Fill, Read, ReadState, ServerTime, Written};
 use crate::redis::pubsub::Listener;
 use crate::redis::tags::set_lifetime;
 use crate::redis::tier::RedisTier;
@@ -360,18 +360,17 @@ where
             // Refused: Redis holds a newer source version, or the key's fence moved since the
             // read (another holder's fill, a prime, an invalidation), which orders what Redis
             // holds after this load, unless written before the source was read (then `FILL`
-            // deleted it). Its callers get what Redis holds, as every process will.
+            // deleted it). Its callers get what Redis keeps, as every process will.
             Some(written) => {
                 if written.newer {
                     self.handle.older_than_stored();
                 }
-                let stored = written.stored.as_deref().filter(|stored| {
-                    written.newer || envelope::written_since(stored, fence, read_from)
-                });
-                Fetched::Loaded(match self.stored(stored, written.now_ms) {
-                    Some(stored) => stored,
-                    None => self.handle.fenced_off(value, self.trusted_for()),
-                })
+                Fetched::Loaded(
+                    match self.stored(written.stored.as_deref(), written.now_ms) {
+                        Some(stored) => stored,
+                        None => self.handle.fenced_off(value, self.trusted_for()),
+                    },
+                )
             }
             // Redis failed after the load: the value is good, keep it here; Redis drops its own
             // once it answers again.
@@ -398,9 +397,17 @@ where
         let token = self.token.as_deref().filter(|_| held.is_some());
         let lifetime = self.handle.lifetime(value);
         let version = self.handle.source_version(value);
-        let write = write_of(lifetime, token.unwrap_or(""), Some(fence), version, payload)
-            .loaded(read_from, took);
-        let written = self.endpoint.write(&self.keys, write).await.ok();
+        let fill = Fill {
+            keys: &self.keys,
+            token: token.unwrap_or(""),
+            lifetime,
+            load: took,
+            fence: Some(fence),
+            source_version: version,
+            read_from,
+            payload,
+        };
+        let written = self.endpoint.fill(&fill).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
             match written {
@@ -421,8 +428,17 @@ where
         }
         let lifetime = self.handle.lifetime(&value);
         let version = self.handle.source_version(&value);
-        let write = write_of(lifetime, "", None, version, payload);
-        match self.endpoint.write(&self.keys, write).await {
+        let fill = Fill {
+            keys: &self.keys,
+            token: "",
+            lifetime,
+            load: Duration::ZERO,
+            fence: None,
+            source_version: version,
+            read_from: 0,
+            payload,
+        };
+        match self.endpoint.fill(&fill).await {
             Ok(written) if written.written => {
                 self.keep(entry_of(value, &written));
                 Ok(())
@@ -508,26 +524,6 @@ where
                 Found::Nothing
             }
         }
-    }
-}
-
-/// What `FILL` writes for a value of this lifetime (`Handle::lifetime`): fresh, then stale,
-/// then kept in Redis for `fail_safe`.
-pub(super) fn write_of<'a>(
-    lifetime: Lifetime,
-    token: &'a str,
-    fence: Option<u64>,
-    source_version: Option<u64>,
-    payload: &'a [u8],
-) -> Write<'a> {
-    Write {
-        token,
-        lifetime,
-        load: Duration::ZERO,
-        fence,
-        source_version,
-        read_from: 0,
-        payload,
     }
 }
 

@@ -21,7 +21,7 @@
 //! of one cache key (value, lock, fence) and its channel carry one hash tag
 //! (`{prefix}:{{identity|args}}:v|l|f|c`), so each script touches one slot.
 //!
-//! Wake-ups use sharded pub/sub on a cluster (Redis 7): `FILL` and `RELEASE_MANY` run `SPUBLISH` on
+//! Wake-ups use sharded pub/sub on a cluster (Redis 7): `FILL` and `RELEASE` run `SPUBLISH` on
 //! the key's channel (same hash tag, so same slot as the script's keys), and waiters
 //! `SSUBSCRIBE` on the master owning the slot, through a RESP3 cluster connection of their own
 //! (`pubsub::Shards`). A wake-up is then carried to the shard's replicas only: 1 cluster-bus

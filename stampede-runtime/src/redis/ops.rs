@@ -78,8 +78,10 @@ pub(crate) struct Written {
     pub(crate) stale_until: u64,
 }
 
-/// The load's result, ready to be written.
-pub(crate) struct Write<'a> {
+/// One key's fill (`FILL`): a load's or a prime's value, ready to be written.
+pub(crate) struct Fill<'a> {
+    pub(crate) keys: &'a RedisKeys,
+    /// The lock's token, empty for a key loaded without the lock (and for a prime).
     pub(crate) token: &'a str,
     /// Fresh, stale, then kept past its stale deadline for `fail_safe` (`Handle::lifetime`).
     pub(crate) lifetime: Lifetime,
@@ -95,16 +97,6 @@ pub(crate) struct Write<'a> {
     /// fill deletes a value written before it, which is older (see `FILL`). 0 for none.
     pub(crate) read_from: u64,
     pub(crate) payload: &'a [u8],
-}
-
-impl Write<'_> {
-    /// The fill of a load that read its source at `read_from` (server ms) and took `load` (the
-    /// envelope records it).
-    pub(crate) fn loaded(mut self, read_from: u64, load: Duration) -> Self {
-        self.read_from = read_from;
-        self.load = load;
-        self
-    }
 }
 
 /// The most a hit reads with `GETRANGE` (see [`Endpoint::read_fresh`]): a value this long or
@@ -148,55 +140,22 @@ impl Endpoint {
             }
             // A cluster, or a value that may be longer than the window.
             _ => {
-                self.call(|mut connection| async move {
-                    scripts::READ_FRESH
-                        .key(value_key)
-                        .arg(self.most_read())
-                        .invoke_async(&mut connection)
-                        .await
-                })
-                .await
+                let (value, now_ms) = one(self.read_fresh_many(&[value_key.to_owned()]).await?)?;
+                Ok(value.map(|value| (value, now_ms)))
             }
         }
     }
 
+    /// `READ_OR_LOCK` of one key.
     pub(crate) async fn read_or_lock(
         &self,
         keys: &RedisKeys,
         token: Option<&str>,
         value_unusable: bool,
     ) -> Result<Read, Failure> {
-        let token = token.unwrap_or("");
-        let lease = millis(self.config.lease);
-        type Reply = (Option<Vec<u8>>, String, u64, u64, i64, u8);
-        let (value, state, now_ms, fence, pttl, oversized): Reply = self
-            .call(|mut connection| async move {
-                scripts::READ_OR_LOCK
-                    .key(&keys.value)
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .arg(token)
-                    .arg(lease)
-                    .arg(if value_unusable { "1" } else { "0" })
-                    .arg(self.most_read())
-                    .invoke_async(&mut connection)
-                    .await
-            })
-            .await?;
-        let state = match state.as_str() {
-            "fresh" => ReadState::Fresh,
-            "locked" => ReadState::Locked,
-            "nolock" => ReadState::NoLock,
-            // A lock with no expiry (pttl -1) was not set by us; treat it as a full lease.
-            _ => ReadState::Busy(Duration::from_millis(u64::try_from(pttl).unwrap_or(lease))),
-        };
-        Ok(Read {
-            value,
-            state,
-            now_ms,
-            fence,
-            oversized: oversized == 1,
-        })
+        one(self
+            .read_or_lock_many(&[keys], token, &[value_unusable])
+            .await?)
     }
 
     /// The longest envelope the read scripts return: the payload's bound and its header.
@@ -204,82 +163,19 @@ impl Endpoint {
         self.config.max_value_bytes + envelope::HEADER_ROOM
     }
 
-    /// Writes a loaded value (`FILL`): fenced, published, and the lock released.
-    pub(crate) async fn write(
-        &self,
-        keys: &RedisKeys,
-        write: Write<'_>,
-    ) -> Result<Written, Failure> {
-        type Reply = (u8, u64, u64, u64, Option<Vec<u8>>);
-        let source_version = write
-            .source_version
-            .map(|v| v.to_string())
-            .unwrap_or_default();
-        let (written, now_ms, fresh_until, stale_until, stored): Reply = self
-            .call(|mut connection| async move {
-                scripts::FILL
-                    .key(&keys.value)
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .arg(write.token)
-                    .arg(millis(write.lifetime.fresh).max(1))
-                    .arg(millis(write.lifetime.stale))
-                    .arg(millis(write.load))
-                    .arg(
-                        write
-                            .fence
-                            .map(|fence| fence.to_string())
-                            .unwrap_or_default(),
-                    )
-                    .arg(write.payload)
-                    .arg(&keys.channel)
-                    .arg(millis(write.lifetime.fail_safe))
-                    .arg(connection.publish_command())
-                    .arg(&source_version)
-                    .arg(self.most_read())
-                    .arg(write.read_from)
-                    .invoke_async(&mut connection)
-                    .await
-            })
-            .await?;
-        Ok(Written {
-            written: written == 1,
-            newer: written == 2,
-            stored,
-            now_ms,
-            fresh_until,
-            stale_until,
-        })
+    /// `FILL` of one key: fenced, published, and the lock released.
+    pub(crate) async fn fill(&self, fill: &Fill<'_>) -> Result<Written, Failure> {
+        one(self.fill_many(std::slice::from_ref(fill)).await?)
     }
 
-    /// Renews the lease if `token` still holds the lock; `false` if it was lost.
+    /// `EXTEND` of one key: `false` if `token` no longer holds its lock.
     pub(crate) async fn extend(&self, keys: &RedisKeys, token: &str) -> Result<bool, Failure> {
-        let lease = millis(self.config.lease);
-        self.call(|mut connection| async move {
-            scripts::EXTEND
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .arg(token)
-                .arg(lease)
-                .invoke_async(&mut connection)
-                .await
-        })
-        .await
+        Ok(self.extend_many(&[keys], token).await? == 1)
     }
 
-    /// `KEEP_FENCE`: keeps the key's fence alive while it is still `fence`; `Ok(false)` when it
-    /// moved or is gone.
+    /// `KEEP_FENCE` of one key: `false` when its fence moved or is gone.
     pub(crate) async fn keep_fence(&self, keys: &RedisKeys, fence: u64) -> Result<bool, Failure> {
-        let lease = millis(self.config.lease);
-        self.call(|mut connection| async move {
-            scripts::KEEP_FENCE
-                .key(&keys.fence)
-                .arg(fence)
-                .arg(lease)
-                .invoke_async(&mut connection)
-                .await
-        })
-        .await
+        Ok(self.keep_fences(&[(keys, fence)]).await? == 1)
     }
 
     /// Drops a key's value and moves its fence on; announces `message` on the invalidation
@@ -315,6 +211,16 @@ impl Endpoint {
         })
         .await
     }
+}
+
+/// The one answer of a script run for one key (`grouped` answers each key it is given).
+fn one<T>(mut answers: Vec<T>) -> Result<T, Failure> {
+    answers.pop().ok_or_else(|| {
+        Failure::Redis(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "a script answered no key of one",
+        )))
+    })
 }
 
 pub(super) fn millis(duration: Duration) -> u64 {

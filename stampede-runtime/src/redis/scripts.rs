@@ -1,5 +1,9 @@
 //! The Lua scripts of the protocol. Each does in one round trip what would otherwise take
 //! several, and reads the server's clock so that every process agrees on deadlines.
+//!
+//! Each script of a key's protocol takes many keys (a batch's), and a single-key call runs it
+//! with one: one script per step, so a rule is written once. A script's keys all share one
+//! Redis Cluster slot: on a cluster a batch runs one script per slot.
 
 use std::sync::LazyLock;
 
@@ -18,189 +22,266 @@ use redis::Script;
 // before it. Invalidating a key that nobody fills creates nothing: Redis holds no state per
 // invalidation.
 
-/// Reads the value if it is fresh, and nothing else: a call's read on its own task, which serves
-/// a fresh value and leaves anything else to the key's flight (`READ_OR_LOCK`).
+/// Reads each value if it is fresh, and nothing else: a call's read on its own task, which
+/// serves a fresh value and leaves anything else to the key's flight (`READ_OR_LOCK`).
 ///
-/// KEYS: value. ARGV: the largest value to return, in bytes (a larger one stays on the server).
+/// KEYS: the value keys. ARGV: the largest value to return, in bytes (a larger one stays on the
+/// server, and is answered as nil).
 ///
-/// Returns `{value, now_ms}` when the value is fresh, else nil.
+/// Returns `{now_ms, value or nil, ...}`, one value per key.
 pub(crate) static READ_FRESH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then
-  return false
-end
-local value = redis.call('GET', KEYS[1])
-if not value then
-  return false
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fresh = tonumber(string.match(value, '^S2 (%d+) '))
-if fresh and fresh > now then
-  return {value, now}
+local out = {now}
+local most = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  local value = false
+  if redis.call('STRLEN', key) <= most then
+    value = redis.call('GET', key)
+  end
+  local fresh = value and tonumber(string.match(value, '^S2 (%d+) '))
+  if fresh and fresh > now then
+    out[i + 1] = value
+  else
+    out[i + 1] = false
+  end
 end
-return false
+return out
 ",
     )
 });
 
-/// Reads the value and, unless it is fresh, makes sure the key has a fence and tries to take the
-/// lock.
+/// Reads each value and, for each that is not fresh (or is unusable), makes sure the key has a
+/// fence and, with a token, tries to take its lock.
 ///
-/// KEYS: value, lock, fence. ARGV: token (empty: do not lock), lease ms, `1` to treat a present
-/// value as unusable (it failed to decode), the largest value to return in bytes (a larger one
-/// stays on the server and is unusable).
+/// KEYS: value, lock, fence of each key. ARGV: token (empty: take no lock), lease ms, the
+/// largest value to return in bytes (a larger one stays on the server and is unusable), then
+/// per key `1` to treat a present value as unusable.
 ///
-/// Returns `{value or nil, state, now_ms, fence, lock_pttl, oversized (0 or 1)}` where state is
-/// `fresh`, `locked` (this caller holds the lock now, with the fence returned), `busy` (another
-/// holder has it) or `nolock`.
+/// Returns `{now_ms, then per key: value or nil, state, fence, lock_pttl, oversized (0 or 1)}`
+/// where state is `fresh`, `locked` (this caller holds the lock now, with the fence returned),
+/// `busy` (another holder has it) or `nolock`.
 pub(crate) static READ_OR_LOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local oversized = 0
-local value = false
-if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[4]) then
-  oversized = 1
-else
-  value = redis.call('GET', KEYS[1])
-end
-if value and ARGV[3] ~= '1' then
-  local fresh = tonumber(string.match(value, '^S2 (%d+) '))
-  if fresh and fresh > now then
-    return {value, 'fresh', now, 0, 0, 0}
+local token = ARGV[1]
+local lease = ARGV[2]
+local most = tonumber(ARGV[3])
+local out = {now}
+for i = 0, #KEYS / 3 - 1 do
+  local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local value, oversized = false, 0
+  if redis.call('STRLEN', vk) > most then
+    oversized = 1
+  else
+    value = redis.call('GET', vk)
   end
+  local state, fence, pttl = false, 0, 0
+  if value and ARGV[4 + i] ~= '1' then
+    local fresh = tonumber(string.match(value, '^S2 (%d+) '))
+    if fresh and fresh > now then
+      state = 'fresh'
+    end
+  end
+  if not state then
+    fence = redis.call('GET', fk)
+    if not fence then
+      fence = t[1] .. string.format('%06d', tonumber(t[2]))
+      redis.call('SET', fk, fence, 'PX', lease)
+    elseif redis.call('PTTL', fk) < tonumber(lease) then
+      redis.call('PEXPIRE', fk, lease)
+    end
+    if token == '' then
+      state = 'nolock'
+    elseif redis.call('SET', lk, token, 'NX', 'PX', lease) then
+      state = 'locked'
+      fence = redis.call('INCR', fk)
+    else
+      state = 'busy'
+      pttl = redis.call('PTTL', lk)
+    end
+  end
+  out[#out + 1] = value or false
+  out[#out + 1] = state
+  out[#out + 1] = fence
+  out[#out + 1] = pttl
+  out[#out + 1] = oversized
 end
-local fence = redis.call('GET', KEYS[3])
-if not fence then
-  fence = t[1] .. string.format('%06d', tonumber(t[2]))
-  redis.call('SET', KEYS[3], fence, 'PX', ARGV[2])
-elseif redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-end
-if ARGV[1] == '' then
-  return {value, 'nolock', now, fence, 0, oversized}
-end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {value, 'locked', now, redis.call('INCR', KEYS[3]), 0, oversized}
-end
-return {value, 'busy', now, fence, redis.call('PTTL', KEYS[2]), oversized}
+return out
 ",
     )
 });
 
-/// Writes the envelope if the key's fence is still the one the flow read and the value stored
+/// Writes each envelope if the key's fence is still the one its flow read and the value stored
 /// has no newer source version, publishes it on the key's channel (an empty message when
-/// nothing was written, so that waiters read again at once), and releases the lock if the
-/// caller still holds it (compare-and-delete).
+/// nothing was written, so that waiters read again at once), and releases the key's lock if the
+/// token still holds it (compare-and-delete).
 ///
-/// KEYS: value, lock, fence. ARGV: token (may be empty), fresh ms, stale ms, load ms, the
-/// fence read (empty for a prime: written whatever the fence, which it moves on), the payload, the channel, how long to keep the value past its stale deadline
-/// (the cache's `fail_safe`, ms), the publishing command (`SPUBLISH` on a cluster, else
-/// `PUBLISH`), the value's source version (decimal; empty for none), the largest value to
-/// return in bytes, the server's time (ms) when the value was read from the source (the start
-/// of the attempt that gave it, after the read that gave the fence; 0 for none).
+/// KEYS: value, lock, fence of each key. ARGV: the publishing command (`SPUBLISH` on a cluster,
+/// else `PUBLISH`), the largest value to return in bytes, then per key 10 values: token (empty:
+/// the key was loaded without the lock), fresh ms, stale ms, load ms, the fence read (empty for
+/// a prime: written whatever the fence, which it moves on), the payload, the channel, how long
+/// to keep the value past its stale deadline (the cache's `fail_safe`, ms), the value's source
+/// version (decimal; empty for none), the server's time (ms) when the value was read from the
+/// source (the start of the attempt that gave it, after the read that gave the fence).
 ///
-/// Returns `{written, now_ms, fresh_until, stale_until, stored}`: written is 1, or 0 when the
-/// fence moved, or 2 when the value stored has a newer source version; when nothing was
-/// written, `stored` is the value Redis holds (nil when none, or over the size given).
+/// Returns `{now_ms, then per key: written, fresh_until, stale_until, stored}`: written is 1,
+/// or 0 when the fence moved, or 2 when the value stored has a newer source version; when
+/// nothing was written, `stored` is the value Redis holds (nil when none, or over the size
+/// given).
 ///
-/// When the fence moved and the value stored was written before the source was read (another
-/// load began since and has not filled, or a prime came while the first attempt stalled and a
-/// retry read the source after it), that value is older than the one this load hands out, and
-/// is deleted, so that no process is served it after this one's (the next reader waits for the
-/// other load, or loads).
+/// When the fence moved and the value stored was written before the source was read
+/// (`order::may_be_newer` is false: another load began since and has not filled, or a prime
+/// came while the first attempt stalled and a retry read the source after it), that value is
+/// older than the one this load hands out, and is deleted, so that no process is served it
+/// after this one's (the next reader waits for the other load, or loads). Otherwise it stays,
+/// and it is what the refused load's callers get: what Redis keeps is what they are handed.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then
-  redis.call('DEL', KEYS[2])
-end
-local function refused(why)
-  redis.call(ARGV[9], ARGV[7], '')
-  local stored = false
-  if redis.call('STRLEN', KEYS[1]) <= tonumber(ARGV[11]) then
-    stored = redis.call('GET', KEYS[1])
+local publish = ARGV[1]
+local most = tonumber(ARGV[2])
+local out = {now}
+for i = 0, #KEYS / 3 - 1 do
+  local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local a = 2 + 10 * i
+  local token, fence, channel, version = ARGV[a + 1], ARGV[a + 5], ARGV[a + 7], ARGV[a + 9]
+  if token ~= '' and redis.call('GET', lk) == token then
+    redis.call('DEL', lk)
   end
-  return {why, now, 0, 0, stored}
-end
-if ARGV[10] ~= '' then
-  local have = string.match(redis.call('GETRANGE', KEYS[1], 0, 160), '^S2 %d+ %d+ %d+ %d+ %d+ (%d+)\n')
-  if have and (#have > #ARGV[10] or (#have == #ARGV[10] and have > ARGV[10])) then
-    return refused(2)
+  local refused = false
+  if version ~= '' then
+    local have = string.match(redis.call('GETRANGE', vk, 0, 160), '^S2 %d+ %d+ %d+ %d+ %d+ (%d+)\n')
+    if have and (#have > #version or (#have == #version and have > version)) then
+      refused = 2
+    end
+  end
+  if not refused and fence == '' then
+    -- A prime: written whatever the fence, which moves on below, fencing off every load running.
+    fence = redis.call('GET', fk)
+    if not fence then
+      fence = t[1] .. string.format('%06d', tonumber(t[2]))
+      redis.call('SET', fk, fence)
+    end
+  elseif not refused and redis.call('GET', fk) ~= fence then
+    refused = 0
+    -- Written before this load read its source (`order::may_be_newer` false): older, retired.
+    local written = tonumber(string.match(redis.call('GETRANGE', vk, 0, 160), '^S2 %d+ %d+ (%d+) '))
+    if written and written < tonumber(ARGV[a + 10]) then
+      redis.call('DEL', vk)
+    end
+  end
+  if refused then
+    redis.call(publish, channel, '')
+    local stored = false
+    if redis.call('STRLEN', vk) <= most then
+      stored = redis.call('GET', vk)
+    end
+    out[#out + 1] = refused
+    out[#out + 1] = 0
+    out[#out + 1] = 0
+    out[#out + 1] = stored
+  else
+    if token == '' then
+      redis.call('INCR', fk)
+    end
+    local fresh = now + tonumber(ARGV[a + 2])
+    local stale = fresh + tonumber(ARGV[a + 3])
+    if version == '' then
+      version = '-'
+    end
+    local envelope = string.format('S2 %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, fence, ARGV[a + 4], version) .. ARGV[a + 6]
+    local ttl = math.max(1, stale - now + tonumber(ARGV[a + 8]))
+    redis.call('SET', vk, envelope, 'PX', ttl)
+    if redis.call('PTTL', fk) < ttl then
+      redis.call('PEXPIRE', fk, ttl)
+    end
+    redis.call(publish, channel, envelope)
+    out[#out + 1] = 1
+    out[#out + 1] = fresh
+    out[#out + 1] = stale
+    out[#out + 1] = false
   end
 end
-local fence = ARGV[5]
-if fence == '' then
-  -- A prime: written whatever the fence, which moves on below, fencing off every load running.
-  fence = redis.call('GET', KEYS[3])
-  if not fence then
-    fence = t[1] .. string.format('%06d', tonumber(t[2]))
-    redis.call('SET', KEYS[3], fence)
-  end
-elseif redis.call('GET', KEYS[3]) ~= fence then
-  local written = tonumber(string.match(redis.call('GETRANGE', KEYS[1], 0, 160), '^S2 %d+ %d+ (%d+) '))
-  if written and written < tonumber(ARGV[12]) then
-    redis.call('DEL', KEYS[1])
-  end
-  return refused(0)
-end
-if ARGV[1] == '' then
-  redis.call('INCR', KEYS[3])
-end
-local fresh = now + tonumber(ARGV[2])
-local stale = fresh + tonumber(ARGV[3])
-local version = ARGV[10]
-if version == '' then
-  version = '-'
-end
-local envelope = string.format('S2 %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, fence, ARGV[4], version) .. ARGV[6]
-local ttl = math.max(1, stale - now + tonumber(ARGV[8]))
-redis.call('SET', KEYS[1], envelope, 'PX', ttl)
-if redis.call('PTTL', KEYS[3]) < ttl then
-  redis.call('PEXPIRE', KEYS[3], ttl)
-end
-redis.call(ARGV[9], ARGV[7], envelope)
-return {1, now, fresh, stale, false}
+return out
 ",
     )
 });
 
-/// Extends the lock's lease if the caller still holds it (compare-and-pexpire), and keeps the
-/// key's fence alive as long. KEYS: lock, fence. ARGV: token, lease ms. Returns 1 if extended,
-/// 0 if the lock is someone else's or gone.
+/// Each lock the token still holds is deleted (compare-and-
+/// delete), and an empty message published on its key's channel so that waiters read again at
+/// once instead of at the end of the lease.
+///
+/// KEYS: the locks. ARGV: token, the publishing command, then each key's channel.
+///
+/// Returns how many locks were released.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local released = 0
+for i, lk in ipairs(KEYS) do
+  if redis.call('GET', lk) == ARGV[1] then
+    redis.call('DEL', lk)
+    redis.call(ARGV[2], ARGV[2 + i], '')
+    released = released + 1
+  end
+end
+return released
+",
+    )
+});
+
+/// Renews each lock's lease if the token still holds it (compare-and-pexpire), and keeps the
+/// key's fence alive as long.
+///
+/// KEYS: lock, fence of each key. ARGV: token, lease ms.
+///
+/// Returns how many leases were renewed.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+local extended = 0
+for i = 0, #KEYS / 2 - 1 do
+  local lk, fk = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  if redis.call('GET', lk) == ARGV[1] then
+    if redis.call('PTTL', fk) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', fk, ARGV[2])
+    end
+    extended = extended + redis.call('PEXPIRE', lk, ARGV[2])
   end
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return 0
+return extended
 ",
     )
 });
 
-/// Keeps the key's fence alive for a load that runs without the lock (`lock = "local"`, or the
-/// `compute` busy policy) while it is still the one the load read: its fill is written only
-/// over that fence. KEYS: fence. ARGV: the fence read, lease ms. Returns 1 if kept, 0 if the
-/// fence moved or is gone (the fill will be refused: nothing to keep).
+/// Keeps each key's fence alive (as long as a lease) for a load that runs without the lock
+/// (`lock = "local"`, `busy = "compute"`, a wait that ran out) while it is still the one the
+/// load read: its fill is written only over that fence.
+///
+/// KEYS: the fence of each key. ARGV: lease ms, then each key's fence as read, in KEYS' order.
+///
+/// Returns how many fences were still the ones read.
 pub(crate) static KEEP_FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+local kept = 0
+local lease = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    if redis.call('PTTL', key) < lease then
+      redis.call('PEXPIRE', key, lease)
+    end
+    kept = kept + 1
+  end
 end
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 1
+return kept
 ",
     )
 });
@@ -257,3 +338,6 @@ return redis.call('SMEMBERS', KEYS[2])
 ",
     )
 });
+
+#[cfg(test)]
+mod tests;

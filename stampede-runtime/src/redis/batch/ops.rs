@@ -11,37 +11,19 @@ use futures_util::future::try_join_all;
 use redis::cluster_routing::Slot;
 use redis::{RedisResult, Value};
 
-use super::scripts;
-use crate::config::Lifetime;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::failure::Failure;
 use crate::redis::keys::RedisKeys;
 use crate::redis::link::CommandConnection;
-use crate::redis::ops::{Read, ReadState, Written, millis};
+use crate::redis::ops::{Fill, Read, ReadState, Written, millis};
+use crate::redis::scripts;
 
 /// The most keys one script of a batch handles, so that one script never keeps a server busy
 /// for long; the scripts of a larger batch are sent at once.
 const MOST_PER_SCRIPT: usize = 256;
 
-/// One key's fill in `FILL_MANY`.
-pub(crate) struct Fill<'a> {
-    pub(crate) keys: &'a RedisKeys,
-    /// The lock's token, empty for a key loaded without the lock.
-    pub(crate) token: &'a str,
-    /// Fresh, stale, then kept past its stale deadline for `fail_safe`.
-    pub(crate) lifetime: Lifetime,
-    pub(crate) load: Duration,
-    pub(crate) fence: u64,
-    /// The server's time (ms) when the value was read from the source, after the read that
-    /// gave `fence` (see `FILL_MANY`).
-    pub(crate) read_from: u64,
-    /// The value's source version: not written over a value stored with a newer one.
-    pub(crate) source_version: Option<u64>,
-    pub(crate) payload: Vec<u8>,
-}
-
 impl Endpoint {
-    /// `READ_FRESH_MANY`: each value key's value if it is fresh by the server's clock (and
+    /// `READ_FRESH`: each value key's value if it is fresh by the server's clock (and
     /// within the size bound), with that clock's time (ms).
     pub(crate) async fn read_fresh_many(
         &self,
@@ -50,7 +32,7 @@ impl Endpoint {
         let slotted: Vec<&str> = value_keys.iter().map(String::as_str).collect();
         let most = self.most_read();
         self.grouped(&slotted, |mut connection, group| async move {
-            let mut script = scripts::READ_FRESH_MANY.prepare_invoke();
+            let mut script = scripts::READ_FRESH.prepare_invoke();
             script.arg(most);
             for &at in &group {
                 script.key(&value_keys[at]);
@@ -66,7 +48,7 @@ impl Endpoint {
         .await
     }
 
-    /// `READ_OR_LOCK_MANY`: each key's value and state, as `read_or_lock` reads one key.
+    /// `READ_OR_LOCK`: each key's value and state, as `read_or_lock` reads one key.
     pub(crate) async fn read_or_lock_many(
         &self,
         keys: &[&RedisKeys],
@@ -78,7 +60,7 @@ impl Endpoint {
         let most = self.most_read();
         let slotted: Vec<&str> = keys.iter().map(|keys| keys.value.as_str()).collect();
         self.grouped(&slotted, |mut connection, group| async move {
-            let mut script = scripts::READ_OR_LOCK_MANY.prepare_invoke();
+            let mut script = scripts::READ_OR_LOCK.prepare_invoke();
             script.arg(token).arg(lease).arg(most);
             for &at in &group {
                 let of = keys[at];
@@ -118,7 +100,7 @@ impl Endpoint {
         .await
     }
 
-    /// `FILL_MANY`: each loaded value written (fenced, and not over a newer source version),
+    /// `FILL`: each loaded value written (fenced, and not over a newer source version),
     /// published, and its lock released.
     pub(crate) async fn fill_many(&self, fills: &[Fill<'_>]) -> Result<Vec<Written>, Failure> {
         let slotted: Vec<&str> = fills.iter().map(|fill| fill.keys.value.as_str()).collect();
@@ -133,7 +115,7 @@ impl Endpoint {
             .collect();
         let versions = &versions;
         self.grouped(&slotted, |mut connection, group| async move {
-            let mut script = scripts::FILL_MANY.prepare_invoke();
+            let mut script = scripts::FILL.prepare_invoke();
             script.arg(connection.publish_command()).arg(most);
             for &at in &group {
                 let fill = &fills[at];
@@ -146,8 +128,12 @@ impl Endpoint {
                     .arg(millis(fill.lifetime.fresh).max(1))
                     .arg(millis(fill.lifetime.stale))
                     .arg(millis(fill.load))
-                    .arg(fill.fence)
-                    .arg(&fill.payload[..])
+                    .arg(
+                        fill.fence
+                            .map(|fence| fence.to_string())
+                            .unwrap_or_default(),
+                    )
+                    .arg(fill.payload)
                     .arg(&fill.keys.channel)
                     .arg(millis(fill.lifetime.fail_safe))
                     .arg(&versions[at])
@@ -177,7 +163,7 @@ impl Endpoint {
         .await
     }
 
-    /// `RELEASE_MANY`: the locks `token` still holds released, and their waiters told.
+    /// `RELEASE`: the locks `token` still holds released, and their waiters told.
     pub(crate) async fn release_many(
         &self,
         keys: &[&RedisKeys],
@@ -185,7 +171,7 @@ impl Endpoint {
     ) -> Result<(), Failure> {
         let slotted: Vec<&str> = keys.iter().map(|keys| keys.value.as_str()).collect();
         self.grouped(&slotted, |mut connection, group| async move {
-            let mut script = scripts::RELEASE_MANY.prepare_invoke();
+            let mut script = scripts::RELEASE.prepare_invoke();
             script.arg(token).arg(connection.publish_command());
             for &at in &group {
                 script.key(&keys[at].lock).arg(&keys[at].channel);
@@ -197,7 +183,7 @@ impl Endpoint {
         .map(|_| ())
     }
 
-    /// `EXTEND_MANY`: the leases `token` still holds renewed; how many were.
+    /// `EXTEND`: the leases `token` still holds renewed; how many were.
     pub(crate) async fn extend_many(
         &self,
         keys: &[&RedisKeys],
@@ -207,7 +193,7 @@ impl Endpoint {
         let slotted: Vec<&str> = keys.iter().map(|keys| keys.value.as_str()).collect();
         let extended = self
             .grouped(&slotted, |mut connection, group| async move {
-                let mut script = scripts::EXTEND_MANY.prepare_invoke();
+                let mut script = scripts::EXTEND.prepare_invoke();
                 script.arg(token).arg(lease);
                 for &at in &group {
                     script.key(&keys[at].lock).key(&keys[at].fence);
@@ -219,7 +205,7 @@ impl Endpoint {
         Ok(extended.into_iter().sum())
     }
 
-    /// `KEEP_FENCE_MANY`: keeps alive the fence of each key a batch loads without its lock,
+    /// `KEEP_FENCE`: keeps alive the fence of each key a batch loads without its lock,
     /// while it is still the one the load read (`lock::while_fenced` for many keys); how many
     /// still were.
     pub(crate) async fn keep_fences(&self, fenced: &[(&RedisKeys, u64)]) -> Result<usize, Failure> {
@@ -227,7 +213,7 @@ impl Endpoint {
         let slotted: Vec<&str> = fenced.iter().map(|(keys, _)| keys.value.as_str()).collect();
         let kept = self
             .grouped(&slotted, |mut connection, group| async move {
-                let mut script = scripts::KEEP_FENCE_MANY.prepare_invoke();
+                let mut script = scripts::KEEP_FENCE.prepare_invoke();
                 script.arg(lease);
                 for &at in &group {
                     let (keys, fence) = fenced[at];

@@ -171,47 +171,21 @@ impl Expansion<'_> {
         let output = &function.output;
         let generics = &function.sig.generics;
         let where_clause = &generics.where_clause;
-        let typed = |arg: &Arg| {
-            let (ident, ty) = (&arg.ident, &arg.ty);
-            quote!(#ident: #ty)
-        };
         let all_inputs: Vec<TokenStream> = function.args.iter().map(typed).collect();
         let args = function.args.iter().map(|arg| &arg.ident);
         let value = self.value_type();
         let this = function.receiver.map(|_| quote!(&self,));
         let this_arg = function.receiver.map(|_| quote!(self,));
         let recipe = self.recipe(quote!(()));
-        // A batch function's operations act on one key of it, and it keeps `None` for a key
-        // its map leaves out.
-        let (key_inputs, key, on, refresh, primed, peeked, one) = match &self.settings.batch {
-            None => (
-                self.key_args
-                    .iter()
-                    .map(|arg| typed(arg))
-                    .collect::<Vec<_>>(),
-                self.key(),
-                {
-                    let (witness, companion_of) = (self.witness(), self.companion_of());
-                    quote!(#witness.#companion_of())
-                },
-                self.call(Call::Refresh),
-                quote!(value),
-                quote!(::core::option::Option<#value>),
-                TokenStream::new(),
-            ),
-            Some(_) => (
-                self.element_args().iter().map(typed).collect(),
-                self.element_key(),
-                {
-                    let (witness, companion_of) = (self.batch_witness(), self.batch_companion_of());
-                    quote!(#witness.#companion_of())
-                },
-                self.batch_call(Call::Refresh),
-                self.primed(),
-                self.peeked(),
-                self.one_operation(companion),
-            ),
-        };
+        let OneKey {
+            inputs: key_inputs,
+            key,
+            on,
+            refresh,
+            primed,
+            peeked,
+            one,
+        } = self.one_key(companion);
         let body = companion.path("body");
         let [
             invalidate,
@@ -267,6 +241,41 @@ impl Expansion<'_> {
             #vis async fn #uncached #generics (#this #(#all_inputs),*) -> #output #where_clause {
                 #body(#this_arg #(#args),*).await
             }
+        }
+    }
+
+    /// How the operations reach one key: a single-key function's key, or one key of a batch
+    /// function, whose operations act on that key alone and keep `None` for a key its map
+    /// leaves out.
+    fn one_key(&self, companion: &Holder) -> OneKey {
+        match &self.settings.batch {
+            None => OneKey {
+                inputs: self.key_args.iter().map(|arg| typed(arg)).collect(),
+                key: self.key(),
+                on: {
+                    let (witness, companion_of) = (self.witness(), self.companion_of());
+                    quote!(#witness.#companion_of())
+                },
+                refresh: self.call(Call::Refresh),
+                primed: quote!(value),
+                peeked: {
+                    let value = self.value_type();
+                    quote!(::core::option::Option<#value>)
+                },
+                one: TokenStream::new(),
+            },
+            Some(_) => OneKey {
+                inputs: self.element_args().iter().map(typed).collect(),
+                key: self.element_key(),
+                on: {
+                    let (witness, companion_of) = (self.batch_witness(), self.batch_companion_of());
+                    quote!(#witness.#companion_of())
+                },
+                refresh: self.batch_call(Call::Refresh),
+                primed: self.primed(),
+                peeked: self.peeked(),
+                one: self.one_operation(companion),
+            },
         }
     }
 
@@ -393,4 +402,31 @@ impl Expansion<'_> {
             }
         }
     }
+}
+
+/// What the operations that take a key need of it, which differs between a single-key function
+/// and a batch function (whose operations act on one of its keys).
+struct OneKey {
+    /// The key's arguments as the operations take them (`id: u64`).
+    inputs: Vec<TokenStream>,
+    /// The expression of the key, built from those arguments.
+    key: TokenStream,
+    /// The expression of the cache's companion handle, on which `invalidate`, `prime` and
+    /// `peek` are called.
+    on: TokenStream,
+    /// The body of `refresh`.
+    refresh: TokenStream,
+    /// What `prime` stores for its `value` argument.
+    primed: TokenStream,
+    /// The type `peek` returns.
+    peeked: TokenStream,
+    /// The operation only a batch function's companion has, or nothing.
+    one: TokenStream,
+}
+
+/// An argument as a parameter of an operation: `ident: ty` (without its `mut`, which is the
+/// body's).
+fn typed(arg: &Arg) -> TokenStream {
+    let (ident, ty) = (&arg.ident, &arg.ty);
+    quote!(#ident: #ty)
 }

@@ -157,33 +157,8 @@ impl Function {
         } = item;
         check_qualifiers(&sig, errors);
         check_generics(&sig, errors);
-
-        let (shape, output, body) = match (&sig.asyncness, async_trait_parts(&sig, &block)) {
-            (Some(_), _) => (Shape::Async, declared_output(&sig), block.stmts),
-            (None, Some((output, body))) => (Shape::AsyncTrait, output, body),
-            (None, None) => {
-                errors.push(error(
-                    sig.fn_token.span,
-                    format!("`#[cached]` goes on an `async fn`, and `{}` is not async", sig.ident),
-                    "make it `async fn`: the cache runs its load on the tokio runtime and callers await it",
-                ));
-                (Shape::Async, declared_output(&sig), block.stmts)
-            }
-        };
-        if let Some(span) = find_impl_trait(&output) {
-            errors.push(error(
-                span,
-                "a cached function cannot return `impl Trait`",
-                "name the returned type: the cache stores values of it and clones them for each caller",
-            ));
-        }
-        if let Some(span) = find_borrowed(&output) {
-            errors.push(error(
-                span,
-                "a cached function cannot return a reference",
-                "return an owned value (`String` for `&str`, `T` or `Arc<T>` for `&T`): the cache keeps the value after the call and hands each caller a clone of it; a `&'static T` is fine",
-            ));
-        }
+        let (shape, output, body) = shape_of(&sig, block, errors);
+        check_output(&output, errors);
         if matches!(shape, Shape::Async) {
             check_lifetimes(&sig, errors);
         }
@@ -194,34 +169,7 @@ impl Function {
                 "the future of a recursive `async fn` would contain itself: move the body into a plain `async fn` that recurses through `Box::pin(..)`, and cache a function that calls it",
             ));
         }
-
-        let mut receiver = None;
-        let mut args = Vec::new();
-        for input in &sig.inputs {
-            match input {
-                FnArg::Receiver(r) => match &r.kind {
-                    ReceiverKind::Reference(_, _, None) => receiver = Some(r.self_token.span),
-                    ReceiverKind::Reference(_, _, Some(_)) => errors.push(error_at(
-                        r,
-                        "a cached method cannot take `&mut self`",
-                        "take `&self`: the load runs detached and serves every caller of the key, so it cannot hold a unique borrow; keep what must change behind a lock",
-                    )),
-                    _ => errors.push(error_at(
-                        r,
-                        "a cached method cannot take `self` by value",
-                        "take `&self`: a cached call may not run the body at all, and the load that does runs detached on a clone of the receiver (which must be `Clone + Send + Sync + 'static`)",
-                    )),
-                },
-                // `#[async_trait]` has already bound a pattern argument to `__argN`.
-                FnArg::Typed(typed) if matches!(shape, Shape::AsyncTrait) && is_positional(&typed.pat) => {
-                    errors.push(pattern_error(&typed.pat));
-                }
-                FnArg::Typed(typed) => match argument(&typed.pat, &typed.ty) {
-                    Ok(arg) => args.push(arg),
-                    Err(e) => errors.push(e),
-                },
-            }
-        }
+        let (receiver, args) = inputs(&sig, &shape, errors);
 
         let returns = Returns::of(&output);
         check_boxed_error(&returns, errors);
@@ -241,6 +189,76 @@ impl Function {
             body,
         }
     }
+}
+
+/// How the function was written, what a call of it produces and the statements that compute
+/// it: an `async fn` as written, or the future `#[async_trait]` boxed. A function that is
+/// neither is reported and read as an `async fn`, so that the rest can still be checked.
+fn shape_of(sig: &Signature, block: Box<Block>, errors: &mut Errors) -> (Shape, Type, Vec<Stmt>) {
+    match (&sig.asyncness, async_trait_parts(sig, &block)) {
+        (Some(_), _) => (Shape::Async, declared_output(sig), block.stmts),
+        (None, Some((output, body))) => (Shape::AsyncTrait, output, body),
+        (None, None) => {
+            errors.push(error(
+                sig.fn_token.span,
+                format!("`#[cached]` goes on an `async fn`, and `{}` is not async", sig.ident),
+                "make it `async fn`: the cache runs its load on the tokio runtime and callers await it",
+            ));
+            (Shape::Async, declared_output(sig), block.stmts)
+        }
+    }
+}
+
+/// Refuses what a call produces when the cache cannot keep it and hand out clones of it: an
+/// `impl Trait` or a reference.
+fn check_output(output: &Type, errors: &mut Errors) {
+    if let Some(span) = find_impl_trait(output) {
+        errors.push(error(
+            span,
+            "a cached function cannot return `impl Trait`",
+            "name the returned type: the cache stores values of it and clones them for each caller",
+        ));
+    }
+    if let Some(span) = find_borrowed(output) {
+        errors.push(error(
+            span,
+            "a cached function cannot return a reference",
+            "return an owned value (`String` for `&str`, `T` or `Arc<T>` for `&T`): the cache keeps the value after the call and hands each caller a clone of it; a `&'static T` is fine",
+        ));
+    }
+}
+
+/// The span of `self` in `&self`, for a method, and the arguments bound to plain names; every
+/// other receiver and every pattern argument is reported and left out.
+fn inputs(sig: &Signature, shape: &Shape, errors: &mut Errors) -> (Option<Span>, Vec<Arg>) {
+    let mut receiver = None;
+    let mut args = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(r) => match &r.kind {
+                ReceiverKind::Reference(_, _, None) => receiver = Some(r.self_token.span),
+                ReceiverKind::Reference(_, _, Some(_)) => errors.push(error_at(
+                    r,
+                    "a cached method cannot take `&mut self`",
+                    "take `&self`: the load runs detached and serves every caller of the key, so it cannot hold a unique borrow; keep what must change behind a lock",
+                )),
+                _ => errors.push(error_at(
+                    r,
+                    "a cached method cannot take `self` by value",
+                    "take `&self`: a cached call may not run the body at all, and the load that does runs detached on a clone of the receiver (which must be `Clone + Send + Sync + 'static`)",
+                )),
+            },
+            // `#[async_trait]` has already bound a pattern argument to `__argN`.
+            FnArg::Typed(typed) if matches!(shape, Shape::AsyncTrait) && is_positional(&typed.pat) => {
+                errors.push(pattern_error(&typed.pat));
+            }
+            FnArg::Typed(typed) => match argument(&typed.pat, &typed.ty) {
+                Ok(arg) => args.push(arg),
+                Err(e) => errors.push(e),
+            },
+        }
+    }
+    (receiver, args)
 }
 
 fn check_qualifiers(sig: &Signature, errors: &mut Errors) {

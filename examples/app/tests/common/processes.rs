@@ -13,6 +13,8 @@ pub type Lines = mpsc::Receiver<(usize, String)>;
 /// One child process, killed if still running when dropped.
 pub struct Process {
     pub child: Child,
+    /// The thread that forwards its stdout lines: done once every line is on the receiver.
+    forwarding: std::thread::JoinHandle<()>,
 }
 
 impl Drop for Process {
@@ -52,17 +54,18 @@ pub fn start_exe(
             .map_err(|e| format!("cannot start a process: {e}"))?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let lines = lines.clone();
-        std::thread::spawn(move || {
+        let forwarding = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 let _ = lines.send((index, line));
             }
         });
-        processes.push(Process { child });
+        processes.push(Process { child, forwarding });
     }
     Ok((processes, received))
 }
 
-/// Waits for every process to exit successfully, within `limit`.
+/// Waits for every process to exit successfully, within `limit`, and for every line it wrote
+/// to be on the receiver (its exit does not wait for the thread that forwards them).
 pub fn finish(processes: &mut [Process], limit: Duration) -> Result<(), String> {
     let deadline = Instant::now() + limit;
     for process in processes.iter_mut() {
@@ -75,6 +78,12 @@ pub fn finish(processes: &mut [Process], limit: Duration) -> Result<(), String> 
                 }
                 None => std::thread::sleep(Duration::from_millis(10)),
             }
+        }
+        while !process.forwarding.is_finished() {
+            if Instant::now() > deadline {
+                return Err(format!("a process's output did not end within {limit:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     Ok(())

@@ -51,7 +51,9 @@ mod kv;
 mod layers;
 mod load;
 mod memory;
-#[cfg(any(feature = "redis", feature = "simulation"))]
+// The Rust side of the one ordering: the fake tier applies it, and the Redis scripts' tests
+// check the Lua side against it.
+#[cfg(any(feature = "simulation", test))]
 mod order;
 mod random;
 #[cfg(feature = "redis")]

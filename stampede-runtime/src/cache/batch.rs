@@ -26,7 +26,7 @@ use super::{Cache, Held, Lookup};
 use crate::clock::after;
 use crate::config::Lock;
 use crate::error::Error;
-use crate::flight::{Joined, Leader};
+use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
 use crate::telemetry::Reason;
 use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, One, Run, Start, Tier};
@@ -64,6 +64,9 @@ impl<K: Key, V: Value> Window<K, V> {
 /// The keys of a flight, with why and how each one's flight started.
 type Led<K, V> = Vec<(Leader<'static, K, V>, Start)>;
 
+/// The keys a call waits for: each one's place in the call, and its waiter.
+type Waiting<V> = Vec<(usize, Waiter<V>)>;
+
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// The value of each of `keys` for a batch function's call (`Run::Get`), or for its
     /// companion's `refresh` (`Run::Refresh`, which ignores the values held): each key once, in
@@ -89,8 +92,68 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let keys = unique(keys);
         let span = tracing::trace_span!("stampede.lookup", cache = %core.config.name, keys = keys.len(), outcome = Empty);
         let mut answers: Vec<Option<Result<V, Error>>> = keys.iter().map(|_| None).collect();
-        let mut refreshes: Led<K, V> = Vec::new();
-        let mut missed = Vec::new();
+        let (refreshes, mut missed) = self.held_many(&keys, &mut answers, run);
+        if missed.is_empty() && refreshes.is_empty() {
+            span.record("outcome", "hit");
+            return answered(keys, answers, core);
+        }
+        let load = Arc::new(prepare());
+        // Outside a runtime no refresh can start; the values are served regardless.
+        let _ = self.spawn_batch(refreshes, &load);
+        if core.config.lock == Lock::None {
+            span.record("outcome", "miss");
+            let one = One::new(load.clone());
+            let handles = missed
+                .iter()
+                .map(|&at| Handle::new(core, &keys[at], &one, Start::miss(run), None))
+                .collect();
+            self.flown_many(handles, &*load, |at, answer| {
+                answers[missed[at]] = Some(answer);
+            })
+            .await;
+            return answered(keys, answers, core);
+        }
+        if run == Run::Get && self.tier.reads() {
+            self.read_many(&keys, &mut missed, &mut answers, &load)
+                .await;
+        }
+        let (led, waiting) = self.join_many(&keys, &missed, run);
+        span.record(
+            "outcome",
+            match (led.is_empty(), waiting.is_empty()) {
+                (_, true) => "remote",
+                (true, false) => "shared",
+                (false, false) => "miss",
+            },
+        );
+        if let Err(error) = self.spawn_batch(led, &load) {
+            for (at, _) in waiting {
+                answers[at] = Some(Err(error.clone()));
+            }
+            return answered(keys, answers, core);
+        }
+        let (keys_ref, span_ref) = (&keys, &span);
+        let waited = join_all(waiting.into_iter().map(|(at, waiter)| async move {
+            (at, self.wait(&keys_ref[at], waiter, span_ref).await)
+        }))
+        .await;
+        for (at, answer) in waited {
+            answers[at] = Some(answer);
+        }
+        answered(keys, answers, core)
+    }
+
+    /// What memory holds for each of `keys` (nothing for a companion's `refresh`): fresh and
+    /// stale values answered, the stale and early ones with a refresh to lead (one per key not
+    /// loading already); and the places of the keys missed.
+    fn held_many(
+        &'static self,
+        keys: &[K],
+        answers: &mut [Option<Result<V, Error>>],
+        run: Run,
+    ) -> (Led<K, V>, Vec<usize>) {
+        let core = &self.core;
+        let (mut refreshes, mut missed): (Led<K, V>, _) = (Vec::new(), Vec::new());
         for (at, key) in keys.iter().enumerate() {
             if run == Run::Refresh {
                 missed.push(at);
@@ -118,34 +181,17 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 }
             }
         }
-        if missed.is_empty() && refreshes.is_empty() {
-            span.record("outcome", "hit");
-            return answered(keys, answers, core);
-        }
-        let load = Arc::new(prepare());
-        // Outside a runtime no refresh can start; the values are served regardless.
-        let _ = self.spawn_batch(refreshes, &load);
-        if core.config.lock == Lock::None {
-            span.record("outcome", "miss");
-            let one = One::new(load.clone());
-            let handles = missed
-                .iter()
-                .map(|&at| Handle::new(core, &keys[at], &one, Start::miss(run), None))
-                .collect();
-            self.flown_many(handles, &*load, |at, answer| {
-                answers[missed[at]] = Some(answer);
-            })
-            .await;
-            return answered(keys, answers, core);
-        }
-        if run == Run::Get && self.tier.reads() {
-            self.read_many(&keys, &mut missed, &mut answers, &load)
-                .await;
-        }
-        let mut led: Led<K, V> = Vec::new();
-        let mut waiting = Vec::new();
+        (refreshes, missed)
+    }
+
+    /// Joins the flight of each key at `missed` (of `keys`), or starts it: the flights this
+    /// call leads, and each key's place with its waiter (a refresh waits for the load, not the
+    /// stale value a flight it joined serves).
+    fn join_many(&'static self, keys: &[K], missed: &[usize], run: Run) -> (Led<K, V>, Waiting<V>) {
+        let core = &self.core;
+        let (mut led, mut waiting): (Led<K, V>, _) = (Vec::new(), Vec::new());
         let trusted_for = self.tier.trusted_for();
-        for &at in &missed {
+        for &at in missed {
             let waiter = match core.flights.join(&keys[at], trusted_for) {
                 Joined::Shared(waiter) => {
                     core.telemetry.shared.bump();
@@ -156,7 +202,6 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     waiter
                 }
             };
-            // A refresh waits for the load, not the stale value a flight it joined serves.
             waiting.push((
                 at,
                 match run {
@@ -165,29 +210,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 },
             ));
         }
-        span.record(
-            "outcome",
-            match (led.is_empty(), waiting.is_empty()) {
-                (_, true) => "remote",
-                (true, false) => "shared",
-                (false, false) => "miss",
-            },
-        );
-        if let Err(error) = self.spawn_batch(led, &load) {
-            for (at, _) in waiting {
-                answers[at] = Some(Err(error.clone()));
-            }
-            return answered(keys, answers, core);
-        }
-        let (keys_ref, span_ref) = (&keys, &span);
-        let waited = join_all(waiting.into_iter().map(|(at, waiter)| async move {
-            (at, self.wait(&keys_ref[at], waiter, span_ref).await)
-        }))
-        .await;
-        for (at, answer) in waited {
-            answers[at] = Some(answer);
-        }
-        answered(keys, answers, core)
+        (led, waiting)
     }
 
     /// Reads the keys at `missed` (of `keys`) that no flight of this process loads from the

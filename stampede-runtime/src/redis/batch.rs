@@ -35,22 +35,22 @@ use tokio::time::Instant;
 use crate::clock::after;
 use crate::config::Lock;
 use crate::entry::Entry;
+use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::Loaded;
 use crate::redis::Busy;
 use crate::redis::config::lookup;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Decoded};
+use crate::redis::failure::Failure;
 use crate::redis::flow::entry_of;
 use crate::redis::keys::{self, RedisKeys};
 use crate::redis::lock;
-use crate::redis::ops::{Read, ReadState, ServerTime};
+use crate::redis::ops::{Fill, Read, ReadState, ServerTime, Written};
 use crate::redis::pubsub::Listener;
 use crate::redis::tags::set_lifetime;
 use crate::redis::tier::RedisTier;
 use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, One, Run, Shared};
-
-use crate::redis::ops::Fill;
 
 /// How one key of a batch stands.
 enum Step {
@@ -84,6 +84,24 @@ struct Part {
     busy_since: Option<Instant>,
     /// The server's time of its last read, which gave the fence a load writes with.
     read_at: ServerTime,
+}
+
+/// A key this batch loads to fill: its place in the batch, whether this process holds its
+/// lock, and the fence its read returned.
+#[derive(Clone, Copy)]
+struct HeldKey {
+    at: usize,
+    locked: bool,
+    fence: u64,
+}
+
+/// A loaded value ready for `FILL`.
+struct Encoded<V> {
+    held: HeldKey,
+    value: V,
+    payload: Vec<u8>,
+    /// The server's time (ms) when the source was read.
+    read_from: u64,
 }
 
 /// What a read found of one key, on this process's clock.
@@ -443,26 +461,11 @@ where
             .filter(|&at| parts[at].listener.is_none())
             .collect();
         if !unheard.is_empty() {
-            let listened = join_all(
-                unheard
-                    .iter()
-                    .map(|&at| self.endpoint.listen(&parts[at].keys)),
-            )
-            .await;
-            for (&at, listened) in unheard.iter().zip(listened) {
-                let part = &mut parts[at];
-                match listened {
-                    Ok(listener) => {
-                        part.listener = Some(listener);
-                        part.step = Step::Read;
-                    }
-                    Err(_) => part.step = Step::Degrade,
-                }
-            }
+            self.subscribe(parts, &unheard).await;
             return;
         }
-        let now = Instant::now();
-        if now >= self.give_up_at {
+        if Instant::now() >= self.give_up_at {
+            // Waited long enough: each is loaded here, without the lock.
             for &at in busy {
                 if let Step::Busy { fence, .. } = parts[at].step {
                     parts[at].step = Step::Hold {
@@ -473,6 +476,45 @@ where
             }
             return;
         }
+        for (at, payload) in self.published(parts, busy).await {
+            self.take_published(at, &mut parts[at], payload, outcomes);
+        }
+        let now = Instant::now();
+        for &at in busy {
+            if let Step::Busy { lease_until, .. } = parts[at].step
+                && now >= lease_until
+            {
+                parts[at].step = Step::Read; // the holder may be gone: one of us takes over
+            }
+        }
+    }
+
+    /// Subscribes to the channels of the keys at `unheard`, each then read again (so that a
+    /// fill published before the subscription is not missed), or loaded here if Redis could not
+    /// subscribe it.
+    async fn subscribe(&self, parts: &mut [Part], unheard: &[usize]) {
+        let listened = join_all(
+            unheard
+                .iter()
+                .map(|&at| self.endpoint.listen(&parts[at].keys)),
+        )
+        .await;
+        for (&at, listened) in unheard.iter().zip(listened) {
+            let part = &mut parts[at];
+            match listened {
+                Ok(listener) => {
+                    part.listener = Some(listener);
+                    part.step = Step::Read;
+                }
+                Err(_) => part.step = Step::Degrade,
+            }
+        }
+    }
+
+    /// Waits for the first publication on the channels of the keys at `busy`, no longer than
+    /// the first lease to run out or the end of the wait; then every publication received, not
+    /// one wake-up each: (the key's place, the payload or `None` when the subscription died).
+    async fn published(&self, parts: &mut [Part], busy: &[usize]) -> Vec<(usize, Option<Vec<u8>>)> {
         let until = busy
             .iter()
             .filter_map(|&at| match parts[at].step {
@@ -480,10 +522,10 @@ where
                 _ => None,
             })
             .min()
-            .unwrap_or(now)
+            .unwrap_or_else(Instant::now)
             .min(self.give_up_at);
         let wake = after(until, Duration::from_millis(1));
-        let heard = {
+        let first = {
             let listening = parts
                 .iter_mut()
                 .enumerate()
@@ -495,57 +537,45 @@ where
             let first = select_all(listening).map(|(heard, _, _)| heard);
             tokio::time::timeout_at(wake, first).await.ok()
         };
-        let mut heard_now = Vec::new();
-        if let Some(heard) = heard {
-            heard_now.push(heard);
-        }
-        // Every publication already received, not one wake-up each.
+        let mut heard: Vec<(usize, Option<Vec<u8>>)> = first.into_iter().collect();
         for &at in busy {
-            if heard_now.iter().any(|(other, _)| *other == at) {
+            if heard.iter().any(|(other, _)| *other == at) {
                 continue;
             }
             if let Some(listener) = parts[at].listener.as_mut()
                 && let Some(payload) = listener.next().now_or_never()
             {
-                heard_now.push((at, payload));
+                heard.push((at, payload));
             }
         }
-        for (at, payload) in heard_now {
-            let handle = &self.batch.handles()[at];
-            let part = &mut parts[at];
-            let read_fence = match part.step {
-                Step::Busy { fence, .. } => fence,
-                _ => 0,
-            };
-            match payload {
-                // Not a fill at the fence read or later (an older fill a lagging subscriber
-                // handed over): read again.
-                Some(payload) if !envelope::filled_at_or_after(&payload, read_fence) => {
-                    part.step = Step::Read;
-                }
-                Some(payload) => {
-                    if let Found::Usable(entry) = self.found(handle, Some(&payload), None) {
-                        outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));
-                        part.step = Step::Done;
-                        continue;
-                    }
-                    // A release without a value (the holder's load failed): read again.
-                    part.step = Step::Read;
-                }
-                None => {
-                    // The pub/sub connection died: subscribe and read again.
-                    part.listener = None;
-                    part.step = Step::Read;
+        heard
+    }
+
+    /// What a publication on the channel of the key at `at` says: its holder's fill (answered),
+    /// or read again (a release without a value, an older fill a lagging subscriber handed
+    /// over, a subscription that died).
+    fn take_published(
+        &self,
+        at: usize,
+        part: &mut Part,
+        payload: Option<Vec<u8>>,
+        outcomes: &mut [Option<Fetched<V>>],
+    ) {
+        let handle = &self.batch.handles()[at];
+        let read_fence = match part.step {
+            Step::Busy { fence, .. } => fence,
+            _ => 0,
+        };
+        part.step = Step::Read;
+        match payload {
+            Some(payload) if envelope::filled_at_or_after(&payload, read_fence) => {
+                if let Found::Usable(entry) = self.found(handle, Some(&payload), None) {
+                    outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));
+                    part.step = Step::Done;
                 }
             }
-        }
-        let now = Instant::now();
-        for &at in busy {
-            if let Step::Busy { lease_until, .. } = parts[at].step
-                && now >= lease_until
-            {
-                parts[at].step = Step::Read; // the holder may be gone: one of us takes over
-            }
+            Some(_) => {}
+            None => part.listener = None, // the pub/sub connection died: subscribe again
         }
     }
 
@@ -559,60 +589,104 @@ where
         degrading: &[usize],
         outcomes: &mut [Option<Fetched<V>>],
     ) {
-        let batch = self.batch;
-        let held: Vec<(usize, bool, u64)> = holding
-            .iter()
-            .map(|&at| match parts[at].step {
-                Step::Hold { locked, fence } => (at, locked, fence),
-                _ => unreachable!("only parts holding"),
-            })
-            .collect();
-        // Each key is added to its tags' sets before its load reads the source; one that cannot
-        // be is kept out of Redis.
-        let tagged = join_all(held.iter().map(|&(at, _, _)| self.tag(at, &parts[at].keys))).await;
-        let (mut fill, mut local): (Vec<(usize, bool, u64)>, Vec<usize>) = (Vec::new(), Vec::new());
-        for (entry, tagged) in held.into_iter().zip(tagged) {
-            match tagged {
-                true => fill.push(entry),
-                false => local.push(entry.0),
-            }
-        }
-        let token = self.token.as_deref().unwrap_or("");
-        let fill_locks: Vec<RedisKeys> = fill
-            .iter()
-            .filter(|(_, locked, _)| *locked)
-            .map(|&(at, _, _)| parts[at].keys.clone())
-            .collect();
-        // An untagged key's lock is given back now.
-        let untagged_locks: Vec<RedisKeys> = local
-            .iter()
-            .filter(|&&at| matches!(parts[at].step, Step::Hold { locked: true, .. }))
-            .map(|&at| parts[at].keys.clone())
-            .collect();
-        let untagged: Vec<&RedisKeys> = untagged_locks.iter().collect();
-        lock::release(&self.endpoint, &untagged, token).await;
+        let (fill, mut local) = self.tagged(parts, holding).await;
         local.extend_from_slice(degrading);
-        let mut loading: Vec<usize> = fill.iter().map(|&(at, _, _)| at).collect();
+        let mut loading: Vec<usize> = fill.iter().map(|held| held.at).collect();
         loading.extend_from_slice(&local);
         for &at in &loading {
             parts[at].step = Step::Done;
         }
+        let token = self.token.as_deref().unwrap_or("");
+        let fill_locks: Vec<RedisKeys> = fill
+            .iter()
+            .filter(|held| held.locked)
+            .map(|held| parts[held.at].keys.clone())
+            .collect();
         // The fences of the keys loaded without their locks are kept alive as long, so that a
         // load longer than the lease still fills (as `lock::while_fenced` does for one key).
         let fenced: Vec<(RedisKeys, u64)> = fill
             .iter()
-            .filter(|(_, locked, _)| !*locked)
-            .map(|&(at, _, fence)| (parts[at].keys.clone(), fence))
+            .filter(|held| !held.locked)
+            .map(|held| (parts[held.at].keys.clone(), held.fence))
             .collect();
         let guard = Locks::new(&self.endpoint, fill_locks, fenced, token);
         let started = Instant::now();
-        let loaded = guard.while_held(batch.load(&loading)).await;
+        let loaded = guard.while_held(self.batch.load(&loading)).await;
         let took = started.elapsed();
         let (filled, local_loaded) = loaded.split_at(fill.len());
-        // Kept here only: untagged keys, and those Redis could not be used for.
+        self.kept_here(&local, local_loaded, outcomes);
+        let (fills, unwritten) = self.encoded(parts, &fill, filled, outcomes);
+        let release: Vec<&RedisKeys> = unwritten
+            .iter()
+            .filter(|held| held.locked)
+            .map(|held| &parts[held.at].keys)
+            .collect();
+        // Waiters read again at once rather than at the end of the lease.
+        lock::release(&self.endpoint, &release, token).await;
+        let writes: Vec<Fill<'_>> = fills
+            .iter()
+            .map(|encoded| Fill {
+                keys: &parts[encoded.held.at].keys,
+                token: if encoded.held.locked { token } else { "" },
+                lifetime: self.batch.handles()[encoded.held.at].lifetime(&encoded.value),
+                load: took,
+                fence: Some(encoded.held.fence),
+                read_from: encoded.read_from,
+                source_version: self.batch.handles()[encoded.held.at]
+                    .source_version(&encoded.value),
+                payload: &encoded.payload,
+            })
+            .collect();
+        let written = self.endpoint.fill_many(&writes).await;
+        guard.done(written.is_ok());
+        drop(writes);
+        self.settle_fills(fills, written, outcomes);
+    }
+
+    /// Adds each key at `holding` to its tags' sets before its load reads the source: the keys
+    /// to fill (each with whether its lock is held, and its fence), and those that could not be
+    /// tagged, kept out of Redis, whose locks are given back now.
+    async fn tagged(&self, parts: &[Part], holding: &[usize]) -> (Vec<HeldKey>, Vec<usize>) {
+        let held: Vec<HeldKey> = holding
+            .iter()
+            .map(|&at| match parts[at].step {
+                Step::Hold { locked, fence } => HeldKey { at, locked, fence },
+                _ => unreachable!("only parts holding"),
+            })
+            .collect();
+        let tagged = join_all(
+            held.iter()
+                .map(|held| self.tag(held.at, &parts[held.at].keys)),
+        )
+        .await;
+        let (mut fill, mut untagged) = (Vec::new(), Vec::new());
+        for (held, tagged) in held.into_iter().zip(tagged) {
+            match tagged {
+                true => fill.push(held),
+                false => untagged.push(held),
+            }
+        }
+        let token = self.token.as_deref().unwrap_or("");
+        let untagged_locks: Vec<&RedisKeys> = untagged
+            .iter()
+            .filter(|held| held.locked)
+            .map(|held| &parts[held.at].keys)
+            .collect();
+        lock::release(&self.endpoint, &untagged_locks, token).await;
+        (fill, untagged.into_iter().map(|held| held.at).collect())
+    }
+
+    /// Keeps the values loaded for the keys at `local` here only: keys that could not be
+    /// tagged, and those Redis could not be used for.
+    fn kept_here(
+        &self,
+        local: &[usize],
+        loaded: &[Result<Loaded<V>, Error>],
+        outcomes: &mut [Option<Fetched<V>>],
+    ) {
         let trusted_for = self.endpoint.local_trusted_for();
-        for (&at, loaded) in local.iter().zip(local_loaded) {
-            let handle = &batch.handles()[at];
+        for (&at, loaded) in local.iter().zip(loaded) {
+            let handle = &self.batch.handles()[at];
             self.tier.telemetry.degraded.bump();
             outcomes[at] = Some(match loaded {
                 Ok(loaded) => {
@@ -624,98 +698,91 @@ where
                 Err(error) => Fetched::Failed(error.clone()),
             });
         }
-        let mut fills = Vec::new();
-        let mut unwritten = Vec::new();
-        for (&(at, locked, fence), loaded) in fill.iter().zip(filled) {
-            let handle = &batch.handles()[at];
-            match loaded {
-                Ok(Loaded { value, read_from }) => {
-                    match envelope::encode(value, self.endpoint.config.max_value_bytes) {
-                        Ok(payload) => {
-                            let read_from = parts[at].read_at.at(*read_from);
-                            fills.push((at, locked, fence, value.clone(), payload, read_from));
-                        }
-                        Err(error) => {
-                            unwritten.push((at, locked));
-                            let kept = self.tier.unencodable(
-                                &self.endpoint,
-                                handle,
-                                value.clone(),
-                                &error,
-                            );
-                            outcomes[at] = Some(Fetched::Loaded(kept));
-                        }
-                    }
-                }
+    }
+
+    /// The loaded values of the keys `fill` encoded for `FILL`, and the keys not to write: a
+    /// failed load (answered with its error) or a value that cannot be encoded (kept in memory
+    /// only).
+    fn encoded(
+        &self,
+        parts: &[Part],
+        fill: &[HeldKey],
+        loaded: &[Result<Loaded<V>, Error>],
+        outcomes: &mut [Option<Fetched<V>>],
+    ) -> (Vec<Encoded<V>>, Vec<HeldKey>) {
+        let (mut fills, mut unwritten) = (Vec::new(), Vec::new());
+        for (held, loaded) in fill.iter().zip(loaded) {
+            let handle = &self.batch.handles()[held.at];
+            let Loaded { value, read_from } = match loaded {
+                Ok(loaded) => loaded,
                 Err(error) => {
-                    unwritten.push((at, locked));
-                    outcomes[at] = Some(Fetched::Failed(error.clone()));
+                    unwritten.push(*held);
+                    outcomes[held.at] = Some(Fetched::Failed(error.clone()));
+                    continue;
+                }
+            };
+            match envelope::encode(value, self.endpoint.config.max_value_bytes) {
+                Ok(payload) => fills.push(Encoded {
+                    held: *held,
+                    value: value.clone(),
+                    payload,
+                    read_from: parts[held.at].read_at.at(*read_from),
+                }),
+                Err(error) => {
+                    unwritten.push(*held);
+                    let kept = self
+                        .tier
+                        .unencodable(&self.endpoint, handle, value.clone(), &error);
+                    outcomes[held.at] = Some(Fetched::Loaded(kept));
                 }
             }
         }
-        let release: Vec<&RedisKeys> = unwritten
-            .iter()
-            .filter(|(_, locked)| *locked)
-            .map(|&(at, _)| &parts[at].keys)
-            .collect();
-        // Waiters read again at once rather than at the end of the lease.
-        lock::release(&self.endpoint, &release, token).await;
-        let writes: Vec<Fill<'_>> = fills
-            .iter()
-            .map(|(at, locked, fence, value, payload, read_from)| Fill {
-                keys: &parts[*at].keys,
-                token: if *locked { token } else { "" },
-                lifetime: batch.handles()[*at].lifetime(value),
-                load: took,
-                fence: Some(*fence),
-                read_from: *read_from,
-                source_version: batch.handles()[*at].source_version(value),
-                payload,
-            })
-            .collect();
-        let written = self.endpoint.fill_many(&writes).await;
-        guard.done(written.is_ok());
-        drop(writes);
-        match written {
-            Ok(written) => {
-                for ((at, _, _, value, ..), written) in fills.into_iter().zip(written) {
-                    let handle = &batch.handles()[at];
-                    if written.written {
-                        outcomes[at] = Some(Fetched::Loaded(
-                            self.keep(handle, entry_of(value, &written)),
-                        ));
-                        continue;
-                    }
-                    // Refused: Redis holds a newer source version, or the key's fence moved
-                    // since its read (another holder's fill, a prime, an invalidation). Its
-                    // callers get what Redis keeps (`FILL` deleted it if written before the
-                    // source was read), as every process will (as `Flow::hold` does); else
-                    // their own, in memory unless invalidated here.
-                    if written.newer {
-                        handle.older_than_stored();
-                    }
-                    let stored = written.stored.as_deref();
-                    let stored = match self.found(handle, stored, Some(written.now_ms)) {
-                        Found::Usable(entry) => Some(self.keep(handle, entry)),
-                        Found::Nothing | Found::Undecodable => None,
-                    };
-                    outcomes[at] = Some(Fetched::Loaded(stored.unwrap_or_else(|| {
-                        handle.fenced_off(value, self.endpoint.memory_trusted_for())
-                    })));
-                }
-            }
+        (fills, unwritten)
+    }
+
+    /// Each key's outcome from what `FILL` did with its value.
+    fn settle_fills(
+        &self,
+        fills: Vec<Encoded<V>>,
+        written: Result<Vec<Written>, Failure>,
+        outcomes: &mut [Option<Fetched<V>>],
+    ) {
+        let Ok(written) = written else {
             // Redis failed after the load: the values are good, kept here; Redis drops its
             // own once it answers again.
-            Err(_) => {
-                for (at, _, _, value, ..) in fills {
-                    let handle = &batch.handles()[at];
-                    self.tier
-                        .changed_while_down(&self.endpoint, handle.key(), handle.config());
-                    outcomes[at] = Some(Fetched::Loaded(
-                        handle.keep_loaded(value, self.endpoint.memory_trusted_for()),
-                    ));
-                }
+            for encoded in fills {
+                let handle = &self.batch.handles()[encoded.held.at];
+                self.tier
+                    .changed_while_down(&self.endpoint, handle.key(), handle.config());
+                outcomes[encoded.held.at] = Some(Fetched::Loaded(
+                    handle.keep_loaded(encoded.value, self.endpoint.memory_trusted_for()),
+                ));
             }
+            return;
+        };
+        for (encoded, written) in fills.into_iter().zip(written) {
+            let at = encoded.held.at;
+            let handle = &self.batch.handles()[at];
+            if written.written {
+                outcomes[at] = Some(Fetched::Loaded(
+                    self.keep(handle, entry_of(encoded.value, &written)),
+                ));
+                continue;
+            }
+            // Refused: Redis holds a newer source version, or the key's fence moved since its
+            // read (another holder's fill, a prime, an invalidation). Its callers get what Redis
+            // keeps (`FILL` deleted it if written before the source was read), as every process
+            // will (as `Flow::hold` does); else their own, in memory unless invalidated here.
+            if written.newer {
+                handle.older_than_stored();
+            }
+            let stored = match self.found(handle, written.stored.as_deref(), Some(written.now_ms)) {
+                Found::Usable(entry) => Some(self.keep(handle, entry)),
+                Found::Nothing | Found::Undecodable => None,
+            };
+            outcomes[at] = Some(Fetched::Loaded(stored.unwrap_or_else(|| {
+                handle.fenced_off(encoded.value, self.endpoint.memory_trusted_for())
+            })));
         }
     }
 

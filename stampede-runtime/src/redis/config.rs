@@ -357,24 +357,33 @@ const EXAMPLE: &str = "redis://host:6379/0";
 /// part is found wrong, for the crate's own words. It never quotes the user name or password.
 fn explain(url: &str) -> Option<String> {
     let url = url.trim();
+    let checked = after_tcp_scheme(url).and_then(|rest| match rest {
+        Some(rest) => check_after_scheme(url, rest),
+        // The crate's words ("Missing path", "Invalid database number") say it for a socket.
+        None => Ok(()),
+    });
+    checked.err()
+}
+
+/// What follows `scheme://` in a TCP URL; `None` for a Unix socket's.
+fn after_tcp_scheme(url: &str) -> Result<Option<&str>, String> {
     let scheme = url
         .split_once(':')
         .map(|(scheme, _)| scheme)
         .filter(|scheme| is_scheme(scheme));
     let Some(scheme) = scheme else {
-        return Some(format!(
+        return Err(format!(
             "it does not start with a scheme: write it as {EXAMPLE} (rediss:// for TLS, \
              redis+unix:///path for a Unix socket)"
         ));
     };
     let known = |schemes: &[&str]| schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme));
     if known(UNIX_SCHEMES) {
-        // The crate's words ("Missing path", "Invalid database number") say it for a socket.
-        return None;
+        return Ok(None);
     }
     let after_scheme = &url[scheme.len() + 1..];
     if !known(TCP_SCHEMES) {
-        return Some(match after_scheme.starts_with("//") {
+        return Err(match after_scheme.starts_with("//") {
             true => format!(
                 "`{scheme}://` is not a Redis scheme: use redis:// (rediss:// for TLS, \
                  redis+unix:// for a Unix socket)"
@@ -383,25 +392,29 @@ fn explain(url: &str) -> Option<String> {
             false => format!("it does not start with a scheme: write it as {EXAMPLE}"),
         });
     }
-    let Some(rest) = after_scheme.strip_prefix("//") else {
-        return Some(format!("it needs `//` after `{scheme}:`, as in {EXAMPLE}"));
-    };
+    match after_scheme.strip_prefix("//") {
+        Some(rest) => Ok(Some(rest)),
+        None => Err(format!("it needs `//` after `{scheme}:`, as in {EXAMPLE}")),
+    }
+}
+
+/// Checks what follows `scheme://` in `url`: the user and password's escapes, the host, the
+/// port, the database number, the query's protocol and the fragment.
+fn check_after_scheme(url: &str, rest: &str) -> Result<(), String> {
     // The host part ends at the first `/`, `?` or `#`, even one inside a password.
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, after) = rest.split_at(end);
     let host_port = match authority.rfind('@') {
-        Some(at) => {
-            if !decodes(&authority[..at]) {
-                return Some(
-                    "its user name or password holds a %-escape that is not UTF-8 text: write a \
-                     `%` in it as %25"
-                        .to_owned(),
-                );
-            }
-            &authority[at + 1..]
+        Some(at) if !decodes(&authority[..at]) => {
+            return Err(
+                "its user name or password holds a %-escape that is not UTF-8 text: write a `%` \
+                 in it as %25"
+                    .to_owned(),
+            );
         }
+        Some(at) => &authority[at + 1..],
         None if after.contains('@') => {
-            return Some(
+            return Err(
                 "its user name or password holds a `/`, `?` or `#`, which ends the host part of \
                  a URL: percent-encode it there (`/` as %2F, `?` as %3F, `#` as %23, `%` as %25)"
                     .to_owned(),
@@ -409,66 +422,85 @@ fn explain(url: &str) -> Option<String> {
         }
         None => authority,
     };
-    let (host, port) = match host_port.strip_prefix('[') {
+    let (host, port) = host_and_port(host_port)?;
+    check_host(host)?;
+    check_port(port)?;
+    check_tail(url, after)
+}
+
+/// The host and the port (if any) of `host:port` or `[ipv6]:port`.
+fn host_and_port(host_port: &str) -> Result<(&str, Option<&str>), String> {
+    match host_port.strip_prefix('[') {
         Some(bracketed) => {
             let Some((address, port)) = bracketed.split_once(']') else {
-                return Some(
+                return Err(
                     "its IPv6 address has no closing `]`: write it as redis://[::1]:6379/0"
                         .to_owned(),
                 );
             };
             if address.parse::<std::net::Ipv6Addr>().is_err() {
-                return Some(format!("`[{address}]` is not an IPv6 address"));
+                return Err(format!("`[{address}]` is not an IPv6 address"));
             }
             match port.strip_prefix(':') {
-                Some(port) => (address, Some(port)),
-                None if port.is_empty() => (address, None),
-                None => return Some(format!("`{port}` after its IPv6 address is not `:port`")),
+                Some(port) => Ok((address, Some(port))),
+                None if port.is_empty() => Ok((address, None)),
+                None => Err(format!("`{port}` after its IPv6 address is not `:port`")),
             }
         }
-        None if host_port.matches(':').count() > 1 => {
-            return Some(
-                "its host looks like an IPv6 address, which goes in brackets: \
-                 redis://[::1]:6379/0"
-                    .to_owned(),
-            );
-        }
-        None => match host_port.split_once(':') {
+        None if host_port.matches(':').count() > 1 => Err(
+            "its host looks like an IPv6 address, which goes in brackets: redis://[::1]:6379/0"
+                .to_owned(),
+        ),
+        None => Ok(match host_port.split_once(':') {
             Some((host, port)) => (host, Some(port)),
             None => (host_port, None),
-        },
-    };
+        }),
+    }
+}
+
+/// A host this process can connect to.
+fn check_host(host: &str) -> Result<(), String> {
     if host.is_empty() {
-        return Some(format!("it names no host: write it as {EXAMPLE}"));
+        return Err(format!("it names no host: write it as {EXAMPLE}"));
     }
     let forbidden = |c: char| c.is_whitespace() || c.is_control() || "<>[]\\^|".contains(c);
     if let Some(c) = host.chars().find(|c| forbidden(*c)) {
-        return Some(format!(
+        return Err(format!(
             "its host `{host}` holds {c:?}, which a host name cannot"
         ));
     }
     if host == "0.0.0.0" || host == "::" {
-        return Some(format!(
+        return Err(format!(
             "`{host}` is the wildcard address a server listens on, not one to connect to: name the \
              server's host, e.g. 127.0.0.1"
         ));
     }
-    if let Some(port) = port.filter(|port| !port.is_empty())
-        && port.parse::<u16>().is_err()
-    {
-        // Shown only when it is digits: in `redis://user:secret` (no `@host`), the "port" is
-        // the password.
-        return Some(match port.bytes().all(|b| b.is_ascii_digit()) {
-            true => format!("its port `{port}` is not a number from 0 to 65535"),
-            false => "its port is not a number from 0 to 65535 (a password goes before an `@` \
-                      and the host: redis://user:password@host:6379/0)"
-                .to_owned(),
-        });
+    Ok(())
+}
+
+/// A port from 0 to 65535, if any.
+fn check_port(port: Option<&str>) -> Result<(), String> {
+    match port.filter(|port| !port.is_empty()) {
+        Some(port) if port.parse::<u16>().is_err() => {
+            // Shown only when it is digits: in `redis://user:secret` (no `@host`), the "port"
+            // is the password.
+            Err(match port.bytes().all(|b| b.is_ascii_digit()) {
+                true => format!("its port `{port}` is not a number from 0 to 65535"),
+                false => "its port is not a number from 0 to 65535 (a password goes before an \
+                          `@` and the host: redis://user:password@host:6379/0)"
+                    .to_owned(),
+            })
+        }
+        _ => Ok(()),
     }
+}
+
+/// The database number, the query's protocol and the fragment of what follows the host.
+fn check_tail(url: &str, after: &str) -> Result<(), String> {
     let (path, query, fragment) = split_tail(after);
     let db = path.trim_matches('/');
     if !db.is_empty() && db.parse::<i64>().is_err() {
-        return Some(format!(
+        return Err(format!(
             "its database number `{db}` is not a number: write it after the host, e.g. \
              redis://host:6379/2"
         ));
@@ -479,7 +511,7 @@ fn explain(url: &str) -> Option<String> {
     if let Some(protocol) = protocol
         && !["2", "3", "resp2", "resp3"].contains(&protocol)
     {
-        return Some(format!(
+        return Err(format!(
             "its `protocol={protocol}` is neither 2 (resp2) nor 3 (resp3)"
         ));
     }
@@ -487,11 +519,11 @@ fn explain(url: &str) -> Option<String> {
         && tls::is_tls_url(url)
         && fragment != "insecure"
     {
-        return Some(format!(
+        return Err(format!(
             "`#{fragment}` cannot follow a rediss:// URL: only `#insecure` (no certificate check) can"
         ));
     }
-    None
+    Ok(())
 }
 
 /// Whether `text` is a URL scheme: a letter, then letters, digits, `+`, `-` or `.`.

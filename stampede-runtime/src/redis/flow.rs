@@ -350,10 +350,21 @@ where
                 return Fetched::Loaded(kept);
             }
         };
-        match self
-            .write(&value, &payload, held, fence, read_from, started.elapsed())
-            .await
-        {
+        let fill = Fill {
+            keys: &self.keys,
+            token: self
+                .token
+                .as_deref()
+                .filter(|_| held.is_some())
+                .unwrap_or(""),
+            lifetime: self.handle.lifetime(&value),
+            load: started.elapsed(),
+            fence: Some(fence),
+            source_version: self.handle.source_version(&value),
+            read_from,
+            payload: &payload,
+        };
+        match self.write(&fill, held).await {
             Some(written) if written.written => {
                 Fetched::Loaded(self.keep(entry_of(value, &written)))
             }
@@ -382,32 +393,10 @@ where
         }
     }
 
-    /// `FILL`: writes a value (encoded as `payload`) loaded from the source read at
-    /// `read_from` (server ms) in `took` (unless the fence moved), publishes it, releases the
-    /// lock; `None` when Redis failed.
-    async fn write(
-        &self,
-        value: &V,
-        payload: &[u8],
-        held: Option<lock::Held>,
-        fence: u64,
-        read_from: u64,
-        took: Duration,
-    ) -> Option<Written> {
-        let token = self.token.as_deref().filter(|_| held.is_some());
-        let lifetime = self.handle.lifetime(value);
-        let version = self.handle.source_version(value);
-        let fill = Fill {
-            keys: &self.keys,
-            token: token.unwrap_or(""),
-            lifetime,
-            load: took,
-            fence: Some(fence),
-            source_version: version,
-            read_from,
-            payload,
-        };
-        let written = self.endpoint.fill(&fill).await.ok();
+    /// `FILL` of a loaded value (unless the fence moved), published, and the lock `held`
+    /// released; `None` when Redis failed.
+    async fn write(&self, fill: &Fill<'_>, held: Option<lock::Held>) -> Option<Written> {
+        let written = self.endpoint.fill(fill).await.ok();
         // FILL released the lock if it ran; if it did not, the release is tried once.
         if let Some(held) = held {
             match written {

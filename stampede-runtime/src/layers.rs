@@ -43,6 +43,45 @@ const LAYERS: &[(&str, u8)] = &[
 /// Test-only modules, which may use anything.
 const TESTS: &[&str] = &["core_tests", "fake_tier", "layers", "sim"];
 
+/// The modules of the Redis tier (`redis/`) and their layers, by the same rule: the codec (no
+/// Redis in it), the transport (a configured Redis, its connections and feed), the protocol
+/// (what a key's calls do there). `redis/mod.rs`, the tier's face, may import any of them.
+const REDIS_LAYERS: &[(&str, u8)] = &[
+    // The codec: a value's and a key's bytes.
+    ("payload", 0),
+    ("keys", 0),
+    ("shape", 0),
+    ("bounds", 0),
+    ("envelope", 1),
+    ("fuzz", 2),
+    // The transport.
+    ("failure", 0),
+    ("tls", 0),
+    ("telemetry", 0),
+    ("scripts", 0),
+    ("feed", 0),
+    ("refusal", 1),
+    ("mode", 1),
+    ("pubsub", 1),
+    ("dirty", 1),
+    ("config", 2),
+    ("link", 2),
+    ("health", 3),
+    ("invalidate", 3),
+    ("endpoint", 4),
+    ("installed", 5),
+    ("cleaning", 5),
+    // The protocol.
+    ("ops", 5),
+    ("lock", 5),
+    ("preflight", 5),
+    ("tier", 5),
+    ("tags", 6),
+    ("flow", 7),
+    ("batch", 8),
+    ("calls", 8),
+];
+
 #[test]
 fn every_module_imports_only_modules_below_it() {
     let layers: BTreeMap<&str, u8> = LAYERS.iter().copied().collect();
@@ -89,6 +128,62 @@ fn every_module_imports_only_modules_below_it() {
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
+#[test]
+fn every_module_of_the_redis_tier_imports_only_modules_below_it() {
+    let layers: BTreeMap<&str, u8> = REDIS_LAYERS.iter().copied().collect();
+    let redis = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join("redis");
+    let mut violations = Vec::new();
+    let mut files = Vec::new();
+    collect(&redis, &mut files);
+    for file in files {
+        let relative = file.strip_prefix(&redis).unwrap();
+        let parts: Vec<&str> = relative
+            .components()
+            .map(|part| part.as_os_str().to_str().unwrap().trim_end_matches(".rs"))
+            .collect();
+        if parts == ["mod"] || parts.contains(&"tests") {
+            continue;
+        }
+        let module = parts[0];
+        let Some(&layer) = layers.get(module) else {
+            violations.push(format!("redis::{module}: not in the table of layers"));
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = without_tests(&text);
+        let mut named = paths_after(code, "crate::redis::");
+        // In `redis/`, `super::` is the tier's module; in a folder below, the module itself.
+        if parts.len() == 1 {
+            named.extend(paths_after(code, "super::"));
+        }
+        for named in named {
+            if named == module || named.chars().next().is_some_and(char::is_uppercase) {
+                continue; // itself, or an item of `redis/mod.rs` (`Busy`, `RedisConfig`)
+            }
+            match layers.get(named.as_str()) {
+                Some(&other) if other < layer => {}
+                Some(&other) => violations.push(format!(
+                    "redis/{} (layer {layer}) imports redis::{named} (layer {other})",
+                    relative.display()
+                )),
+                None if named.chars().all(|c| c.is_lowercase() || c == '_') && !is_item(&named) => {
+                    violations.push(format!(
+                        "redis/{} names redis::{named}, not in the table",
+                        relative.display()
+                    ));
+                }
+                None => {}
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// Functions of `redis/mod.rs` that its modules call (`super::not_configured`).
+fn is_item(name: &str) -> bool {
+    ["not_configured"].contains(&name)
+}
+
 fn collect(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -111,6 +206,12 @@ fn without_tests(text: &str) -> &str {
 /// The top-level modules named by `crate::` paths in `text`, comments aside; a `use crate::{a,
 /// b}` group names each.
 fn crate_paths(text: &str) -> Vec<String> {
+    paths_after(text, "crate::")
+}
+
+/// The first names of the paths that start with `start` in `text` (`crate::`, `super::`),
+/// comments aside; a `use start{a, b}` group names each.
+fn paths_after(text: &str, start: &str) -> Vec<String> {
     let code: String = text
         .lines()
         .map(|line| match line.trim_start().starts_with("//") {
@@ -121,9 +222,9 @@ fn crate_paths(text: &str) -> Vec<String> {
         .join("\n");
     let mut named = Vec::new();
     let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
+    while let Some(at) = rest.find(start) {
         let before = rest[..at].chars().last();
-        rest = &rest[at + "crate::".len()..];
+        rest = &rest[at + start.len()..];
         // `$crate::`, `stampede_crate::` and the like are other paths.
         if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
             continue;

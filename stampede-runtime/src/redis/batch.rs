@@ -39,11 +39,11 @@ use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::Loaded;
 use crate::redis::Busy;
-use crate::redis::config::lookup;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Decoded};
 use crate::redis::failure::Failure;
 use crate::redis::flow::entry_of;
+use crate::redis::installed::lookup;
 use crate::redis::keys::{self, RedisKeys};
 use crate::redis::lock;
 use crate::redis::ops::{Fill, Read, ReadState, ServerTime, Written};
@@ -142,7 +142,7 @@ where
                     // Changed here while Redis was down: what Redis holds is older, dropped
                     // there first.
                     let clean = !endpoint.dirty.contains(keys.base())
-                        || endpoint.dirty.clean(&endpoint, keys.base()).await.is_ok();
+                        || endpoint.clean(keys.base()).await.is_ok();
                     parts.push(Part::new(keys, refresh));
                     if clean { Step::Read } else { Step::Degrade }
                 }
@@ -154,7 +154,7 @@ where
             };
             parts[at].step = step;
         }
-        crate::redis::dirty::Dirty::clean_all(&endpoint);
+        endpoint.clean_all();
         let flow = BatchFlow {
             tier: self,
             give_up_at: after(Instant::now(), endpoint.config.lock_wait),

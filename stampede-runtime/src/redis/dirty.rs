@@ -11,21 +11,17 @@
 //! process does (a writer that only invalidates delivers its failed invalidations too).
 //!
 //! The set is bounded ([`MOST`] keys per connection): past it, keys are no longer remembered,
-//! and a warning says that they may serve their pre-outage values until those expire.
+//! and a warning says that they may serve their pre-outage values until those expire. The task
+//! that drops them is `cleaning`'s.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::redis::endpoint::Endpoint;
-use crate::redis::failure::Failure;
 use crate::redis::keys::RedisKeys;
 
 /// The most keys one connection remembers.
 pub(crate) const MOST: usize = 100_000;
-
-/// The shortest pause between two rounds of dropping the remembered keys.
-const RETRY_LEAST: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Keys to drop from Redis, by their base, with the invalidation message to announce.
 #[derive(Default)]
@@ -61,83 +57,37 @@ impl Dirty {
         self.any.load(Ordering::Acquire) && self.lock().contains_key(keys_base)
     }
 
-    /// Drops the key of base `base` from Redis if it is remembered; `Err` when Redis failed
-    /// (it stays remembered).
-    pub(crate) async fn clean(&self, endpoint: &Endpoint, base: &str) -> Result<(), Failure> {
-        let Some(message) = self.lock().get(base).cloned() else {
-            return Ok(());
-        };
-        endpoint
-            .invalidate(&RedisKeys::of_base(base), Some(&message))
-            .await?;
+    /// The invalidation message of the key of base `base`, if it is remembered.
+    pub(crate) fn message(&self, base: &str) -> Option<Vec<u8>> {
+        self.lock().get(base).cloned()
+    }
+
+    /// Forgets the key of base `base`: Redis dropped it.
+    pub(crate) fn dropped(&self, base: &str) {
         let mut dirty = self.lock();
         dirty.remove(base);
         if dirty.is_empty() {
             self.any.store(false, Ordering::Release);
         }
-        Ok(())
     }
 
-    /// Remembers the key of `keys` (see [`mark`](Self::mark)) and starts the task that drops
-    /// the remembered keys as soon as Redis answers.
-    pub(crate) fn mark_and_clean(endpoint: &Arc<Endpoint>, keys: &RedisKeys, message: Vec<u8>) {
-        endpoint.dirty.mark(keys, message);
-        Dirty::clean_all(endpoint);
+    /// The bases of the keys remembered.
+    pub(crate) fn bases(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
     }
 
-    /// Drops every remembered key from Redis, one at a time, from a task of its own (one per
-    /// connection): a round that Redis fails is tried again an operation timeout later, until
-    /// every key is dropped. Outside a runtime, the next call in one does it.
-    pub(crate) fn clean_all(endpoint: &Arc<Endpoint>) {
-        let dirty = &endpoint.dirty;
-        if !dirty.any.load(Ordering::Acquire) || dirty.cleaning.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            dirty.cleaning.store(false, Ordering::Release);
-            return;
-        };
-        let endpoint = endpoint.clone();
-        runtime.spawn(async move {
-            // Cleared however the task ends (its runtime may shut down mid-way), and a key
-            // remembered meanwhile gets a task of its own.
-            let cleaning = Cleaning(&endpoint);
-            let dirty = &endpoint.dirty;
-            loop {
-                let bases: Vec<String> = dirty.lock().keys().cloned().collect();
-                let mut failed = false;
-                for base in bases {
-                    if dirty.clean(&endpoint, &base).await.is_err() {
-                        failed = true;
-                        break;
-                    }
-                }
-                if !failed {
-                    break;
-                }
-                let pause = endpoint.config.op_timeout.max(RETRY_LEAST);
-                tokio::time::sleep(pause).await;
-            }
-            drop(cleaning);
-        });
+    /// Whether a cleaning task must start now: some key is remembered and none runs (it is
+    /// then marked running, until [`cleaned`](Self::cleaned)).
+    pub(crate) fn start_cleaning(&self) -> bool {
+        self.any.load(Ordering::Acquire) && !self.cleaning.swap(true, Ordering::AcqRel)
+    }
+
+    /// The cleaning task ended.
+    pub(crate) fn cleaned(&self) {
+        self.cleaning.store(false, Ordering::Release);
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<u8>>> {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// The cleaning task of a connection is running: cleared on drop, after which a key remembered
-/// during its last round starts another.
-struct Cleaning<'a>(&'a Arc<Endpoint>);
-
-impl Drop for Cleaning<'_> {
-    fn drop(&mut self) {
-        self.0.dirty.cleaning.store(false, Ordering::Release);
-        // Outside a runtime (a shut-down one's task dropped) this spawns nothing: the next call
-        // starts it again.
-        if tokio::runtime::Handle::try_current().is_ok() {
-            Dirty::clean_all(self.0);
-        }
     }
 }

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -31,7 +32,9 @@ use crate::redis::invalidate;
 use crate::redis::keys::RedisKeys;
 use crate::redis::link::{CommandConnection, Commands, Connecting, Link, LinkState, Ready};
 use crate::redis::mode::Mode;
-use crate::redis::pubsub::{ClusterFeed, Listener, Settings, Shards, Subscriber, Topology};
+use crate::redis::pubsub::{
+    ClusterFeed, FeedOwner, Listener, Settings, Shards, Subscriber, Topology,
+};
 
 /// The states of [`Endpoint`]'s feed.
 const FEED_NEVER: u8 = 0;
@@ -299,7 +302,7 @@ impl Endpoint {
     fn connect(&self, runtime: &Handle, link: &Arc<Link>, state: &LinkState) -> Connecting {
         let usable = state.commands.as_ref().filter(|c| c.usable());
         let commands_needed = usable.is_none();
-        let known_mode = usable.map(|c| Mode::of(&c.connection));
+        let known_mode = usable.map(|c| c.connection.mode());
         let shards_needed = state.shards.as_ref().is_none_or(|shards| shards.is_dead());
         let events_needed = state.events.as_ref().is_none_or(|events| events.is_dead());
         let nodes = self.topology.nodes();
@@ -318,7 +321,7 @@ impl Endpoint {
                 };
                 let mode = commands
                     .as_ref()
-                    .map(|c| Mode::of(&c.connection))
+                    .map(|c| c.connection.mode())
                     .or(known_mode)
                     .unwrap_or(Mode::Standalone);
                 let shards = async {
@@ -394,6 +397,33 @@ impl Endpoint {
 
     fn links(&self) -> MutexGuard<'_, HashMap<runtime::Id, Arc<Link>>> {
         self.links.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The feed's subscriber reaches its endpoint through this (it names no endpoint).
+impl FeedOwner for Endpoint {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        channel: &'a str,
+        token: u64,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(Endpoint::heartbeat(self, channel, token))
+    }
+
+    fn feed_up(&self) -> bool {
+        Endpoint::feed_up(self)
+    }
+
+    fn feed_live(&self) -> bool {
+        Endpoint::feed_live(self)
+    }
+
+    fn feed_lost(&self, reason: Option<&'static str>) {
+        Endpoint::feed_lost(self, reason);
     }
 }
 

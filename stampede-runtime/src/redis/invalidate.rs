@@ -3,8 +3,8 @@
 //! The message on the invalidation channel ([`channel`]) is `{cache name}\n{argument text}`:
 //! each process drops, from its caches of that name, the entries whose key writes as that text;
 //! for a tag's invalidation it is `\0tag\n{tag}`, and each process drops its entries with that
-//! tag. When the feed itself may have lost messages, a process drops all it holds instead
-//! ([`forget_all`]).
+//! tag (the messages' form, and what a process does with one, are `feed`'s). When the feed
+//! itself may have lost messages, a process drops all it holds instead (`feed::forget_all`).
 //!
 //! # The feed's path
 //!
@@ -29,7 +29,6 @@
 use crate::redis::keys::in_database;
 use crate::redis::link::CommandConnection;
 use crate::redis::mode::Mode;
-use crate::registry;
 
 /// The channel invalidations of `prefix` in database `db` are announced on.
 pub(crate) fn channel(prefix: &str, db: i64, mode: Mode) -> String {
@@ -63,41 +62,4 @@ pub(crate) async fn publish(
         .arg(message)
         .query_async(connection)
         .await
-}
-
-pub(crate) fn message(name: &str, args: &str) -> Vec<u8> {
-    format!("{name}\n{args}").into_bytes()
-}
-
-/// The message of a tag's invalidation: `\0tag\n{tag}` (no cache name starts with a NUL).
-pub(crate) fn tag_message(tag: &str) -> Vec<u8> {
-    message(TAG, tag)
-}
-
-const TAG: &str = "\0tag";
-
-/// Handles one message of the invalidation channel.
-pub(crate) fn on_message(payload: &[u8]) {
-    let Some((name, args)) = std::str::from_utf8(payload)
-        .ok()
-        .and_then(|text| text.split_once('\n'))
-    else {
-        return;
-    };
-    if name == TAG {
-        crate::registry::forget_tag(args);
-        return;
-    }
-    for cache in registry::named(name) {
-        cache.forget_named(args);
-    }
-}
-
-/// Drops this process's memory of every cache whose keys are shared through the Redis
-/// connection named `connection` (`None`: through any; over-dropping costs reads, never a wrong
-/// value), because invalidations announced there may have been missed.
-pub(crate) fn forget_all(connection: Option<&str>) {
-    for cache in registry::all() {
-        cache.forget_all_shared(connection);
-    }
 }

@@ -21,7 +21,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::time::Instant;
 
 use crate::redis::failure::{Failure, Scope, scope};
-use crate::redis::mode;
+use crate::redis::mode::{self, Mode};
 use crate::redis::pubsub::{Shards, Subscriber};
 use crate::redis::tls::{self, Tls};
 
@@ -103,6 +103,14 @@ impl redis::aio::ConnectionLike for CommandConnection {
 }
 
 impl CommandConnection {
+    /// What this connection reaches.
+    pub(crate) fn mode(&self) -> Mode {
+        match self {
+            CommandConnection::Single(_) => Mode::Standalone,
+            CommandConnection::Cluster { sharded, .. } => Mode::Cluster { sharded: *sharded },
+        }
+    }
+
     /// The command that publishes a fill on a key's channel: `SPUBLISH` on a cluster of Redis 7
     /// or later (the channel shares the key's hash tag, so it reaches the shard owning the key
     /// only, where the waiters `SSUBSCRIBE`d), `PUBLISH` on a standalone server or an older
@@ -178,11 +186,6 @@ fn has_sharded_pubsub(info: &str) -> bool {
         .find_map(|line| line.trim().strip_prefix("redis_version:"))
         .and_then(|version| version.split('.').next()?.parse::<u32>().ok())
         .is_none_or(|major| major >= 7)
-}
-
-/// Whether an `INFO cluster` reply says the server runs in cluster mode.
-pub(super) fn cluster_enabled(info: &str) -> bool {
-    info.lines().any(|line| line.trim() == "cluster_enabled:1")
 }
 
 /// One command connection, and whether it must be replaced.
@@ -297,12 +300,5 @@ mod tests {
             has_sharded_pubsub(""),
             "no version said: taken to be recent"
         );
-    }
-
-    #[test]
-    fn cluster_mode_is_read_from_info_cluster() {
-        assert!(cluster_enabled("# Cluster\r\ncluster_enabled:1\r\n"));
-        assert!(!cluster_enabled("# Cluster\r\ncluster_enabled:0\r\n"));
-        assert!(!cluster_enabled(""), "no INFO: standalone");
     }
 }

@@ -54,15 +54,19 @@
 
 mod batch;
 pub(crate) mod bounds;
+mod calls;
+mod cleaning;
 pub(crate) mod config;
 mod dirty;
 mod endpoint;
 mod envelope;
 mod failure;
+mod feed;
 mod flow;
 #[cfg(fuzzing)]
 pub mod fuzz;
 mod health;
+mod installed;
 mod invalidate;
 mod keys;
 mod link;
@@ -138,7 +142,7 @@ pub enum Busy {
 /// ```
 pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
     let shown = connection.unwrap_or("default");
-    let Some(redis) = config::lookup(connection) else {
+    let Some(redis) = installed::lookup(connection) else {
         return Err(not_configured(connection, ""));
     };
     redis

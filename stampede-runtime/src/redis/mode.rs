@@ -19,7 +19,6 @@
 use redis::aio::MultiplexedConnection;
 
 use crate::redis::failure::Failure;
-use crate::redis::link::{CommandConnection, cluster_enabled};
 
 /// What a command connection reaches: a standalone server, or a cluster, whose servers have
 /// sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`: Redis 7 and later) or not.
@@ -30,13 +29,6 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
-    pub(crate) fn of(connection: &CommandConnection) -> Mode {
-        match connection {
-            CommandConnection::Single(_) => Mode::Standalone,
-            CommandConnection::Cluster { sharded, .. } => Mode::Cluster { sharded: *sharded },
-        }
-    }
-
     pub(crate) fn is_cluster(self) -> bool {
         matches!(self, Mode::Cluster { .. })
     }
@@ -107,12 +99,24 @@ fn says_cluster_disabled(error: &redis::RedisError) -> bool {
             .is_some_and(|detail| detail.contains("cluster support disabled"))
 }
 
+/// Whether an `INFO cluster` reply says the server runs in cluster mode.
+fn cluster_enabled(info: &str) -> bool {
+    info.lines().any(|line| line.trim() == "cluster_enabled:1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn bulk(text: &str) -> redis::Value {
         redis::Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn cluster_mode_is_read_from_info_cluster() {
+        assert!(cluster_enabled("# Cluster\r\ncluster_enabled:1\r\n"));
+        assert!(!cluster_enabled("# Cluster\r\ncluster_enabled:0\r\n"));
+        assert!(!cluster_enabled(""), "no INFO: standalone");
     }
 
     #[test]

@@ -13,7 +13,6 @@ use crate::redis::failure::Failure;
 use crate::redis::invalidate;
 use crate::redis::keys::RedisKeys;
 use crate::redis::link::CommandConnection;
-use crate::redis::mode::Mode;
 use crate::redis::scripts;
 
 /// What `READ_OR_LOCK` found.
@@ -190,7 +189,7 @@ impl Endpoint {
     ) -> Result<bool, Failure> {
         let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
-            let mode = Mode::of(&connection);
+            let mode = connection.mode();
             let channel = invalidate::channel(prefix, self.config.db(), mode);
             let (in_script, after) = match message {
                 Some(message) if mode.is_cluster() => ("", Some(message)),

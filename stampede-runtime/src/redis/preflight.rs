@@ -113,7 +113,7 @@ impl Endpoint {
         let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
             let heartbeats =
-                invalidate::heartbeat_channel(prefix, db, Mode::of(&connection), "preflight");
+                invalidate::heartbeat_channel(prefix, db, connection.mode(), "preflight");
             invalidate::publish(&mut connection, &heartbeats, b"").await
         })
         .await?;

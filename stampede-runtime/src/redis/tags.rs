@@ -18,12 +18,12 @@ use futures_util::future::try_join_all;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::redis::config::lookup;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::failure::Failure;
+use crate::redis::feed;
+use crate::redis::installed::lookup;
 use crate::redis::invalidate;
 use crate::redis::keys::{RedisKeys, TagKeys};
-use crate::redis::mode::Mode;
 use crate::redis::ops::millis;
 use crate::redis::scripts;
 
@@ -153,10 +153,10 @@ impl Endpoint {
             })
             .await?;
         }
-        let message = invalidate::tag_message(tag);
+        let message = feed::tag_message(tag);
         let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
-            let channel = invalidate::channel(prefix, self.config.db(), Mode::of(&connection));
+            let channel = invalidate::channel(prefix, self.config.db(), connection.mode());
             invalidate::publish(&mut connection, &channel, &message).await
         })
         .await?;

@@ -12,6 +12,7 @@
 
 mod plain;
 mod session;
+mod settings;
 mod shards;
 mod topology;
 
@@ -22,8 +23,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-pub(crate) use plain::{Settings, Subscriber};
-pub(crate) use session::ClusterFeed;
+pub(crate) use plain::Subscriber;
+pub(crate) use settings::{ClusterFeed, FeedOwner, Settings};
 pub(crate) use shards::Shards;
 pub(crate) use topology::Topology;
 

@@ -51,33 +51,15 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::session::{ClusterFeed, Heard, Session};
+use super::session::{Heard, Session};
+use super::settings::{FeedOwner, Settings};
 use super::{Control, Listener, Waits};
 use crate::clock::after;
-use crate::redis::endpoint::Endpoint;
-use crate::redis::invalidate;
+use crate::redis::feed;
 
 /// The first pause before opening a session again; doubled per failed attempt up to the most.
 const BACKOFF_LEAST: Duration = Duration::from_millis(20);
 const BACKOFF_MOST: Duration = Duration::from_secs(2);
-
-/// What the supervisor needs to open sessions and check them.
-pub(crate) struct Settings {
-    /// On a standalone server, the nodes to subscribe on, tried in turn.
-    pub(crate) nodes: Vec<redis::Client>,
-    /// On a cluster, how the feed's master is found and subscribed to (`nodes` are unused).
-    pub(crate) cluster: Option<ClusterFeed>,
-    pub(crate) invalidations: String,
-    /// This subscriber's own heartbeat channel.
-    pub(crate) heartbeats: String,
-    pub(crate) heartbeat: Duration,
-    pub(crate) op_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    /// How long after the last token heard was sent the feed stays live.
-    pub(crate) bound: Duration,
-    /// Publishes the heartbeats, and hears of the feed being lost and back.
-    pub(crate) connection: Weak<Endpoint>,
-}
 
 pub(crate) struct Subscriber {
     /// The wake-ups on a standalone server (on a cluster, [`Shards`] has them).
@@ -262,7 +244,7 @@ async fn supervise(
                 .as_ref()
                 .is_none_or(|connection| connection.feed_up())
             {
-                invalidate::forget_all(connection.as_ref().map(|c| c.name.as_str()));
+                feed::forget_all(connection.as_ref().map(|c| c.name()));
             }
             drop(connection);
             // From here on, however the session ends, it is a loss (see `Up`).
@@ -308,7 +290,7 @@ async fn supervise(
 /// for is dropped; and the next session of this Redis, in any runtime, is a recovery.
 struct Up {
     subscriber: Weak<Subscriber>,
-    connection: Weak<Endpoint>,
+    connection: Weak<dyn FeedOwner>,
     lost: Option<&'static str>,
 }
 
@@ -325,7 +307,7 @@ impl Drop for Up {
         if connection.as_ref().is_some_and(|c| c.feed_live()) {
             return;
         }
-        invalidate::forget_all(connection.as_ref().map(|c| c.name.as_str()));
+        feed::forget_all(connection.as_ref().map(|c| c.name()));
         if let Some(connection) = connection {
             connection.feed_lost(self.lost);
         }
@@ -355,7 +337,7 @@ async fn run(
                 };
                 let (channel, payload) = (message.channel(), message.payload());
                 if channel == settings.invalidations.as_bytes() {
-                    invalidate::on_message(payload);
+                    feed::on_message(payload);
                 } else if channel == settings.heartbeats.as_bytes() {
                     subscriber.upgrade()?.heard(payload);
                 } else {

@@ -10,7 +10,6 @@
 //!   RESP3 connection `SSUBSCRIBE`s the feed there, and the master's own unsubscription (the slot
 //!   moved away) ends the session; before Redis 7, a plain connection `SUBSCRIBE`s it there.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -18,16 +17,8 @@ use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::plain::Settings;
-use super::topology::{self, Topology};
-
-/// How the feed is subscribed to on a cluster.
-pub(crate) struct ClusterFeed {
-    /// The nodes known, shared with the links (which connect through them too).
-    pub(crate) topology: Arc<Topology>,
-    /// Whether the cluster has sharded pub/sub: the feed is `SSUBSCRIBE`d.
-    pub(crate) sharded: bool,
-}
+use super::settings::Settings;
+use super::topology;
 
 /// One pub/sub connection, subscribed to the feed and the channels listened to.
 pub(super) struct Session {

@@ -5,7 +5,8 @@
 //! README's table in [`PLANNED`]: ttl and ttl_from, jitter, stale, refresh_after, fail_safe and
 //! its throttle, soft_timeout, retries, retry_if, timeout, breaker, tags, capacity, lock, busy,
 //! backend, the connection's lock wait, and batch functions: `batch`, `batch_max`, `missing_ttl`,
-//! single-key calls through `batch_loader`; those not yet simulated are in [`NOT_SIMULATED`],
+//! single-key calls through `batch_loader`, alone or in bursts loaded together by a
+//! `batch_window`; those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
 //! with a lease and a fence, values with deadlines, an invalidation feed per process), a
@@ -116,6 +117,9 @@ struct BatchPlan {
     keys: Key,
     /// `missing_ttl`: how long a key the map leaves out is cached as absent.
     missing: Missing,
+    /// `batch_window`: the single-key calls (through `batch_loader`) that must load within it
+    /// are loaded by one call of the function.
+    window: Option<Duration>,
 }
 
 /// `missing_ttl`.
@@ -175,22 +179,15 @@ const PLANNED: &[&str] = &[
     "batch_max",
     "missing_ttl",
     "batch_loader",
+    "batch_window",
 ];
 
 /// The options of the README's table that the plans do not draw yet, and why: each needs work
 /// in the runtime's simulation hooks or fake tier first.
-const NOT_SIMULATED: &[(&str, &str)] = &[
-    (
-        "batch_window",
-        "the oracle ties each attempt of a load to the flight of the call that started it (its \
-         epochs, when it began); a window's load is the first caller's, with the keys of other \
-         calls whose flights it cannot name: needs the flights of a window's keys in its load",
-    ),
-    (
-        "redis",
-        "a named connection: one fake store stands for one Redis per function; several          connections (databases, prefixes) on one server, and caches of one name on two          connections, are not modelled by the fake tier",
-    ),
-];
+const NOT_SIMULATED: &[(&str, &str)] = &[(
+    "redis",
+    "a named connection: one fake store stands for one Redis per function; several          connections (databases, prefixes) on one server, and caches of one name on two          connections, are not modelled by the fake tier",
+)];
 
 /// The options of the README's table that change nothing a run could see: the cache's identity
 /// (a fake store per function: names never meet) or what the macro accepts at compile time.
@@ -227,6 +224,8 @@ enum Op {
     Dropped(u8, usize, Key, Duration),
     /// A call of a batch function (of its companion's `refresh`; one its caller gives up on).
     Batch(u8, usize, BatchKeys, BatchCall),
+    /// Single-key calls of a batch function (through `batch_loader`), made at once.
+    Burst(u8, usize, BatchKeys),
 }
 
 /// The keys of a batch call: `count` keys drawn from `seed` among the function's (repeats
@@ -307,6 +306,7 @@ impl Plan {
                     })
                     .collect();
                 batched(&mut drawn, &functions, seed, client);
+                windowed(&mut drawn, &functions, seed, client);
                 drawn.truncate(ops.saturating_mul(2));
                 drawn
             })
@@ -415,9 +415,13 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionP
             _ => Missing::Ttl,
         };
         config.ttl_from = batch_ttl(ttl_from, missing);
+        // Drawn apart again, so that the batch plans drawn before it stay as they were (the
+        // salt is one with which no seed of `FOUND` draws a window: they run as they did).
+        let windowed = &mut SmallRng::seed_from_u64(seed ^ 0xb1f7_0000 ^ index as u64);
         BatchPlan {
             keys: keys + batchy.random_range(0..=40),
             missing,
+            window: chance(windowed, 400).then(|| ms(windowed, 1, 20)),
         }
     });
     FunctionPlan {
@@ -471,7 +475,8 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             | Op::WriteInvalidateTag(f, _)
             | Op::Refresh(f, ..)
             | Op::Dropped(f, ..)
-            | Op::Batch(f, ..) => f,
+            | Op::Batch(f, ..)
+            | Op::Burst(f, ..) => f,
         };
         let Some(batch) = functions[f as usize].batch else {
             continue;
@@ -500,6 +505,28 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             Op::WritePrime(f, p, k) => Op::WritePrime(f, p, wide(k)),
             other => other,
         };
+    }
+}
+
+/// Turns some single-key calls of a function with `batch_window` into bursts of them (from a
+/// generator of its own, so that the other operations stay as drawn): a handler written per
+/// item, its calls made at once, which the window loads together.
+fn windowed(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize) {
+    let rng = &mut SmallRng::seed_from_u64(seed ^ 0xb1d0_c000 ^ client as u64);
+    for op in ops.iter_mut() {
+        let Op::Call(f, p, _) = *op else {
+            continue;
+        };
+        let windowed = functions[f as usize]
+            .batch
+            .is_some_and(|batch| batch.window.is_some());
+        if windowed && chance(rng, 600) {
+            let keys = BatchKeys {
+                seed: rng.random(),
+                count: rng.random_range(2..=8),
+            };
+            *op = Op::Burst(f, p, keys);
+        }
     }
 }
 
@@ -543,6 +570,8 @@ struct Function {
     caches: Vec<Cache>,
     store: Option<Arc<Store<Key, Held>>>,
     source: Arc<Source>,
+    /// The flights of its single-key calls that had to start a load (a batch function's).
+    book: Arc<Mutex<Book>>,
 }
 
 #[derive(Clone, Copy)]
@@ -647,21 +676,18 @@ impl Source {
 
     /// One attempt of a batch function's load of `keys` in `process`: one call of the source
     /// for them all, the map of the keys present at the version it reads (`flights`: the flight
-    /// of each key, as its call made it).
+    /// of each key, in order, as the call that started it made it).
     async fn load_many(
         self: Arc<Self>,
         process: usize,
         keys: Vec<Key>,
-        flights: Arc<HashMap<Key, Flight>>,
+        flights: Vec<Flight>,
     ) -> Result<HashMap<Key, Val>, String> {
         let oracle = &self.oracle;
         let ids = keys
             .iter()
-            .map(|&key| {
-                let flight = flights
-                    .get(&key)
-                    .copied()
-                    .unwrap_or_else(|| oracle.flight(self.function, key));
+            .zip(flights)
+            .map(|(&key, flight)| {
                 (
                     key,
                     oracle.load_started(self.function, process, key, flight),
@@ -840,8 +866,8 @@ impl Function {
         }
     }
 
-    /// The load a call of this batch function makes in `process` for `keys` (a single-key
-    /// call's: its key), each key's flight made now.
+    /// The load a call of this batch function makes in `process` for `keys`, each key's
+    /// flight made now.
     fn load_many(&self, process: usize, keys: &[Key]) -> impl LoadMany {
         let source = self.source.clone();
         let flights: Arc<HashMap<Key, Flight>> = Arc::new(
@@ -850,10 +876,71 @@ impl Function {
                 .collect(),
         );
         move |keys: &Vec<Key>| -> Pinned<Result<HashMap<Key, Val>, String>> {
-            Box::pin(
-                source
-                    .clone()
-                    .load_many(process, keys.clone(), flights.clone()),
+            let oracle = &source.oracle;
+            let flights = keys
+                .iter()
+                .map(|key| {
+                    flights
+                        .get(key)
+                        .copied()
+                        .unwrap_or_else(|| oracle.flight(source.function, *key))
+                })
+                .collect();
+            Box::pin(source.clone().load_many(process, keys.clone(), flights))
+        }
+    }
+
+    /// The load a single-key call of this batch function (through `batch_loader`) makes in
+    /// `process` for `key`, made (the returned maker called) only if the call must start one;
+    /// the call's flight is made now, at its beginning.
+    ///
+    /// With `batch_window`, the window's load is the one its first call made, called with the
+    /// keys of every call the window holds: each key's attempts are tied to the flight of the
+    /// call that sent that key to the window (its epochs, when it began), which the maker
+    /// writes down in the function's [`Book`]. The load takes, for each key of another call,
+    /// the first flight of that key written down after its own and not taken yet (a window
+    /// holds the calls sent after the one that opened it, in their order), and keeps it for
+    /// its retries.
+    fn load_one(
+        &self,
+        process: usize,
+        key: Key,
+    ) -> impl FnOnce() -> Box<dyn LoadMany> + Send + use<> {
+        let source = self.source.clone();
+        let book = self.book.clone();
+        let window = self.plan.batch.is_some_and(|batch| batch.window.is_some());
+        let flight = self.source.oracle.flight(self.index, key);
+        move || -> Box<dyn LoadMany> {
+            let seq = book.lock().unwrap().write(process, key, flight, window);
+            // Each key's flights in this load, by occurrence (a window may hold a key twice: a
+            // call detached, and a later one).
+            let bound: Mutex<HashMap<Key, Vec<Flight>>> =
+                Mutex::new(HashMap::from([(key, vec![flight])]));
+            Box::new(
+                move |keys: &Vec<Key>| -> Pinned<Result<HashMap<Key, Val>, String>> {
+                    let oracle = &source.oracle;
+                    let mut bound = bound.lock().unwrap();
+                    let mut book = book.lock().unwrap();
+                    book.take(process, key, seq);
+                    let mut seen: HashMap<Key, usize> = HashMap::new();
+                    let flights = keys
+                        .iter()
+                        .map(|&k| {
+                            let nth = seen.entry(k).or_default();
+                            let flights = bound.entry(k).or_default();
+                            if *nth == flights.len() {
+                                let flight = book
+                                    .first_after(process, k, seq)
+                                    .unwrap_or_else(|| oracle.flight(source.function, k));
+                                flights.push(flight);
+                            }
+                            *nth += 1;
+                            flights[*nth - 1]
+                        })
+                        .collect();
+                    drop((book, bound));
+                    Box::pin(source.clone().load_many(process, keys.clone(), flights))
+                },
             )
         }
     }
@@ -864,6 +951,60 @@ type Pinned<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
 /// A single-key function's load.
 trait Load: Fn(&Key) -> Pinned<Result<Held, String>> + Send + Sync + 'static {}
 impl<F: Fn(&Key) -> Pinned<Result<Held, String>> + Send + Sync + 'static> Load for F {}
+
+/// The flights that a batch function's single-key calls made when they had to start a load
+/// (`batch_window`), per process and key, in the order made (see [`Function::load_one`]).
+#[derive(Default)]
+struct Book {
+    next: u64,
+    made: HashMap<(usize, Key), Vec<Made>>,
+}
+
+struct Made {
+    seq: u64,
+    flight: Flight,
+    /// A window's load has taken it (or its own call's load ran).
+    taken: bool,
+}
+
+impl Book {
+    /// A call of `key` in `process` must start a load, whose flight is `flight`: its place in
+    /// the order (written down only when a window may hold it).
+    fn write(&mut self, process: usize, key: Key, flight: Flight, window: bool) -> u64 {
+        self.next += 1;
+        let seq = self.next;
+        if window {
+            self.made.entry((process, key)).or_default().push(Made {
+                seq,
+                flight,
+                taken: false,
+            });
+        }
+        seq
+    }
+
+    /// The load made at `seq` runs: no other window takes its call's flight.
+    fn take(&mut self, process: usize, key: Key, seq: u64) {
+        if let Some(made) = self
+            .made
+            .get_mut(&(process, key))
+            .and_then(|made| made.iter_mut().find(|made| made.seq == seq))
+        {
+            made.taken = true;
+        }
+    }
+
+    /// The first flight of `key` in `process` made after `seq` and not taken yet, taken now.
+    fn first_after(&mut self, process: usize, key: Key, seq: u64) -> Option<Flight> {
+        let made = self
+            .made
+            .get_mut(&(process, key))?
+            .iter_mut()
+            .find(|made| made.seq > seq && !made.taken)?;
+        made.taken = true;
+        Some(made.flight)
+    }
+}
 
 /// A batch function's load: the map of the keys found.
 trait LoadMany:
@@ -885,11 +1026,11 @@ impl Cache {
         key: Key,
     ) -> Result<Held, stampede::Error> {
         let retry_if = function.retry_if();
-        if function.plan.batch.is_some() {
-            let load = function.load_many(process, &[key]);
+        if let Some(batch) = function.plan.batch {
+            let make = function.load_one(process, key);
             return match self {
-                Cache::Local(cache) => cache.get_one(key, load, retry_if, None).await,
-                Cache::Shared(cache) => cache.get_one(key, load, retry_if, None).await,
+                Cache::Local(cache) => cache.get_one(key, make, retry_if, batch.window).await,
+                Cache::Shared(cache) => cache.get_one(key, make, retry_if, batch.window).await,
             };
         }
         let load = function.load(process, key);
@@ -1057,6 +1198,7 @@ impl World {
                     caches,
                     store,
                     source,
+                    book: Arc::default(),
                 }
             })
             .collect();
@@ -1079,14 +1221,7 @@ impl World {
         }
         match op {
             Op::Sleep(pause) => tokio::time::sleep(pause).await,
-            Op::Call(f, p, k) => {
-                let function = &self.functions[f as usize];
-                let call = oracle.call(f, p, k);
-                let outcome = self.bounded(function.cache(p).get(function, p, k)).await;
-                if let Some(outcome) = outcome {
-                    oracle.returned(&call, outcome.as_ref().map(Seen::of), "call");
-                }
-            }
+            Op::Call(f, p, k) => self.call(f, p, k).await,
             Op::Refresh(f, p, k) => {
                 let function = &self.functions[f as usize];
                 let call = oracle.call(f, p, k);
@@ -1154,6 +1289,22 @@ impl World {
                 tokio::time::sleep(after).await;
                 call.abort();
             }
+            Op::Burst(f, p, keys) => {
+                let function = &self.functions[f as usize];
+                let calls: Vec<_> = keys
+                    .keys(function.keys(&self.plan))
+                    .into_iter()
+                    .map(|k| {
+                        let world = self.clone();
+                        tokio::spawn(async move { world.call(f, p, k).await })
+                    })
+                    .collect();
+                for call in calls {
+                    if call.await.is_err() {
+                        oracle.violation("a call of a burst panicked".into());
+                    }
+                }
+            }
             Op::Batch(f, p, keys, how) => {
                 let function = &self.functions[f as usize];
                 let keys = keys.keys(function.keys(&self.plan));
@@ -1202,6 +1353,17 @@ impl World {
                     oracle.returned(call, answer.as_ref().map(Seen::of), what);
                 }
             }
+        }
+    }
+
+    /// A single-key call, checked.
+    async fn call(&self, f: u8, p: usize, k: Key) {
+        let function = &self.functions[f as usize];
+        let call = self.oracle.call(f, p, k);
+        let outcome = self.bounded(function.cache(p).get(function, p, k)).await;
+        if let Some(outcome) = outcome {
+            self.oracle
+                .returned(&call, outcome.as_ref().map(Seen::of), "call");
         }
     }
 
@@ -1683,6 +1845,7 @@ fn drawn(plan: &FunctionPlan, option: &str) -> String {
         "missing_ttl" => format!("{:?}", plan.batch.map(|batch| batch.missing)),
         // A batch function's single-key calls are those of a function with `batch_loader`.
         "batch_loader" => format!("{:?}", plan.batch.is_some()),
+        "batch_window" => format!("{:?}", plan.batch.and_then(|batch| batch.window)),
         other => panic!("`{other}` is in PLANNED but `drawn` does not read it"),
     }
 }

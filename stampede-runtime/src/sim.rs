@@ -185,22 +185,28 @@ impl<K: Key, V: Value, T: Tier<K, Option<V>>> SimCache<K, Option<V>, T> {
 
     /// A single-key call of a batch function's cache (a function with `batch_loader`), whose
     /// load calls the batch function with its key; with `window`, loaded together with the
-    /// other single-key calls that must load within it (`batch_window`).
-    pub fn get_one<F, Fut, E>(
+    /// other single-key calls that must load within it (`batch_window`). The load is made
+    /// (`make`) only when this call must start one, as the generated code's is: a window's load
+    /// is the one its first call made, called with every key the window holds, so that a
+    /// simulation can tell which call's flight each key of it is.
+    pub fn get_one<M, F, Fut, E>(
         self,
         key: K,
-        load: F,
+        make: M,
         retry_if: Option<fn(&E) -> bool>,
         window: Option<Duration>,
     ) -> impl Future<Output = Result<Option<V>, Error>> + Send
     where
+        M: FnOnce() -> F + Send + 'static,
         F: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<HashMap<K, V>, E>> + Send + 'static,
         E: LoadError,
     {
         let retry_if = retry_if.unwrap_or(|_| true);
-        let load = answered(load);
-        let prepare = move || RetryIf { load, retry_if };
+        let prepare = move || RetryIf {
+            load: answered(make()),
+            retry_if,
+        };
         let cache = self.cache;
         async move {
             match window {

@@ -6,7 +6,9 @@
 //! its throttle, soft_timeout, retries, retry_if, timeout, breaker, tags, capacity, lock, busy,
 //! backend, the connection's lock wait, and batch functions: `batch`, `batch_max`, `missing_ttl`,
 //! single-key calls through `batch_loader`, alone or in bursts loaded together by a
-//! `batch_window`; those not yet simulated are in [`NOT_SIMULATED`],
+//! `batch_window`; and `redis`, named connections: a function's processes on connections
+//! named apart, and a twin of a function, with its name, on another database or prefix of its
+//! server; those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
 //! with a lease and a fence, values with deadlines, an invalidation feed per process), a
@@ -42,7 +44,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use sim::oracle::{Attempt, Effect, FailSafe, Flight, Oracle, Reach, Rules, Seen, Val};
-use stampede_runtime::sim::{Event, Fake, Local, SimCache, Store, Values, tier_of};
+use stampede_runtime::sim::{Event, Fake, Local, SimCache, Space, Store, Values, tier_of};
 use stampede_runtime::{Backend, Config, Lock};
 
 type Key = u16;
@@ -107,6 +109,22 @@ struct FunctionPlan {
     stalls: u32,
     /// The longest a load takes.
     slowest: Duration,
+    /// `redis`: the connection its caches share values through, with a shared backend.
+    connection: Connection,
+}
+
+/// `redis = "..."`: a named connection, and the namespace (database, prefix) of the server it
+/// selects. Every function's store is a server of its own, but a twin's: it shares the server of
+/// the function it is the twin of, and its name, on another namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Connection {
+    /// Each process names its connection apart (`sim-c{process}`), all to one namespace; else
+    /// the default connection.
+    named: bool,
+    /// The namespace its connection selects.
+    space: Space,
+    /// The function whose server and name it shares (on another namespace).
+    twin_of: Option<u8>,
 }
 
 /// What a batch function's plan adds.
@@ -180,21 +198,21 @@ const PLANNED: &[&str] = &[
     "missing_ttl",
     "batch_loader",
     "batch_window",
+    "redis",
 ];
 
 /// The options of the README's table that the plans do not draw yet, and why: each needs work
-/// in the runtime's simulation hooks or fake tier first.
-const NOT_SIMULATED: &[(&str, &str)] = &[(
-    "redis",
-    "a named connection: one fake store stands for one Redis per function; several          connections (databases, prefixes) on one server, and caches of one name on two          connections, are not modelled by the fake tier",
-)];
+/// in the runtime's simulation hooks or fake tier first. None now.
+const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 /// The options of the README's table that change nothing a run could see: the cache's identity
-/// (a fake store per function: names never meet) or what the macro accepts at compile time.
+/// (a fake store per function, but a twin's, which shares its name on another namespace: see
+/// `redis`) or what the macro accepts at compile time.
 const IDENTITY_OR_COMPILE_TIME: &[(&str, &str)] = &[
     (
         "name",
-        "identity: the plans name each cache `sim<seed>::f<n>`",
+        "identity: the plans name each cache `sim<seed>::f<n>` (a twin on another namespace \
+         takes its twin's: see `redis`)",
     ),
     ("version", "identity in a shared tier, beside the name"),
     ("key", "identity: the key template; keys are numbers here"),
@@ -292,9 +310,10 @@ impl Plan {
         let mut rng = SmallRng::seed_from_u64(seed);
         let processes = rng.random_range(1..=3);
         let keys = rng.random_range(1..=4);
-        let functions: Vec<FunctionPlan> = (0..rng.random_range(1..=2))
+        let mut functions: Vec<FunctionPlan> = (0..rng.random_range(1..=2))
             .map(|f| function(&mut rng, seed, f, keys))
             .collect();
+        connections(&mut functions, seed);
         // Drawn whole, then cut: a shrunk plan is a prefix of the full one.
         let clients = (0..rng.random_range(2..=5))
             .map(|client| {
@@ -438,6 +457,37 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionP
         panics: rng.random_range(0..=30),
         stalls: rng.random_range(0..=50),
         slowest: ms(rng, 0, 400),
+        connection: Connection::default(),
+    }
+}
+
+/// The functions' connections (drawn apart, so that the rest of a plan stays as drawn; the salt
+/// is one with which no seed of `FOUND` draws a twin or a named connection: they run as they
+/// did): some on named connections, and, of two functions with a shared backend, the second
+/// sometimes the twin of the first: one name, one server, another database or prefix.
+fn connections(functions: &mut [FunctionPlan], seed: u64) {
+    let rng = &mut SmallRng::seed_from_u64(seed ^ 0xdb59_0000);
+    for function in functions.iter_mut() {
+        function.connection.named = chance(rng, 300);
+    }
+    let twins = chance(rng, 400);
+    if let [first, second] = functions
+        && twins
+        && first.config.backend != Backend::Memory
+        && second.config.backend != Backend::Memory
+    {
+        second.config.name = first.config.name.clone();
+        second.connection.twin_of = Some(0);
+        second.connection.space = match rng.random_range(0..2) {
+            0 => Space {
+                db: 1,
+                prefix: Arc::default(),
+            },
+            _ => Space {
+                db: 0,
+                prefix: "other".into(),
+            },
+        };
     }
 }
 
@@ -1113,6 +1163,9 @@ impl Cache {
     }
 }
 
+/// A store (a server), with the processes it knows.
+type Server = (Arc<Store<Key, Held>>, Vec<usize>);
+
 /// A run's world: its functions (caches, stores, sources) and its oracle.
 struct World {
     plan: Plan,
@@ -1137,36 +1190,91 @@ impl World {
             .map(|f| Function::rules(f, stall, plan.lease))
             .collect();
         let oracle = Oracle::new(rules, plan.bound);
+        // A store (a server) per function with a shared backend, with its processes; a twin
+        // shares its twin's, on another namespace.
+        let mut servers: Vec<Option<Server>> = Vec::new();
+        for (index, fplan) in plan.functions.iter().enumerate() {
+            let server = match (fplan.config.backend, fplan.connection.twin_of) {
+                (Backend::Memory, _) => None,
+                (_, Some(twin)) => servers[twin as usize].clone(),
+                _ => {
+                    let store = Store::with(plan.lease, plan.bound);
+                    // The functions on this server, by namespace.
+                    let on: Vec<(Space, u8)> = plan
+                        .functions
+                        .iter()
+                        .enumerate()
+                        .filter(|(other, f)| {
+                            *other == index || f.connection.twin_of == Some(index as u8)
+                        })
+                        .map(|(other, f)| (f.connection.space.clone(), other as u8))
+                        .collect();
+                    let of = move |space: &Space| {
+                        on.iter()
+                            .find(|(at, _)| at == space)
+                            .map(|&(_, function)| function)
+                            .expect("a namespace of the server's functions")
+                    };
+                    let all: Vec<u8> = plan
+                        .functions
+                        .iter()
+                        .enumerate()
+                        .filter(|(other, f)| {
+                            *other == index || f.connection.twin_of == Some(index as u8)
+                        })
+                        .map(|(other, _)| other as u8)
+                        .collect();
+                    // A feed going down or up drops the process's memory and detaches its
+                    // loads (every function's on the server: the feed is the process's link to
+                    // it): the oracle notes it.
+                    let oracle = oracle.clone();
+                    *store.observer.lock().unwrap() = Some(Arc::new(move |event| match event {
+                        Event::Feed { process, down } => {
+                            let state = if down { "down" } else { "up" };
+                            for &function in &all {
+                                oracle.feed(function, process, down);
+                                oracle.fault(
+                                    format!("f{function}: the feed of p{process} is {state}"),
+                                    true,
+                                    Effect::Detaches,
+                                    Some(function),
+                                );
+                            }
+                        }
+                        Event::Cleaned {
+                            process,
+                            space,
+                            key,
+                        } => {
+                            let function = of(&space);
+                            oracle.note(format!("f{function} k{key} dropped from the store by p{process}, changed while it was down"));
+                        }
+                        Event::Announced {
+                            process,
+                            space,
+                            key,
+                        } => {
+                            let function = of(&space);
+                            oracle.note(format!(
+                                "f{function} k{key}: p{process} hears it invalidated"
+                            ));
+                            oracle.detaching(function, key.parse().unwrap());
+                        }
+                    }));
+                    let processes = (0..plan.processes).map(|_| store.process()).collect();
+                    Some((store, processes))
+                }
+            };
+            servers.push(server);
+        }
         let functions = plan
             .functions
             .iter()
             .enumerate()
             .map(|(index, fplan)| {
-                let shared = fplan.config.backend != Backend::Memory;
-                let store = shared.then(|| {
-                    let store = Store::with(plan.lease, plan.bound);
-                    // A feed going down or up drops the process's memory and detaches its
-                    // loads: the oracle notes it.
-                    let oracle = oracle.clone();
-                    *store.observer.lock().unwrap() = Some(Arc::new(move |event| match event {
-                        Event::Feed { process, down } => {
-                            let state = if down { "down" } else { "up" };
-                            oracle.feed(index as u8, process, down);
-                            oracle.fault(format!("f{index}: the feed of p{process} is {state}"), true, Effect::Detaches, Some(index as u8));
-                        }
-                        Event::Cleaned { process, key } => {
-                            oracle.note(format!("f{index} k{key} dropped from the store by p{process}, changed while it was down"));
-                        }
-                        Event::Announced { process, key } => {
-                            oracle.note(format!("f{index} k{key}: p{process} hears it invalidated"));
-                            oracle.detaching(index as u8, key.parse().unwrap());
-                        }
-                    }));
-                    store
-                });
-                let processes = store.as_ref().map(|store| {
-                    (0..plan.processes).map(|_| store.process()).collect::<Vec<_>>()
-                });
+                let server = servers[index].clone();
+                let store = server.as_ref().map(|(store, _)| store.clone());
+                let processes = server.map(|(_, processes)| processes);
                 let tags = fplan.tagged.then_some(tags_of as fn(&Key) -> Vec<String>);
                 let values = Values {
                     source_version: fplan
@@ -1177,10 +1285,18 @@ impl World {
                     .map(|p| match (&store, &processes) {
                         (Some(store), Some(processes)) => {
                             let mut tier = tier_of(store, processes[p]);
+                            tier.space = fplan.connection.space.clone();
+                            tier.connection =
+                                fplan.connection.named.then(|| format!("sim-c{p}").into());
                             tier.lock_wait = fplan.lock_wait;
                             tier.busy_error = fplan.busy == Busy::Error;
                             tier.busy_compute = fplan.busy == Busy::Compute;
-                            Cache::Shared(SimCache::shared(fplan.config.clone(), tier, tags, values))
+                            Cache::Shared(SimCache::shared(
+                                fplan.config.clone(),
+                                tier,
+                                tags,
+                                values,
+                            ))
                         }
                         _ => Cache::Local(SimCache::new(fplan.config.clone(), Local, tags, values)),
                     })
@@ -1189,7 +1305,9 @@ impl World {
                     function: index as u8,
                     plan: fplan.clone(),
                     oracle: oracle.clone(),
-                    rng: Mutex::new(SmallRng::seed_from_u64(plan.seed ^ (index as u64 + 1) << 32)),
+                    rng: Mutex::new(SmallRng::seed_from_u64(
+                        plan.seed ^ (index as u64 + 1) << 32,
+                    )),
                     down: std::sync::atomic::AtomicBool::new(false),
                 });
                 Function {
@@ -1209,8 +1327,12 @@ impl World {
         }
     }
 
+    /// Each store (server) once.
     fn stores(&self) -> impl Iterator<Item = &Arc<Store<Key, Held>>> {
-        self.functions.iter().filter_map(|f| f.store.as_ref())
+        self.functions
+            .iter()
+            .filter(|f| f.plan.connection.twin_of.is_none())
+            .filter_map(|f| f.store.as_ref())
     }
 
     /// Runs one operation, and tells the oracle what happened.
@@ -1846,6 +1968,7 @@ fn drawn(plan: &FunctionPlan, option: &str) -> String {
         // A batch function's single-key calls are those of a function with `batch_loader`.
         "batch_loader" => format!("{:?}", plan.batch.is_some()),
         "batch_window" => format!("{:?}", plan.batch.and_then(|batch| batch.window)),
+        "redis" => format!("{:?}", plan.connection),
         other => panic!("`{other}` is in PLANNED but `drawn` does not read it"),
     }
 }

@@ -18,7 +18,7 @@ use crate::stats::Stats;
 use crate::tier::{One, Run, Tier};
 
 pub use crate::core::Values;
-pub use crate::fake_tier::{Event, Fake, Process, Store, tier, tier_of};
+pub use crate::fake_tier::{Event, Fake, Process, Space, Store, tier, tier_of};
 pub use crate::tier::Local;
 
 /// A cache of a simulated function, over tier `T`.
@@ -222,8 +222,9 @@ impl<K: Key, V: Value> SimCache<K, V, Fake<K, V>> {
     /// invalidations announced to that process).
     pub fn shared(config: Config, tier: Fake<K, V>, tags: Tags<K>, values: Values<V>) -> Self {
         let (store, process) = (tier.store.clone(), tier.process);
+        let (space, connection) = (tier.space.clone(), tier.connection.clone());
         let cache = SimCache::new(config, tier, tags, values);
-        store.attach(process, cache.cache);
+        store.attach_in(process, space, connection, cache.cache);
         cache
     }
 }

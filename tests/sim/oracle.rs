@@ -4,7 +4,8 @@
 //!
 //! What it checks (each a violation, with the trace of the key's history):
 //!
-//! - **own key**: a value is the value of its own function and key;
+//! - **own key**: a value is the value of its own function and key (a function of the same name
+//!   on another namespace of the server is another function: its values never cross);
 //! - **absent keys** (batch functions): a key answered absent is the key's absence at one of the
 //!   versions at which the source left it out, each check below holding for one of them;
 //! - **not older than a completed invalidation**: its version is at least the version written
@@ -602,10 +603,15 @@ impl Oracle {
                         value.version, value.read_at
                     ),
                 );
+                // Another function's value, a twin's included: a function of the same name on
+                // another namespace (database or prefix) of the same server, whose values the
+                // README keeps apart (Redis, Keys and values: "tenants on two databases of one
+                // server, with one prefix and the same caches, never hear each other's fills or
+                // invalidations"; the prefix is the "namespace of every key").
                 if (value.function, value.key) != (function, key) {
                     history.violate(
                         now,
-                        format!("{what} of f{function} k{key} returned another's value: {value:?}"),
+                        format!("{what} of f{function} k{key} returned another's value (another function's or namespace's): {value:?}"),
                     );
                 }
                 (

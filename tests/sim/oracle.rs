@@ -785,6 +785,15 @@ impl Oracle {
         }
     }
 
+    /// A flight the oracle compares with no other load (its epochs are its own): for a load
+    /// whose flight may have begun before something that detached it, when nothing tells when
+    /// it began (the Redis oracle test, in real time).
+    pub fn flight_apart(&self, function: u8, key: u16) -> Flight {
+        let mut flight = self.flight(function, key);
+        flight.epochs.detach = u64::MAX - flight.id;
+        flight
+    }
+
     /// The feed of `function`'s cache in `process` went down or came back up.
     pub fn feed(&self, function: u8, process: usize, down: bool) {
         let mut history = self.history();

@@ -2015,3 +2015,83 @@ fn the_plans_cover_the_readmes_options() {
         );
     }
 }
+
+/// Seed 94684 (200,000 seeds from 1, after `batch_window` was planned), shrunk to its core: a
+/// call of a key waits in a window, an invalidation of the key detaches its flight, and another
+/// call of the key joins the same window as the key's new leader; the window's load calls the
+/// function with the key twice, and the second is answered from a map that the first already
+/// took its value out of: absent, though the source has the key (and the absence is kept for
+/// `missing_ttl`). README, Batch functions: "Per key, everything else holds"; an absent key is
+/// one "left out of the map".
+#[test]
+fn a_window_that_holds_a_key_twice_answers_the_second_call_with_the_keys_value() {
+    let runtime = runtime();
+    let answer = runtime.block_on(async {
+        let config = Config {
+            name: "sim::window_twice".into(),
+            ttl: Duration::from_secs(60),
+            jitter: 0,
+            stale: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            backoff: Duration::from_millis(1),
+            lock: Lock::Local,
+            backend: Backend::Memory,
+            capacity: 1_000,
+            refresh_after: None,
+            fail_safe: None,
+            fail_safe_throttle: Duration::from_millis(10),
+            soft_timeout: None,
+            breaker: None,
+            breaker_cooldown: Duration::from_millis(50),
+            key: None,
+            version: None,
+            ttl_from: None,
+            batch_max: None,
+        };
+        let values = Values {
+            source_version: None,
+        };
+        let cache: SimCache<Key, Held, Local> = SimCache::new(config, Local, None, values);
+        // The source has every key it is asked for.
+        let make = || {
+            |keys: &Vec<Key>| {
+                let found: HashMap<Key, Val> = keys
+                    .iter()
+                    .map(|&key| {
+                        let value = Val {
+                            function: 0,
+                            key,
+                            version: 1,
+                            read_at: Duration::ZERO,
+                        };
+                        (key, value)
+                    })
+                    .collect();
+                async move { Ok::<_, String>(found) }
+            }
+        };
+        let window = Some(Duration::from_millis(10));
+        let first = tokio::spawn(cache.get_one(7, make, None, window));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        cache
+            .invalidate(7)
+            .await
+            .expect("a memory cache invalidates");
+        let second = tokio::spawn(cache.get_one(7, make, None, window));
+        let first = tokio::time::timeout(HANG, first).await;
+        let second = tokio::time::timeout(HANG, second).await;
+        let answer = |outcome: Result<Result<Result<Held, stampede::Error>, _>, _>| {
+            outcome
+                .expect("answered in time")
+                .expect("the call ran")
+                .map(|held| held.map(|value| value.key))
+                .map_err(|error| error.to_string())
+        };
+        let answers = (answer(first), answer(second));
+        // SAFETY: the calls are done, and nothing else holds the cache.
+        unsafe { cache.free() };
+        answers
+    });
+    assert_eq!(answer, (Ok(Some(7)), Ok(Some(7))));
+}

@@ -9,8 +9,13 @@
 //! server restarted empty. Every returned value is checked by the oracle: its own key's, not
 //! older than an invalidation that completed before the call began (in another process, once
 //! the feed's bound has passed), no older than its options allow, and, where the options order
-//! values, never older than one an earlier call of that process returned. Loads' overlaps are
-//! not checked here (real time gives a flight no epoch to tell a detached one by).
+//! values, never older than one an earlier call of that process returned. Loads are counted as
+//! the simulation counts them: one load of a key at a time in a process, and with `lock =
+//! "redis"` one across the processes. Real time gives a flight no epoch to tell a detached one
+//! by, so a load that begins while something may still detach its key's flights (within the
+//! bound after an invalidation or a prime of its key, or while a fault lasts and until the
+//! connection is back after it) is compared with no other (`calm`); after the faults, a calm run
+//! (no fault, invalidation or prime) counts most of its loads.
 //!
 //! `STAMPEDE_ORACLE_SEED=n` runs another seed; the seed is printed, with the trace of a failure
 //! (`STAMPEDE_ORACLE_TRACE=path` writes the whole trace).
@@ -27,15 +32,17 @@ use common::redis_server::RedisServer;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
-use sim::oracle::{Effect, Oracle, Reach, Rules, Seen, Val};
+use sim::oracle::{Attempt, Effect, Oracle, Reach, Rules, Seen, Val};
 use stampede::{RedisConfig, cached};
 
 const PROCESSES: usize = 3;
 const FUNCTIONS: u8 = 3;
 const KEYS: u16 = 4;
 const CLIENTS: usize = 6;
-/// How long the clients run.
+/// How long the clients run, under faults.
 const RUN: Duration = Duration::from_secs(8);
+/// How long they run after it, without faults, invalidations or primes.
+const CALM_RUN: Duration = Duration::from_secs(4);
 /// An operation that takes longer hung.
 const HANG: Duration = Duration::from_secs(10);
 const HEARTBEAT: Duration = Duration::from_millis(100);
@@ -85,14 +92,92 @@ fn oracle() -> &'static Oracle {
     ORACLE.get().expect("the run made the oracle")
 }
 
-/// The source: reads the key's version, then takes a few milliseconds, as a query would.
+/// How long a connection takes to be used again after a fault ends: README, faults page, "When
+/// Redis is sick": the cache "skips Redis for a cool-down after repeated failures, and uses it
+/// again once it answers"; "connecting by its own `connect_timeout`" (the values configured).
+const BACK_AFTER_FAULT: Duration = COOLDOWN.saturating_add(CONNECT_TIMEOUT);
+const COOLDOWN: Duration = Duration::from_millis(200);
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
+/// The connection's `lock_wait`: a waiter loads beside the holder after it (README, options,
+/// `busy`: "`"wait"` for its value (then load it here after the connection's `lock_wait`)").
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// When something last may have detached loads: per key, an invalidation or a prime; per
+/// process, a fault of its link's beginning or end (the server's restart is every process's),
+/// and how many of its faults last now.
+#[derive(Default)]
+struct Unrest {
+    keys: std::collections::HashMap<(u8, u16), tokio::time::Instant>,
+    faults: [(Option<tokio::time::Instant>, usize); PROCESSES],
+    /// Loads compared with the others, and loads apart.
+    counted: (usize, usize),
+}
+
+static UNREST: Mutex<Option<Unrest>> = Mutex::new(None);
+
+fn unrest<T>(f: impl FnOnce(&mut Unrest) -> T) -> T {
+    f(UNREST.lock().unwrap().get_or_insert_with(Unrest::default))
+}
+
+/// Whether a load of the key beginning now may be compared with the others: nothing may
+/// detach its flight, or have detached one still loading. After an invalidation or a prime of
+/// its key, another process hears it within the bound (README, Invalidation, table: another
+/// process "drops its copy when the announcement arrives; if its subscription was lost, it
+/// trusts its memory at most `2 x heartbeat + op_timeout` ... after the last sign of life"), and
+/// until then a call may join a flight the key's invalidation detaches later. While a fault
+/// lasts and until the connection is used again after it, the cache "falls back to local
+/// singleflight and the function's own load" (faults page, "When Redis is sick"), and a link
+/// lost drops the process's memory and detaches its loads ("A lost invalidation is never
+/// silent").
+fn calm(function: u8, key: u16, process: usize, bound: Duration) -> bool {
+    let now = tokio::time::Instant::now();
+    unrest(|unrest| {
+        let (fault, faults_on) = unrest.faults[process];
+        let calm = faults_on == 0
+            && fault.is_none_or(|at| at + bound + BACK_AFTER_FAULT <= now)
+            && unrest
+                .keys
+                .get(&(function, key))
+                .is_none_or(|&at| at + bound <= now);
+        match calm {
+            true => unrest.counted.0 += 1,
+            false => unrest.counted.1 += 1,
+        }
+        calm
+    })
+}
+
+/// An invalidation or a prime of the key: its flights may be detached until the bound after.
+fn stirred(function: u8, key: u16) {
+    let now = tokio::time::Instant::now();
+    unrest(|unrest| unrest.keys.insert((function, key), now));
+}
+
+/// Tells the oracle how a load ended when it is dropped: loaded, or dropped unfinished.
+struct Ended(u8, u16, u64, Attempt);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        oracle().load_ended(self.0, self.1, self.2, self.3);
+    }
+}
+
+/// The source: reads the key's version, then takes a few milliseconds, as a query would. The
+/// oracle counts it (`calm`: compared with the others, or apart).
 async fn load(function: u8, process: usize, key: u16) -> Loaded {
+    let flight = match calm(function, key, process, oracle().bound) {
+        true => oracle().flight(function, key),
+        false => oracle().flight_apart(function, key),
+    };
+    let id = oracle().load_started(function, process, key, flight);
+    let mut ended = Ended(function, key, id, Attempt::Dropped);
     let (version, read_at) = (oracle().version(function, key), oracle().now());
     let took = random(|rng| rng.random_range(2..LOAD_MOST.as_millis() as u64));
     tokio::time::sleep(Duration::from_millis(took)).await;
     oracle().note(format!(
         "p{process} loaded f{function} k{key}: v{version} read at {read_at:?}"
     ));
+    ended.3 = Attempt::Loaded;
     Loaded {
         function,
         key,
@@ -190,7 +275,7 @@ const AGE_SLACK: Duration = LOAD_MOST
 
 /// What the oracle must know of each function: their options, the bounds of real time.
 fn rules() -> Vec<Rules> {
-    let rule = |ttl_and_stale: u64, unordered: bool| Rules {
+    let rule = |ttl_and_stale: u64, unordered: bool, redis_lock: bool| Rules {
         // The functions have no `stale`, `ttl_from` nor `fail_safe`: their ttl and stale are one.
         ttl: Duration::from_millis(ttl_and_stale),
         ttl_from: None,
@@ -207,10 +292,16 @@ fn rules() -> Vec<Rules> {
         no_singleflight: false,
         // Redis only: a load fenced off by another's fill is kept nowhere (see the simulation).
         unordered,
-        one_load_everywhere: false,
-        lock_wait: Duration::MAX,
+        // README, options, `lock`: "`"local"`: one load per key per process; `"redis"`: one
+        // load per key across every process sharing the Redis".
+        one_load_everywhere: redis_lock,
+        lock_wait: LOCK_WAIT,
     };
-    vec![rule(700, false), rule(360, false), rule(360, true)]
+    vec![
+        rule(700, false, true),
+        rule(360, false, true),
+        rule(360, true, false),
+    ]
 }
 
 /// The operation's output, or `None` and a violation past [`HANG`].
@@ -224,8 +315,9 @@ async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> Option<T> {
     }
 }
 
-/// One client: random operations until the run ends.
-async fn client(until: tokio::time::Instant) -> usize {
+/// One client: random operations until the run ends; `calm`, neither invalidations nor primes
+/// (the source is written, and calls, peeks and pauses go on), so that most loads are counted.
+async fn client(until: tokio::time::Instant, calm: bool) -> usize {
     let mut operations = 0;
     while tokio::time::Instant::now() < until {
         operations += 1;
@@ -237,6 +329,10 @@ async fn client(until: tokio::time::Instant) -> usize {
                 rng.random_range(0..KEYS),
             )
         });
+        let op = match calm && (75..93).contains(&op) {
+            true => 93,
+            false => op,
+        };
         let oracle = oracle();
         match op {
             0..65 => {
@@ -257,12 +353,14 @@ async fn client(until: tokio::time::Instant) -> usize {
             75..85 => {
                 let version = oracle.write(f, k);
                 let began = oracle.prime_begins();
+                stirred(f, k);
                 oracle.detaching(f, k);
                 let done = bounded("an invalidation", async {
                     on!(f, p, |function| function::invalidate(k).await)
                 })
                 .await;
                 oracle.detaching(f, k);
+                stirred(f, k);
                 match done {
                     Some(Ok(())) => {
                         oracle.invalidated_racing_primes(f, k, version, Reach::From(p), began)
@@ -277,6 +375,7 @@ async fn client(until: tokio::time::Instant) -> usize {
             85..93 => {
                 let version = oracle.write(f, k);
                 let began = oracle.prime_begins();
+                stirred(f, k);
                 oracle.detaching(f, k);
                 let value = Loaded {
                     function: f,
@@ -289,6 +388,7 @@ async fn client(until: tokio::time::Instant) -> usize {
                     on!(f, p, |function| function::prime(k, value).await)
                 })
                 .await;
+                stirred(f, k);
                 match done {
                     Some(Ok(())) => {
                         oracle.primed(f, k, version, p, began);
@@ -299,6 +399,7 @@ async fn client(until: tokio::time::Instant) -> usize {
                     _ => {
                         tokio::spawn(async move {
                             tokio::time::sleep(oracle.bound).await;
+                            stirred(f, k);
                             oracle.prime_over(f, k, version);
                         });
                     }
@@ -314,6 +415,21 @@ async fn client(until: tokio::time::Instant) -> usize {
         }
     }
     operations
+}
+
+/// A fault of the links of `processes` begins or ends (see `calm`).
+fn fault_changes(processes: std::ops::Range<usize>, began: bool) {
+    let now = tokio::time::Instant::now();
+    unrest(|unrest| {
+        for process in processes {
+            let (at, on) = &mut unrest.faults[process];
+            *at = Some(now);
+            match began {
+                true => *on += 1,
+                false => *on -= 1,
+            }
+        }
+    });
 }
 
 /// Faults until the run ends, told to the oracle as they begin and end; the server restarted
@@ -341,6 +457,7 @@ async fn faults(
         let oracle = oracle();
         if !restarted && tokio::time::Instant::now() + RUN / 2 > until {
             restarted = true;
+            fault_changes(0..PROCESSES, true);
             oracle.fault(
                 "the server restarts, empty".into(),
                 true,
@@ -350,9 +467,11 @@ async fn faults(
             tokio::task::block_in_place(|| server.restart());
             tokio::time::sleep(lasts).await;
             oracle.fault("the server restarted".into(), false, Effect::Detaches, None);
+            fault_changes(0..PROCESSES, false);
             continue;
         }
         let proxy = &proxies[p];
+        fault_changes(p..p + 1, true);
         let what = match kind {
             0 => {
                 proxy.delay(Duration::from_millis(delay));
@@ -371,6 +490,7 @@ async fn faults(
         tokio::time::sleep(lasts).await;
         proxy.pass();
         oracle.fault(format!("{what}: over"), false, Effect::Detaches, None);
+        fault_changes(p..p + 1, false);
     }
     (server, count)
 }
@@ -399,15 +519,18 @@ async fn real_redis_under_faults_keeps_the_oracles_rules() {
             .unwrap()
             .prefix("oracle")
             .op_timeout(OP_TIMEOUT)
-            .connect_timeout(OP_TIMEOUT * 3)
+            .connect_timeout(CONNECT_TIMEOUT)
             .heartbeat(HEARTBEAT)
-            .cooldown(Duration::from_millis(200), 2)
+            .cooldown(COOLDOWN, 2)
+            .lock_wait(LOCK_WAIT)
             .install_as(&format!("oracle_p{p}"));
     }
 
     let until = tokio::time::Instant::now() + RUN;
     let faults = tokio::spawn(faults(proxies.clone(), server, until));
-    let clients: Vec<_> = (0..CLIENTS).map(|_| tokio::spawn(client(until))).collect();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| tokio::spawn(client(until, false)))
+        .collect();
     let mut operations = 0;
     for client in clients {
         operations += tokio::time::timeout(RUN + HANG, client)
@@ -419,13 +542,28 @@ async fn real_redis_under_faults_keeps_the_oracles_rules() {
         .await
         .expect("the faults hung")
         .expect("the faults panicked");
+    // Then a calm run: no fault, no invalidation, no prime; the source still changes and values
+    // expire, so keys are loaded again and again, each once at a time in a process and with
+    // `lock = "redis"` once across them (its loads that begin within the bound and the
+    // connection's return after the last fault or invalidation are apart: see `calm`).
+    let until = tokio::time::Instant::now() + CALM_RUN;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| tokio::spawn(client(until, true)))
+        .collect();
+    for client in clients {
+        operations += tokio::time::timeout(CALM_RUN + HANG, client)
+            .await
+            .expect("a client hung")
+            .expect("a client panicked");
+    }
 
     if let Ok(path) = std::env::var("STAMPEDE_ORACLE_TRACE") {
         std::fs::write(path, oracle().whole_trace().join("\n")).unwrap();
     }
     let violations = oracle().violations();
+    let (compared, apart) = unrest(|unrest| unrest.counted);
     println!(
-        "seed {seed}: {operations} operations by {CLIENTS} clients in 3 processes, {faults} faults (one a restart), {} violations",
+        "seed {seed}: {operations} operations by {CLIENTS} clients in 3 processes, {faults} faults (one a restart), {compared} loads counted ({apart} more apart, begun in unrest), {} violations",
         violations.len()
     );
     assert!(
@@ -435,4 +573,8 @@ async fn real_redis_under_faults_keeps_the_oracles_rules() {
         oracle().trace(80).join("\n")
     );
     assert!(operations > 1_000, "only {operations} operations ran");
+    assert!(
+        compared > 20,
+        "only {compared} loads were counted ({apart} apart)"
+    );
 }

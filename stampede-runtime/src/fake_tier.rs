@@ -11,6 +11,14 @@
 //! (no wake-up and no announcement), a process's feed cut (its announcements lost; the process
 //! notices within the bound and drops its memory, as the heartbeat makes the Redis tier do) or
 //! delayed, and lapsed leases (a paused holder does not renew its lock: another may take it).
+//!
+//! A store is one server, with several namespaces ([`Space`]: a database and a key prefix, as a
+//! Redis connection selects them): each tier reaches one of them through its connection (named,
+//! or the default one). Two namespaces share only the server: its faults, and its pub/sub (a
+//! fill's wake-up reaches every waiter of the server, who reads again in its own namespace);
+//! their values, locks, fences, tag sets and announced invalidations are apart, as Redis keeps
+//! them apart for two databases or two prefixes, whatever the caches' names. Two connections to
+//! one namespace share it.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -30,9 +38,21 @@ use crate::order;
 use crate::registry::AnyCache;
 use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, Shared, Tier};
 
-/// The store several fake tiers share.
+/// The name a tier on the default connection shares its values through.
+const DEFAULT_CONNECTION: &str = "default";
+
+/// A namespace of a [`Store`]: the database and the key prefix a connection selects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Space {
+    /// The database number (`redis://host/2`).
+    pub db: u8,
+    /// The prefix of every key (`RedisConfig::prefix`).
+    pub prefix: Arc<str>,
+}
+
+/// The store several fake tiers share: one server, with its namespaces.
 pub struct Store<K, V> {
-    state: Mutex<State<K, V>>,
+    state: Mutex<HashMap<Space, State<K, V>>>,
     filled: Notify,
     /// The store is down: every operation fails.
     pub fail: AtomicBool,
@@ -65,6 +85,40 @@ struct State<K, V> {
     next_token: u64,
 }
 
+impl<K, V> Default for State<K, V> {
+    fn default() -> Self {
+        State {
+            values: HashMap::new(),
+            locks: HashMap::new(),
+            fences: HashMap::new(),
+            tagged: HashMap::new(),
+            next_token: 0,
+        }
+    }
+}
+
+/// The store's lock, on one namespace's state.
+struct InSpace<'a, K, V> {
+    guard: MutexGuard<'a, HashMap<Space, State<K, V>>>,
+    space: &'a Space,
+}
+
+impl<K, V> std::ops::Deref for InSpace<'_, K, V> {
+    type Target = State<K, V>;
+
+    fn deref(&self) -> &State<K, V> {
+        &self.guard[self.space]
+    }
+}
+
+impl<K, V> std::ops::DerefMut for InSpace<'_, K, V> {
+    fn deref_mut(&mut self) -> &mut State<K, V> {
+        self.guard
+            .get_mut(self.space)
+            .expect("made when the lock was taken")
+    }
+}
+
 /// A value in the store, its deadlines on tokio's clock.
 struct Stored<V> {
     value: V,
@@ -80,10 +134,11 @@ struct Lock {
     until: Instant,
 }
 
-/// One process's invalidation feed, and its caches.
+/// One process's invalidation feed, and its caches (each with its namespace and the name of its
+/// connection). A fault of the feed is the process's link to the server: every connection of it.
 #[derive(Default)]
 struct Feed {
-    caches: Vec<&'static dyn AnyCache>,
+    caches: Vec<(Space, Option<Arc<str>>, &'static dyn AnyCache)>,
     /// Its announcements are lost.
     cut: bool,
     /// It noticed the loss: memory is trusted only for the bound, until the feed is back.
@@ -120,6 +175,8 @@ pub enum Event {
     Announced {
         /// The process.
         process: Process,
+        /// The namespace of the key.
+        space: Space,
         /// The key, as its `Debug` output writes it.
         key: String,
     },
@@ -128,6 +185,8 @@ pub enum Event {
     Cleaned {
         /// The process.
         process: Process,
+        /// The namespace of the key.
+        space: Space,
         /// The key, as its `Debug` output writes it.
         key: String,
     },
@@ -143,13 +202,7 @@ impl<K: Key, V: Value> Store<K, V> {
     /// An empty store, up, with this lease and this bound.
     pub fn with(lease: Duration, bound: Duration) -> Arc<Self> {
         Arc::new(Store {
-            state: Mutex::new(State {
-                values: HashMap::new(),
-                locks: HashMap::new(),
-                fences: HashMap::new(),
-                tagged: HashMap::new(),
-                next_token: 0,
-            }),
+            state: Mutex::new(HashMap::new()),
             filled: Notify::new(),
             fail: AtomicBool::new(false),
             lose_messages: AtomicBool::new(false),
@@ -170,15 +223,32 @@ impl<K: Key, V: Value> Store<K, V> {
         feeds.len() - 1
     }
 
-    /// Lists `cache` as one of `process`'s: it hears the invalidations announced to it.
+    /// Lists `cache` as one of `process`'s, on the default namespace through the default
+    /// connection: it hears the invalidations announced to it.
+    #[cfg(test)]
     pub(crate) fn attach(&self, process: Process, cache: &'static dyn AnyCache) {
-        lock(&self.feeds)[process].caches.push(cache);
+        self.attach_in(process, Space::default(), None, cache);
+    }
+
+    /// Lists `cache` as one of `process`'s, on namespace `space` through `connection`: it hears
+    /// the invalidations announced to its namespace.
+    pub(crate) fn attach_in(
+        &self,
+        process: Process,
+        space: Space,
+        connection: Option<Arc<str>>,
+        cache: &'static dyn AnyCache,
+    ) {
+        lock(&self.feeds)[process]
+            .caches
+            .push((space, connection, cache));
     }
 
     /// Puts an entry in the store, as another process's fill would.
     #[cfg(test)]
     pub(crate) fn put(&self, key: K, entry: Entry<V>) {
-        let mut state = self.state();
+        let space = Space::default();
+        let mut state = self.state(&space);
         state.bump(&key);
         let stored = Stored {
             filled_at: entry.filled_at(),
@@ -190,40 +260,45 @@ impl<K: Key, V: Value> Store<K, V> {
         state.values.insert(key, stored);
     }
 
-    /// The value the store holds for `key`, if any.
+    /// The value the store holds for `key` in the default namespace, if any.
     pub fn value(&self, key: &K) -> Option<V> {
-        self.state()
+        self.state(&Space::default())
             .values
             .get(key)
             .map(|stored| stored.value.clone())
     }
 
-    /// Takes the key's lock, as another process's flight would (held until its lease ends, and
-    /// moving the key's fence on).
+    /// Takes the key's lock in the default namespace, as another process's flight would (held
+    /// until its lease ends, and moving the key's fence on).
     pub fn lock(&self, key: K) {
-        let mut state = self.state();
+        let space = Space::default();
+        let mut state = self.state(&space);
         let token = state.token();
         let until = Instant::now() + self.lease;
         state.bump(&key);
         state.locks.insert(key, Lock { token, until });
     }
 
-    /// Removes the key's value without an announcement: an invalidation this process missed.
+    /// Removes the key's value from the default namespace without an announcement: an
+    /// invalidation this process missed.
     pub fn drop_silently(&self, key: &K) {
-        let mut state = self.state();
+        let space = Space::default();
+        let mut state = self.state(&space);
         state.values.remove(key);
         state.bump(key);
     }
 
     /// Drops every key loaded with `tag` (its value, and moves its fence on, so that a load of
     /// it running now writes nothing), as a tag's invalidation does in Redis; the processes'
-    /// memory hears of it through their tag marks.
+    /// memory hears of it through their tag marks. In every namespace, as
+    /// `stampede::invalidate_tag` reaches every connection.
     pub fn invalidate_tag(&self, tag: &str) {
-        let mut state = self.state();
-        let tagged = state.tagged.remove(tag).unwrap_or_default();
-        for key in tagged {
-            state.values.remove(&key);
-            state.bump(&key);
+        for state in lock(&self.state).values_mut() {
+            let tagged = state.tagged.remove(tag).unwrap_or_default();
+            for key in tagged {
+                state.values.remove(&key);
+                state.bump(&key);
+            }
         }
     }
 
@@ -363,14 +438,16 @@ impl<K: Key, V: Value> Store<K, V> {
             feeds[process].down = down;
             feeds[process].caches.clone()
         };
-        for cache in caches {
-            cache.forget_all_shared(None);
+        // Each connection's caches, as the Redis tier drops them when that connection's
+        // subscription is lost or back.
+        for (_, connection, cache) in caches {
+            cache.forget_all_shared(Some(connection.as_deref().unwrap_or(DEFAULT_CONNECTION)));
         }
     }
 
-    /// Announces an invalidation of the key named `text` in the caches called `name`, to every
-    /// process through its feed.
-    fn announce(&self, name: &str, text: String) {
+    /// Announces an invalidation of the key named `text` in the caches called `name` on
+    /// namespace `space`, to every process through its feed.
+    fn announce(&self, space: &Space, name: &str, text: String) {
         if self.lose_messages.load(Ordering::SeqCst) {
             return;
         }
@@ -380,8 +457,8 @@ impl<K: Key, V: Value> Store<K, V> {
             let caches: Vec<&'static dyn AnyCache> = feed
                 .caches
                 .iter()
-                .copied()
-                .filter(|cache| &*cache.config().name == name)
+                .filter(|(at, _, cache)| at == space && &*cache.config().name == name)
+                .map(|&(_, _, cache)| cache)
                 .collect();
             // First in first out: not before what was sent earlier.
             let at = feed
@@ -392,10 +469,12 @@ impl<K: Key, V: Value> Store<K, V> {
             }
             let text = text.clone();
             let observer = self.observer_handle();
+            let space = space.clone();
             let deliver = move || {
                 if !caches.is_empty() {
                     observer(Event::Announced {
                         process,
+                        space,
                         key: text.clone(),
                     });
                 }
@@ -425,8 +504,11 @@ impl<K: Key, V: Value> Store<K, V> {
             .unwrap_or_else(|| Arc::new(|_| {}))
     }
 
-    fn state(&self) -> MutexGuard<'_, State<K, V>> {
-        lock(&self.state)
+    /// The state of namespace `space`, locked.
+    fn state<'a>(&'a self, space: &'a Space) -> InSpace<'a, K, V> {
+        let mut guard = lock(&self.state);
+        guard.entry(space.clone()).or_default();
+        InSpace { guard, space }
     }
 
     async fn stall(&self) {
@@ -514,6 +596,10 @@ pub struct Fake<K, V> {
     pub store: Arc<Store<K, V>>,
     /// The process it is the tier of.
     pub process: Process,
+    /// The namespace of the store its connection selects.
+    pub space: Space,
+    /// The name of its connection (`None`: the default one).
+    pub connection: Option<Arc<str>>,
     /// How long a flight waits for another's fill before loading itself.
     pub lock_wait: Duration,
     /// While another process holds the lock, report it busy instead of waiting (as
@@ -539,6 +625,8 @@ pub fn tier_of<K: Key, V: Value>(store: &Arc<Store<K, V>>, process: Process) -> 
     Fake {
         store: store.clone(),
         process,
+        space: Space::default(),
+        connection: None,
         lock_wait: Duration::from_secs(5),
         busy_error: false,
         busy_compute: false,
@@ -579,7 +667,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             let notified = store.filled.notified();
             tokio::pin!(notified);
             let next = {
-                let mut state = store.state();
+                let mut state = self.state();
                 let next = self.decide(handle, &mut state, &mut served);
                 if let Next::Wait(_) = next {
                     // Registered before the lock is let go: a fill after this wakes it.
@@ -594,7 +682,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             };
             let now = Instant::now();
             if now >= give_up_at {
-                let fence = store.state().fence(handle.key());
+                let fence = self.state().fence(handle.key());
                 return self.hold(handle, None, fence).await;
             }
             let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
@@ -625,7 +713,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             tokio::pin!(notified);
             let (mut holding, mut busy, mut lease_left) = (Vec::new(), Vec::new(), Duration::MAX);
             {
-                let mut state = store.state();
+                let mut state = self.state();
                 for &at in &pending {
                     match self.decide(&handles[at], &mut state, &mut served[at]) {
                         Next::Done(fetched) => batch.report(at, fetched),
@@ -653,7 +741,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             let now = Instant::now();
             if now >= give_up_at {
                 let held: Vec<(usize, Option<u64>, u64)> = {
-                    let state = store.state();
+                    let state = self.state();
                     pending
                         .iter()
                         .map(|&at| (at, None, state.fence(handles[at].key())))
@@ -685,7 +773,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             return Err(Error::invalid_config("the fake store is down"));
         }
         self.clean(handle.key(), &handle.config().name);
-        let mut state = self.store.state();
+        let mut state = self.state();
         if let Some(newer) = state.newer(handle, &value) {
             // Memory keeps the newer value, never what it held before the prime.
             handle.older_than_stored();
@@ -714,16 +802,21 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             return Err(Error::invalid_config("the fake store is down"));
         }
         lock(&self.dirty).remove(key);
-        let mut state = self.store.state();
+        let mut state = self.state();
         let held = state.values.remove(key).is_some();
         state.bump(key);
         drop(state);
-        self.store.announce(&config.name, format!("{key:?}"));
+        self.store
+            .announce(&self.space, &config.name, format!("{key:?}"));
         Ok(held)
     }
 
     fn reads(&self) -> bool {
         true
+    }
+
+    fn shared_through(&self) -> Option<&str> {
+        Some(self.connection.as_deref().unwrap_or(DEFAULT_CONNECTION))
     }
 
     fn trusted_for(&self) -> Option<Duration> {
@@ -840,16 +933,22 @@ impl<K: Key, V: Value> Fake<K, V> {
         if !lock(&self.dirty).remove(key) {
             return;
         }
-        let mut state = self.store.state();
+        let mut state = self.state();
         state.values.remove(key);
         state.bump(key);
         drop(state);
         let text = format!("{key:?}");
         self.store.tell(Event::Cleaned {
             process: self.process,
+            space: self.space.clone(),
             key: text.clone(),
         });
-        self.store.announce(name, text);
+        self.store.announce(&self.space, name, text);
+    }
+
+    /// The state of its namespace, locked.
+    fn state(&self) -> InSpace<'_, K, V> {
+        self.store.state(&self.space)
     }
 
     fn trusted(&self) -> Option<Duration> {
@@ -888,10 +987,10 @@ impl<K: Key, V: Value> Fake<K, V> {
         token: Option<u64>,
         fence: u64,
     ) -> Fetched<V> {
-        self.store.state().tag(handle);
+        self.state().tag(handle);
         let loaded = self.renewing(&[(handle.key(), token)], handle.load()).await;
         self.store.stall().await;
-        let mut state = self.store.state();
+        let mut state = self.state();
         let filled = self.fill(&mut state, handle, token, fence, loaded);
         drop(state);
         match filled {
@@ -912,7 +1011,7 @@ impl<K: Key, V: Value> Fake<K, V> {
     ) {
         let handles = batch.handles();
         {
-            let mut state = self.store.state();
+            let mut state = self.state();
             for &(at, ..) in held {
                 state.tag(&handles[at]);
             }
@@ -926,7 +1025,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         self.store.stall().await;
         let (mut here, mut wake) = (Vec::new(), false);
         {
-            let mut state = self.store.state();
+            let mut state = self.state();
             for (&(at, token, fence), loaded) in held.iter().zip(loaded) {
                 match self.fill(&mut state, &handles[at], token, fence, loaded) {
                     Filled::Stored(fetched) => {
@@ -952,7 +1051,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         let renew = async {
             loop {
                 tokio::time::sleep(store.lease / 3).await;
-                let mut state = store.state();
+                let mut state = self.state();
                 if store.lapse.load(Ordering::SeqCst) {
                     continue;
                 }
@@ -1051,7 +1150,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         if self.store.down() || lock(&self.dirty).contains(direct.key()) {
             return None;
         }
-        let state = self.store.state();
+        let state = self.state();
         let stored = state.values.get(direct.key())?;
         (Instant::now() < stored.fresh_until).then(|| self.shared(stored.entry()))
     }

@@ -18,7 +18,7 @@ use crate::stats::Stats;
 use crate::tier::{One, Run, Tier};
 
 pub use crate::core::Values;
-pub use crate::fake_tier::{Event, Fake, Process, Store, tier, tier_of};
+pub use crate::fake_tier::{Event, Fake, Process, Space, Store, tier, tier_of};
 pub use crate::tier::Local;
 
 /// A cache of a simulated function, over tier `T`.
@@ -185,22 +185,28 @@ impl<K: Key, V: Value, T: Tier<K, Option<V>>> SimCache<K, Option<V>, T> {
 
     /// A single-key call of a batch function's cache (a function with `batch_loader`), whose
     /// load calls the batch function with its key; with `window`, loaded together with the
-    /// other single-key calls that must load within it (`batch_window`).
-    pub fn get_one<F, Fut, E>(
+    /// other single-key calls that must load within it (`batch_window`). The load is made
+    /// (`make`) only when this call must start one, as the generated code's is: a window's load
+    /// is the one its first call made, called with every key the window holds, so that a
+    /// simulation can tell which call's flight each key of it is.
+    pub fn get_one<M, F, Fut, E>(
         self,
         key: K,
-        load: F,
+        make: M,
         retry_if: Option<fn(&E) -> bool>,
         window: Option<Duration>,
     ) -> impl Future<Output = Result<Option<V>, Error>> + Send
     where
+        M: FnOnce() -> F + Send + 'static,
         F: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<HashMap<K, V>, E>> + Send + 'static,
         E: LoadError,
     {
         let retry_if = retry_if.unwrap_or(|_| true);
-        let load = answered(load);
-        let prepare = move || RetryIf { load, retry_if };
+        let prepare = move || RetryIf {
+            load: answered(make()),
+            retry_if,
+        };
         let cache = self.cache;
         async move {
             match window {
@@ -216,8 +222,9 @@ impl<K: Key, V: Value> SimCache<K, V, Fake<K, V>> {
     /// invalidations announced to that process).
     pub fn shared(config: Config, tier: Fake<K, V>, tags: Tags<K>, values: Values<V>) -> Self {
         let (store, process) = (tier.store.clone(), tier.process);
+        let (space, connection) = (tier.space.clone(), tier.connection.clone());
         let cache = SimCache::new(config, tier, tags, values);
-        store.attach(process, cache.cache);
+        store.attach_in(process, space, connection, cache.cache);
         cache
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! What it checks (each a violation, with the trace of the key's history):
 //!
-//! - **own key**: a value is the value of its own function and key;
+//! - **own key**: a value is the value of its own function and key (a function of the same name
+//!   on another namespace of the server is another function: its values never cross);
 //! - **absent keys** (batch functions): a key answered absent is the key's absence at one of the
 //!   versions at which the source left it out, each check below holding for one of them;
 //! - **not older than a completed invalidation**: its version is at least the version written
@@ -602,10 +603,15 @@ impl Oracle {
                         value.version, value.read_at
                     ),
                 );
+                // Another function's value, a twin's included: a function of the same name on
+                // another namespace (database or prefix) of the same server, whose values the
+                // README keeps apart (Redis, Keys and values: "tenants on two databases of one
+                // server, with one prefix and the same caches, never hear each other's fills or
+                // invalidations"; the prefix is the "namespace of every key").
                 if (value.function, value.key) != (function, key) {
                     history.violate(
                         now,
-                        format!("{what} of f{function} k{key} returned another's value: {value:?}"),
+                        format!("{what} of f{function} k{key} returned another's value (another function's or namespace's): {value:?}"),
                     );
                 }
                 (
@@ -777,6 +783,15 @@ impl Oracle {
             began,
             id: history.next_flight,
         }
+    }
+
+    /// A flight the oracle compares with no other load (its epochs are its own): for a load
+    /// whose flight may have begun before something that detached it, when nothing tells when
+    /// it began (the Redis oracle test, in real time).
+    pub fn flight_apart(&self, function: u8, key: u16) -> Flight {
+        let mut flight = self.flight(function, key);
+        flight.epochs.detach = u64::MAX - flight.id;
+        flight
     }
 
     /// The feed of `function`'s cache in `process` went down or came back up.

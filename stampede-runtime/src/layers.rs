@@ -131,7 +131,9 @@ fn every_module_imports_only_modules_below_it() {
 #[test]
 fn every_module_of_the_redis_tier_imports_only_modules_below_it() {
     let layers: BTreeMap<&str, u8> = REDIS_LAYERS.iter().copied().collect();
-    let redis = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join("redis");
+    let redis = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join("redis");
     let mut violations = Vec::new();
     let mut files = Vec::new();
     collect(&redis, &mut files);

@@ -11,6 +11,7 @@
 //! wait (a call of it made after its load ended starts a load of its own, rather than join a
 //! flight and get an outcome from before it began).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -129,12 +130,26 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
     /// Loads the keys at `indices` (of [`Batch::handles`]) with one call of the function, with
     /// the timeout and retries of one load, if the breaker admits it; stores nothing. Each key
     /// gets its value, or every key the same error (the breaker's verdict is the call's).
+    ///
+    /// The function is given each key once: a batch may hold two flights of one key (a window
+    /// that a call joined after an invalidation detached the key's first flight), and both get
+    /// the one value loaded.
     pub(crate) async fn load(&self, indices: &[usize]) -> Vec<Result<Loaded<V>, Error>> {
         let core = self.core;
-        let keys: Vec<K> = indices
+        let mut keys: Vec<K> = Vec::with_capacity(indices.len());
+        let mut first: HashMap<&K, usize> = HashMap::with_capacity(indices.len());
+        // For each index, the place of its key in `keys`.
+        let places: Vec<usize> = indices
             .iter()
-            .map(|&at| self.handles[at].key().clone())
+            .map(|&at| {
+                let key = self.handles[at].key();
+                *first.entry(key).or_insert_with(|| {
+                    keys.push(key.clone());
+                    keys.len() - 1
+                })
+            })
             .collect();
+        drop(first);
         let started = || {
             for &at in indices {
                 self.handles[at].started();
@@ -145,9 +160,12 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
             Ok(Loaded {
                 value: values,
                 read_from,
-            }) if values.len() == keys.len() => values
-                .into_iter()
-                .map(|value| Ok(Loaded { value, read_from }))
+            }) if values.len() == keys.len() => places
+                .iter()
+                .map(|&place| {
+                    let value = values[place].clone();
+                    Ok(Loaded { value, read_from })
+                })
                 .collect(),
             Ok(Loaded { value: values, .. }) => {
                 // Only a hand-written load can get here: the generated one answers each key.
@@ -160,9 +178,9 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
                     )
                     .into(),
                 };
-                vec![Err(error); keys.len()]
+                vec![Err(error); indices.len()]
             }
-            Err(error) => vec![Err(error); keys.len()],
+            Err(error) => vec![Err(error); indices.len()],
         }
     }
 

@@ -196,6 +196,12 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
         })
     }
 
+    /// Keeps nothing from now on: the flight was detached before this began (see
+    /// `Handle::new`).
+    pub(crate) fn detach(&mut self) {
+        self.loading.detach();
+    }
+
     /// The key's tags, for a cache with `tags`.
     pub(crate) fn tags(&self) -> &[Box<str>] {
         self.stamp.as_ref().map_or(&[], |stamp| stamp.tags())

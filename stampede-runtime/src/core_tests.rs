@@ -901,6 +901,39 @@ async fn a_key_of_a_batch_is_answered_when_its_load_ends_not_when_the_batchs_las
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refresh_detached_before_its_task_ran_does_not_store_over_a_newer_load() {
+    // Simulation seed 35827: a tag invalidation detached a background refresh's flight in the
+    // instant it began, before its task registered its load with memory; registered after the
+    // detach, its load counted as current. It read the source, a newer flight of the key read
+    // it later and stored first, and the refresh, slower, then stored its older value over it.
+    let cache = leak(config("core::detached_before_registered"), Local);
+    let slow = Source::new(Duration::from_millis(100));
+    let fast = Source {
+        loads: slow.loads.clone(),
+        delay: Duration::ZERO,
+    };
+    assert_eq!(within(fast.get(cache, 4)).await.unwrap(), "4 v1");
+    tokio::time::advance(Duration::from_secs(11)).await; // stale: the next call refreshes
+    // Served stale at once; the refresh's task is spawned, not run yet.
+    let served = futures_util::FutureExt::now_or_never(slow.get(cache, 4));
+    assert_eq!(
+        served.expect("a stale value is served at once").unwrap(),
+        "4 v1"
+    );
+    cache.forget(&4); // an invalidation, before the refresh's task runs
+    // The refresh's task reads the source first ("4 v2", slow); this newer flight reads it
+    // after ("4 v3", at once) and stores first.
+    assert_eq!(within(fast.get(cache, 4)).await.unwrap(), "4 v3");
+    tokio::time::sleep(Duration::from_millis(200)).await; // the refresh has ended
+    assert_eq!(slow.loads(), 3);
+    assert_eq!(
+        within(fast.get(cache, 4)).await.unwrap(),
+        "4 v3",
+        "the detached refresh's older value replaced the newer one"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_prime_that_a_later_prime_overtook_still_retires_the_value_it_replaces() {
     // Simulation seed 32346: a prime began, a second one began before the first had written,
     // and the first, having written, could not keep its value (the second had detached it):

@@ -227,6 +227,14 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
         &self.key
     }
 
+    /// Whether the flight is no longer the key's (an invalidation detached it, or it ended).
+    pub(crate) fn detached(&self) -> bool {
+        self.flights
+            .lock()
+            .get(&self.key)
+            .is_none_or(|flight| flight.id != self.id)
+    }
+
     /// Notified when a caller with no value joins this flight.
     pub(crate) fn urgent(&self) -> &Notify {
         &self.shared.urgent

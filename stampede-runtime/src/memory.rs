@@ -100,6 +100,16 @@ pub(crate) struct Loading<'a, K: Key, V: Value> {
     memory: &'a Memory<K, V>,
     key: K,
     generation: u64,
+    /// Detached before it registered (see [`Loading::detach`]): never current.
+    detached: bool,
+}
+
+impl<K: Key, V: Value> Loading<'_, K, V> {
+    /// This load stores nothing: its flight was detached (an invalidation) before it
+    /// registered, which the key's generation cannot say.
+    pub(crate) fn detach(&mut self) {
+        self.detached = true;
+    }
 }
 
 impl<K: Key, V: Value> Memory<K, V> {
@@ -173,6 +183,7 @@ impl<K: Key, V: Value> Memory<K, V> {
             generation: generation.value,
             memory: self,
             key: key.clone(),
+            detached: false,
         }
     }
 
@@ -188,6 +199,7 @@ impl<K: Key, V: Value> Memory<K, V> {
             generation: 0,
             memory: self,
             key: key.clone(),
+            detached: false,
         })
     }
 
@@ -319,9 +331,10 @@ fn is_current<K: Key, V: Value>(
     loading: &HashMap<K, Generation>,
     load: &Loading<'_, K, V>,
 ) -> bool {
-    loading
-        .get(&load.key)
-        .is_some_and(|generation| generation.value == load.generation)
+    !load.detached
+        && loading
+            .get(&load.key)
+            .is_some_and(|generation| generation.value == load.generation)
 }
 
 impl<K: Key, V: Value> Drop for Loading<'_, K, V> {

@@ -288,8 +288,15 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         start: Start,
         leader: Option<&'a Leader<'static, K, V>>,
     ) -> Self {
+        let mut begun = Begun::new(core, key);
+        // A flight detached (an invalidation) between its start and this, its task's first
+        // step, keeps nothing, as one detached later: registered after the detach, the key's
+        // generation cannot tell.
+        if leader.is_some_and(|leader| leader.detached()) {
+            begun.detach();
+        }
         Handle {
-            begun: Begun::new(core, key),
+            begun,
             core,
             key,
             load,

@@ -41,7 +41,7 @@ const LAYERS: &[(&str, u8)] = &[
 ];
 
 /// Test-only modules, which may use anything.
-const TESTS: &[&str] = &["core_tests", "fake_tier", "layers", "sim"];
+const TESTS: &[&str] = &["layers", "testing"];
 
 /// The modules of the Redis tier (`redis/`) and their layers, by the same rule: the codec (no
 /// Redis in it), the transport (a configured Redis, its connections and feed), the protocol

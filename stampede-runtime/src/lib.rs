@@ -38,12 +38,8 @@ mod checks;
 mod clock;
 mod config;
 mod core;
-#[cfg(test)]
-mod core_tests;
 mod entry;
 mod error;
-#[cfg(any(test, feature = "simulation"))]
-mod fake_tier;
 mod flight;
 mod hot;
 mod kv;
@@ -61,11 +57,13 @@ mod redis;
 mod registry;
 #[cfg(feature = "simulation")]
 #[doc(hidden)]
-pub mod sim;
+pub use testing::sim;
 mod slot;
 mod stats;
 mod tags;
 mod telemetry;
+#[cfg(any(test, feature = "simulation"))]
+mod testing;
 mod tier;
 mod witness;
 

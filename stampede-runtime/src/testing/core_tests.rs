@@ -15,8 +15,8 @@ use crate::config::{Backend, Config, Lock};
 use crate::core::Values;
 use crate::entry::Entry;
 use crate::error::Error;
-use crate::fake_tier::{self, Store};
 use crate::registry;
+use crate::testing::fake_tier::{self, Store};
 use crate::tier::{Local, Tier};
 
 fn config(name: &str) -> Config {

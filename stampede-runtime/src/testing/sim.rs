@@ -18,7 +18,7 @@ use crate::stats::Stats;
 use crate::tier::{One, Run, Tier};
 
 pub use crate::core::Values;
-pub use crate::fake_tier::{Event, Fake, Process, Space, Store, tier, tier_of};
+pub use crate::testing::fake_tier::{Event, Fake, Process, Space, Store, tier, tier_of};
 pub use crate::tier::Local;
 
 /// A cache of a simulated function, over tier `T`.

@@ -33,7 +33,7 @@ use crate::redis::keys::RedisKeys;
 use crate::redis::link::{CommandConnection, Commands, Connecting, Link, LinkState, Ready};
 use crate::redis::mode::Mode;
 use crate::redis::pubsub::{
-    ClusterFeed, FeedOwner, Listener, Settings, Shards, Subscriber, Topology,
+    ClusterFeed, FeedOwner, Listener, Settings, Shards, Subscriber, Topology, Unheard,
 };
 
 /// The states of [`Endpoint`]'s feed.
@@ -93,7 +93,10 @@ impl Endpoint {
                     Some(shards) => shards.listen(&keys.channel, wait).await,
                     None => link.events.listen(&keys.channel, wait).await,
                 };
-                listened.ok_or(Failure::Subscription)
+                listened.map_err(|unheard| match unheard {
+                    Unheard::Failed => Failure::Subscription,
+                    Unheard::Unconfirmed(wait) => Failure::Unconfirmed(wait),
+                })
             }
             Ok(Err(failure)) => Err(failure),
             Err(_) => Err(Failure::Timeout(timeout)),

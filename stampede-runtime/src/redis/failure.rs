@@ -15,8 +15,10 @@ pub(crate) enum Failure {
     /// Redis refused the call because of the key it is about (`WRONGTYPE`, `OOM`).
     Refused(redis::RedisError),
     Redis(redis::RedisError),
-    /// The pub/sub connection failed or did not confirm a subscription in time.
+    /// The pub/sub connection failed, or refused a subscription.
     Subscription,
+    /// A subscription was not confirmed within this wait: the connection may be fine.
+    Unconfirmed(Duration),
     /// No usable connection could be made.
     Unavailable,
 }
@@ -31,6 +33,9 @@ impl fmt::Display for Failure {
             Failure::Timeout(after) => write!(f, "no answer within {after:?}"),
             Failure::Refused(error) | Failure::Redis(error) => write!(f, "{error}"),
             Failure::Subscription => f.write_str("the pub/sub connection failed"),
+            Failure::Unconfirmed(wait) => {
+                write!(f, "a subscription was not confirmed within {wait:?}")
+            }
             Failure::Unavailable => f.write_str("no usable connection could be made"),
         }
     }
@@ -89,6 +94,16 @@ mod tests {
 
     fn reply(code: &str, detail: &str) -> redis::RedisError {
         redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+    }
+
+    #[test]
+    fn a_subscription_not_confirmed_in_time_is_not_told_as_a_failed_connection() {
+        let unconfirmed = Failure::Unconfirmed(Duration::from_millis(250)).to_string();
+        assert_eq!(unconfirmed, "a subscription was not confirmed within 250ms");
+        assert_eq!(
+            Failure::Subscription.to_string(),
+            "the pub/sub connection failed"
+        );
     }
 
     #[test]

@@ -23,6 +23,15 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+/// Why a subscription to a key's channel gave no listener.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Unheard {
+    /// The pub/sub connection failed, or refused the subscription.
+    Failed,
+    /// The subscription was not confirmed within this wait (the connection may be fine).
+    Unconfirmed(Duration),
+}
+
 pub(crate) use plain::Subscriber;
 pub(crate) use settings::{ClusterFeed, FeedOwner, Settings};
 pub(crate) use shards::Shards;
@@ -61,7 +70,7 @@ impl Waits {
 
     /// Subscribes to `channel` (if this process is not already) and returns a listener for it,
     /// once the subscription is in effect, or `None` if it was not within `wait`.
-    async fn listen(self: &Arc<Self>, channel: &str, wait: Duration) -> Option<Listener> {
+    async fn listen(self: &Arc<Self>, channel: &str, wait: Duration) -> Result<Listener, Unheard> {
         let (sender, messages) = mpsc::unbounded_channel();
         let (confirm, confirmed) = oneshot::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -84,8 +93,9 @@ impl Waits {
             messages,
         };
         match tokio::time::timeout(wait, confirmed).await {
-            Ok(Ok(true)) => Some(listener),
-            _ => None,
+            Ok(Ok(true)) => Ok(listener),
+            Ok(_) => Err(Unheard::Failed),
+            Err(_) => Err(Unheard::Unconfirmed(wait)),
         }
     }
 

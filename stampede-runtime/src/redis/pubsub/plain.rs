@@ -53,7 +53,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::session::{Heard, Session};
 use super::settings::{FeedOwner, Settings};
-use super::{Control, Listener, Waits};
+use super::{Control, Listener, Unheard, Waits};
 use crate::clock::after;
 use crate::redis::feed;
 
@@ -125,8 +125,9 @@ impl Subscriber {
     }
 
     /// Subscribes to `channel` (plain pub/sub, on the session's node) and returns a listener for
-    /// it once the subscription is in effect, or `None` if no session ran it within `wait`.
-    pub(crate) async fn listen(&self, channel: &str, wait: Duration) -> Option<Listener> {
+    /// it once the subscription is in effect, or why not (no session ran it within `wait`, or
+    /// the session failed).
+    pub(crate) async fn listen(&self, channel: &str, wait: Duration) -> Result<Listener, Unheard> {
         self.waits.listen(channel, wait).await
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
 
-use super::{Control, Listener, Waits};
+use super::{Control, Listener, Unheard, Waits};
 use crate::redis::tls::{self, Tls};
 
 /// The wake-ups of flights on a Redis Cluster: sharded pub/sub, so that a fill's `SPUBLISH`
@@ -93,7 +93,7 @@ impl Shards {
 
     /// Subscribes to `channel` on the master owning its slot and returns a listener for it once
     /// the subscription is in effect, or `None` if it was not within `wait`.
-    pub(crate) async fn listen(&self, channel: &str, wait: Duration) -> Option<Listener> {
+    pub(crate) async fn listen(&self, channel: &str, wait: Duration) -> Result<Listener, Unheard> {
         self.waits.listen(channel, wait).await
     }
 

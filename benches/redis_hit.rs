@@ -32,7 +32,7 @@ if not value then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fresh = tonumber(string.match(value, '^S2 (%d+) '))
+local fresh = tonumber(string.match(value, '^S3 (%d+) '))
 if fresh and fresh > now then
   return {value, now}
 end

@@ -605,7 +605,7 @@ async fn a_batch_leaves_an_oversized_value_on_the_server_and_loads_its_key() {
         .install_as("oversized");
     assert_eq!(within(sized(vec![1, 2])).await.unwrap().len(), 2);
     let key = server.key("test:{rb::oversized~*|1}:v").unwrap();
-    let mut value = b"S2 99999999999999 99999999999999 0 0 1 -\n".to_vec();
+    let mut value = b"S3 99999999999999 99999999999999 0 0 0 1 -\n".to_vec();
     value.resize(100 << 10, b'x');
     within(sized::invalidate(1)).await.unwrap();
     let mut redis = server.connection();

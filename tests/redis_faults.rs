@@ -254,7 +254,7 @@ async fn a_huge_value_in_redis_is_a_counted_miss_and_the_connection_stays_up() {
         .key("test:{faults::huge~*|0}:v")
         .unwrap()
         .replace("|0}", "|1}");
-    let mut value = b"S2 99999999999999 99999999999999 0 0 1 -\n\xc1\x02".to_vec();
+    let mut value = b"S3 99999999999999 99999999999999 0 0 0 1 -\n\xc1\x02".to_vec();
     value.resize(100 << 20, b'x');
     let connections = proxy.accepted();
 

@@ -284,7 +284,7 @@ async fn a_deeply_nested_or_huge_payload_in_redis_is_a_counted_miss() {
     let fingerprint = identity_of("ident::tree").fingerprint;
     let key = |id: u64| format!("test:{{ident::tree~{fingerprint}|{id}}}:v");
     // 100_000 nested variants in this version's form, then a payload over the size bound.
-    let mut deep = b"S2 99999999999999 99999999999999 0 0 1 -\n\xc1\x02".to_vec();
+    let mut deep = b"S3 99999999999999 99999999999999 0 0 0 1 -\n\xc1\x02".to_vec();
     for _ in 0..100_000 {
         deep.extend_from_slice(b"\x11\x04Node");
     }
@@ -295,7 +295,7 @@ async fn a_deeply_nested_or_huge_payload_in_redis_is_a_counted_miss() {
         .arg(&deep)
         .query(&mut conn)
         .unwrap();
-    let mut huge = b"S2 99999999999999 99999999999999 0 0 1 -\n\xc1\x02".to_vec();
+    let mut huge = b"S3 99999999999999 99999999999999 0 0 0 1 -\n\xc1\x02".to_vec();
     huge.resize(9 << 20, 0);
     let _: () = redis::cmd("SET")
         .arg(key(3))
@@ -371,7 +371,7 @@ async fn a_configured_max_value_size_bounds_what_is_written_and_read() {
         .key(&format!("test:{{ident::bounded~*|{small}}}:v"))
         .expect("a value under the bound is written");
     // The key is invalidated, then another process, with a larger bound, writes a longer value.
-    let mut longer = b"S2 99999999999999 99999999999999 0 0 1 -\n\xc1\x02".to_vec();
+    let mut longer = b"S3 99999999999999 99999999999999 0 0 0 1 -\n\xc1\x02".to_vec();
     longer.resize(80 << 10, b'x');
     within(bounded::invalidate(small)).await.unwrap();
     let _: () = redis::cmd("SET")

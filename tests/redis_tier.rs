@@ -69,6 +69,7 @@ async fn a_value_loaded_in_one_process_is_read_from_redis_by_another() {
         fresh_until,
         stale_until,
         written_at,
+        read_at,
         fence,
         _load_ms,
         version,
@@ -77,9 +78,13 @@ async fn a_value_loaded_in_one_process_is_read_from_redis_by_another() {
         panic!("unexpected header {header}")
     };
     assert_eq!(version, "-", "no source version configured: {header}");
-    let [fresh_until, stale_until, written_at, fence] =
-        [fresh_until, stale_until, written_at, fence].map(|f| f.parse::<u64>().unwrap());
-    assert!(header.starts_with("S2 "), "{header}");
+    let [fresh_until, stale_until, written_at, read_at, fence] =
+        [fresh_until, stale_until, written_at, read_at, fence].map(|f| f.parse::<u64>().unwrap());
+    assert!(header.starts_with("S3 "), "{header}");
+    assert!(
+        read_at <= written_at && written_at - read_at < 5_000,
+        "the source was read shortly before the value was written: {header}"
+    );
     let fresh_for = fresh_until - written_at;
     assert!(
         (54_000..=60_000).contains(&fresh_for),
@@ -166,7 +171,7 @@ async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
     assert_eq!(LOADS.load(SeqCst), 2);
     let stored: Vec<u8> = server.command(&["GET", &key]);
     assert!(
-        stored.starts_with(b"S2 "),
+        stored.starts_with(b"S3 "),
         "the value was rewritten: {:?}",
         String::from_utf8_lossy(&stored)
     );
@@ -175,7 +180,7 @@ async fn a_corrupt_payload_is_a_miss_and_is_overwritten() {
     // A payload an earlier version wrote (MessagePack: the number 42, `*`), and one of this
     // version's form holding the number 42 where this cache stores a string.
     for (sku, payload) in [("8", &b"*"[..]), ("9", b"\xc1\x02\x05\x2a")] {
-        let mut envelope = b"S2 99999999999999 99999999999999 0 0 1 -\n".to_vec();
+        let mut envelope = b"S3 99999999999999 99999999999999 0 0 0 1 -\n".to_vec();
         envelope.extend_from_slice(payload);
         let _: () = redis::cmd("SET")
             .arg(key_of(sku))
@@ -781,7 +786,7 @@ async fn a_flow_that_holds_the_lock_over_undecodable_bytes_loads_at_once() {
     assert_eq!(within(rate(2)).await.unwrap(), "rate 2");
     assert_eq!(LOADS.load(SeqCst), 2);
     let stored: Vec<u8> = server.command(&["GET", &key]);
-    assert!(stored.starts_with(b"S2 "), "overwritten by the holder");
+    assert!(stored.starts_with(b"S3 "), "overwritten by the holder");
 }
 
 #[tokio::test]

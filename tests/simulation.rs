@@ -68,8 +68,14 @@ const FIRST_SEED: u64 = 1;
 /// 35827: a tag invalidation detached a batch refresh's flights before its task registered
 /// their loads; slower than a newer flight of a key, it stored its older value over the newer
 /// one (a flight detached before its handle registers keeps nothing: `Handle::new`).
+/// 1497733: two processes refreshed a key without the lock; the one that read the source first
+/// (an absence) wrote last-but-one, and the other's fill, refused by the fence, was handed that
+/// older absence because Redis ordered by write time (the envelope's `read_at` orders now).
+/// 1629118: a load that did not wait for the lock (`busy = "compute"`) shares its holder's
+/// fence; it read the source before the holder's retry did and wrote after it, over the newer
+/// value (a fill lands only over an older one: `FILL`).
 const FOUND: &[u64] = &[
-    11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432,
+    11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
 ];
 /// No operation of a run may take longer (virtual time): past it, it hung.
 const HANG: Duration = Duration::from_secs(600);

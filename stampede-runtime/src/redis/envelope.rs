@@ -2,14 +2,16 @@
 //! `redis-cli` shows and a Lua script can read, then the payload.
 //!
 //! ```text
-//! S2 <fresh_until> <stale_until> <written_at> <fence> <load_ms> <source_version or ->\n<payload>
+//! S3 <fresh_until> <stale_until> <written_at> <read_at> <fence> <load_ms> <source_version or ->\n<payload>
 //! ```
 //!
-//! `S2` is the format and its version (`S1`, without the source version, held MessagePack
-//! payloads; a reader refuses it). The three instants are wall-clock milliseconds of the Redis
-//! server's clock (the scripts read `TIME`), so every process agrees on them whatever its own
-//! clock says; a reader turns them into local deadlines relative to `written_at` or to the
-//! server time its read returned. The source version (`-` for a cache without
+//! `S3` is the format and its version (`S2` had no `read_at`, `S1` no source version either; a
+//! reader refuses both). The four instants are wall-clock milliseconds of the Redis server's
+//! clock (the scripts read `TIME`), so every process agrees on them whatever its own clock says;
+//! a reader turns the deadlines into local ones relative to `written_at` or to the server time
+//! its read returned. `read_at` is when the value's source was read (bounded from below): what
+//! orders it against another load's value (`order::may_be_newer`), since a slow load may write
+//! an older value after a faster one read a newer. The source version (`-` for a cache without
 //! `source_version`) is what `FILL` compares a newer fill's with. The payload is the value in the
 //! form `payload` writes: it gives every value back exactly, and its reading is bounded in size
 //! (the connection's `max_value_size`, checked by the scripts before a value leaves the server)
@@ -32,11 +34,11 @@ use crate::redis::payload::{self, PayloadError};
 pub(crate) const DEFAULT_MAX_VALUE_BYTES: usize = 8 << 20;
 
 /// Room for the header on top of the payload's bound: the longest header a script writes (the
-/// format word and six numbers of at most 20 digits, spaced, and the newline) fits in it.
+/// format word and seven numbers of at most 20 digits, spaced, and the newline) fits in it.
 pub(crate) const HEADER_ROOM: usize = 128;
 
 /// The header's first word. A reader refuses any other.
-pub(crate) const FORMAT: &str = "S2";
+pub(crate) const FORMAT: &str = "S3";
 
 /// A parsed envelope; the payload still encoded.
 #[derive(Debug, PartialEq, Eq)]
@@ -44,6 +46,8 @@ pub(crate) struct Envelope<'a> {
     pub(crate) fresh_until: u64,
     pub(crate) stale_until: u64,
     pub(crate) written_at: u64,
+    /// When the value's source was read, bounded from below: orders it against other loads'.
+    pub(crate) read_at: u64,
     /// The fence of the fill that wrote it.
     pub(crate) fence: u64,
     pub(crate) load_ms: u64,
@@ -62,8 +66,14 @@ impl<'a> Envelope<'a> {
             return None;
         }
         let mut number = || words.next()?.parse::<u64>().ok();
-        let (fresh_until, stale_until, written_at, fence, load_ms) =
-            (number()?, number()?, number()?, number()?, number()?);
+        let (fresh_until, stale_until, written_at, read_at, fence, load_ms) = (
+            number()?,
+            number()?,
+            number()?,
+            number()?,
+            number()?,
+            number()?,
+        );
         let source_version = match words.next()? {
             "-" => None,
             version => Some(version.parse().ok()?),
@@ -72,6 +82,7 @@ impl<'a> Envelope<'a> {
             fresh_until,
             stale_until,
             written_at,
+            read_at,
             fence,
             load_ms,
             source_version,
@@ -87,8 +98,13 @@ impl<'a> Envelope<'a> {
             .source_version
             .map_or_else(|| "-".to_owned(), |version| version.to_string());
         let mut bytes = format!(
-            "{FORMAT} {} {} {} {} {} {source_version}\n",
-            self.fresh_until, self.stale_until, self.written_at, self.fence, self.load_ms
+            "{FORMAT} {} {} {} {} {} {} {source_version}\n",
+            self.fresh_until,
+            self.stale_until,
+            self.written_at,
+            self.read_at,
+            self.fence,
+            self.load_ms
         )
         .into_bytes();
         bytes.extend_from_slice(self.payload);
@@ -188,13 +204,18 @@ mod tests {
             fresh_until: 1_700_000_060_000,
             stale_until: 1_700_000_090_000,
             written_at: 1_700_000_000_000,
+            read_at: 1_699_999_999_880,
             fence: 3,
             load_ms: 120,
             source_version: Some(41),
             payload: &payload,
         };
         let bytes = envelope.to_bytes();
-        assert!(bytes.starts_with(b"S2 1700000060000 1700000090000 1700000000000 3 120 41\n"));
+        assert!(
+            bytes.starts_with(
+                b"S3 1700000060000 1700000090000 1700000000000 1699999999880 3 120 41\n"
+            )
+        );
         let parsed = Envelope::parse(&bytes).unwrap();
         assert_eq!(parsed, envelope);
         assert_eq!(
@@ -209,11 +230,12 @@ mod tests {
             &b""[..],
             b"hello",
             b"S1 1 2 3 4 5\nx",
-            b"S2 1 2 3 4 5\nx",
-            b"S2 1 2 3 4 5 x\nx",
-            b"S2 1 2 3 4 5 - 6\nx",
-            b"S2 9 2 3 4 5 -\nx",
-            b"S2 a 2 3 4 5 -\n",
+            b"S2 1 2 3 4 5 -\nx",
+            b"S3 1 2 3 4 5 6\nx",
+            b"S3 1 2 3 4 5 6 x\nx",
+            b"S3 1 2 3 4 5 6 - 7\nx",
+            b"S3 9 2 3 4 5 6 -\nx",
+            b"S3 a 2 3 4 5 6 -\n",
         ] {
             assert_eq!(
                 Envelope::parse(garbage),

@@ -92,8 +92,9 @@ pub(crate) struct Fill<'a> {
     /// The value's source version: the fill is refused if the value stored has a newer one.
     pub(crate) source_version: Option<u64>,
     /// The server's time (ms) when the value was read from the source (the start of the load's
-    /// attempt that gave it, bounded from below; after the read that gave `fence`): a refused
-    /// fill deletes a value written before it, which is older (see `FILL`). 0 for none.
+    /// attempt that gave it, bounded from below; after the read that gave `fence`), written as
+    /// the envelope's `read_at`: a refused fill deletes a value whose source was read before
+    /// it, which is older (see `FILL`). 0 for a prime (read now).
     pub(crate) read_from: u64,
     pub(crate) payload: &'a [u8],
 }

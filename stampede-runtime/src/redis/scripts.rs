@@ -41,7 +41,7 @@ for i, key in ipairs(KEYS) do
   if redis.call('STRLEN', key) <= most then
     value = redis.call('GET', key)
   end
-  local fresh = value and tonumber(string.match(value, '^S2 (%d+) '))
+  local fresh = value and tonumber(string.match(value, '^S3 (%d+) '))
   if fresh and fresh > now then
     out[i + 1] = value
   else
@@ -82,7 +82,7 @@ for i = 0, #KEYS / 3 - 1 do
   end
   local state, fence, pttl = false, 0, 0
   if value and ARGV[4 + i] ~= '1' then
-    local fresh = tonumber(string.match(value, '^S2 (%d+) '))
+    local fresh = tonumber(string.match(value, '^S3 (%d+) '))
     if fresh and fresh > now then
       state = 'fresh'
     end
@@ -116,8 +116,10 @@ return out
     )
 });
 
-/// Writes each envelope if the key's fence is still the one its flow read and the value stored
-/// has no newer source version, publishes it on the key's channel (an empty message when
+/// Writes each envelope if the key's fence is still the one its flow read, the value stored has
+/// no newer source version and its source was read before this load's (a load without the lock
+/// shares the fence of the holder it did not wait for: the later reader wins, whichever writes
+/// last), publishes it on the key's channel (an empty message when
 /// nothing was written, so that waiters read again at once), and releases the key's lock if the
 /// token still holds it (compare-and-delete).
 ///
@@ -130,14 +132,15 @@ return out
 /// source (the start of the attempt that gave it, after the read that gave the fence).
 ///
 /// Returns `{now_ms, then per key: written, fresh_until, stale_until, stored}`: written is 1,
-/// or 0 when the fence moved, or 2 when the value stored has a newer source version; when
-/// nothing was written, `stored` is the value Redis holds (nil when none, or over the size
-/// given).
+/// or 0 when the fence moved or the value stored may be newer, or 2 when the value stored has a
+/// newer source version; when nothing was written, `stored` is the value Redis holds (nil when
+/// none, or over the size given).
 ///
-/// When the fence moved and the value stored was written before the source was read
-/// (`order::may_be_newer` is false: another load began since and has not filled, or a prime
-/// came while the first attempt stalled and a retry read the source after it), that value is
-/// older than the one this load hands out, and is deleted, so that no process is served it
+/// When the fence moved and the value stored was read from the source before this load's was
+/// (`order::may_be_newer` of the two reads is false: another load began since and has not
+/// filled, a prime came while the first attempt stalled and a retry read the source after it,
+/// or a slower load that read earlier filled after this one read), that value is older than the
+/// one this load hands out, and is deleted, so that no process is served it
 /// after this one's (the next reader waits for the other load, or loads). Otherwise it stays,
 /// and it is what the refused load's callers get: what Redis keeps is what they are handed.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
@@ -157,7 +160,7 @@ for i = 0, #KEYS / 3 - 1 do
   end
   local refused = false
   if version ~= '' then
-    local have = string.match(redis.call('GETRANGE', vk, 0, 160), '^S2 %d+ %d+ %d+ %d+ %d+ (%d+)\n')
+    local have = string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ %d+ %d+ %d+ (%d+)\n')
     if have and (#have > #version or (#have == #version and have > version)) then
       refused = 2
     end
@@ -169,12 +172,18 @@ for i = 0, #KEYS / 3 - 1 do
       fence = t[1] .. string.format('%06d', tonumber(t[2]))
       redis.call('SET', fk, fence)
     end
-  elseif not refused and redis.call('GET', fk) ~= fence then
-    refused = 0
-    -- Written before this load read its source (`order::may_be_newer` false): older, retired.
-    local written = tonumber(string.match(redis.call('GETRANGE', vk, 0, 160), '^S2 %d+ %d+ (%d+) '))
-    if written and written < tonumber(ARGV[a + 10]) then
-      redis.call('DEL', vk)
+  elseif not refused then
+    -- When the source of the value stored was read, against this load's (`order::may_be_newer`).
+    local read = tonumber(string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ (%d+) '))
+    local older = read and read < tonumber(ARGV[a + 10])
+    if redis.call('GET', fk) ~= fence then
+      refused = 0
+      if older then
+        redis.call('DEL', vk)
+      end
+    elseif read and not older then
+      -- Another load of this fence (one without the lock) wrote a value that may be newer.
+      refused = 0
     end
   end
   if refused then
@@ -196,7 +205,12 @@ for i = 0, #KEYS / 3 - 1 do
     if version == '' then
       version = '-'
     end
-    local envelope = string.format('S2 %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, fence, ARGV[a + 4], version) .. ARGV[a + 6]
+    -- A prime's source is read now; a load's no later than now.
+    local read = math.min(now, tonumber(ARGV[a + 10]))
+    if read == 0 then
+      read = now
+    end
+    local envelope = string.format('S3 %.0f %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, read, fence, ARGV[a + 4], version) .. ARGV[a + 6]
     local ttl = math.max(1, stale - now + tonumber(ARGV[a + 8]))
     redis.call('SET', vk, envelope, 'PX', ttl)
     if redis.call('PTTL', fk) < ttl then

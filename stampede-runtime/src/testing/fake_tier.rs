@@ -123,6 +123,9 @@ impl<K, V> std::ops::DerefMut for InSpace<'_, K, V> {
 struct Stored<V> {
     value: V,
     filled_at: Instant,
+    /// When its source was read (a prime's: when it was written): what orders it against a
+    /// load's value, as the envelope's `read_at` does in Redis.
+    read_at: Instant,
     fresh_until: Instant,
     stale_until: Instant,
     /// Kept past `stale_until` for `fail_safe`.
@@ -252,6 +255,7 @@ impl<K: Key, V: Value> Store<K, V> {
         state.bump(&key);
         let stored = Stored {
             filled_at: entry.filled_at(),
+            read_at: entry.filled_at(),
             fresh_until: entry.fresh_until(),
             stale_until: entry.stale_until(),
             kept_until: entry.stale_until(),
@@ -786,7 +790,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         }
         state.bump(handle.key());
         state.tag(handle);
-        let stored = self.stored(handle, value);
+        let stored = self.stored(handle, value, Instant::now());
         let entry = stored.entry();
         state.values.insert(handle.key().clone(), stored);
         drop(state);
@@ -960,8 +964,9 @@ impl<K: Key, V: Value> Fake<K, V> {
         Shared::new(entry, self.trusted())
     }
 
-    /// A value loaded now, as the store keeps it: for its lifetime (`Handle::lifetime`).
-    fn stored<L>(&self, handle: &Handle<'_, K, V, L>, value: V) -> Stored<V>
+    /// A value written now, its source read at `read_at`, as the store keeps it: for its
+    /// lifetime (`Handle::lifetime`).
+    fn stored<L>(&self, handle: &Handle<'_, K, V, L>, value: V, read_at: Instant) -> Stored<V>
     where
         L: Load<K, V>,
     {
@@ -972,6 +977,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         Stored {
             value,
             filled_at: now,
+            read_at: read_at.min(now),
             fresh_until,
             stale_until,
             kept_until: crate::clock::after(stale_until, lifetime.fail_safe),
@@ -1097,17 +1103,25 @@ impl<K: Key, V: Value> Fake<K, V> {
             (Err(error), _) => Fetched::Failed(error),
             // The store went down meanwhile: the value is good, kept here.
             (Ok(Loaded { value, .. }), _) if self.store.down() => return Filled::Here(value),
-            (Ok(Loaded { value, .. }), None) if state.fence(handle.key()) == fence => {
+            // The fence is the one read and no value stored may be newer (a load without the
+            // lock shares the fence of the holder it did not wait for), as `FILL` decides.
+            (Ok(Loaded { value, read_from }), None)
+                if state.fence(handle.key()) == fence
+                    && !state.values.get(handle.key()).is_some_and(|stored| {
+                        stored.kept(Instant::now())
+                            && order::may_be_newer(stored.read_at, read_from)
+                    }) =>
+            {
                 if token.is_none() {
                     state.bump(handle.key());
                 }
-                let stored = self.stored(handle, value);
+                let stored = self.stored(handle, value, read_from);
                 let entry = stored.entry();
                 state.values.insert(handle.key().clone(), stored);
                 Fetched::Loaded(handle.keep(self.shared(entry)))
             }
-            // Refused, as `FILL` refuses: the store holds a newer source version, or the fence
-            // moved (another holder's fill, a prime, an invalidation). Its callers get what the
+            // Refused, as `FILL` refuses: the store holds a newer source version or a value that
+            // may be newer, or the fence moved (another holder's fill, a prime, an invalidation). Its callers get what the
             // store keeps, if servable.
             (Ok(Loaded { value, read_from }), newer) => {
                 let now = Instant::now();
@@ -1116,12 +1130,13 @@ impl<K: Key, V: Value> Fake<K, V> {
                 } else if state
                     .values
                     .get(handle.key())
-                    .is_some_and(|stored| !order::may_be_newer(stored.filled_at, read_from))
+                    .is_some_and(|stored| !order::may_be_newer(stored.read_at, read_from))
                 {
-                    // The fence moved, yet what the store holds was written before the attempt
-                    // that gave this value read the source: it is older than the one this flight
-                    // hands out (another load began since and has not filled, or a prime came
-                    // before a retry), and is retired, as `FILL` does.
+                    // The fence moved, yet the source of what the store holds was read before
+                    // the attempt that gave this value read it: it is older than the one this
+                    // flight hands out (another load began since and has not filled, a prime
+                    // came before a retry, a slower load wrote late), and is retired, as `FILL`
+                    // does.
                     state.values.remove(handle.key());
                 }
                 let stored = state

@@ -1,6 +1,7 @@
 //! The fill's ordering, Rust against Lua, on a real `redis-server`: whether a value Redis holds
-//! may be newer than a refused load's is `order::may_be_newer` in both, and what the load's
-//! callers are handed is what Redis keeps.
+//! may be newer than a load's is `order::may_be_newer` of the two source reads in both, a fill
+//! lands only over a value that is older, and what a refused load's callers are handed is what
+//! Redis keeps.
 
 use std::time::Duration;
 
@@ -14,11 +15,16 @@ use crate::redis::endpoint::Endpoint;
 use crate::redis::keys::RedisKeys;
 use crate::redis::ops::Fill;
 
-/// One refused fill: the fence moved since the load's read (another holder's fill), and the
-/// value that holder wrote stays in Redis exactly when the callers of the refused load are
-/// handed it.
-fn refused_fill(endpoint: &Endpoint, server: &RedisServer, case: (u64, u64, u64, u64)) {
-    let (written_off, read_off, stored_fence_off, moved_by) = case;
+/// One fill over a value another load of the key wrote: the fence moved since this load's read
+/// (`moved_by` > 0: another holder's fill) or did not (a load without the lock wrote under the
+/// fence this one read). Moved, the fill is refused, and the stored value stays in Redis
+/// exactly when it may be newer, which is when the callers of the refused load are handed it.
+/// Not moved, the fill lands unless the stored value may be newer, which then stays and is
+/// handed to its callers. The stored value's source was read `written_off - stored_read_off`
+/// ms (clamped at 0) before it was written: a slow load that writes after this one read may
+/// still hold an older value.
+fn refused_fill(endpoint: &Endpoint, server: &RedisServer, case: (u64, u64, u64, u64, u64)) {
+    let (written_off, stored_read_off, read_off, stored_fence_off, moved_by) = case;
     let now: u64 = {
         let (seconds, micros): (u64, u64) = server.command(&["TIME"]);
         seconds * 1_000 + micros / 1_000
@@ -26,8 +32,9 @@ fn refused_fill(endpoint: &Endpoint, server: &RedisServer, case: (u64, u64, u64,
     let keys = RedisKeys::of_base("order:{k}");
     let read_fence = 1_000_u64;
     let (written_at, read_from) = (now - 10 + written_off, now - 10 + read_off);
+    let stored_read_at = now - 10 + stored_read_off.min(written_off);
     let stored = format!(
-        "S2 {} {} {written_at} {} 0 -\nstored",
+        "S3 {} {} {written_at} {stored_read_at} {} 0 -\nstored",
         now + 60_000,
         now + 120_000,
         read_fence - 1 + stored_fence_off
@@ -55,13 +62,31 @@ fn refused_fill(endpoint: &Endpoint, server: &RedisServer, case: (u64, u64, u64,
             payload: b"loaded",
         }))
         .expect("redis-server answers");
-    assert!(!written.written, "the fence moved: refused");
-    let kept: Option<String> = server.command(&["GET", &keys.value]);
     let stored_fence = read_fence - 1 + stored_fence_off;
+    let newer = order::may_be_newer(stored_read_at, read_from);
+    let now_held: Option<String> = server.command(&["GET", &keys.value]);
+    if moved_by == 0 {
+        assert_eq!(
+            written.written, !newer,
+            "stored from a read at {stored_read_at}, this load's at {read_from}: a fill lands \
+             only over an older value"
+        );
+        let held = now_held.expect("a value, one or the other");
+        assert_eq!(held.ends_with("stored"), newer, "{held}");
+        assert_eq!(
+            written.stored.is_some(),
+            !written.written,
+            "a refused load's callers are handed what Redis keeps"
+        );
+        return;
+    }
+    assert!(!written.written, "the fence moved: refused");
+    let kept = now_held;
     assert_eq!(
         kept.is_some(),
-        order::may_be_newer(written_at, read_from),
-        "written at {written_at}, the source read at {read_from}, stored fence {stored_fence}: \
+        newer,
+        "stored written at {written_at} from a read at {stored_read_at}, this load's source read \
+         at {read_from}, stored fence {stored_fence}: \
          Redis {} it, against the Rust ordering",
         if kept.is_some() { "keeps" } else { "deletes" },
     );
@@ -80,13 +105,19 @@ fn a_refused_fill_hands_its_callers_what_redis_keeps() {
         "order_unit",
         RedisConfig::new(&server.url()).unwrap().prefix("order"),
     );
-    // Ties and near ties of the two times, and stored fences before, at and after the read's.
+    // Ties and near ties of the three times, stored fences before, at and after the read's, and
+    // a fence that moved or did not.
     proptest!(ProptestConfig::with_cases(200), |(
-        written_off in 0_u64..4,
-        read_off in 0_u64..4,
+        written_off in 0_u64..6,
+        stored_read_off in 0_u64..6,
+        read_off in 0_u64..6,
         stored_fence_off in 0_u64..3,
-        moved_by in 1_u64..3,
+        moved_by in 0_u64..3,
     )| {
-        refused_fill(&endpoint, &server, (written_off, read_off, stored_fence_off, moved_by));
+        refused_fill(
+            &endpoint,
+            &server,
+            (written_off, stored_read_off, read_off, stored_fence_off, moved_by),
+        );
     });
 }

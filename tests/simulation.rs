@@ -74,8 +74,13 @@ const FIRST_SEED: u64 = 1;
 /// 1629118: a load that did not wait for the lock (`busy = "compute"`) shares its holder's
 /// fence; it read the source before the holder's retry did and wrote after it, over the newer
 /// value (a fill lands only over an older one: `FILL`).
+/// 3026770: a retried load, refused by a fence another process's fill had moved, retired that
+/// older value and handed out its newer one; the other process's refresh, under the moved fence,
+/// then wrote a value older still (a fill that retires an older value now writes its own, moving
+/// the fence on).
 const FOUND: &[u64] = &[
     11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
+    3_026_770,
 ];
 /// No operation of a run may take longer (virtual time): past it, it hung.
 const HANG: Duration = Duration::from_secs(600);

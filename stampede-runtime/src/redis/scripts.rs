@@ -140,9 +140,12 @@ return out
 /// (`order::may_be_newer` of the two reads is false: another load began since and has not
 /// filled, a prime came while the first attempt stalled and a retry read the source after it,
 /// or a slower load that read earlier filled after this one read), that value is older than the
-/// one this load hands out, and is deleted, so that no process is served it
-/// after this one's (the next reader waits for the other load, or loads). Otherwise it stays,
-/// and it is what the refused load's callers get: what Redis keeps is what they are handed.
+/// one this load hands out, and this one replaces it, moving the fence on: a stored value was
+/// read after the last invalidation (which deleted what was there), so a value read after it is
+/// too, and the load that moved the fence is fenced off in turn and gets this value unless its
+/// own is newer. Otherwise the stored value stays, and it is what the refused load's callers
+/// get: what Redis keeps is what they are handed. When nothing is stored, a refused load's
+/// callers get its own value, which Redis does not keep.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -159,6 +162,8 @@ for i = 0, #KEYS / 3 - 1 do
     redis.call('DEL', lk)
   end
   local refused = false
+  -- A fill without the lock moves the fence on, so that a slower holder cannot write after it.
+  local moves = token == ''
   if version ~= '' then
     local have = string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ %d+ %d+ %d+ (%d+)\n')
     if have and (#have > #version or (#have == #version and have > version)) then
@@ -176,10 +181,14 @@ for i = 0, #KEYS / 3 - 1 do
     -- When the source of the value stored was read, against this load's (`order::may_be_newer`).
     local read = tonumber(string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ (%d+) '))
     local older = read and read < tonumber(ARGV[a + 10])
-    if redis.call('GET', fk) ~= fence then
-      refused = 0
-      if older then
-        redis.call('DEL', vk)
+    local current = redis.call('GET', fk)
+    if current ~= fence then
+      if older and current then
+        -- Moved by another load, yet what that load wrote is older: this newer value replaces
+        -- it, under the fence as it is now, moved on past the load that moved it.
+        fence, moves = current, true
+      else
+        refused = 0
       end
     elseif read and not older then
       -- Another load of this fence (one without the lock) wrote a value that may be newer.
@@ -197,7 +206,7 @@ for i = 0, #KEYS / 3 - 1 do
     out[#out + 1] = 0
     out[#out + 1] = stored
   else
-    if token == '' then
+    if moves then
       redis.call('INCR', fk)
     end
     local fresh = now + tonumber(ARGV[a + 2])

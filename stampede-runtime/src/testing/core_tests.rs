@@ -808,7 +808,9 @@ async fn a_failed_load_falls_back_on_memorys_newer_value_not_the_older_one_the_s
     // Simulation seed 713164 (`lock = "local"`, tiered, `fail_safe`): this
     // process's fill was fenced off by another's earlier fill of an older value, so memory held
     // the newer value and the store the older one. Past both stale deadlines the load failed,
-    // and the store's older fail-safe value replaced memory's and was served.
+    // and the store's older fail-safe value replaced memory's and was served. (Fills are now
+    // ordered by their source reads, so the store takes the newer value; the fallback must still
+    // be the newer one.)
     let store = Store::new();
     // The first fill has expired when the second is refused, so the second keeps its own.
     let safe = |name: &str| Config {
@@ -831,9 +833,9 @@ async fn a_failed_load_falls_back_on_memorys_newer_value_not_the_older_one_the_s
         "its own load"
     );
     assert_eq!(
-        store.value(&1),
-        None,
-        "the first fill's value, read from the source before the second's, was retired"
+        store.value(&1).as_deref(),
+        Some("1 v2"),
+        "the second load's value, read from the source after the first's, replaced it"
     );
     tokio::time::advance(Duration::from_secs(1)).await; // past both values' ttl
     let down = Flaky::default();

@@ -578,6 +578,26 @@ impl<K: Key, V> State<K, V> {
     }
 }
 
+/// Whether a load's value whose source was read at `read_from` lands, as `FILL` decides once the
+/// source versions allow it: exactly over an older stored value (`order::may_be_newer`),
+/// whatever the fence, since a stored value was read after the last invalidation; over nothing,
+/// only under the fence the load read. `Some(true)`: it lands over a fence that moved, which it
+/// moves on past the load that moved it.
+fn lands<K: Key, V: Clone>(
+    state: &State<K, V>,
+    key: &K,
+    fence: u64,
+    read_from: Instant,
+) -> Option<bool> {
+    let fenced = state.fence(key) == fence;
+    let now = Instant::now();
+    match state.values.get(key).filter(|stored| stored.kept(now)) {
+        Some(stored) if order::may_be_newer(stored.read_at, read_from) => None,
+        Some(_) => Some(!fenced),
+        None => fenced.then_some(false),
+    }
+}
+
 impl<V: Clone> Stored<V> {
     /// Whether it is still in the store (Redis's key has not expired).
     fn kept(&self, now: Instant) -> bool {
@@ -1099,20 +1119,16 @@ impl<K: Key, V: Value> Fake<K, V> {
             Ok(loaded) => state.newer(handle, &loaded.value),
             Err(_) => None,
         };
+        let lands = match &loaded {
+            Ok(loaded) => lands(state, handle.key(), fence, loaded.read_from),
+            Err(_) => None,
+        };
         Filled::Stored(match (loaded, newer) {
             (Err(error), _) => Fetched::Failed(error),
             // The store went down meanwhile: the value is good, kept here.
             (Ok(Loaded { value, .. }), _) if self.store.down() => return Filled::Here(value),
-            // The fence is the one read and no value stored may be newer (a load without the
-            // lock shares the fence of the holder it did not wait for), as `FILL` decides.
-            (Ok(Loaded { value, read_from }), None)
-                if state.fence(handle.key()) == fence
-                    && !state.values.get(handle.key()).is_some_and(|stored| {
-                        stored.kept(Instant::now())
-                            && order::may_be_newer(stored.read_at, read_from)
-                    }) =>
-            {
-                if token.is_none() {
+            (Ok(Loaded { value, read_from }), None) if lands.is_some() => {
+                if token.is_none() || lands == Some(true) {
                     state.bump(handle.key());
                 }
                 let stored = self.stored(handle, value, read_from);
@@ -1121,23 +1137,12 @@ impl<K: Key, V: Value> Fake<K, V> {
                 Fetched::Loaded(handle.keep(self.shared(entry)))
             }
             // Refused, as `FILL` refuses: the store holds a newer source version or a value that
-            // may be newer, or the fence moved (another holder's fill, a prime, an invalidation). Its callers get what the
-            // store keeps, if servable.
-            (Ok(Loaded { value, read_from }), newer) => {
+            // may be newer, or nothing and the fence moved (an invalidation, a holder that has
+            // not filled). Its callers get what the store keeps, if servable.
+            (Ok(Loaded { value, .. }), newer) => {
                 let now = Instant::now();
                 if newer.is_some() {
                     handle.older_than_stored();
-                } else if state
-                    .values
-                    .get(handle.key())
-                    .is_some_and(|stored| !order::may_be_newer(stored.read_at, read_from))
-                {
-                    // The fence moved, yet the source of what the store holds was read before
-                    // the attempt that gave this value read it: it is older than the one this
-                    // flight hands out (another load began since and has not filled, a prime
-                    // came before a retry, a slower load wrote late), and is retired, as `FILL`
-                    // does.
-                    state.values.remove(handle.key());
                 }
                 let stored = state
                     .values

@@ -17,10 +17,10 @@ use crate::redis::ops::Fill;
 
 /// One fill over a value another load of the key wrote: the fence moved since this load's read
 /// (`moved_by` > 0: another holder's fill) or did not (a load without the lock wrote under the
-/// fence this one read). Moved, the fill is refused, and the stored value stays in Redis
-/// exactly when it may be newer, which is when the callers of the refused load are handed it.
-/// Not moved, the fill lands unless the stored value may be newer, which then stays and is
-/// handed to its callers. The stored value's source was read `written_off - stored_read_off`
+/// fence this one read). Either way the fill lands exactly when the stored value is older (its
+/// source read before this load's), and otherwise the stored value stays and is what the
+/// load's callers are handed; a fill that lands over a moved fence moves it on, so that the
+/// load that moved it cannot write its older value after it. The stored value's source was read `written_off - stored_read_off`
 /// ms (clamped at 0) before it was written: a slow load that writes after this one read may
 /// still hold an older value.
 fn refused_fill(endpoint: &Endpoint, server: &RedisServer, case: (u64, u64, u64, u64, u64)) {
@@ -64,38 +64,26 @@ fn refused_fill(endpoint: &Endpoint, server: &RedisServer, case: (u64, u64, u64,
         .expect("redis-server answers");
     let stored_fence = read_fence - 1 + stored_fence_off;
     let newer = order::may_be_newer(stored_read_at, read_from);
-    let now_held: Option<String> = server.command(&["GET", &keys.value]);
-    if moved_by == 0 {
-        assert_eq!(
-            written.written, !newer,
-            "stored from a read at {stored_read_at}, this load's at {read_from}: a fill lands \
-             only over an older value"
-        );
-        let held = now_held.expect("a value, one or the other");
-        assert_eq!(held.ends_with("stored"), newer, "{held}");
-        assert_eq!(
-            written.stored.is_some(),
-            !written.written,
-            "a refused load's callers are handed what Redis keeps"
-        );
-        return;
-    }
-    assert!(!written.written, "the fence moved: refused");
-    let kept = now_held;
     assert_eq!(
-        kept.is_some(),
-        newer,
-        "stored written at {written_at} from a read at {stored_read_at}, this load's source read \
-         at {read_from}, stored fence {stored_fence}: \
-         Redis {} it, against the Rust ordering",
-        if kept.is_some() { "keeps" } else { "deletes" },
+        written.written, !newer,
+        "stored (fence {stored_fence}, written at {written_at}) from a read at {stored_read_at}, \
+         this load's at {read_from}, the fence moved by {moved_by}: a fill lands exactly over an \
+         older value"
     );
-    // The flows hand a refused load's callers what `FILL` returns as stored.
+    let held: String = server.command(&["GET", &keys.value]);
+    assert_eq!(held.ends_with("stored"), newer, "Redis holds {held}");
     assert_eq!(
         written.stored.is_some(),
-        kept.is_some(),
-        "what the callers are handed is what Redis keeps"
+        !written.written,
+        "a refused load's callers are handed what Redis keeps"
     );
+    if written.written && moved_by > 0 {
+        let fence: u64 = server.command(&["GET", &keys.fence]);
+        assert!(
+            fence > read_fence + moved_by,
+            "a load that read the moved fence is fenced off by the newer value"
+        );
+    }
 }
 
 #[test]

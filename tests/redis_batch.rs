@@ -718,11 +718,11 @@ async fn a_batch_refresh_holds_its_keys_locks_so_another_process_s_refresh_gets_
 }
 
 /// A batch load whose first attempt stalls to its timeout while another process primes one of
-/// its keys: the retry read the source after the prime, so its value is newer, and the refused
-/// fill retires the primed value from Redis (as `FILL` does for one key: simulation seed
-/// 1367838) rather than leave it to be served after the newer one.
+/// its keys: the retry read the source after the prime, so its value is newer, and its fill,
+/// though the prime moved the fence, replaces the primed value in Redis (as `FILL` does for one
+/// key: simulation seed 1367838) rather than leave it to be served after the newer one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_fenced_off_by_a_prime_before_its_retry_retires_the_primed_value() {
+async fn a_batch_fenced_off_by_a_prime_before_its_retry_replaces_the_primed_value() {
     static CALLS: Calls = Calls::new();
     static PRIMED: AtomicBool = AtomicBool::new(false);
 
@@ -783,10 +783,15 @@ async fn a_batch_fenced_off_by_a_prime_before_its_retry_retires_the_primed_value
     assert_eq!(found[&2], "2 v2, read after the prime");
     let other = within(in_b(vec![1, 2])).await.unwrap();
     assert_eq!(
-        other[&1], "1 from b",
-        "Redis no longer holds the primed value, older than the one the retry handed out"
+        other[&1], "1 v2, read after the prime",
+        "Redis holds the retry's value, not the primed one, which is older"
     );
     assert_eq!(other[&2], "2 v2, read after the prime", "written as usual");
+    assert!(
+        !CALLS.all().iter().any(|(function, _)| *function == 1),
+        "the other process read both from Redis: {:?}",
+        CALLS.all()
+    );
 }
 
 /// A batch loaded without the Redis lock (`lock = "local"`, here on `backend = "redis"`) for

@@ -684,6 +684,7 @@ impl Oracle {
         // value may have aged since the call got it by up to the call's time (README, Batch
         // functions: "a batch answers all its keys or an error"; "A call returns once its last
         // key is answered"). Its age is counted from the call's beginning at the latest.
+        let aged = age;
         let age = match call.among_others {
             true => age.saturating_sub(now.saturating_sub(began)),
             false => age,
@@ -707,8 +708,11 @@ impl Oracle {
             .and_then(|fail_safe| history.fail_safe_grant(call, &fail_safe, now, rules));
         // Past its stale deadline at the earliest (a fill's fresh time is cut by `jitter` at
         // most), a value given for a failure stands for `fail_safe_throttle` (README, options:
-        // "how long a served last good value stands before the source is asked again").
-        let past_stale = age > own_ttl.mul_f64(1.0 - f64::from(rules.jitter) / 100.0) + stale;
+        // "how long a served last good value stands before the source is asked again"). A key of
+        // a batch may have been given it while the call's other keys were still out (seed
+        // 3141513: an open breaker's probe running): its age now, not at the call's beginning,
+        // says whether it may have been.
+        let past_stale = aged > own_ttl.mul_f64(1.0 - f64::from(rules.jitter) / 100.0) + stale;
         if grant == Some(Grant::Failure) && past_stale {
             history
                 .fail_safe_served

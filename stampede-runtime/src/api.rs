@@ -117,9 +117,12 @@ async fn invalidate_in(
 /// # Ok(()) }
 /// ```
 ///
-/// Fails with [`Error::RedisUnavailable`] when a Redis that a cache with tags uses cannot be
+/// Fails with [`Error::InvalidConfig`] when the Redis connection of a cache with tags is not
+/// configured in this process (it reached no other process through it: an admin tool that
+/// forgot its `RedisConfig`), and with [`Error::RedisUnavailable`] when such a Redis cannot be
 /// reached (the caches of tagged free functions linked into the binary count, called or not;
-/// a tagged method's, once called); this process's entries are dropped all the same.
+/// a tagged method's, once called); this process's entries, and the other connections', are
+/// dropped all the same.
 pub async fn invalidate_tag(tag: &str) -> Result<(), Error> {
     registry::forget_tag(tag);
     #[cfg(feature = "redis")]

@@ -47,8 +47,10 @@ pub(crate) fn used_by_tags(connection: Option<Arc<str>>) {
 
 /// Drops every key loaded with `tag` from each Redis that a cache with `tags` uses (the linked
 /// functions' caches are built first, for a process that never called them), and announces the
-/// tag to every process. A Redis that fails does not keep the others from it, and its failure
-/// is the error returned.
+/// tag to every process. A Redis that fails, or a connection that is not configured in this
+/// process, does not keep the others from it; then the error returned is the first connection
+/// not configured (an admin tool that forgot its `RedisConfig` reached nobody through it, and
+/// must not be told `Ok`), else the first Redis that failed.
 pub(crate) async fn invalidate_tag(tag: &str) -> Result<(), Error> {
     crate::registry::build_tagged();
     let names: Vec<Option<Arc<str>>> = TAGGED
@@ -57,18 +59,12 @@ pub(crate) async fn invalidate_tag(tag: &str) -> Result<(), Error> {
         .iter()
         .cloned()
         .collect();
-    let mut failed = None;
+    let (mut unconfigured, mut failed) = (None, None);
     for name in &names {
         let Some(connection) = lookup(name.as_deref()) else {
-            // Not an error: a tag names no cache, and a binary may declare tagged caches on a
-            // connection it does not use in every mode. Said at warn, so a tool that forgot its
-            // RedisConfig is not silent.
             let what =
                 format!(", so the invalidation of tag `{tag}` reached no other process through it");
-            tracing::warn!(
-                "stampede: {}",
-                super::not_configured(name.as_deref(), &what)
-            );
+            unconfigured.get_or_insert(super::not_configured(name.as_deref(), &what));
             continue;
         };
         if let Err(failure) = connection.invalidate_tag(tag).await {
@@ -78,7 +74,7 @@ pub(crate) async fn invalidate_tag(tag: &str) -> Result<(), Error> {
             });
         }
     }
-    failed.map_or(Ok(()), Err)
+    unconfigured.or(failed).map_or(Ok(()), Err)
 }
 
 /// How long a tag's set must outlive the tagging of a key with `config`: the longest a load

@@ -1,0 +1,147 @@
+//! Tags through a real Redis: `stampede::invalidate_tag` drops a tag's values from the Redis of
+//! every tagged cache. (A tagged cache whose connection is not configured makes it an error:
+//! `redis_tier.rs`, whose caches have no tags.)
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use common::redis_server::RedisServer;
+use common::within;
+use stampede::{RedisConfig, cached};
+
+/// A tag's invalidation goes to every installed Redis: these tests take turns, each
+/// installing its server under the one connection name their caches use.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn install(server: &RedisServer) {
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("tags")
+        .install_as("tags");
+}
+
+#[tokio::test]
+async fn a_tag_drops_its_values_from_redis_and_leaves_the_others() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "tags", name = "tags::order", tags = ["customer:{customer}"])]
+    async fn order(customer: u64, id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("order {customer}/{id} #{n}")
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "tags", name = "tags::order", tags = ["customer:{customer}"])]
+    async fn order_elsewhere(customer: u64, id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("order {customer}/{id} #{n} elsewhere")
+    }
+
+    let _turn = TURN.lock().await;
+    let server = RedisServer::start();
+    install(&server);
+    assert_eq!(within(order(1, 10)).await, "order 1/10 #1");
+    assert_eq!(within(order(1, 11)).await, "order 1/11 #2");
+    assert_eq!(within(order(2, 10)).await, "order 2/10 #3");
+    assert!(server.key("tags:{tags::order~*|1:10}:v").is_some());
+    assert!(
+        server.key("tags:{tag|customer:1}:t").is_some(),
+        "the tag's set"
+    );
+    // Another cache of the name reads Redis: no load.
+    assert_eq!(within(order_elsewhere(1, 10)).await, "order 1/10 #1");
+
+    within(stampede::invalidate_tag("customer:1"))
+        .await
+        .unwrap();
+    assert!(
+        server.key("tags:{tags::order~*|1:10}:v").is_none(),
+        "dropped from Redis"
+    );
+    assert!(server.key("tags:{tags::order~*|1:11}:v").is_none());
+    assert!(
+        server.key("tags:{tags::order~*|2:10}:v").is_some(),
+        "another tag: kept"
+    );
+    assert!(
+        server.key("tags:{tag|customer:1}:*").is_none(),
+        "no state left for the tag"
+    );
+    assert_eq!(order::peek(1, 10), None);
+    assert_eq!(order_elsewhere::peek(1, 10), None);
+    assert_eq!(
+        within(order_elsewhere(1, 10)).await,
+        "order 1/10 #4 elsewhere"
+    );
+    assert_eq!(
+        within(order(1, 10)).await,
+        "order 1/10 #4 elsewhere",
+        "from Redis"
+    );
+    assert_eq!(within(order(2, 10)).await, "order 2/10 #3");
+    assert_eq!(LOADS.load(SeqCst), 4);
+}
+
+#[tokio::test]
+async fn a_redis_no_tagged_cache_uses_is_left_alone() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", tags = ["tags-alone"])]
+    async fn alone(id: u64) -> usize {
+        let _ = id;
+        LOADS.fetch_add(1, SeqCst) + 1
+    }
+
+    let _turn = TURN.lock().await;
+    // The connection of this file's tagged caches, live.
+    let live = RedisServer::start();
+    install(&live);
+    // Installed, then gone: no cache with tags keeps values there.
+    let gone = RedisServer::start();
+    RedisConfig::new(&gone.url())
+        .unwrap()
+        .install_as("tags_untagged_only");
+    drop(gone);
+    assert_eq!(within(alone(1)).await, 1);
+    within(stampede::invalidate_tag("tags-alone"))
+        .await
+        .expect("only the stores of tagged caches are asked");
+    assert_eq!(within(alone(1)).await, 2);
+}
+
+#[tokio::test]
+async fn a_load_holding_the_lock_when_its_tag_is_invalidated_writes_nothing() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+    static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    #[cached(ttl = "60s", lock = "redis", redis = "tags", name = "tags::fenced", tags = ["fenced:{id}"])]
+    async fn fenced(id: u64) -> usize {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        if n == 1 {
+            GATE.notified().await;
+        }
+        id as usize * 100 + n
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "tags", name = "tags::fenced", tags = ["fenced:{id}"])]
+    async fn fenced_elsewhere(id: u64) -> usize {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        id as usize * 100 + n
+    }
+
+    let _turn = TURN.lock().await;
+    let server = RedisServer::start();
+    install(&server);
+    let first = tokio::spawn(fenced(7));
+    common::eventually("the first load started", || LOADS.load(SeqCst) == 1).await;
+    within(stampede::invalidate_tag("fenced:7")).await.unwrap();
+    GATE.notify_waiters();
+    assert_eq!(
+        within(first).await.unwrap(),
+        701,
+        "its caller gets its value"
+    );
+    assert!(
+        server.key("tags:{tags::fenced~*|7}:v").is_none(),
+        "the fence kept the older value out of Redis"
+    );
+    assert_eq!(within(fenced_elsewhere(7)).await, 702);
+    assert_eq!(within(fenced(7)).await, 702);
+}

@@ -13,12 +13,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use common::fault_proxy::FaultProxy;
 use common::redis_server::RedisServer;
-use common::within;
+use common::{AppError, within};
 use stampede::{RedisConfig, cached};
 use tokio::sync::Semaphore;
 
@@ -144,6 +144,56 @@ async fn a_value_loaded_while_redis_is_down_is_trusted_no_longer_than_the_bound(
     )
     .await;
     println!("the local value was replaced {after:?} after the invalidation elsewhere");
+    recover(&proxy, &server);
+}
+
+/// The double failure: with `fail_safe`, a process whose feed was lost with Redis no longer
+/// serves its values (they may have been invalidated unheard), but keeps them as its last good
+/// values: when the source fails too, a call gets the value served a moment before, not the
+/// source's error. (Before, the process dropped its memory with the feed, and the call failed.)
+#[tokio::test]
+async fn with_fail_safe_a_value_kept_through_a_lost_feed_is_served_when_the_source_fails_too() {
+    let _serial = serial().await;
+    static FAILING: AtomicBool = AtomicBool::new(false);
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        fail_safe = "10m",
+        redis = "rec_double",
+        name = "recovery::double"
+    )]
+    async fn item(id: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        match FAILING.load(SeqCst) {
+            true => Err(AppError::Db("the database is down too".into())),
+            false => Ok(format!("{id} v1")),
+        }
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    install(&proxy.url(), "rec_double");
+    assert_eq!(within(item(1)).await.unwrap(), "1 v1");
+
+    outage(&proxy);
+    // Past the bound, the process knows its feed is gone: the value is no longer served as is.
+    tokio::time::sleep(STALENESS_BOUND + Duration::from_millis(500)).await;
+    FAILING.store(true, SeqCst);
+    assert_eq!(
+        within(item(1))
+            .await
+            .expect("the last good value, not the source's error"),
+        "1 v1"
+    );
+    assert_eq!(LOADS.load(SeqCst), 2, "the source was asked, and failed");
+    assert!(
+        stampede::stats("recovery::double")
+            .unwrap()
+            .fail_safe_served
+            >= 1
+    );
     recover(&proxy, &server);
 }
 

@@ -1586,6 +1586,17 @@ impl World {
             }
         };
         tell(format!("fault: {fault:?}"), true);
+        // Whose link to the store it cuts or delays (a process may miss an announcement).
+        let deaf = match fault {
+            Fault::Outage { .. } => Some(None),
+            Fault::CutFeed { process, .. } | Fault::DelayFeed { process, .. } => {
+                Some(Some(process))
+            }
+            _ => None,
+        };
+        if let Some(process) = deaf {
+            self.oracle.deaf(process, self.plan.processes, true);
+        }
         let stores: Vec<_> = self.stores().cloned().collect();
         let (lasting, undo): (Duration, Box<dyn FnOnce() + Send>) = match fault {
             Fault::Outage { noticed, lasting } => {
@@ -1665,6 +1676,9 @@ impl World {
         };
         tokio::time::sleep(lasting).await;
         undo();
+        if let Some(process) = deaf {
+            self.oracle.deaf(process, self.plan.processes, false);
+        }
         tell(format!("fault over: {fault:?}"), false);
     }
 

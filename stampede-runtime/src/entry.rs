@@ -230,6 +230,18 @@ impl<V> Entry<V> {
         stale_until: Nanos,
         fail_safe_until: Nanos,
     ) -> Self {
+        self.set_deadlines(refresh_at, fresh_until, stale_until, fail_safe_until);
+        self
+    }
+
+    /// [`Entry::with_deadlines`], in place.
+    fn set_deadlines(
+        &mut self,
+        refresh_at: Nanos,
+        fresh_until: Nanos,
+        stale_until: Nanos,
+        fail_safe_until: Nanos,
+    ) {
         let filled = self.filled_nanos();
         self.refresh_at = refresh_at;
         self.filled_behind = Offset::of_nanos(refresh_at.since(filled));
@@ -237,7 +249,6 @@ impl<V> Entry<V> {
         self.fresh_until = Offset::of_nanos(fresh_until.since(filled));
         self.stale_until = Offset::of_nanos(stale_until.since(filled));
         self.fail_safe_until = Offset::of_nanos(fail_safe_until.since(filled));
-        self
     }
 
     /// The deadlines past `refresh_at`, as points on the clock.
@@ -276,17 +287,24 @@ impl<V> Entry<V> {
         self.with_deadlines(until, until, until, fail_safe)
     }
 
-    /// The entry, servable until `until` at the latest.
-    pub(crate) fn capped(self, until: Instant) -> Self {
+    /// The entry, servable until `until` at the latest; still its key's last good value for
+    /// the rest of its fail-safe window (a failed load may be answered with it).
+    pub(crate) fn capped(mut self, until: Instant) -> Self {
+        self.cap(until);
+        self
+    }
+
+    /// [`Entry::capped`], in place.
+    pub(crate) fn cap(&mut self, until: Instant) {
         let until = Nanos::of(until);
         let (fresh, stale, fail_safe) = self.deadlines();
         let refresh_at = self.refresh_at.min(until);
-        self.with_deadlines(
-            refresh_at,
-            fresh.min(until),
-            stale.min(until),
-            fail_safe.min(until),
-        )
+        // An entry without a fail-safe window of its own keeps none.
+        let fail_safe = match fail_safe > stale {
+            true => fail_safe,
+            false => stale.min(until),
+        };
+        self.set_deadlines(refresh_at, fresh.min(until), stale.min(until), fail_safe);
     }
 
     /// Whether the entry may still be served, fresh or stale.
@@ -412,10 +430,11 @@ mod tests {
         );
         assert_eq!(early.freshness(filled + ten), Freshness::Stale);
         assert!(early.fail_safe(filled + ten * 8 - ms) && !early.fail_safe(filled + ten * 8));
-        // Capped before the fill (a fill time ahead of this clock): nothing servable past it.
+        // Capped before the fill (a fill time ahead of this clock): nothing servable past it,
+        // and still the last good value.
         let capped = entry.clone().capped(now);
         assert_eq!(capped.freshness(now), Freshness::Expired);
-        assert!(!capped.servable(now) && !capped.fail_safe(now));
+        assert!(!capped.servable(now) && capped.fail_safe(now));
         assert_eq!(capped.freshness(now - ms), Freshness::Fresh);
         // Capped inside the stale window: every deadline at the cap or earlier, the fill kept.
         let cap = filled + ten * 2 + Duration::from_micros(400);
@@ -426,7 +445,11 @@ mod tests {
             capped.at(capped.fresh_until).instant()
         );
         assert!(capped.servable(cap - ms) && !capped.servable(cap));
-        assert!(!capped.fail_safe(cap));
+        assert!(capped.fail_safe(cap) && capped.fail_safe(filled + ten * 8 - ms));
+        assert!(
+            !capped.fail_safe(filled + ten * 8),
+            "its own fail-safe deadline"
+        );
         // Throttled: fresh again until the throttle ends, within the fail-safe window.
         let at = filled + ten * 7 + Duration::from_micros(123);
         let throttled = entry.throttled(at, Duration::from_secs(2));

@@ -310,6 +310,37 @@ impl<K: Key, V: Value> Memory<K, V> {
         either!(self, store => store.clear());
     }
 
+    /// Takes every value out of service, keeping each as its key's last good value for the rest
+    /// of its fail-safe window (a shared tier's feed was lost: an invalidation may have been
+    /// missed, but none is known); loads running now will not store theirs. A lean store has no
+    /// fail-safe window, and is cleared. Each entry is capped in place under its shard's lock,
+    /// so a value a load stores meanwhile is at worst taken out of service too, never replaced
+    /// by an older one.
+    pub(crate) fn demote_all(&self, now: Instant) {
+        let Store::Full(store) = &self.store else {
+            return self.invalidate_all();
+        };
+        for generation in self.loading().values_mut() {
+            generation.value += 1;
+        }
+        let keys = std::cell::RefCell::new(Vec::new());
+        store.retain(|key, _| {
+            keys.borrow_mut().push(key.clone());
+            true
+        });
+        for key in keys.into_inner() {
+            let demoted = store.entry(&key, None, |_, entry| match entry.fail_safe(now) {
+                true => {
+                    entry.cap(now);
+                    quick_cache::sync::EntryAction::Retain(())
+                }
+                false => quick_cache::sync::EntryAction::Remove,
+            });
+            // Gone meanwhile: the placeholder this left is dropped, and nothing stored.
+            drop(demoted);
+        }
+    }
+
     /// How many entries the store holds.
     pub(crate) fn entry_count(&self) -> u64 {
         either!(self, store => store.len()) as u64

@@ -37,6 +37,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// How long after a fault of a process's link to the store ends an invalidation made during it
+/// may still be missed (on top of the bound): the longest delay a delayed feed is given.
+pub const DEAF_SLACK: Duration = Duration::from_secs(3);
+
 /// A value the simulated sources produce: whose it is, which version, and when it was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Val {
@@ -280,6 +284,10 @@ struct History {
     /// The (function, process) pairs whose feed is down: the process trusts a flight only for
     /// the bound from its start, and a call past that starts another load beside it.
     feed_down: std::collections::HashSet<(u8, usize)>,
+    /// Per process: when its link to the shared store was faulted (cut, delayed, the store
+    /// down), from the fault's beginning to its end (`None` while it lasts): an invalidation
+    /// another process made then may not have been heard.
+    deaf: HashMap<usize, Vec<(Duration, Option<Duration>)>>,
     next_load: u64,
     /// Per (function, process, key): the version of the last call that ended, and when (its
     /// place in the order of events).
@@ -591,7 +599,17 @@ impl Oracle {
                 return;
             }
         };
-        let floor = history.floor(call, rules.shared, self.bound);
+        // README (Operations under faults, the double failure): with `fail_safe`, a value kept
+        // through a lost feed is still the last good value, served for a failed load even if
+        // another process invalidated it while this one could not hear it.
+        let floor = match rules
+            .fail_safe
+            .as_ref()
+            .and_then(|fail_safe| history.fail_safe_grant(call, fail_safe, now, rules))
+        {
+            Some(_) => history.floor_heard(call, rules.shared, self.bound),
+            None => history.floor(call, rules.shared, self.bound),
+        };
         // The version the call returned, how old it is at the least, and how long it is fresh.
         let (version, age, own_ttl) = match seen {
             Seen::Nothing => return,
@@ -799,6 +817,28 @@ impl Oracle {
     }
 
     /// The feed of `function`'s cache in `process` went down or came back up.
+    /// A fault of `process`'s link to the shared store (`None`: every process's) begins or
+    /// ends: invalidations announced meanwhile may not reach it.
+    pub fn deaf(&self, process: Option<usize>, processes: usize, began: bool) {
+        let now = self.now();
+        let mut history = self.history();
+        let reached: Vec<usize> = match process {
+            Some(process) => vec![process],
+            None => (0..processes).collect(),
+        };
+        for process in reached {
+            let windows = history.deaf.entry(process).or_default();
+            match began {
+                true => windows.push((now, None)),
+                false => {
+                    if let Some(open) = windows.iter_mut().rev().find(|(_, end)| end.is_none()) {
+                        open.1 = Some(now);
+                    }
+                }
+            }
+        }
+    }
+
     pub fn feed(&self, function: u8, process: usize, down: bool) {
         let mut history = self.history();
         match down {
@@ -1068,11 +1108,40 @@ impl History {
 
     /// The least version a call may return.
     fn floor(&self, call: &Call, shared: bool, bound: Duration) -> u64 {
+        self.floor_where(call, shared, bound, |_| true)
+    }
+
+    /// The least version a call may return as the last good value for a failed load: the floor
+    /// of the invalidations its process may have heard (none another process made while this
+    /// one's link to the store was faulted, or within the bound and a delay after that).
+    fn floor_heard(&self, call: &Call, shared: bool, bound: Duration) -> u64 {
+        let windows = self.deaf.get(&call.process);
+        let heard = |floor: &Floor| {
+            matches!(floor.reach, Reach::From(other) if other == call.process)
+                || !matches!(floor.reach, Reach::From(_))
+                || !windows.is_some_and(|windows| {
+                    windows.iter().any(|&(start, end)| {
+                        start <= floor.done
+                            && end.is_none_or(|end| floor.done <= end + bound + DEAF_SLACK)
+                    })
+                })
+        };
+        self.floor_where(call, shared, bound, heard)
+    }
+
+    fn floor_where(
+        &self,
+        call: &Call,
+        shared: bool,
+        bound: Duration,
+        counts: impl Fn(&Floor) -> bool,
+    ) -> u64 {
         let Some(floors) = self.floors.get(&(call.function, call.key)) else {
             return 0;
         };
         floors
             .iter()
+            .filter(|floor| counts(floor))
             .filter(|floor| match floor.reach {
                 Reach::Everywhere => floor.seq < call.seq,
                 // A prime reaches its own process only (README, Invalidation: "Other processes

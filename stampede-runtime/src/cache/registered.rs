@@ -86,6 +86,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
         for key in self.core.flights.keys() {
             self.core.flights.forget(&key);
         }
-        self.core.memory.invalidate_all();
+        // No invalidation is known, only possible: with `fail_safe`, each value stays its key's
+        // last good value, served only when a load fails (the double failure: Redis and the
+        // source down).
+        match self.core.config.fail_safe {
+            Some(_) => self.core.memory.demote_all(tokio::time::Instant::now()),
+            None => self.core.memory.invalidate_all(),
+        }
     }
 }

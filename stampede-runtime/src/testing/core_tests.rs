@@ -713,9 +713,10 @@ async fn an_open_breaker_does_not_stop_a_process_from_reading_another_processs_v
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_fail_safe_value_is_never_served_past_the_trust_cap() {
-    // While the store's invalidation feed is down, memory is trusted for 2 s only: an
-    // invalidation missed meanwhile must not be outlived by more, fail-safe or not.
+async fn past_the_trust_cap_a_fail_safe_value_is_served_only_for_a_failed_load() {
+    // While the store's invalidation feed is down, memory is trusted for 2 s only: past that, a
+    // value whose invalidation may have been missed is not served, but it stays the key's last
+    // good value (the guide's faults page: the double failure), as FusionCache's fail-safe does.
     let store = Store::new();
     let mut safe = config("core::trust_cap");
     safe.fail_safe = Some(Duration::from_secs(3_600));
@@ -727,9 +728,18 @@ async fn a_fail_safe_value_is_never_served_past_the_trust_cap() {
     store.drop_silently(&2); // another process invalidated it; the message was lost
     source.failing.store(true, SeqCst);
     tokio::time::advance(Duration::from_secs(3)).await;
-    assert!(
-        within(source.get(cache, 2)).await.is_err(),
-        "the invalidated value is not served as the last good one"
+    assert_eq!(
+        within(source.get(cache, 2)).await.unwrap(),
+        "2 v1",
+        "the last good value, for a failed load"
+    );
+    assert_eq!(source.loads(), 2, "the source was asked first");
+    source.failing.store(false, SeqCst);
+    tokio::time::advance(Duration::from_secs(10)).await; // past the throttle
+    assert_eq!(
+        within(source.get(cache, 2)).await.unwrap(),
+        "2 v3",
+        "not served while the source answers"
     );
 }
 
@@ -1044,8 +1054,11 @@ async fn a_fill_fenced_off_by_a_later_load_retires_the_older_value_it_was_to_rep
     );
 }
 
+/// The trust cap (memory while a shared tier's feed is not live) bounds every window in which
+/// an entry is served, early refresh included; past it, the entry is still its key's last good
+/// value for its fail-safe window (served only when a load fails: the double failure).
 #[test]
-fn the_trust_cap_bounds_every_window_the_options_give_an_entry() {
+fn the_trust_cap_bounds_every_serving_window_and_leaves_the_last_good_value() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -1059,7 +1072,8 @@ fn the_trust_cap_bounds_every_window_the_options_give_an_entry() {
         let bound = Duration::from_secs(2);
         let entry = core.kept(core.loaded("v".to_owned()), Some(bound), Instant::now());
         let past = Instant::now() + bound;
-        assert!(!entry.servable(past) && !entry.fail_safe(past), "{entry:?}");
+        assert!(!entry.servable(past), "{entry:?}");
+        assert!(entry.fail_safe(past + Duration::from_secs(60)), "{entry:?}");
         let uncapped = core.kept(core.loaded("v".to_owned()), None, Instant::now());
         assert!(uncapped.fail_safe(past + Duration::from_secs(60)));
     });

@@ -140,7 +140,7 @@ impl Endpoint {
             }
             // A cluster, or a value that may be longer than the window.
             _ => {
-                let (value, now_ms) = one(self.read_fresh_many(&[value_key.to_owned()]).await?)?;
+                let (value, now_ms) = one(self.read_fresh_many(&[value_key]).await?)?;
                 Ok(value.map(|value| (value, now_ms)))
             }
         }

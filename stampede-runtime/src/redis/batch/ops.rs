@@ -27,15 +27,15 @@ impl Endpoint {
     /// within the size bound), with that clock's time (ms).
     pub(crate) async fn read_fresh_many(
         &self,
-        value_keys: &[String],
+        value_keys: &[impl AsRef<str> + Sync],
     ) -> Result<Vec<(Option<Vec<u8>>, u64)>, Failure> {
-        let slotted: Vec<&str> = value_keys.iter().map(String::as_str).collect();
+        let slotted: Vec<&str> = value_keys.iter().map(AsRef::as_ref).collect();
         let most = self.most_read();
         self.grouped(&slotted, |mut connection, group| async move {
             let mut script = scripts::READ_FRESH.prepare_invoke();
             script.arg(most);
             for &at in &group {
-                script.key(&value_keys[at]);
+                script.key(value_keys[at].as_ref());
             }
             let reply: Vec<Value> = script.invoke_async(&mut connection).await?;
             let mut reply = reply.into_iter();

@@ -1334,3 +1334,74 @@ async fn an_invalidation_or_prime_without_a_configured_redis_is_an_error_that_sa
         }
     }
 }
+
+/// `memory_ttl` on a tiered cache: memory serves a value that long, then reads Redis again, so
+/// a value another process wrote (here a `prime`, which other processes otherwise meet only
+/// when their copy expires) is served within `memory_ttl`, without a load; a process of the
+/// same cache without it keeps its copy for the `ttl`.
+#[tokio::test]
+async fn memory_ttl_bounds_how_long_memory_serves_a_value_before_redis_is_read_again() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        memory_ttl = "300ms",
+        redis = "memory_ttl_a",
+        name = "red::memory_ttl"
+    )]
+    async fn short_lived(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("{id} v1")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "memory_ttl_b",
+        name = "red::memory_ttl"
+    )]
+    async fn long_lived(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("{id} v1")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "memory_ttl_c",
+        name = "red::memory_ttl"
+    )]
+    async fn writer(id: u64) -> String {
+        format!("{id} never loaded")
+    }
+
+    let server = RedisServer::start();
+    for name in ["memory_ttl_a", "memory_ttl_b", "memory_ttl_c"] {
+        install(&server, name);
+    }
+    assert_eq!(within(short_lived(1)).await, "1 v1");
+    assert_eq!(within(long_lived(1)).await, "1 v1", "read from Redis");
+    within(writer::prime(1, "1 v2".to_owned())).await.unwrap();
+    assert_eq!(
+        within(short_lived(1)).await,
+        "1 v1",
+        "memory still serves its copy"
+    );
+    let started = Instant::now();
+    loop {
+        let value = within(short_lived(1)).await;
+        if value == "1 v2" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "memory_ttl = 300ms, yet still {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        within(long_lived(1)).await,
+        "1 v1",
+        "without memory_ttl, memory keeps its copy for the ttl"
+    );
+    assert_eq!(LOADS.load(SeqCst), 1, "Redis was read, not the source");
+}

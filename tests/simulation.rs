@@ -85,6 +85,8 @@ const FOUND: &[u64] = &[
     11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
     3_026_770, 3_141_513,
 ];
+/// The salt of `memory_ttl`'s draws (see `function`).
+const MEMORY_TTL_SALT: u64 = 0x3e3_0007;
 /// No operation of a run may take longer (virtual time): past it, it hung.
 const HANG: Duration = Duration::from_secs(600);
 /// How long after the first runtime ends the second begins.
@@ -208,6 +210,7 @@ const PLANNED: &[&str] = &[
     "fail_safe",
     "fail_safe_throttle",
     "soft_timeout",
+    "memory_ttl",
     "retry_if",
     "source_version",
     "ttl_from",
@@ -408,6 +411,7 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionP
         fail_safe,
         fail_safe_throttle: ms(rng, 10, 3_000),
         soft_timeout: (fail_safe.is_some() && locked && chance(rng, 400)).then(|| ms(rng, 5, 300)),
+        memory_ttl: None,
         breaker,
         breaker_cooldown: ms(rng, 50, 3_000),
         key: None,
@@ -465,6 +469,13 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionP
             window: chance(windowed, 400).then(|| ms(windowed, 1, 20)),
         }
     });
+    // `memory_ttl`, for a tiered cache: drawn apart (the salt is one with which no seed of
+    // `FOUND` draws it: they run as they did).
+    let tiered = &mut SmallRng::seed_from_u64(seed ^ MEMORY_TTL_SALT ^ index as u64);
+    if backend == Backend::Tiered && chance(tiered, 300) {
+        let longest = u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX);
+        config.memory_ttl = Some(ms(tiered, 1, longest.max(1)));
+    }
     FunctionPlan {
         config,
         ttl_from,
@@ -1991,6 +2002,7 @@ fn drawn(plan: &FunctionPlan, option: &str) -> String {
         "fail_safe" => format!("{:?}", config.fail_safe),
         "fail_safe_throttle" => format!("{:?}", config.fail_safe_throttle),
         "soft_timeout" => format!("{:?}", config.soft_timeout),
+        "memory_ttl" => format!("{:?}", config.memory_ttl),
         "retry_if" => format!("{:?}", plan.retry_if),
         "source_version" => format!("{:?}", plan.versioned),
         "ttl_from" => format!("{:?}", plan.ttl_from),
@@ -2078,6 +2090,7 @@ fn a_window_that_holds_a_key_twice_answers_the_second_call_with_the_keys_value()
             fail_safe: None,
             fail_safe_throttle: Duration::from_millis(10),
             soft_timeout: None,
+            memory_ttl: None,
             breaker: None,
             breaker_cooldown: Duration::from_millis(50),
             key: None,

@@ -91,6 +91,9 @@ options! {
     "soft_timeout" => |o, p| put(&mut o.soft_timeout, p, duration(p)?),
         doc: "with `fail_safe`, a caller waiting for a load gets the last good value after this; the load goes on and stores its result",
         default: "off";
+    "memory_ttl" => |o, p| put(&mut o.memory_ttl, p, duration(p)?),
+        doc: "with a tiered cache (`backend = \"tiered\"`, the default with `lock = \"redis\"`): how long this process serves a value from memory before it reads Redis again (at most `ttl`), while Redis keeps it for `ttl`; past it the value is still the last good one for `fail_safe`",
+        default: "`ttl`";
     "retry_if" => |o, p| put(&mut o.retry_if, p, fn_path(p, "a `fn(&E) -> bool`", "is_transient")?),
         doc: "path of a `fn(&E) -> bool` (`retry_if = is_transient`, or in quotes): only errors it accepts are retried (timeouts always are)",
         default: "every error";
@@ -213,6 +216,7 @@ pub(crate) struct Options {
     pub(crate) fail_safe: Option<Spanned<Duration>>,
     pub(crate) fail_safe_throttle: Option<Spanned<Duration>>,
     pub(crate) soft_timeout: Option<Spanned<Duration>>,
+    pub(crate) memory_ttl: Option<Spanned<Duration>>,
     pub(crate) retry_if: Option<Spanned<syn::Path>>,
     pub(crate) source_version: Option<Spanned<syn::Path>>,
     pub(crate) breaker: Option<Spanned<u32>>,

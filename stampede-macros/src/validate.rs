@@ -29,6 +29,8 @@ pub(crate) struct Settings {
     pub(crate) fail_safe: Option<Duration>,
     pub(crate) fail_safe_throttle: Duration,
     pub(crate) soft_timeout: Option<Duration>,
+    /// `memory_ttl = ".."`: a tiered cache's life of a value in memory.
+    pub(crate) memory_ttl: Option<Duration>,
     pub(crate) retry_if: Option<Path>,
     /// `source_version = ".."`: the function giving a value's source version.
     pub(crate) source_version: Option<Path>,
@@ -82,6 +84,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
     let timing = timing(&options, lock, errors);
     let policies = policies(&options, function, lock, timing.ttl, errors);
     without_memory(&options, backend, errors);
+    let memory_ttl = memory_ttl(&options, backend, timing.ttl, errors);
     let capacity = capacity(&options, errors);
     name_is_not_empty(&options, errors);
     version_is_shared(&options, backend, errors);
@@ -103,6 +106,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         fail_safe: policies.fail_safe,
         fail_safe_throttle: policies.fail_safe_throttle,
         soft_timeout: policies.soft_timeout,
+        memory_ttl,
         retry_if: policies.retry_if,
         source_version: options
             .source_version
@@ -427,6 +431,41 @@ fn without_memory(options: &Options, backend: BackendKind, errors: &mut Errors) 
             "remove `fail_safe_throttle`: each call past the stale window asks the source and, when it fails, gets the last good value Redis keeps; bound the source's load with `breaker = N`, or use `backend = \"tiered\"`",
         ));
     }
+}
+
+/// `memory_ttl`: the life of a value in memory in front of Redis, so only for a tiered cache,
+/// above zero and at most `ttl`.
+fn memory_ttl(
+    options: &Options,
+    backend: BackendKind,
+    ttl: Duration,
+    errors: &mut Errors,
+) -> Option<Duration> {
+    let given = options.memory_ttl.as_ref()?;
+    let misplaced = match backend {
+        BackendKind::Tiered => None,
+        BackendKind::Memory => Some((
+            "`memory_ttl` is how long a value lives in memory in front of Redis, and this cache keeps its values in memory only",
+            "its `ttl` is how long a value lives in memory: remove `memory_ttl`, or add `lock = \"redis\"` (or `backend = \"tiered\"`) to keep values in Redis behind memory",
+        )),
+        BackendKind::Redis => Some((
+            "`memory_ttl` is how long a value lives in memory in front of Redis, and with `backend = \"redis\"` no value is kept in memory",
+            "remove `memory_ttl`, or use `backend = \"tiered\"` to keep values in memory for that long in front of Redis",
+        )),
+    };
+    if let Some((message, fix)) = misplaced {
+        errors.push(error(given.span, message, fix));
+    } else if given.value.is_zero() || given.value > ttl {
+        errors.push(error(
+            given.span,
+            "`memory_ttl` must be above zero and at most `ttl`",
+            format!(
+                "memory serves a value for `memory_ttl`, then reads Redis, which keeps it for `ttl = \"{}\"`: e.g. `memory_ttl = \"5s\"`; to keep nothing in memory, use `backend = \"redis\"`",
+                humantime::format_duration(ttl)
+            ),
+        ));
+    }
+    Some(given.value)
 }
 
 /// The freshness and failure policies, as they fit the rest of the options.

@@ -89,6 +89,12 @@ pub struct Config {
         serialize_with = "crate::config::millis_opt"
     )]
     pub soft_timeout: Option<Duration>,
+    /// For a tiered cache: how long this process serves a value from memory before it reads
+    /// Redis again (at most `ttl`), counted from when the read or load began; Redis keeps the
+    /// value for its own windows. Past it the value is still the key's last good value for
+    /// `fail_safe`. `None`: memory keeps a value as long as Redis does.
+    #[serde(rename = "memory_ttl_ms", serialize_with = "crate::config::millis_opt")]
+    pub memory_ttl: Option<Duration>,
     /// The circuit breaker: after this many consecutive failed loads of the cache, loads are
     /// skipped for `breaker_cooldown`. `None`: off.
     pub breaker: Option<u32>,

@@ -129,9 +129,10 @@ impl<K: Key, V: Value> Core<K, V> {
     }
 
     /// `entry` as the cache's options have it kept: refreshed early past `refresh_after`, kept
-    /// for `fail_safe` past its stale deadline, then servable no longer than `trusted_for` from
-    /// `since` in any of its windows (memory is trusted only that long while a shared tier's
-    /// invalidation feed is not known to be live). The cap comes last, so no option undoes it.
+    /// for `fail_safe` past its stale deadline, then servable no longer than `trusted_for` (or
+    /// `memory_ttl`, if shorter) from `since` in any of its windows (memory is trusted only that
+    /// long while a shared tier's invalidation feed is not known to be live). The cap comes
+    /// last, so no option undoes it; past it the entry is still the last good value.
     ///
     /// `since` is when the flight or read began, before the store or the source was read: an
     /// invalidation missed after that may concern the value, so the bound counts from there,
@@ -158,7 +159,13 @@ impl<K: Key, V: Value> Core<K, V> {
             true => entry,
             false => entry.failing_safe_for(fail_safe),
         };
-        match trusted_for {
+        // `memory_ttl` (a tiered cache) caps memory as the trust bound does, and the tighter
+        // of the two stands.
+        let cap = match (trusted_for, config.memory_ttl) {
+            (Some(bound), Some(memory)) => Some(bound.min(memory)),
+            (bound, memory) => bound.or(memory),
+        };
+        match cap {
             Some(bound) => entry.capped(after(since, bound)),
             None => entry,
         }

@@ -131,6 +131,7 @@ pub(super) fn config(
     let refresh_after = some_duration(settings.refresh_after);
     let fail_safe = some_duration(settings.fail_safe);
     let soft_timeout = some_duration(settings.soft_timeout);
+    let memory_ttl = some_duration(settings.memory_ttl);
     let fail_safe_throttle = duration(settings.fail_safe_throttle);
     let breaker_cooldown = duration(settings.breaker_cooldown);
     let breaker = match settings.breaker {
@@ -172,6 +173,7 @@ pub(super) fn config(
             fail_safe: #fail_safe,
             fail_safe_throttle: #fail_safe_throttle,
             soft_timeout: #soft_timeout,
+            memory_ttl: #memory_ttl,
             breaker: #breaker,
             breaker_cooldown: #breaker_cooldown,
             key: #key,

@@ -35,6 +35,7 @@ fn config(name: &str) -> Config {
         fail_safe: None,
         fail_safe_throttle: Duration::from_secs(5),
         soft_timeout: None,
+        memory_ttl: None,
         breaker: None,
         breaker_cooldown: Duration::from_secs(30),
         key: None,

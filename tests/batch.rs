@@ -726,3 +726,36 @@ async fn a_batch_never_replaces_a_newer_source_version_in_memory() {
     assert_eq!(versions(within(rows::refresh(vec![1, 2])).await), [(1, 6)]);
     assert_eq!(rows::peek(2), Some(None), "the deleted row is absent now");
 }
+
+/// A batch function's companion `read_through` skips memory: with no shared tier, each key is
+/// loaded again (one call of the function for them), and the calls after it are hits on the
+/// values it loaded.
+#[tokio::test]
+async fn read_through_of_a_batch_function_skips_memory_and_keeps_what_it_loads() {
+    static CALLS: Calls = Calls::new();
+    static VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+    #[cached(ttl = "60s", batch = ids, name = "batch::through")]
+    async fn products(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(ids.iter().copied());
+        let version = VERSION.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("{id} v{version}")))
+            .collect())
+    }
+
+    within(products(vec![1, 2])).await.unwrap();
+    VERSION.store(2, std::sync::atomic::Ordering::SeqCst);
+    let through = within(products::read_through(vec![1, 2])).await.unwrap();
+    assert_eq!(through[&1], "1 v2");
+    assert_eq!(through[&2], "2 v2");
+    assert_eq!(
+        CALLS.all(),
+        [vec![1, 2], vec![1, 2]],
+        "one call for both keys"
+    );
+    let after = within(products(vec![1, 2])).await.unwrap();
+    assert_eq!(after[&1], "1 v2", "kept in memory");
+    assert_eq!(CALLS.count(), 2, "a hit");
+}

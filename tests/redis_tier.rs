@@ -1405,3 +1405,50 @@ async fn memory_ttl_bounds_how_long_memory_serves_a_value_before_redis_is_read_a
     );
     assert_eq!(LOADS.load(SeqCst), 1, "Redis was read, not the source");
 }
+
+/// A companion's `read_through` reads Redis whatever this process's memory holds: a value
+/// another process wrote (a `prime`, which other processes otherwise meet only when their copy
+/// expires) is returned at once, without a load, and kept in memory for the calls after it.
+#[tokio::test]
+async fn read_through_returns_what_redis_holds_whatever_memory_holds() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "through_a",
+        name = "red::through"
+    )]
+    async fn price(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("{id} v1")
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "through_b",
+        name = "red::through"
+    )]
+    async fn writer(id: u64) -> String {
+        format!("{id} never loaded")
+    }
+
+    let server = RedisServer::start();
+    install(&server, "through_a");
+    install(&server, "through_b");
+    assert_eq!(within(price(1)).await, "1 v1");
+    within(writer::prime(1, "1 v2".to_owned())).await.unwrap();
+    assert_eq!(within(price(1)).await, "1 v1", "memory serves its copy");
+    assert_eq!(within(price::read_through(1)).await, "1 v2");
+    assert_eq!(within(price(1)).await, "1 v2", "kept in memory");
+    assert_eq!(LOADS.load(SeqCst), 1, "Redis was read, not the source");
+    // With nothing fresh in Redis, it loads, once for callers that come together.
+    let _: () = server.command(&["FLUSHDB"]);
+    let calls: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(price::read_through(1)))
+        .collect();
+    for call in calls {
+        assert_eq!(within(call).await.unwrap(), "1 v1");
+    }
+    assert_eq!(LOADS.load(SeqCst), 2, "one load for the eight");
+}

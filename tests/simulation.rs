@@ -44,7 +44,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use sim::oracle::{Attempt, Effect, FailSafe, Flight, Oracle, Reach, Rules, Seen, Val};
-use stampede_runtime::sim::{Event, Fake, Local, SimCache, Space, Store, Values, tier_of};
+use stampede_runtime::sim::{Call, Event, Fake, Local, SimCache, Space, Store, Values, tier_of};
 use stampede_runtime::{Backend, Config, Lock};
 
 type Key = u16;
@@ -85,6 +85,8 @@ const FOUND: &[u64] = &[
     11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
     3_026_770, 3_141_513,
 ];
+/// The salt of the draws of `read_through` operations (see `read_through`).
+const READ_THROUGH_SALT: u64 = 0x7e4d_0780;
 /// The salt of `memory_ttl`'s draws (see `function`).
 const MEMORY_TTL_SALT: u64 = 0x3e3_0007;
 /// No operation of a run may take longer (virtual time): past it, it hung.
@@ -263,6 +265,8 @@ enum Op {
     WritePrime(u8, usize, Key),
     WriteInvalidateTag(u8, Key),
     Refresh(u8, usize, Key),
+    /// The companion's `read_through`: a call that skips this process's memory.
+    ReadThrough(u8, usize, Key),
     /// A call its caller gives up on after this long.
     Dropped(u8, usize, Key, Duration),
     /// A call of a batch function (of its companion's `refresh`; one its caller gives up on).
@@ -351,6 +355,7 @@ impl Plan {
                     .collect();
                 batched(&mut drawn, &functions, seed, client);
                 windowed(&mut drawn, &functions, seed, client);
+                read_through(&mut drawn, &functions, seed, client);
                 drawn.truncate(ops.saturating_mul(2));
                 drawn
             })
@@ -557,6 +562,7 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             | Op::WritePrime(f, ..)
             | Op::WriteInvalidateTag(f, _)
             | Op::Refresh(f, ..)
+            | Op::ReadThrough(f, ..)
             | Op::Dropped(f, ..)
             | Op::Batch(f, ..)
             | Op::Burst(f, ..) => f,
@@ -588,6 +594,24 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             Op::WritePrime(f, p, k) => Op::WritePrime(f, p, wide(k)),
             other => other,
         };
+    }
+}
+
+/// Turns some single-key calls of a function that is not a batch function into its companion's
+/// `read_through`, in some seeds only (a salt with which no seed of `FOUND` is one: they run as
+/// they did), from generators of their own so that the other operations stay as drawn.
+fn read_through(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize) {
+    if !chance(&mut SmallRng::seed_from_u64(seed ^ READ_THROUGH_SALT), 300) {
+        return;
+    }
+    let rng = &mut SmallRng::seed_from_u64(seed ^ READ_THROUGH_SALT ^ (client as u64 + 1));
+    for op in ops.iter_mut() {
+        if let Op::Call(f, p, k) = *op
+            && functions[f as usize].batch.is_none()
+            && chance(rng, 200)
+        {
+            *op = Op::ReadThrough(f, p, k);
+        }
     }
 }
 
@@ -1100,16 +1124,18 @@ impl<F> LoadMany for F where
 }
 
 impl Cache {
-    /// A single-key call: of a batch function, through `batch_loader` (its load calls the
-    /// batch function with the key).
-    async fn get(
+    /// A single-key call (`Call::Get`; of a batch function, through `batch_loader`: its load
+    /// calls the batch function with the key), or a companion's `refresh` (which loads whatever
+    /// other processes hold, under the Redis lock with `lock = "redis"`) or `read_through`.
+    async fn call(
         self,
+        what: Call,
         function: &Function,
         process: usize,
         key: Key,
     ) -> Result<Held, stampede::Error> {
         let retry_if = function.retry_if();
-        if let Some(batch) = function.plan.batch {
+        if let Some(batch) = function.plan.batch.filter(|_| what == Call::Get) {
             let make = function.load_one(process, key);
             return match self {
                 Cache::Local(cache) => cache.get_one(key, make, retry_if, batch.window).await,
@@ -1118,8 +1144,8 @@ impl Cache {
         }
         let load = function.load(process, key);
         match self {
-            Cache::Local(cache) => cache.get(key, load, retry_if).await,
-            Cache::Shared(cache) => cache.get(key, load, retry_if).await,
+            Cache::Local(cache) => cache.call(what, key, load, retry_if).await,
+            Cache::Shared(cache) => cache.call(what, key, load, retry_if).await,
         }
     }
 
@@ -1136,22 +1162,6 @@ impl Cache {
         match self {
             Cache::Local(cache) => cache.get_many(keys, load, retry_if, refresh).await,
             Cache::Shared(cache) => cache.get_many(keys, load, retry_if, refresh).await,
-        }
-    }
-
-    async fn refresh(
-        self,
-        function: &Function,
-        process: usize,
-        key: Key,
-    ) -> Result<Held, stampede::Error> {
-        // A companion's refresh loads whatever other processes hold, under the Redis lock with
-        // `lock = "redis"`.
-        let load = function.load(process, key);
-        let retry_if = function.retry_if();
-        match self {
-            Cache::Local(cache) => cache.refresh(key, load, retry_if).await,
-            Cache::Shared(cache) => cache.refresh(key, load, retry_if).await,
         }
     }
 
@@ -1376,17 +1386,9 @@ impl World {
         }
         match op {
             Op::Sleep(pause) => tokio::time::sleep(pause).await,
-            Op::Call(f, p, k) => self.call(f, p, k).await,
-            Op::Refresh(f, p, k) => {
-                let function = &self.functions[f as usize];
-                let call = oracle.call(f, p, k);
-                let outcome = self
-                    .bounded(function.cache(p).refresh(function, p, k))
-                    .await;
-                if let Some(outcome) = outcome {
-                    oracle.returned(&call, outcome.as_ref().map(Seen::of), "refresh");
-                }
-            }
+            Op::Call(f, p, k) => self.call(Call::Get, f, p, k).await,
+            Op::Refresh(f, p, k) => self.call(Call::Refresh, f, p, k).await,
+            Op::ReadThrough(f, p, k) => self.call(Call::ReadThrough, f, p, k).await,
             Op::Peek(f, p, k) => {
                 let call = oracle.call(f, p, k);
                 let held = self.functions[f as usize].cache(p).peek(k);
@@ -1439,7 +1441,7 @@ impl World {
                     let function = &world.functions[f as usize];
                     // Told, not checked: its caller is gone before or after it answers.
                     let _began = world.oracle.call(f, p, k);
-                    let _ = function.cache(p).get(function, p, k).await;
+                    let _ = function.cache(p).call(Call::Get, function, p, k).await;
                 });
                 tokio::time::sleep(after).await;
                 call.abort();
@@ -1451,7 +1453,7 @@ impl World {
                     .into_iter()
                     .map(|k| {
                         let world = self.clone();
-                        tokio::spawn(async move { world.call(f, p, k).await })
+                        tokio::spawn(async move { world.call(Call::Get, f, p, k).await })
                     })
                     .collect();
                 for call in calls {
@@ -1511,14 +1513,21 @@ impl World {
         }
     }
 
-    /// A single-key call, checked.
-    async fn call(&self, f: u8, p: usize, k: Key) {
+    /// A single-key call (`Call::Get`), or a companion's `refresh` or `read_through`, checked.
+    async fn call(&self, what: Call, f: u8, p: usize, k: Key) {
         let function = &self.functions[f as usize];
         let call = self.oracle.call(f, p, k);
-        let outcome = self.bounded(function.cache(p).get(function, p, k)).await;
+        let outcome = self
+            .bounded(function.cache(p).call(what, function, p, k))
+            .await;
+        let name = match what {
+            Call::Get => "call",
+            Call::Refresh => "refresh",
+            Call::ReadThrough => "read_through",
+        };
         if let Some(outcome) = outcome {
             self.oracle
-                .returned(&call, outcome.as_ref().map(Seen::of), "call");
+                .returned(&call, outcome.as_ref().map(Seen::of), name);
         }
     }
 

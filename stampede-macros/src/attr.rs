@@ -143,7 +143,7 @@ options! {
         doc: "with Redis, a part of the cache's identity beside its name and the shape of its key and value types: change it when a type's meaning changes and its shape does not (cents where there were euros), or when a type's shape cannot be traced (`serde_json::Value`, untagged or internally tagged enums, `flatten`)",
         default: "none";
     "companion" => |o, p| put(&mut o.companion, p, boolean(p)?),
-        doc: "emit the typed operations on the cache (`invalidate`, `refresh`, `prime`, `peek`, `uncached`): a free function's companion type `product::`, a method's associated functions `Type::method_invalidate` (in a trait impl, with `#[stampede::companions]` on the impl)",
+        doc: "emit the typed operations on the cache (`invalidate`, `refresh`, `read_through`, `prime`, `peek`, `uncached`): a free function's companion type `product::`, a method's associated functions `Type::method_invalidate` (in a trait impl, with `#[stampede::companions]` on the impl)",
         default: "`true` on a free function, `false` on a method";
     "crate" => |o, p| put(&mut o.krate, p, crate_path(p)?),
         doc: "path of the `stampede` crate when renamed in `Cargo.toml`",

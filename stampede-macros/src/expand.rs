@@ -99,6 +99,8 @@ enum Call {
     Get,
     /// A companion's `refresh`: loads now, through the key's flight.
     Refresh,
+    /// A companion's `read_through`: what a call gets when memory holds nothing.
+    ReadThrough,
 }
 
 /// What the pieces of the expansion are made from.

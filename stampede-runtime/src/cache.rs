@@ -54,6 +54,8 @@ enum Held<V> {
 struct Miss<P> {
     prepare: P,
     span: tracing::Span,
+    /// What a flight of it does: `Run::Get`, or `Run::Through` for a `read_through`.
+    run: Run,
 }
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
@@ -65,6 +67,35 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             core: Core::new(config, tags, values, tier.key_name()),
             tier,
             window: batch::Window::default(),
+        }
+    }
+
+    /// What `call` asks of `key`: the generated code's one entry for a single key.
+    pub(crate) async fn call<P, L>(
+        &'static self,
+        call: crate::tier::Call,
+        key: K,
+        prepare: P,
+    ) -> Result<V, Error>
+    where
+        P: FnOnce() -> L,
+        L: Load<K, V>,
+    {
+        use crate::tier::Call;
+        match call {
+            Call::Get => self.get(key, prepare).await,
+            Call::Refresh => self.refresh(key, prepare).await,
+            Call::ReadThrough => {
+                let miss = Miss {
+                    prepare,
+                    span: self.lookup_span(),
+                    run: Run::Through,
+                };
+                self.miss(key, miss, |leader, prepare: P| {
+                    self.spawn_load(leader, prepare(), Start::miss(Run::Through))
+                })
+                .await
+            }
         }
     }
 
@@ -105,6 +136,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             Held::Missed => Lookup::Missed(Miss {
                 prepare,
                 span: self.lookup_span(),
+                run: Run::Get,
             }),
         }
     }
@@ -209,7 +241,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         P: FnOnce() -> L,
         L: Load<K, V>,
     {
-        let Miss { prepare, span } = miss;
+        let Miss { prepare, span, run } = miss;
         let outcome = |outcome: &str| {
             span.record("outcome", outcome);
         };
@@ -217,7 +249,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         core.telemetry.misses.bump();
         if core.config.lock == Lock::None {
             outcome("miss");
-            return self.run_here(&key, prepare(), Run::Get).await;
+            return self.run_here(&key, prepare(), run).await;
         }
         // A value another process shared: read on this task without a lock (one round trip,
         // two for a value of 16 KiB or more on a standalone server);

@@ -193,10 +193,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
     {
         let (cache, rules) = self.cache();
         let prepare = rules.retrying(prepare);
-        let outcome = match call {
-            Call::Get => cache.get(key, prepare).await,
-            Call::Refresh => cache.refresh(key, prepare).await,
-        };
+        let outcome = cache.call(call, key, prepare).await;
         outcome.map_err(|error| own_error(error, rules.clone))
     }
 }
@@ -221,10 +218,7 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
             move |key: &K| infallible(load(key))
         };
         let (cache, _) = self.cache();
-        let outcome = match call {
-            Call::Get => cache.get(key, prepare).await,
-            Call::Refresh => cache.refresh(key, prepare).await,
-        };
+        let outcome = cache.call(call, key, prepare).await;
         match outcome {
             Ok(value) => value,
             Err(error) => panic!("{error}"),
@@ -286,14 +280,7 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     }
 }
 
-/// Which call on a cache the generated code makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Call {
-    /// A call of the function: the cached value, or one load for every caller of the key.
-    Get,
-    /// The companion's `refresh`: a load now, shared with a load already running for the key.
-    Refresh,
-}
+pub use crate::tier::Call;
 
 /// What the generated code knows of a function's error type `E`.
 pub struct ErrorRules<E> {

@@ -212,6 +212,22 @@ pub(crate) enum Run {
     Get,
     /// Loads the key whatever value is held, here or in the tier (a companion's `refresh`).
     Refresh,
+    /// Gets the key's value through the tier, whatever memory holds (a companion's
+    /// `read_through`): the tier's value, else a load.
+    Through,
+}
+
+/// Which call on a cache the generated code makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// A call of the function: the cached value, or one load for every caller of the key.
+    Get,
+    /// The companion's `refresh`: a load now, shared with a load already running for the key.
+    Refresh,
+    /// The companion's `read_through`: what a call gets when memory holds nothing for the key
+    /// (the shared tier's fresh value, else the key's load, shared as a call's is), whatever
+    /// memory holds; kept in memory as a call's value is.
+    ReadThrough,
 }
 
 /// Why and how a flight starts.

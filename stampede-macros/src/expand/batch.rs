@@ -141,6 +141,7 @@ impl Expansion<'_> {
         let call = match call {
             Call::Get => quote!(#private::Call::Get),
             Call::Refresh => quote!(#private::Call::Refresh),
+            Call::ReadThrough => quote!(#private::Call::ReadThrough),
         };
         let recipe = self.recipe(rules);
         let keys = self.batch_keys();

@@ -26,6 +26,7 @@ impl Expansion<'_> {
         let call = match call {
             Call::Get => quote!(#private::Call::Get),
             Call::Refresh => quote!(#private::Call::Refresh),
+            Call::ReadThrough => quote!(#private::Call::ReadThrough),
         };
         let recipe = self.recipe(rules);
         let key = self.key();

@@ -1,5 +1,5 @@
 //! The companion of a cached function: the operations on its cache (`invalidate`,
-//! `invalidate_found`, `refresh`, `prime`, `peek`, `uncached`) with the key's arguments as the function takes them, and the
+//! `invalidate_found`, `refresh`, `read_through`, `prime`, `peek`, `uncached`) with the key's arguments as the function takes them, and the
 //! hidden items they share with the function (its slot, its options, its body). For a free
 //! function they are associated functions of a type of the function's name; for a method with
 //! `companion = true`, associated functions named after it in its impl, or for a method of a
@@ -13,10 +13,11 @@ use super::{Call, Expansion, Holder, with_elided_lifetimes};
 use crate::func::{Arg, Returns};
 
 /// The operations of a companion, by the name they end in.
-const OPERATIONS: [&str; 6] = [
+const OPERATIONS: [&str; 7] = [
     "invalidate",
     "invalidate_found",
     "refresh",
+    "read_through",
     "prime",
     "peek",
     "uncached",
@@ -43,7 +44,7 @@ impl Expansion<'_> {
         let doc = format!(
             "The cache of [`{fn_name}()`](fn@{fn_name}), reachable without calling it (generated \
              by `#[stampede::cached]`): `{fn_name}::invalidate`, `invalidate_found`, `refresh`, \
-             `prime`, `peek` and `uncached`, which take the arguments of the key as the function \
+             `read_through`, `prime`, `peek` and `uncached`, which take the arguments of the key as the function \
              does."
         );
         // Named at the attribute: the name is the function's, in the style of a function, and
@@ -182,6 +183,7 @@ impl Expansion<'_> {
             key,
             on,
             refresh,
+            read_through,
             primed,
             peeked,
             one,
@@ -191,6 +193,7 @@ impl Expansion<'_> {
             invalidate,
             invalidate_found,
             refresh_fn,
+            read_through_fn,
             prime,
             peek,
             uncached,
@@ -199,6 +202,7 @@ impl Expansion<'_> {
             doc_invalidate,
             doc_invalidate_found,
             doc_refresh,
+            doc_read_through,
             doc_prime,
             doc_peek,
             doc_uncached,
@@ -220,6 +224,12 @@ impl Expansion<'_> {
             #attrs
             #vis async fn #refresh_fn #generics (#this #(#all_inputs),*) -> #output #where_clause {
                 #refresh
+            }
+
+            #[doc = #doc_read_through]
+            #attrs
+            #vis async fn #read_through_fn #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                #read_through
             }
 
             #[doc = #doc_prime]
@@ -257,6 +267,7 @@ impl Expansion<'_> {
                     quote!(#witness.#companion_of())
                 },
                 refresh: self.call(Call::Refresh),
+                read_through: self.call(Call::ReadThrough),
                 primed: quote!(value),
                 peeked: {
                     let value = self.value_type();
@@ -272,6 +283,7 @@ impl Expansion<'_> {
                     quote!(#witness.#companion_of())
                 },
                 refresh: self.batch_call(Call::Refresh),
+                read_through: self.batch_call(Call::ReadThrough),
                 primed: self.primed(),
                 peeked: self.peeked(),
                 one: self.one_operation(companion),
@@ -280,7 +292,7 @@ impl Expansion<'_> {
     }
 
     /// The operations' doc comments, in the order of [`OPERATIONS`].
-    fn docs(&self, companion: &Holder) -> [String; 6] {
+    fn docs(&self, companion: &Holder) -> [String; 7] {
         let fn_name = self.function.sig.ident.to_string();
         let shown = match (companion, &self.settings.trait_path) {
             (Holder::Type(_), _) => format!("[`{fn_name}()`](fn@{fn_name})"),
@@ -310,6 +322,13 @@ impl Expansion<'_> {
                 "Loads the value of {shown} for these arguments now, whatever value is held, \
                  stores it and returns what the function returns. Joins the load running for \
                  the key, if any, so that concurrent callers still share one load."
+            ),
+            format!(
+                "Calls {shown} as if this process's memory held nothing for these arguments: \
+                 for a cache backed by Redis, reads Redis (and loads only if Redis has no fresh \
+                 value), then keeps the value in memory as a call does. For when this call must \
+                 see what another process wrote (a `prime`, a fill) before the copy held here \
+                 expires; on a cache without Redis, the key's load, shared with one running."
             ),
             format!(
                 "Stores `value` as the value of {shown} for these arguments, as if it had been \
@@ -416,6 +435,8 @@ struct OneKey {
     on: TokenStream,
     /// The body of `refresh`.
     refresh: TokenStream,
+    /// The body of `read_through`.
+    read_through: TokenStream,
     /// What `prime` stores for its `value` argument.
     primed: TokenStream,
     /// The type `peek` returns.

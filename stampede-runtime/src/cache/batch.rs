@@ -29,7 +29,7 @@ use crate::error::Error;
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
 use crate::telemetry::Reason;
-use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, One, Run, Start, Tier};
+use crate::tier::{Batch, BatchLoad, Call, Direct, Fetched, Handle, One, Run, Start, Tier};
 
 /// The open window of single-key calls of one cache (`batch_window`): the leaders sent to it
 /// are loaded together when it closes.
@@ -68,8 +68,9 @@ type Led<K, V> = Vec<(Leader<'static, K, V>, Start)>;
 type Waiting<V> = Vec<(usize, Waiter<V>)>;
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
-    /// The value of each of `keys` for a batch function's call (`Run::Get`), or for its
-    /// companion's `refresh` (`Run::Refresh`, which ignores the values held): each key once, in
+    /// The value of each of `keys` for a batch function's call (`Call::Get`), or for its
+    /// companion's `refresh` (`Call::Refresh`, which ignores the values held) or `read_through`
+    /// (`Call::ReadThrough`, which reads the tier whatever memory holds): each key once, in
     /// the order first given, with its own answer.
     ///
     /// A fresh or stale value in memory is served as a single-key call would serve it (stale
@@ -82,17 +83,22 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         &'static self,
         keys: Vec<K>,
         prepare: P,
-        run: Run,
+        call: Call,
     ) -> Vec<(K, Result<V, Error>)>
     where
         P: FnOnce() -> L,
         L: BatchLoad<K, V>,
     {
         let core = &self.core;
+        let run = match call {
+            Call::Get => Run::Get,
+            Call::Refresh => Run::Refresh,
+            Call::ReadThrough => Run::Through,
+        };
         let keys = unique(keys);
         let span = tracing::trace_span!("stampede.lookup", cache = %core.config.name, keys = keys.len(), outcome = Empty);
         let mut answers: Vec<Option<Result<V, Error>>> = keys.iter().map(|_| None).collect();
-        let (refreshes, mut missed) = self.held_many(&keys, &mut answers, run);
+        let (refreshes, mut missed) = self.held_many(&keys, &mut answers, call);
         if missed.is_empty() && refreshes.is_empty() {
             span.record("outcome", "hit");
             return answered(keys, answers, core);
@@ -113,7 +119,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             .await;
             return answered(keys, answers, core);
         }
-        if run == Run::Get && self.tier.reads() {
+        if run != Run::Refresh && self.tier.reads() {
             self.read_many(&keys, &mut missed, &mut answers, &load)
                 .await;
         }
@@ -150,14 +156,22 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         &'static self,
         keys: &[K],
         answers: &mut [Option<Result<V, Error>>],
-        run: Run,
+        call: Call,
     ) -> (Led<K, V>, Vec<usize>) {
         let core = &self.core;
         let (mut refreshes, mut missed): (Led<K, V>, _) = (Vec::new(), Vec::new());
         for (at, key) in keys.iter().enumerate() {
-            if run == Run::Refresh {
-                missed.push(at);
-                continue;
+            match call {
+                Call::Get => {}
+                Call::Refresh => {
+                    missed.push(at);
+                    continue;
+                }
+                Call::ReadThrough => {
+                    core.telemetry.misses.bump();
+                    missed.push(at);
+                    continue;
+                }
             }
             match self.held(key) {
                 Held::Hit(value) => answers[at] = Some(Ok(value)),
@@ -169,7 +183,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                         let refreshing = (reason == Reason::Early).then_some(of);
                         let start = Start {
                             reason,
-                            run,
+                            run: Run::Get,
                             refreshing,
                         };
                         refreshes.push((leader, start));
@@ -206,7 +220,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 at,
                 match run {
                     Run::Refresh => waiter.loaded_only(),
-                    Run::Get => waiter,
+                    Run::Get | Run::Through => waiter,
                 },
             ));
         }

@@ -105,7 +105,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// whatever is held for a refresh.
     async fn flight<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
         match handle.start().run {
-            Run::Get => self.tier.fetch(handle).await,
+            Run::Get | Run::Through => self.tier.fetch(handle).await,
             Run::Refresh => self.tier.refresh(handle).await,
         }
     }

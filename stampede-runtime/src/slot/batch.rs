@@ -11,7 +11,7 @@ use super::{Call, ErrorRules, Recipe, infallible, own_error};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
-use crate::tier::{One, Run, Tier};
+use crate::tier::{One, Tier};
 
 impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
     /// A call of a batch function returning `Result<Map, E>` (or its companion's `refresh`):
@@ -38,7 +38,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
     {
         let (cache, rules) = self.cache::<T>();
         let prepare = rules.retrying(prepare);
-        let answers = cache.get_many(keys, prepare, run(call)).await;
+        let answers = cache.get_many(keys, prepare, call).await;
         all_or_first_error(answers).map_err(|error| own_error(error, rules.clone))
     }
 
@@ -97,7 +97,7 @@ impl<C, S, K, V> Recipe<C, S, K, Option<V>> {
             let load = prepare();
             move |keys: &Vec<K>| infallible(load(keys))
         };
-        let answers = cache.get_many(keys, prepare, run(call)).await;
+        let answers = cache.get_many(keys, prepare, call).await;
         match all_or_first_error(answers) {
             Ok(values) => values,
             Err(error) => panic!("{error}"),
@@ -135,13 +135,6 @@ impl<C, S, K, V> Recipe<C, S, K, Option<V>> {
             Ok(value) => value,
             Err(error) => panic!("{error}"),
         }
-    }
-}
-
-fn run(call: Call) -> Run {
-    match call {
-        Call::Get => Run::Get,
-        Call::Refresh => Run::Refresh,
     }
 }
 

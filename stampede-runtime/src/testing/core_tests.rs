@@ -592,7 +592,7 @@ impl Flaky {
                 }
             }
         };
-        cache.get_many(keys, load, crate::tier::Run::Get)
+        cache.get_many(keys, load, crate::tier::Call::Get)
     }
 }
 

@@ -15,11 +15,11 @@ use crate::kv::{Key, Value};
 use crate::load::RetryIf;
 use crate::registry::{self, AnyCache as _};
 use crate::stats::Stats;
-use crate::tier::{One, Run, Tier};
+use crate::tier::{One, Tier};
 
 pub use crate::core::Values;
 pub use crate::testing::fake_tier::{Event, Fake, Process, Space, Store, tier, tier_of};
-pub use crate::tier::Local;
+pub use crate::tier::{Call, Local};
 
 /// A cache of a simulated function, over tier `T`.
 pub struct SimCache<K: Key, V: Value, T: 'static> {
@@ -54,10 +54,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
         SimCache { cache }
     }
 
-    /// A call of the function whose attempts `load` makes; its failed attempts retried only when
-    /// `retry_if` (`#[cached(retry_if = "path")]`) accepts their error, every one without it.
-    pub fn get<F, Fut, E>(
+    /// A call of the function (`Call::Get`), or its companion's `refresh` or `read_through`,
+    /// whose attempts `load` makes; its failed attempts retried only when `retry_if`
+    /// (`#[cached(retry_if = "path")]`) accepts their error, every one without it.
+    pub fn call<F, Fut, E>(
         self,
+        call: Call,
         key: K,
         load: F,
         retry_if: Option<fn(&E) -> bool>,
@@ -68,23 +70,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
         E: LoadError,
     {
         let retry_if = retry_if.unwrap_or(|_| true);
-        self.cache.get(key, move || RetryIf { load, retry_if })
-    }
-
-    /// The companion's `refresh`, its attempts retried as [`SimCache::get`]'s.
-    pub fn refresh<F, Fut, E>(
-        self,
-        key: K,
-        load: F,
-        retry_if: Option<fn(&E) -> bool>,
-    ) -> impl Future<Output = Result<V, Error>> + Send
-    where
-        F: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
-        E: LoadError,
-    {
-        let retry_if = retry_if.unwrap_or(|_| true);
-        self.cache.refresh(key, move || RetryIf { load, retry_if })
+        self.cache
+            .call(call, key, move || RetryIf { load, retry_if })
     }
 
     /// The companion's `invalidate`; whether a value was held for the key.
@@ -162,7 +149,7 @@ where
 impl<K: Key, V: Value, T: Tier<K, Option<V>>> SimCache<K, Option<V>, T> {
     /// A call of a batch function (`refresh`: its companion's `refresh`) whose attempts `load`
     /// makes, each with the keys to load, returning a map of those it found; its failed attempts
-    /// retried as [`SimCache::get`]'s. Each key once, in the order first given, with its own
+    /// retried as [`SimCache::call`]'s. Each key once, in the order first given, with its own
     /// answer (`None`: absent).
     pub fn get_many<F, Fut, E>(
         self,
@@ -177,10 +164,10 @@ impl<K: Key, V: Value, T: Tier<K, Option<V>>> SimCache<K, Option<V>, T> {
         E: LoadError,
     {
         let retry_if = retry_if.unwrap_or(|_| true);
-        let run = if refresh { Run::Refresh } else { Run::Get };
+        let call = if refresh { Call::Refresh } else { Call::Get };
         let load = answered(load);
         self.cache
-            .get_many(keys, move || RetryIf { load, retry_if }, run)
+            .get_many(keys, move || RetryIf { load, retry_if }, call)
     }
 
     /// A single-key call of a batch function's cache (a function with `batch_loader`), whose

@@ -15,10 +15,10 @@ use tracing::field::Empty;
 use crate::config::{Config, Lock};
 use crate::core::{Core, Tags, Values};
 use crate::entry::Freshness;
-use crate::error::Error;
+use crate::error::{Error, LoadError};
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
-use crate::load::Load;
+use crate::load::{Erased, ErasedPrepare, Load, erased};
 use crate::memory::Kept;
 use crate::telemetry::Reason;
 use crate::tier::{Direct, Run, Shared, Start, Tier};
@@ -58,6 +58,23 @@ struct Miss<P> {
     run: Run,
 }
 
+impl<P> Miss<P> {
+    /// The miss with its load's builder erased (see [`Cache::missed`]).
+    fn erased<'a, K, V, L>(self) -> Miss<ErasedPrepare<'a, K, V, L::Error>>
+    where
+        K: 'static,
+        V: 'static,
+        L: Load<K, V>,
+        P: FnOnce() -> L + Send + 'a,
+    {
+        Miss {
+            prepare: erased(self.prepare),
+            span: self.span,
+            run: self.run,
+        }
+    }
+}
+
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     pub(crate) fn new(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
         if tags.is_some() {
@@ -78,7 +95,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         prepare: P,
     ) -> Result<V, Error>
     where
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Load<K, V>,
     {
         use crate::tier::Call;
@@ -91,10 +108,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     span: self.lookup_span(),
                     run: Run::Through,
                 };
-                self.miss(key, miss, |leader, prepare: P| {
-                    self.spawn_load(leader, prepare(), Start::miss(Run::Through))
-                })
-                .await
+                self.missed(key, miss.erased()).await
             }
         }
     }
@@ -103,17 +117,27 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// single load. `prepare` builds the load; it runs only when a load must start.
     pub(crate) async fn get<P, L>(&'static self, key: K, prepare: P) -> Result<V, Error>
     where
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Load<K, V>,
     {
         match self.lookup(&key, prepare) {
             Lookup::Served(value) => Ok(value),
-            Lookup::Missed(miss) => {
-                let lead =
-                    |leader, prepare: P| self.spawn_load(leader, prepare(), Start::miss(Run::Get));
-                self.miss(key, miss, lead).await
-            }
+            Lookup::Missed(miss) => self.missed(key, miss.erased()).await,
         }
+    }
+
+    /// The rest of a call that found nothing to serve in memory, its load erased: this and all
+    /// below it are compiled once per key, value, error and tier, not per cached function.
+    async fn missed<E: LoadError>(
+        &'static self,
+        key: K,
+        miss: Miss<ErasedPrepare<'_, K, V, E>>,
+    ) -> Result<V, Error> {
+        let run = miss.run;
+        let lead = move |leader, prepare: ErasedPrepare<'_, K, V, E>| {
+            self.spawn_load(leader, prepare(), Start::miss(run))
+        };
+        self.miss(key, miss, lead).await
     }
 
     /// The value in memory, if it may be served now (starting a refresh of it if it is due),
@@ -225,7 +249,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 run: Run::Get,
                 refreshing: (reason == Reason::Early).then_some(of),
             };
-            let _ = self.spawn_load(leader, prepare(), start);
+            let _ = self.spawn_load(leader, Erased::of(prepare()), start);
         }
     }
 

@@ -63,37 +63,54 @@ impl Slot {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
+        if let Some((first_site, first)) = self.first.get()
+            && same_site(first_site, site)
+            && let Some(cache) = first.downcast_ref()
+        {
+            return cache;
+        }
+        // Built once: the options and tier through an object, so that what builds a cache is
+        // compiled once per key, value and tier type, not per cached function (issue 38).
         let mut build = Some((config, tier));
+        let mut made = || {
+            let (config, tier) = build.take().expect("a cache is built once per call");
+            let config = config();
+            let tier = tier(&config);
+            (config, tier)
+        };
+        self.built(site, &mut made, tags, values)
+    }
+
+    /// The cache of `site` and these types, built with `made` if there is none yet.
+    #[cold]
+    fn built<K: Key, V: Value, T: Tier<K, V>>(
+        &'static self,
+        site: &'static str,
+        made: &mut dyn FnMut() -> (Config, T),
+        tags: Tags<K>,
+        values: Values<V>,
+    ) -> &'static Cache<K, V, T> {
         let (first_site, first) = *self.first.get_or_init(|| {
-            let (config, tier) = build.take().expect("built once");
-            (site, leak(config(), tier, tags, values))
+            let (config, tier) = made();
+            (site, leak(config, tier, tags, values))
         });
         if same_site(first_site, site)
             && let Some(cache) = first.downcast_ref()
         {
             return cache;
         }
-        let (config, tier) = build.expect("the cache just built has the caller's site and types");
-        self.other(site, config, tier, tags, values)
+        self.other(site, made, tags, values)
     }
 
     /// The cache of a further instantiation or (key, value) type pair, in a generic impl.
     #[cold]
-    fn other<K, V, C, S, T>(
+    fn other<K: Key, V: Value, T: Tier<K, V>>(
         &'static self,
         site: &'static str,
-        config: C,
-        tier: S,
+        made: &mut dyn FnMut() -> (Config, T),
         tags: Tags<K>,
         values: Values<V>,
-    ) -> &'static Cache<K, V, T>
-    where
-        K: Key,
-        V: Value,
-        C: FnOnce() -> Config,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
+    ) -> &'static Cache<K, V, T> {
         let find = |others: &[Built]| {
             others
                 .iter()
@@ -107,7 +124,7 @@ impl Slot {
         if let Some(cache) = find(&others) {
             return cache;
         }
-        let mut config = config();
+        let (mut config, tier) = made();
         if others
             .iter()
             .chain(self.first.get())
@@ -187,7 +204,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
@@ -209,7 +226,7 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
@@ -292,7 +309,10 @@ pub struct ErrorRules<E> {
 
 impl<E> ErrorRules<E> {
     /// `prepare`, its loads retried only on the errors `retry_if` accepts (every error without).
-    fn retrying<L>(&self, prepare: impl FnOnce() -> L) -> impl FnOnce() -> RetryIf<L, E> {
+    fn retrying<L>(
+        &self,
+        prepare: impl FnOnce() -> L + Send,
+    ) -> impl FnOnce() -> RetryIf<L, E> + Send {
         let retry_if = self.retry_if.unwrap_or(|_| true);
         move || RetryIf {
             load: prepare(),
@@ -318,16 +338,14 @@ fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E
 }
 
 /// Builds a cache that lives as long as the process, and lists it in the registry.
-fn leak<K, V, S, T>(config: Config, tier: S, tags: Tags<K>, values: Values<V>) -> Erased
+fn leak<K, V, T>(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Erased
 where
     K: Key,
     V: Value,
-    S: FnOnce(&Config) -> T,
     T: Tier<K, V>,
 {
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(crate::telemetry::describe);
-    let tier = tier(&config);
     let cache: &'static Cache<K, V, T> =
         Box::leak(Box::new(Cache::new(config, tier, tags, values)));
     registry::register(cache);

@@ -30,7 +30,7 @@ impl<V: Value> Witness<V> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
@@ -59,7 +59,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {

@@ -8,10 +8,10 @@ use tokio::time::Instant;
 
 use super::Cache;
 use crate::config::Lock;
-use crate::error::Error;
+use crate::error::{Error, LoadError};
 use crate::flight::Joined;
 use crate::kv::{Key, Value};
-use crate::load::Load;
+use crate::load::{ErasedPrepare, Load, erased};
 use crate::tier::{Handle, Run, Start, Tier};
 
 /// The load of a flight that loads nothing: [`Cache::prime`] lends its tier a [`Handle`] to keep
@@ -67,9 +67,19 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// for it, if any; else starts one that ignores the value held (here and in the tier).
     pub(crate) async fn refresh<P, L>(&'static self, key: K, prepare: P) -> Result<V, Error>
     where
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Load<K, V>,
     {
+        self.refresh_erased(key, erased(prepare)).await
+    }
+
+    /// [`Cache::refresh`] with its load erased: compiled once per key, value, error and tier,
+    /// not per cached function (see [`Erased`](crate::load::Erased)).
+    async fn refresh_erased<E: LoadError>(
+        &'static self,
+        key: K,
+        prepare: ErasedPrepare<'_, K, V, E>,
+    ) -> Result<V, Error> {
         let core = &self.core;
         if core.config.lock == Lock::None {
             return self.run_here(&key, prepare(), Run::Refresh).await;

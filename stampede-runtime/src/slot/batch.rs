@@ -32,7 +32,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<Option<V>>, E>> + Send + 'static,
     {
@@ -58,7 +58,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<Option<V>>, E>> + Send + 'static,
     {
@@ -88,7 +88,7 @@ impl<C, S, K, V> Recipe<C, S, K, Option<V>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Option<V>>> + Send + 'static,
     {
@@ -118,7 +118,7 @@ impl<C, S, K, V> Recipe<C, S, K, Option<V>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Option<V>>> + Send + 'static,
     {

@@ -30,7 +30,7 @@ impl<V: Value> Witness<V> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Option<V>>> + Send + 'static,
     {
@@ -51,7 +51,7 @@ impl<V: Value> Witness<V> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Option<V>>> + Send + 'static,
     {
@@ -80,7 +80,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<Option<V>>, E>> + Send + 'static,
     {
@@ -101,7 +101,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: Fn(&Vec<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<Option<V>>, E>> + Send + 'static,
     {

@@ -87,30 +87,39 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         }
     }
 
-    /// What `call` asks of `key`: the generated code's one entry for a single key.
-    pub(crate) async fn call<P, L>(
+    /// What `call` asks of `key`: the generated code's one entry for a single key. Not an
+    /// `async fn` of its own: a hit then polls no future more than the call's (issue 38).
+    pub(crate) fn call<P, L>(
         &'static self,
         call: crate::tier::Call,
         key: K,
         prepare: P,
-    ) -> Result<V, Error>
+    ) -> impl Future<Output = Result<V, Error>>
     where
         P: FnOnce() -> L + Send,
         L: Load<K, V>,
     {
         use crate::tier::Call;
+        use futures_util::future::Either;
         match call {
-            Call::Get => self.get(key, prepare).await,
-            Call::Refresh => self.refresh(key, prepare).await,
-            Call::ReadThrough => {
-                let miss = Miss {
-                    prepare,
-                    span: self.lookup_span(),
-                    run: Run::Through,
-                };
-                self.missed(key, miss.erased()).await
-            }
+            Call::Get => Either::Left(self.get(key, prepare)),
+            Call::Refresh => Either::Right(Either::Left(self.refresh(key, prepare))),
+            Call::ReadThrough => Either::Right(Either::Right(self.read_through(key, prepare))),
         }
+    }
+
+    /// The companion's `read_through`: what a call gets when memory holds nothing for `key`.
+    async fn read_through<P, L>(&'static self, key: K, prepare: P) -> Result<V, Error>
+    where
+        P: FnOnce() -> L + Send,
+        L: Load<K, V>,
+    {
+        let miss = Miss {
+            prepare,
+            span: self.lookup_span(),
+            run: Run::Through,
+        };
+        self.missed(key, miss.erased()).await
     }
 
     /// The value for `key`: fresh from memory, stale while one refresh runs, or from the key's

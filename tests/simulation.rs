@@ -83,7 +83,7 @@ const FIRST_SEED: u64 = 1;
 /// value's age from the call's beginning and did not start the throttle the runtime had.
 const FOUND: &[u64] = &[
     11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
-    3_026_770, 3_141_513,
+    3_026_770, 3_141_513, 20_025_065,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

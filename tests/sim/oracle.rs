@@ -526,6 +526,16 @@ impl Oracle {
             done,
             seq,
         });
+        // The primed value is what every process reads from the store from now on, after
+        // whatever it held before (README, Invalidation: "`prime` is the latest write"; "Other
+        // processes keep a copy they already hold until it expires"): it orders each process's
+        // later calls from its own version (seed 20025065: a read-through in another process
+        // returned the primed v3 after its memory's v4, loaded before the prime landed).
+        for ((f, _, k), last) in history.last.iter_mut() {
+            if (*f, *k) == (function, key) && last.0 > version {
+                *last = (version, seq);
+            }
+        }
         if !raced.is_empty() {
             let versions = history.raced.entry((function, key)).or_default();
             versions.extend(raced);
@@ -777,6 +787,23 @@ impl Oracle {
         // when the subscription is lost and again when it is back"). A prime still running when
         // the call ends may land after it: the primed value then follows, whatever its version
         // (seeds 1590120, 1990573; "`prime` is the latest write").
+        // A value this process held from before another process's prime completed is a copy it
+        // keeps until it expires (README, Invalidation: "Other processes keep a copy they already
+        // hold until it expires"): the primed value may still follow it, so it orders later
+        // calls from the primed version at most (seed 20025065).
+        let version = match seen {
+            Seen::Value(value) => history
+                .floors
+                .get(&(function, key))
+                .into_iter()
+                .flatten()
+                .filter(|floor| {
+                    floor.prime && floor.reach != Reach::Only(process) && floor.done > value.read_at
+                })
+                .map(|floor| floor.version)
+                .fold(version, u64::min),
+            _ => version,
+        };
         let ended = history.next_seq();
         let now_epochs = history.epochs(function, key);
         let primes_running = history

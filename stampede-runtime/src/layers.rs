@@ -78,7 +78,6 @@ const REDIS_LAYERS: &[(&str, u8)] = &[
     ("tier", 5),
     ("tags", 6),
     ("flow", 7),
-    ("batch", 8),
     ("calls", 8),
 ];
 

@@ -44,6 +44,7 @@ use crate::telemetry::Reason;
 mod batch;
 
 pub use batch::{Batch, BatchLoad, One};
+pub(crate) use batch::{Group, Single};
 
 /// What a cache shares beyond this process. Chosen statically by the code `#[cached]`
 /// generates, so a hit pays no dispatch.

@@ -1,8 +1,7 @@
 //! What the core asks of the Redis tier (`Tier` for [`RedisTier`]): each call answered through
-//! the key's [`Flow`](super::flow), a batch (`batch`) or one script, and a local load when Redis
-//! cannot be used.
+//! the protocol's flow (`flow`: a batch, or a key's flight as a group of one) or one script,
+//! and a local load when Redis cannot be used.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -12,35 +11,25 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::Load;
-use crate::redis::endpoint::Endpoint;
 use crate::redis::envelope::{self, Decoded};
-use crate::redis::flow::Flow;
+use crate::redis::flow;
 use crate::redis::installed::{self, lookup};
 use crate::redis::keys::{self, RedisKeys};
 use crate::redis::tier::RedisTier;
 use crate::redis::{feed, tags};
 use crate::stats::{Identity, Stats};
-use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, Shared, Tier};
-
-/// Where a key lives in Redis: the endpoint, and the key's Redis keys.
-type Route = (Arc<Endpoint>, RedisKeys);
+use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, Shared, Single, Tier};
 
 impl<K, V> Tier<K, V> for RedisTier<K, V>
 where
     K: Key + Serialize,
     V: Value + Serialize + DeserializeOwned,
 {
+    /// The key's flight through the protocol, as a group of one (see `flow`).
     async fn fetch<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        let (endpoint, keys) = match self.route(handle) {
-            Ok(route) => route,
-            Err(endpoint) => return self.degraded(handle, endpoint.as_ref()).await,
-        };
-        // Changed here while Redis was down: what Redis holds is older. Dropped there first.
-        if endpoint.dirty.contains(keys.base()) && endpoint.clean(keys.base()).await.is_err() {
-            return self.degraded(handle, Some(&endpoint)).await;
-        }
-        endpoint.clean_all();
-        Flow::new(self, endpoint, keys, handle).run().await
+        let single = Single::new(handle);
+        self.fetch_group(&single).await;
+        single.outcome()
     }
 
     /// The key's flow, as for a miss: the core marks the value held as the one replaced and
@@ -87,12 +76,12 @@ where
             })
     }
 
-    /// The keys of a batch through Redis in a few round trips for all of them (see `batch`).
+    /// The keys of a batch through Redis in a few round trips for all of them (see `flow`).
     async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) {
-        self.fetch_batch(batch).await
+        self.fetch_group(batch).await
     }
 
-    /// One round trip for every key, without a lock (see `batch`).
+    /// One round trip for every key, without a lock (see `flow`).
     async fn read_many(&self, directs: &[Direct<'_, K, V>]) -> Vec<Option<Shared<V>>> {
         self.read_batch(directs).await
     }
@@ -157,35 +146,6 @@ where
     K: Key + Serialize,
     V: Value + Serialize + DeserializeOwned,
 {
-    /// The endpoint and Redis keys of a flight's key, or (when Redis cannot be used: not
-    /// configured, cooling down, a key that cannot be written) the endpoint if there is one.
-    fn route<L: Load<K, V>>(
-        &self,
-        handle: &Handle<'_, K, V, L>,
-    ) -> Result<Route, Option<Arc<Endpoint>>> {
-        let config = handle.config();
-        if self.unshared.is_some() {
-            return Err(None);
-        }
-        let Some(endpoint) = lookup(self.connection.as_deref()) else {
-            self.warn_unconfigured(config);
-            return Err(None);
-        };
-        if !endpoint.usable() {
-            return Err(Some(endpoint));
-        }
-        match keys::args_text(handle.key()) {
-            Ok(args) => {
-                let keys = self.keys(&endpoint, &args);
-                Ok((endpoint, keys))
-            }
-            Err(error) => {
-                tracing::warn!(cache = %config.name, %error, "stampede: key cannot be written for Redis; loading locally");
-                Err(Some(endpoint))
-            }
-        }
-    }
-
     /// Writes a value to Redis as if it had been loaded now (a companion's `prime`), and keeps
     /// it in memory. The write takes a new fence, so that a load that read the key before
     /// cannot write its value over it. When Redis cannot be reached the value is kept here only
@@ -222,8 +182,7 @@ where
             cache: config.name.clone(),
             message: message.into(),
         };
-        let flow = Flow::new(self, endpoint.clone(), keys, handle);
-        let primed = flow.prime(value, &payload).await;
+        let primed = flow::prime(&endpoint, &keys, handle, value, &payload).await;
         if primed.is_err() {
             self.changed_while_down(&endpoint, handle.key(), config);
         }

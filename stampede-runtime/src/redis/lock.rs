@@ -1,7 +1,7 @@
-//! The holder's side of a key's Redis lock: its token, and the watchdog that renews the lease
-//! while the load runs; for a load without the lock, the watchdog that keeps its fence alive.
+//! The holder's side of the keys' Redis locks: their token, the watchdog that renews the leases
+//! while the load runs (and, for keys loaded without their lock, keeps their fences alive), and
+//! the release on every path.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,106 +9,12 @@ use tokio::time::Instant;
 
 use crate::clock::after;
 use crate::redis::endpoint::Endpoint;
-use crate::redis::failure::Failure;
+
 use crate::redis::keys::RedisKeys;
 
 /// A token no other holder will ever use: the lock's value, checked on renewal and release.
 pub(crate) fn token() -> String {
     format!("{:032x}", rand::random::<u128>())
-}
-
-/// A lock this flow holds: renewed while the load runs, and given back on every path. Dropped
-/// without [`release`](Held::release) or [`released`](Held::released) (a load that panicked, a
-/// flight cancelled by a runtime shutting down), it releases the lock from a spawned task.
-pub(crate) struct Held {
-    connection: Arc<Endpoint>,
-    keys: RedisKeys,
-    token: String,
-    done: bool,
-}
-
-impl Held {
-    pub(crate) fn new(connection: &Arc<Endpoint>, keys: &RedisKeys, token: &str) -> Self {
-        Held {
-            connection: connection.clone(),
-            keys: keys.clone(),
-            token: token.to_owned(),
-            done: false,
-        }
-    }
-
-    /// Runs `work` while renewing the lock every third of its lease. A renewal that finds the
-    /// lock gone or taken stops the renewals (the lease was lost: another holder may load too,
-    /// and the release will not delete its lock); a renewal that fails is tried again next
-    /// period.
-    pub(crate) async fn while_held<F: Future>(&self, work: F) -> F::Output {
-        let renew = || self.connection.extend(&self.keys, &self.token);
-        let lost = || tracing::warn!(lock = %self.keys.lock, "stampede: lost a Redis lock's lease while loading");
-        renewing(&self.connection, renew, lost, work).await
-    }
-
-    /// Releases the lock if this flow still holds it (see [`release`]).
-    pub(crate) async fn release(mut self) {
-        self.done = true;
-        release(&self.connection, &[&self.keys], &self.token).await;
-    }
-
-    /// The lock was released by another script (`FILL`).
-    pub(crate) fn released(mut self) {
-        self.done = true;
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if !self.done {
-            give_back(&self.connection, &[&self.keys], &self.token);
-        }
-    }
-}
-
-/// Runs a load that holds no lock while keeping alive the key's fence it read, every third of
-/// the lease: its fill is written only over that fence, which would otherwise expire with the
-/// lease during a longer load. Once the fence moved (another fill, a prime, an invalidation)
-/// the fill will be refused, and the renewals stop.
-pub(crate) async fn while_fenced<F: Future>(
-    connection: &Endpoint,
-    keys: &RedisKeys,
-    fence: u64,
-    work: F,
-) -> F::Output {
-    let renew = || connection.keep_fence(keys, fence);
-    renewing(connection, renew, || {}, work).await
-}
-
-/// Runs `work` while `renew` runs every third of the lease, until it answers `Ok(false)`
-/// (`lost` is called, and the renewals stop); a renewal that fails is tried again next period.
-async fn renewing<F, R, Renewed>(
-    connection: &Endpoint,
-    renew: R,
-    lost: impl Fn(),
-    work: F,
-) -> F::Output
-where
-    F: Future,
-    R: Fn() -> Renewed,
-    Renewed: Future<Output = Result<bool, Failure>>,
-{
-    let period = connection.config.lease / 3;
-    let watchdog = async {
-        loop {
-            tokio::time::sleep(period.max(Duration::from_millis(10))).await;
-            if let Ok(false) = renew().await {
-                lost();
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        biased;
-        output = work => output,
-        () = watchdog => unreachable!("the watchdog loops until the work ends"),
-    }
 }
 
 /// Releases the locks that `token` holds on `keys` now, so that their waiters read again at
@@ -143,4 +49,92 @@ pub(crate) fn give_back(connection: &Arc<Endpoint>, keys: &[&RedisKeys], token: 
             tokio::time::sleep(pause.max(Duration::from_millis(10))).await;
         }
     });
+}
+
+/// The locks a group holds while it loads: renewed every third of the lease, given back when
+/// the load is not followed by a fill that releases them (from a task, if dropped first: a load
+/// that panicked, a flight cancelled by a runtime shutting down).
+pub(crate) struct Locks {
+    endpoint: Arc<Endpoint>,
+    keys: Vec<RedisKeys>,
+    /// The keys loaded without their locks, with the fence each load read.
+    fenced: Vec<(RedisKeys, u64)>,
+    token: String,
+    released: std::sync::atomic::AtomicBool,
+}
+
+impl Locks {
+    pub(crate) fn new(
+        endpoint: &Arc<Endpoint>,
+        keys: Vec<RedisKeys>,
+        fenced: Vec<(RedisKeys, u64)>,
+        token: &str,
+    ) -> Self {
+        Locks {
+            endpoint: endpoint.clone(),
+            released: std::sync::atomic::AtomicBool::new(keys.is_empty()),
+            keys,
+            fenced,
+            token: token.to_owned(),
+        }
+    }
+
+    /// Runs `work` while renewing the leases (`lock::Held::while_held` for many keys) and
+    /// keeping the fences of the keys loaded without their locks alive (`lock::while_fenced`);
+    /// a renewal that finds none held (or none of those fences) any more stops those renewals.
+    pub(crate) async fn while_held<F: std::future::Future>(&self, work: F) -> F::Output {
+        if self.keys.is_empty() && self.fenced.is_empty() {
+            return work.await;
+        }
+        let period = (self.endpoint.config.lease / 3).max(Duration::from_millis(10));
+        let keys: Vec<&RedisKeys> = self.keys.iter().collect();
+        let fenced: Vec<(&RedisKeys, u64)> = self
+            .fenced
+            .iter()
+            .map(|(keys, fence)| (keys, *fence))
+            .collect();
+        let watchdog = async {
+            let (mut locks, mut fences) = (!keys.is_empty(), !fenced.is_empty());
+            loop {
+                tokio::time::sleep(period).await;
+                if locks && let Ok(0) = self.endpoint.extend_many(&keys, &self.token).await {
+                    tracing::warn!(
+                        locks = keys.len(),
+                        "stampede: lost Redis locks' leases while loading"
+                    );
+                    locks = false;
+                }
+                if fences && let Ok(0) = self.endpoint.keep_fences(&fenced).await {
+                    fences = false; // every fence moved: those fills will be refused
+                }
+                if !locks && !fences {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            output = work => output,
+            () = watchdog => unreachable!("the watchdog loops until the work ends"),
+        }
+    }
+
+    /// The fill ran (`filled`: and released the locks it wrote); else the locks are given back.
+    pub(crate) fn done(&self, filled: bool) {
+        if !filled {
+            let keys: Vec<&RedisKeys> = self.keys.iter().collect();
+            give_back(&self.endpoint, &keys, &self.token);
+        }
+        self.released
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for Locks {
+    fn drop(&mut self) {
+        if !self.released.load(std::sync::atomic::Ordering::Acquire) {
+            let keys: Vec<&RedisKeys> = self.keys.iter().collect();
+            give_back(&self.endpoint, &keys, &self.token);
+        }
+    }
 }

@@ -52,7 +52,6 @@
 //! flight did (`tier::Fetched`); its options (the
 //! connection's name, the busy policy), its counters and its wire protocol stay in here.
 
-mod batch;
 pub(crate) mod bounds;
 mod calls;
 mod cleaning;

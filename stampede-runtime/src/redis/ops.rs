@@ -146,18 +146,6 @@ impl Endpoint {
         }
     }
 
-    /// `READ_OR_LOCK` of one key.
-    pub(crate) async fn read_or_lock(
-        &self,
-        keys: &RedisKeys,
-        token: Option<&str>,
-        value_unusable: bool,
-    ) -> Result<Read, Failure> {
-        one(self
-            .read_or_lock_many(&[keys], token, &[value_unusable])
-            .await?)
-    }
-
     /// The longest envelope the read scripts return: the payload's bound and its header.
     pub(crate) fn most_read(&self) -> usize {
         self.config.max_value_bytes + envelope::HEADER_ROOM
@@ -166,16 +154,6 @@ impl Endpoint {
     /// `FILL` of one key: fenced, published, and the lock released.
     pub(crate) async fn fill(&self, fill: &Fill<'_>) -> Result<Written, Failure> {
         one(self.fill_many(std::slice::from_ref(fill)).await?)
-    }
-
-    /// `EXTEND` of one key: `false` if `token` no longer holds its lock.
-    pub(crate) async fn extend(&self, keys: &RedisKeys, token: &str) -> Result<bool, Failure> {
-        Ok(self.extend_many(&[keys], token).await? == 1)
-    }
-
-    /// `KEEP_FENCE` of one key: `false` when its fence moved or is gone.
-    pub(crate) async fn keep_fence(&self, keys: &RedisKeys, fence: u64) -> Result<bool, Failure> {
-        Ok(self.keep_fences(&[(keys, fence)]).await? == 1)
     }
 
     /// Drops a key's value and moves its fence on; announces `message` on the invalidation

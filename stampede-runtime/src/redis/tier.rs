@@ -18,7 +18,7 @@ use crate::redis::keys::{self, RedisKeys};
 use crate::redis::shape::{self, Shape, Untraceable};
 use crate::redis::telemetry::RedisTelemetry;
 use crate::stats::Identity;
-use crate::tier::{Fetched, Handle};
+use crate::tier::Handle;
 
 /// The Redis tier of one cache: keys written by serde as readable text, values in the
 /// `payload` form.
@@ -156,23 +156,6 @@ where
             &self.identity,
             args,
         )
-    }
-
-    /// Loads the key here, without Redis. Kept in memory no longer than memory is trusted: an
-    /// invalidation another process makes meanwhile cannot reach this value through Redis.
-    pub(super) async fn degraded<L: Load<K, V>>(
-        &self,
-        handle: &Handle<'_, K, V, L>,
-        endpoint: Option<&Arc<Endpoint>>,
-    ) -> Fetched<V> {
-        self.telemetry.degraded.bump();
-        tracing::Span::current().record("outcome", "degraded");
-        let trusted_for = endpoint.and_then(|endpoint| endpoint.local_trusted_for());
-        let fetched = handle.load_here(trusted_for).await;
-        if let (Fetched::Loaded(_), Some(endpoint)) = (&fetched, endpoint) {
-            self.changed_while_down(endpoint, handle.key(), handle.config());
-        }
-        fetched
     }
 
     /// This process serves a value of `key` that Redis does not have (loaded or primed while

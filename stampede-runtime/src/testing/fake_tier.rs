@@ -36,7 +36,7 @@ use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
 use crate::order;
 use crate::registry::AnyCache;
-use crate::tier::{Batch, BatchLoad, Direct, Fetched, Handle, Shared, Tier};
+use crate::tier::{Batch, BatchLoad, Direct, Fetched, Group, Handle, Shared, Single, Tier};
 
 /// The name a tier on the default connection shares its values through.
 const DEFAULT_CONNECTION: &str = "default";
@@ -678,105 +678,15 @@ enum Filled<V> {
 }
 
 impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
+    /// The key's flight as a group of one (see `fetch_group`), as the Redis tier's.
     async fn fetch<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        let store = &self.store;
-        let give_up_at = Instant::now() + self.lock_wait;
-        let mut served = false;
-        loop {
-            store.stall().await;
-            if store.down() {
-                return self.degraded(handle).await;
-            }
-            self.clean(handle.key(), &handle.config().name);
-            let notified = store.filled.notified();
-            tokio::pin!(notified);
-            let next = {
-                let mut state = self.state();
-                let next = self.decide(handle, &mut state, &mut served);
-                if let Next::Wait(_) = next {
-                    // Registered before the lock is let go: a fill after this wakes it.
-                    notified.as_mut().enable();
-                }
-                next
-            };
-            let lease_left = match next {
-                Next::Done(fetched) => return fetched,
-                Next::Hold(token, fence) => return self.hold(handle, token, fence).await,
-                Next::Wait(lease_left) => lease_left,
-            };
-            let now = Instant::now();
-            if now >= give_up_at {
-                let fence = self.state().fence(handle.key());
-                return self.hold(handle, None, fence).await;
-            }
-            let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
-            let _ = tokio::time::timeout_at(until, notified).await;
-        }
+        let single = Single::new(handle);
+        self.fetch_group(&single).await;
+        single.outcome()
     }
 
-    /// The keys' flow of [`Tier::fetch`], each step once for all the keys at it (as the Redis
-    /// tier's batch: one read of every key, one load of those this process holds or loads
-    /// without the lock, one fill; the keys another process holds are waited for, then read
-    /// again), each key decided, filled and fenced by the single key's rules.
     async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) {
-        let store = &self.store;
-        let handles = batch.handles();
-        let give_up_at = Instant::now() + self.lock_wait;
-        let mut served = vec![false; handles.len()];
-        let mut pending: Vec<usize> = (0..handles.len()).collect();
-        while !pending.is_empty() {
-            store.stall().await;
-            if store.down() {
-                self.degraded_many(batch, &pending).await;
-                break;
-            }
-            for &at in &pending {
-                self.clean(handles[at].key(), &batch.config().name);
-            }
-            let notified = store.filled.notified();
-            tokio::pin!(notified);
-            let (mut holding, mut busy, mut lease_left) = (Vec::new(), Vec::new(), Duration::MAX);
-            {
-                let mut state = self.state();
-                for &at in &pending {
-                    match self.decide(&handles[at], &mut state, &mut served[at]) {
-                        Next::Done(fetched) => batch.report(at, fetched),
-                        Next::Hold(token, fence) => holding.push((at, token, fence)),
-                        Next::Wait(left) => {
-                            busy.push(at);
-                            lease_left = lease_left.min(left);
-                        }
-                    }
-                }
-                if !busy.is_empty() {
-                    // Registered before the lock is let go: a fill after this wakes it.
-                    notified.as_mut().enable();
-                }
-            }
-            pending = busy;
-            if !holding.is_empty() {
-                self.hold_many(batch, &holding).await;
-                // The keys another process holds are read again.
-                continue;
-            }
-            if pending.is_empty() {
-                break;
-            }
-            let now = Instant::now();
-            if now >= give_up_at {
-                let held: Vec<(usize, Option<u64>, u64)> = {
-                    let state = self.state();
-                    pending
-                        .iter()
-                        .map(|&at| (at, None, state.fence(handles[at].key())))
-                        .collect()
-                };
-                self.hold_many(batch, &held).await;
-                break;
-            }
-            let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
-            let _ = tokio::time::timeout_at(until, notified).await;
-        }
+        self.fetch_group(batch).await
     }
 
     /// The key's flow, as for a miss (as the Redis tier's refresh): the value held is the one
@@ -864,24 +774,79 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
 }
 
 impl<K: Key, V: Value> Fake<K, V> {
-    /// Loads here while the store is down; the key is dropped from the store before this
-    /// process reads it there again.
-    async fn degraded<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        let trusted = self.trusted();
-        let loaded = handle.load().await;
-        self.loaded_here(handle, loaded, trusted)
+    /// The flow of a group of keys (a batch, or one key's flight), each step once for all the
+    /// keys at it (as the Redis tier's flow: one read of every key, one load of those this
+    /// process holds or loads without the lock, one fill; the keys another process holds are
+    /// waited for, then read again).
+    async fn fetch_group<G: Group<K, V>>(&self, group: &G) {
+        let store = &self.store;
+
+        let handles = group.handles();
+        let give_up_at = Instant::now() + self.lock_wait;
+        let mut served = vec![false; handles.len()];
+        let mut pending: Vec<usize> = (0..handles.len()).collect();
+        while !pending.is_empty() {
+            store.stall().await;
+            if store.down() {
+                self.degraded_many(group, &pending).await;
+                break;
+            }
+            for &at in &pending {
+                self.clean(handles[at].key(), &handles[at].config().name);
+            }
+            let notified = store.filled.notified();
+            tokio::pin!(notified);
+            let (mut holding, mut busy, mut lease_left) = (Vec::new(), Vec::new(), Duration::MAX);
+            {
+                let mut state = self.state();
+                for &at in &pending {
+                    match self.decide(&handles[at], &mut state, &mut served[at]) {
+                        Next::Done(fetched) => group.report(at, fetched),
+                        Next::Hold(token, fence) => holding.push((at, token, fence)),
+                        Next::Wait(left) => {
+                            busy.push(at);
+                            lease_left = lease_left.min(left);
+                        }
+                    }
+                }
+                if !busy.is_empty() {
+                    // Registered before the lock is let go: a fill after this wakes it.
+                    notified.as_mut().enable();
+                }
+            }
+            pending = busy;
+            if !holding.is_empty() {
+                self.hold_many(group, &holding).await;
+                // The keys another process holds are read again.
+                continue;
+            }
+            if pending.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            if now >= give_up_at {
+                let held: Vec<(usize, Option<u64>, u64)> = {
+                    let state = self.state();
+                    pending
+                        .iter()
+                        .map(|&at| (at, None, state.fence(handles[at].key())))
+                        .collect()
+                };
+                self.hold_many(group, &held).await;
+                break;
+            }
+            let until = give_up_at.min(now + lease_left + Duration::from_millis(1));
+            let _ = tokio::time::timeout_at(until, notified).await;
+        }
     }
 
-    /// [`Fake::degraded`] for the keys at `indices` of a batch, with one load.
-    async fn degraded_many<L: BatchLoad<K, V>>(
-        &self,
-        batch: &Batch<'_, K, V, L>,
-        indices: &[usize],
-    ) {
+    /// Loads the keys at `indices` of a group here, with one load, while the store is down;
+    /// each is dropped from the store before this process reads it there again.
+    async fn degraded_many<G: Group<K, V>>(&self, group: &G, indices: &[usize]) {
         let trusted = self.trusted();
-        let loaded = batch.load(indices).await;
+        let loaded = group.load(indices).await;
         for (&at, loaded) in indices.iter().zip(loaded) {
-            batch.report(at, self.loaded_here(&batch.handles()[at], loaded, trusted));
+            group.report(at, self.loaded_here(&group.handles()[at], loaded, trusted));
         }
     }
 
@@ -1004,38 +969,11 @@ impl<K: Key, V: Value> Fake<K, V> {
         }
     }
 
-    /// Loads as the lock's holder (renewing its lease while the load runs, unless leases lapse)
-    /// or without the lock, writes the value if the fence is still `fence`, releases the lock
-    /// and wakes the waiters.
-    async fn hold<L: Load<K, V>>(
-        &self,
-        handle: &Handle<'_, K, V, L>,
-        token: Option<u64>,
-        fence: u64,
-    ) -> Fetched<V> {
-        self.state().tag(handle);
-        let loaded = self.renewing(&[(handle.key(), token)], handle.load()).await;
-        self.store.stall().await;
-        let mut state = self.state();
-        let filled = self.fill(&mut state, handle, token, fence, loaded);
-        drop(state);
-        match filled {
-            Filled::Stored(fetched) => {
-                self.store.wake();
-                fetched
-            }
-            Filled::Here(value) => self.kept_here(handle, value),
-        }
-    }
-
-    /// [`Fake::hold`] of the keys of a batch at `held` (each with its token and fence), with
-    /// one load of them all and one fill.
-    async fn hold_many<L: BatchLoad<K, V>>(
-        &self,
-        batch: &Batch<'_, K, V, L>,
-        held: &[(usize, Option<u64>, u64)],
-    ) {
-        let handles = batch.handles();
+    /// Loads the keys of a group at `held` (each with the token it holds its lock with, or
+    /// `None` without the lock, and its fence) with one load, renewing the leases while it runs
+    /// (unless leases lapse), then fills each (see `fill`) and wakes the waiters.
+    async fn hold_many<G: Group<K, V>>(&self, group: &G, held: &[(usize, Option<u64>, u64)]) {
+        let handles = group.handles();
         {
             let mut state = self.state();
             for &(at, ..) in held {
@@ -1047,7 +985,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             .iter()
             .map(|&(at, token, _)| (handles[at].key(), token))
             .collect();
-        let loaded = self.renewing(&locks, batch.load(&indices)).await;
+        let loaded = self.renewing(&locks, group.load(&indices)).await;
         self.store.stall().await;
         let (mut here, mut wake) = (Vec::new(), false);
         {
@@ -1055,7 +993,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             for (&(at, token, fence), loaded) in held.iter().zip(loaded) {
                 match self.fill(&mut state, &handles[at], token, fence, loaded) {
                     Filled::Stored(fetched) => {
-                        batch.report(at, fetched);
+                        group.report(at, fetched);
                         wake = true;
                     }
                     Filled::Here(value) => here.push((at, value)),
@@ -1063,7 +1001,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             }
         }
         for (at, value) in here {
-            batch.report(at, self.kept_here(&handles[at], value));
+            group.report(at, self.kept_here(&handles[at], value));
         }
         if wake {
             self.store.wake();

@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::config::Config;
 use crate::core::Core;
 use crate::error::Error;
 use crate::kv::{Key, Value};
@@ -61,6 +60,96 @@ impl<K: Key, V: Value, L: BatchLoad<K, V>> Load<K, V> for One<L> {
 
     fn retryable(&self, error: &L::Error) -> bool {
         self.0.retryable(error)
+    }
+}
+
+/// The keys a shared tier takes through its protocol together: a batch ([`Batch`]), or one
+/// key's flight ([`Single`], a group of one), so that one implementation of the protocol serves
+/// both. Each key has its [`Handle`]; the group loads any of them with one call of the function,
+/// and is told each key's outcome as soon as the tier knows it.
+pub(crate) trait Group<K: Key, V: Value>: Sync {
+    /// The load each key's handle carries.
+    type Load: Load<K, V>;
+
+    /// The handle of each key, in the group's order.
+    fn handles(&self) -> &[Handle<'_, K, V, Self::Load>];
+
+    /// Loads the keys at `indices` (of [`Group::handles`]) with one call, with the timeout and
+    /// retries of one load, if the breaker admits it; stores nothing. Each key gets its value,
+    /// or every key the same error.
+    fn load(&self, indices: &[usize])
+    -> impl Future<Output = Vec<Result<Loaded<V>, Error>>> + Send;
+
+    /// Reports the outcome of the key at `at`: its first report is its outcome.
+    fn report(&self, at: usize, fetched: Fetched<V>);
+}
+
+/// One key's flight as a [`Group`] of one.
+pub(crate) struct Single<'h, 'a, K: Key, V: Value, L> {
+    handle: &'h Handle<'a, K, V, L>,
+    outcome: Mutex<Option<Fetched<V>>>,
+}
+
+impl<'h, 'a, K: Key, V: Value, L: Load<K, V>> Single<'h, 'a, K, V, L> {
+    pub(crate) fn new(handle: &'h Handle<'a, K, V, L>) -> Self {
+        Single {
+            handle,
+            outcome: Mutex::new(None),
+        }
+    }
+
+    /// The key's outcome; if the tier reported none (a tier bug), the load's abort.
+    pub(crate) fn outcome(self) -> Fetched<V> {
+        let reported = self
+            .outcome
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        reported.unwrap_or_else(|| {
+            Fetched::Failed(Error::LoadAborted {
+                cache: self.handle.config().name.clone(),
+            })
+        })
+    }
+}
+
+impl<K: Key, V: Value, L: Load<K, V>> Group<K, V> for Single<'_, '_, K, V, L> {
+    type Load = L;
+
+    fn handles(&self) -> &[Handle<'_, K, V, L>] {
+        std::slice::from_ref(self.handle)
+    }
+
+    async fn load(&self, indices: &[usize]) -> Vec<Result<Loaded<V>, Error>> {
+        match indices.is_empty() {
+            true => Vec::new(),
+            false => vec![self.handle.load().await],
+        }
+    }
+
+    fn report(&self, _at: usize, fetched: Fetched<V>) {
+        let mut outcome = self.outcome.lock().unwrap_or_else(PoisonError::into_inner);
+        if outcome.is_none() {
+            *outcome = Some(fetched);
+        }
+    }
+}
+
+impl<K: Key, V: Value, L: BatchLoad<K, V>> Group<K, V> for Batch<'_, K, V, L> {
+    type Load = One<L>;
+
+    fn handles(&self) -> &[Handle<'_, K, V, One<L>>] {
+        &self.handles
+    }
+
+    fn load(
+        &self,
+        indices: &[usize],
+    ) -> impl Future<Output = Vec<Result<Loaded<V>, Error>>> + Send {
+        Batch::load(self, indices)
+    }
+
+    fn report(&self, at: usize, fetched: Fetched<V>) {
+        Batch::report(self, at, fetched)
     }
 }
 
@@ -120,11 +209,6 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
     /// How many keys the batch holds.
     pub(crate) fn len(&self) -> usize {
         self.handles.len()
-    }
-
-    /// The cache's options.
-    pub(crate) fn config(&self) -> &Config {
-        &self.core.config
     }
 
     /// Loads the keys at `indices` (of [`Batch::handles`]) with one call of the function, with

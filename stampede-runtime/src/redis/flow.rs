@@ -463,26 +463,39 @@ where
                 // The holder's fill is what the next reads look for: a value filled since.
                 part.replaced = false;
                 self.serve_stale(handle, part, current);
-                match self.tier.busy {
-                    Busy::Compute => {
-                        record("computed");
-                        Step::Hold {
-                            locked: false,
-                            fence: read.fence,
-                        }
-                    }
-                    // With a stale value served, its callers have it: wait as `wait` does.
-                    Busy::Error if !part.served => {
-                        record("busy");
-                        outcomes[at] = Some(Fetched::Busy);
-                        Step::Done
-                    }
-                    Busy::Error | Busy::Wait => Step::Busy {
-                        lease_until: after(Instant::now(), lease_left),
-                        fence: read.fence,
-                    },
+                self.when_busy(at, part, lease_left, read.fence, outcomes)
+            }
+        }
+    }
+
+    /// Another process holds the key's lock: by the busy policy, load here, answer busy, or
+    /// wait for its fill.
+    fn when_busy(
+        &self,
+        at: usize,
+        part: &Part,
+        lease_left: Duration,
+        fence: u64,
+        outcomes: &mut [Option<Fetched<V>>],
+    ) -> Step {
+        match self.tier.busy {
+            Busy::Compute => {
+                record("computed");
+                Step::Hold {
+                    locked: false,
+                    fence,
                 }
             }
+            // With a stale value served, its callers have it: wait as `wait` does.
+            Busy::Error if !part.served => {
+                record("busy");
+                outcomes[at] = Some(Fetched::Busy);
+                Step::Done
+            }
+            Busy::Error | Busy::Wait => Step::Busy {
+                lease_until: after(Instant::now(), lease_left),
+                fence,
+            },
         }
     }
 
@@ -641,7 +654,7 @@ where
             .map(|held| parts[held.at].keys.clone())
             .collect();
         // The fences of the keys loaded without their locks are kept alive as long, so that a
-        // load longer than the lease still fills (as `lock::while_fenced` does for one key).
+        // load longer than the lease still fills.
         let fenced: Vec<(RedisKeys, u64)> = fill
             .iter()
             .filter(|held| !held.locked)

@@ -79,9 +79,11 @@ impl Locks {
         }
     }
 
-    /// Runs `work` while renewing the leases (`lock::Held::while_held` for many keys) and
-    /// keeping the fences of the keys loaded without their locks alive (`lock::while_fenced`);
-    /// a renewal that finds none held (or none of those fences) any more stops those renewals.
+    /// Runs `work` while renewing the leases every third of the lease and keeping the fences of
+    /// the keys loaded without their locks alive (their fills are written only over the fence
+    /// they read, which would otherwise expire with the lease during a longer load); a renewal
+    /// that finds none held (or none of those fences) any more stops those renewals, and one
+    /// that fails is tried again next period.
     pub(crate) async fn while_held<F: std::future::Future>(&self, work: F) -> F::Output {
         if self.keys.is_empty() && self.fenced.is_empty() {
             return work.await;

@@ -205,9 +205,8 @@ impl Endpoint {
         Ok(extended.into_iter().sum())
     }
 
-    /// `KEEP_FENCE`: keeps alive the fence of each key a batch loads without its lock,
-    /// while it is still the one the load read (`lock::while_fenced` for many keys); how many
-    /// still were.
+    /// `KEEP_FENCE`: keeps alive the fence of each key a flow loads without its lock, while it
+    /// is still the one the load read (see `lock::Locks`); how many still were.
     pub(crate) async fn keep_fences(&self, fenced: &[(&RedisKeys, u64)]) -> Result<usize, Failure> {
         let lease = millis(self.config.lease);
         let slotted: Vec<&str> = fenced.iter().map(|(keys, _)| keys.value.as_str()).collect();

@@ -1,5 +1,5 @@
 //! The freshness and failure policies as a user writes them: `refresh_after`, `fail_safe`,
-//! `soft_timeout`, `retry_if`, `breaker`.
+//! `soft_timeout`, `retry_if`, `breaker`, `max_loads`.
 
 mod common;
 
@@ -147,5 +147,192 @@ async fn an_open_breaker_fails_fast_then_probes_once() {
         LOADS.load(SeqCst),
         4,
         "exactly one probe after the cool-down"
+    );
+}
+
+/// How many loads run now, and the most that ever ran at once: a load's guard.
+struct Running {
+    now: &'static AtomicUsize,
+    most: &'static AtomicUsize,
+}
+
+impl Running {
+    fn enter(now: &'static AtomicUsize, most: &'static AtomicUsize) -> Self {
+        let running = now.fetch_add(1, SeqCst) + 1;
+        most.fetch_max(running, SeqCst);
+        Running { now, most }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.most;
+        self.now.fetch_sub(1, SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_loads_bounds_a_cold_start_of_distinct_keys_and_every_caller_gets_its_value() {
+    static NOW: AtomicUsize = AtomicUsize::new(0);
+    static MOST: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", max_loads = 2, name = "policies::max_loads")]
+    async fn product(id: u64) -> Result<String, AppError> {
+        let _running = Running::enter(&NOW, &MOST);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(format!("product {id}"))
+    }
+
+    let started = Instant::now();
+    let calls: Vec<_> = (0..6).map(|id| tokio::spawn(product(id))).collect();
+    for (id, call) in calls.into_iter().enumerate() {
+        assert_eq!(
+            within(call).await.unwrap().unwrap(),
+            format!("product {id}")
+        );
+    }
+    assert_eq!(MOST.load(SeqCst), 2, "at most two loads at once");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(300),
+        "three waves of two"
+    );
+    let stats = stampede::stats("policies::max_loads").unwrap();
+    assert_eq!(
+        (stats.loads, stats.loads_queued, stats.loads_refused),
+        (6, 4, 0)
+    );
+    // Hits take no load.
+    within(product(3)).await.unwrap();
+    assert_eq!(stampede::stats("policies::max_loads").unwrap().loads, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_that_finds_none_free_within_its_timeout_fails_without_calling_the_source() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        timeout = "100ms",
+        max_loads = 1,
+        name = "policies::max_loads_timeout"
+    )]
+    async fn product(id: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        Ok(format!("product {id}"))
+    }
+
+    // The first runs 0..80 ms, the second waits and runs 80..160 ms; the third waits 100 ms.
+    let (first, second, third) = within(async {
+        tokio::join!(product(1), product(2), async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            product(3).await
+        })
+    })
+    .await;
+    assert_eq!(first.unwrap(), "product 1");
+    assert_eq!(second.unwrap(), "product 2");
+    match third {
+        Err(AppError::Cache(stampede::Error::LoadsFull {
+            most: 1, waited, ..
+        })) => {
+            assert_eq!(waited, Some(Duration::from_millis(100)));
+        }
+        other => panic!("expected LoadsFull after the timeout, got {other:?}"),
+    }
+    assert_eq!(
+        LOADS.load(SeqCst),
+        2,
+        "the refused load never called the source"
+    );
+    let stats = stampede::stats("policies::max_loads_timeout").unwrap();
+    assert_eq!((stats.loads_queued, stats.loads_refused), (2, 1));
+    // Nothing was cached for the refused key: the next call loads it.
+    assert_eq!(within(product(3)).await.unwrap(), "product 3");
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_loads_full_error_sheds_a_load_at_once_and_a_stale_value_still_covers_it() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "10s",
+        jitter = 0,
+        stale = "60s",
+        max_loads = 1,
+        max_loads_full = "error",
+        name = "policies::max_loads_error"
+    )]
+    async fn product(id: u64) -> Result<String, AppError> {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(format!("product {id} v{n}"))
+    }
+
+    assert_eq!(within(product(2)).await.unwrap(), "product 2 v1");
+    tokio::time::advance(Duration::from_secs(11)).await; // key 2 is stale now
+    let slow = tokio::spawn(product(1)); // holds the one load for 1 s
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let started = Instant::now();
+    match within(product(3)).await {
+        Err(AppError::Cache(stampede::Error::LoadsFull {
+            most: 1,
+            waited: None,
+            ..
+        })) => {}
+        other => panic!("expected LoadsFull at once, got {other:?}"),
+    }
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "shed at once, not waited for"
+    );
+    // A stale key is still served; its refresh, refused, leaves it as it was.
+    assert_eq!(within(product(2)).await.unwrap(), "product 2 v1");
+    assert_eq!(within(slow).await.unwrap().unwrap(), "product 1 v2");
+    assert_eq!(
+        LOADS.load(SeqCst),
+        2,
+        "only the loads that ran called the source"
+    );
+    assert!(
+        stampede::stats("policies::max_loads_error")
+            .unwrap()
+            .loads_refused
+            >= 1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_load_counts_once_against_max_loads() {
+    static NOW: AtomicUsize = AtomicUsize::new(0);
+    static MOST: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        batch = ids,
+        batch_max = 2,
+        max_loads = 1,
+        name = "policies::max_loads_batch"
+    )]
+    async fn products(ids: Vec<u64>) -> Result<std::collections::HashMap<u64, String>, AppError> {
+        let _running = Running::enter(&NOW, &MOST);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(ids
+            .into_iter()
+            .map(|id| (id, format!("product {id}")))
+            .collect())
+    }
+
+    let started = Instant::now();
+    let got = within(products(vec![1, 2, 3, 4])).await.unwrap();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[&3], "product 3");
+    assert_eq!(MOST.load(SeqCst), 1, "the split calls ran one at a time");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(200),
+        "two calls of two keys"
     );
 }

@@ -288,6 +288,7 @@ fn rules() -> Vec<Rules> {
         retry_if: false,
         breaker: false,
         busy_error: false,
+        loads_full: false,
         shared: true,
         no_singleflight: false,
         // Redis only: a load fenced off by another's fill is kept nowhere (see the simulation).

@@ -223,3 +223,48 @@ async fn soft_timeout_without_memory_serves_the_last_good_value_while_the_load_r
     let stats = stampede::stats("policies::soft_redis").unwrap();
     assert!(stats.fail_safe_served >= 1, "{stats:?}");
 }
+
+#[tokio::test]
+async fn max_loads_holds_with_redis_and_a_shed_load_leaves_redis_untouched() {
+    static RUNNING: AtomicUsize = AtomicUsize::new(0);
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+    static GATE: Semaphore = Semaphore::const_new(0);
+
+    #[cached(
+        ttl = "60s",
+        backend = "redis",
+        lock = "redis",
+        redis = "max_loads_redis",
+        max_loads = 1,
+        max_loads_full = "error",
+        name = "policies::max_loads_redis"
+    )]
+    async fn quote(id: u64) -> Result<String, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        RUNNING.fetch_add(1, SeqCst);
+        let _ = GATE.acquire().await;
+        RUNNING.fetch_sub(1, SeqCst);
+        Ok(format!("quote {id}"))
+    }
+
+    let server = RedisServer::start();
+    install(&server, "max_loads_redis");
+    let first = tokio::spawn(quote(1));
+    eventually("the first load runs", || RUNNING.load(SeqCst) == 1).await;
+    match within(quote(2)).await {
+        Err(AppError::Cache(stampede::Error::LoadsFull { most: 1, .. })) => {}
+        other => panic!("expected LoadsFull, got {other:?}"),
+    }
+    GATE.add_permits(1);
+    assert_eq!(within(first).await.unwrap().unwrap(), "quote 1");
+    // The shed key left no lock behind in Redis: its next call loads at once.
+    GATE.add_permits(1);
+    assert_eq!(within(quote(2)).await.unwrap(), "quote 2");
+    assert_eq!(
+        LOADS.load(SeqCst),
+        2,
+        "the shed load never called the source"
+    );
+    let stats = stampede::stats("policies::max_loads_redis").unwrap();
+    assert_eq!(stats.loads_refused, 1, "{stats:?}");
+}

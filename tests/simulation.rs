@@ -8,7 +8,8 @@
 //! single-key calls through `batch_loader`, alone or in bursts loaded together by a
 //! `batch_window`; and `redis`, named connections: a function's processes on connections
 //! named apart, and a twin of a function, with its name, on another database or prefix of its
-//! server; those not yet simulated are in [`NOT_SIMULATED`],
+//! server; `max_loads` and `max_loads_full`, low caps that queue, time out and shed loads of
+//! distinct keys; those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
 //! with a lease and a fence, values with deadlines, an invalidation feed per process), a
@@ -45,7 +46,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use sim::oracle::{Attempt, Effect, FailSafe, Flight, Oracle, Reach, Rules, Seen, Val};
 use stampede_runtime::sim::{Call, Event, Fake, Local, SimCache, Space, Store, Values, tier_of};
-use stampede_runtime::{Backend, Config, Lock};
+use stampede_runtime::{Backend, Config, LoadsFull, Lock};
 
 type Key = u16;
 /// What a cache holds: a function's value, or for a batch function a key its map left out
@@ -89,6 +90,8 @@ const FOUND: &[u64] = &[
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;
 /// The salt of `memory_ttl`'s draws (see `function`).
 const MEMORY_TTL_SALT: u64 = 0x3e3_0007;
+/// The salt of `max_loads`' draws (see `max_loads`).
+const MAX_LOADS_SALT: u64 = 0x3a7_0472;
 /// No operation of a run may take longer (virtual time): past it, it hung.
 const HANG: Duration = Duration::from_secs(600);
 /// How long after the first runtime ends the second begins.
@@ -226,6 +229,8 @@ const PLANNED: &[&str] = &[
     "batch_loader",
     "batch_window",
     "redis",
+    "max_loads",
+    "max_loads_full",
 ];
 
 /// The options of the README's table that the plans do not draw yet, and why: each needs work
@@ -329,6 +334,21 @@ fn ms(rng: &mut SmallRng, low: u64, high: u64) -> Duration {
     Duration::from_millis(rng.random_range(low..=high))
 }
 
+/// `max_loads` and `max_loads_full` of a seed's function at `index`, drawn apart (the salt is
+/// one with which no seed of `FOUND` draws it: they run as they did). Low caps, so that loads of
+/// distinct keys queue, and time out or are shed.
+fn max_loads(seed: u64, index: usize, salt: u64) -> Option<(u32, LoadsFull)> {
+    let capped = &mut SmallRng::seed_from_u64(seed ^ salt ^ index as u64);
+    if !chance(capped, 300) {
+        return None;
+    }
+    let full = match chance(capped, 400) {
+        true => LoadsFull::Error,
+        false => LoadsFull::Wait,
+    };
+    Some((capped.random_range(1..=3), full))
+}
+
 fn chance(rng: &mut SmallRng, per_mille: u32) -> bool {
     rng.random_range(0..1000) < per_mille
 }
@@ -423,6 +443,8 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionP
         version: None,
         ttl_from: None,
         batch_max: None,
+        max_loads: None,
+        max_loads_full: LoadsFull::Wait,
     };
     // Drawn apart from the rest, so that the plans of the seeds replayed in CI stay as they were.
     let versioned = chance(
@@ -480,6 +502,10 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionP
     if backend == Backend::Tiered && chance(tiered, 300) {
         let longest = u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX);
         config.memory_ttl = Some(ms(tiered, 1, longest.max(1)));
+    }
+    if let Some((most, full)) = max_loads(seed, index, MAX_LOADS_SALT) {
+        config.max_loads = Some(most);
+        config.max_loads_full = full;
     }
     FunctionPlan {
         config,
@@ -925,6 +951,7 @@ impl Function {
             retry_if: plan.retry_if,
             breaker: config.breaker.is_some(),
             busy_error: plan.busy == Busy::Error,
+            loads_full: config.max_loads.is_some(),
             shared: config.backend != Backend::Memory,
             no_singleflight: config.lock == Lock::None,
             // Without a lock, loads race: in memory the last to finish stays, in the shared tier
@@ -1186,6 +1213,14 @@ impl Cache {
         }
     }
 
+    /// The loads this process's cache refused so far (`max_loads`).
+    fn refused(self) -> u64 {
+        match self {
+            Cache::Local(cache) => cache.stats().loads_refused,
+            Cache::Shared(cache) => cache.stats().loads_refused,
+        }
+    }
+
     fn leftovers(self) -> stampede_runtime::sim::Leftovers {
         match self {
             Cache::Local(cache) => cache.leftovers(),
@@ -1391,8 +1426,10 @@ impl World {
             Op::ReadThrough(f, p, k) => self.call(Call::ReadThrough, f, p, k).await,
             Op::Peek(f, p, k) => {
                 let call = oracle.call(f, p, k);
-                let held = self.functions[f as usize].cache(p).peek(k);
+                let cache = self.functions[f as usize].cache(p);
+                let held = cache.peek(k);
                 let seen = held.as_ref().map_or(Seen::Nothing, Seen::of);
+                oracle.refusals(f, p, cache.refused());
                 oracle.returned(&call, Ok(seen), "peek");
             }
             Op::Write(f, k) => {
@@ -1506,6 +1543,7 @@ impl World {
                     ));
                     return;
                 }
+                oracle.refusals(f, p, function.cache(p).refused());
                 for (call, (_, answer)) in calls.iter().zip(&answers) {
                     oracle.returned(call, answer.as_ref().map(Seen::of), what);
                 }
@@ -1526,6 +1564,7 @@ impl World {
             Call::ReadThrough => "read_through",
         };
         if let Some(outcome) = outcome {
+            self.oracle.refusals(f, p, function.cache(p).refused());
             self.oracle
                 .returned(&call, outcome.as_ref().map(Seen::of), name);
         }
@@ -2026,6 +2065,8 @@ fn drawn(plan: &FunctionPlan, option: &str) -> String {
         "batch_loader" => format!("{:?}", plan.batch.is_some()),
         "batch_window" => format!("{:?}", plan.batch.and_then(|batch| batch.window)),
         "redis" => format!("{:?}", plan.connection),
+        "max_loads" => format!("{:?}", config.max_loads),
+        "max_loads_full" => format!("{:?}", config.max_loads_full),
         other => panic!("`{other}` is in PLANNED but `drawn` does not read it"),
     }
 }
@@ -2106,6 +2147,8 @@ fn a_window_that_holds_a_key_twice_answers_the_second_call_with_the_keys_value()
             version: None,
             ttl_from: None,
             batch_max: None,
+            max_loads: None,
+            max_loads_full: LoadsFull::Wait,
         };
         let values = Values {
             source_version: None,

@@ -127,6 +127,12 @@ options! {
     "breaker_cooldown" => |o, p| put(&mut o.breaker_cooldown, p, duration(p)?),
         doc: "how long an open breaker skips the source before one probe load",
         default: "`\"30s\"`";
+    "max_loads" => |o, p| put(&mut o.max_loads, p, int(p, "16")?),
+        doc: "the most loads of this cache that run at once in a process (a batch's load counts once): a miss beyond them waits for a free one, at most `timeout`, then fails with `stampede::Error::LoadsFull` (as a stale or fail-safe value allows, like any failed load); singleflight bounds one key's loads, this bounds a cold start's many keys",
+        default: "no bound";
+    "max_loads_full" => |o, p| put(&mut o.max_loads_full, p, choice(p, FULL)?),
+        doc: "with `max_loads`: `\"wait\"` for a free load (at most `timeout`), or `\"error\"`: fail at once with `stampede::Error::LoadsFull` (a function that returns `Result`)",
+        default: "`\"wait\"`";
     "capacity" => |o, p| put(&mut o.capacity, p, int(p, "10_000")?),
         doc: "maximum entries kept in memory",
         default: "`10_000`";
@@ -164,6 +170,7 @@ const BACKENDS: &[(&str, BackendKind)] = &[
     ("redis", BackendKind::Redis),
     ("tiered", BackendKind::Tiered),
 ];
+const FULL: &[(&str, FullKind)] = &[("wait", FullKind::Wait), ("error", FullKind::Error)];
 const BUSY: &[(&str, BusyKind)] = &[
     ("wait", BusyKind::Wait),
     ("compute", BusyKind::Compute),
@@ -189,6 +196,13 @@ pub(crate) enum BackendKind {
     Memory,
     Redis,
     Tiered,
+}
+
+/// `max_loads_full`: what a miss does when `max_loads` loads run already.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FullKind {
+    Wait,
+    Error,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -221,6 +235,8 @@ pub(crate) struct Options {
     pub(crate) source_version: Option<Spanned<syn::Path>>,
     pub(crate) breaker: Option<Spanned<u32>>,
     pub(crate) breaker_cooldown: Option<Spanned<Duration>>,
+    pub(crate) max_loads: Option<Spanned<u32>>,
+    pub(crate) max_loads_full: Option<Spanned<FullKind>>,
     pub(crate) key: Option<Spanned<KeyTemplate>>,
     /// The tag templates, each with the span of its literal.
     pub(crate) tags: Option<Spanned<Vec<Spanned<KeyTemplate>>>>,

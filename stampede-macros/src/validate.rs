@@ -5,7 +5,7 @@ use std::time::Duration;
 use proc_macro2::Span;
 use syn::{Ident, LitStr, Path};
 
-use crate::attr::{BackendKind, BusyKind, LockKind, Options, Spanned};
+use crate::attr::{BackendKind, BusyKind, FullKind, LockKind, Options, Spanned};
 use crate::batch::BatchShape;
 use crate::diag::{Errors, error};
 use crate::func::{Function, Returns};
@@ -36,6 +36,9 @@ pub(crate) struct Settings {
     pub(crate) source_version: Option<Path>,
     pub(crate) breaker: Option<u32>,
     pub(crate) breaker_cooldown: Duration,
+    /// `max_loads = N`: the most loads of the cache at once in a process.
+    pub(crate) max_loads: Option<u32>,
+    pub(crate) max_loads_full: FullKind,
     /// The arguments that form the key, in the order the key holds them.
     pub(crate) key_args: Vec<Ident>,
     /// The key template in canonical form, if one was given.
@@ -114,6 +117,8 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
             .map(|path| path.value.clone()),
         breaker: policies.breaker,
         breaker_cooldown: policies.breaker_cooldown,
+        max_loads: policies.max_loads,
+        max_loads_full: policies.max_loads_full,
         key_args,
         key_template: options.key.as_ref().map(|key| key.value.canonical()),
         tags,
@@ -477,6 +482,8 @@ struct Policies {
     retry_if: Option<Path>,
     breaker: Option<u32>,
     breaker_cooldown: Duration,
+    max_loads: Option<u32>,
+    max_loads_full: FullKind,
 }
 
 const DEFAULT_FAIL_SAFE_THROTTLE: Duration = Duration::from_secs(5);
@@ -492,6 +499,7 @@ fn policies(
     let refresh_after = refresh_after(options, lock, ttl, errors);
     fail_safe_companions(options, lock, errors);
     let breaker = breaker(options, errors);
+    let (max_loads, max_loads_full) = max_loads(options, function, errors);
     if let Some(retry_if) = &options.retry_if
         && matches!(function.returns, crate::func::Returns::Value(_))
     {
@@ -515,6 +523,8 @@ fn policies(
             .breaker_cooldown
             .as_ref()
             .map_or(DEFAULT_BREAKER_COOLDOWN, |cooldown| cooldown.value),
+        max_loads,
+        max_loads_full,
     }
 }
 
@@ -603,6 +613,48 @@ fn breaker(options: &Options, errors: &mut Errors) -> Option<u32> {
         ));
     }
     breaker
+}
+
+/// `max_loads` and `max_loads_full`: a cap that lets a load run, a policy only with a cap, and
+/// `"error"` only for a function with an error channel.
+fn max_loads(
+    options: &Options,
+    function: &Function,
+    errors: &mut Errors,
+) -> (Option<u32>, FullKind) {
+    let most = options.max_loads.as_ref().map(|most| {
+        if most.value == 0 {
+            errors.push(error(
+                most.span,
+                "`max_loads = 0` would never let a load run",
+                "give the most loads of this cache to run at once in a process, e.g. `max_loads = 16`",
+            ));
+        }
+        most.value
+    });
+    let Some(full) = &options.max_loads_full else {
+        return (most, FullKind::Wait);
+    };
+    if most.is_none() {
+        errors.push(error(
+            full.span,
+            "`max_loads_full` needs `max_loads`",
+            "add `max_loads = 16` (the most loads of this cache at once in a process)",
+        ));
+    }
+    if full.value == FullKind::Error
+        && let Returns::Value(_) = function.returns
+    {
+        errors.push(error(
+            full.span,
+            format!(
+                "`max_loads_full = \"error\"` fails a miss while `max_loads` loads run, and `{}` returns a plain value: its callers would have no error channel, and would panic under load",
+                function.sig.ident
+            ),
+            "return `Result<T, E>`, whose `E: From<stampede::Error>` receives `stampede::Error::LoadsFull`, or leave `max_loads_full` out to wait for a free load",
+        ));
+    }
+    (most, full.value)
 }
 
 fn non_zero(setting: Spanned<Duration>, name: &str, why: &str, errors: &mut Errors) -> Duration {

@@ -36,6 +36,16 @@ pub enum Backend {
     Tiered,
 }
 
+/// What a miss does when its cache already runs `max_loads` loads in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadsFull {
+    /// Wait for a free load, at most the cache's `timeout`.
+    Wait,
+    /// Fail at once with [`Error::LoadsFull`](crate::Error::LoadsFull).
+    Error,
+}
+
 /// The options of one cache. Built by `#[cached]`; listed by [`caches`](crate::caches), and
 /// serialized (durations as milliseconds) for debug pages.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -119,6 +129,11 @@ pub struct Config {
     /// For a batch function's cache: the most keys one call of the function loads (a larger
     /// batch is split into loads of at most this many keys, run at once). `None`: no bound.
     pub batch_max: Option<usize>,
+    /// The most loads of the cache that run at once in this process (a batch's one load counts
+    /// once). `None`: no bound.
+    pub max_loads: Option<u32>,
+    /// What a miss does when `max_loads` loads run already.
+    pub max_loads_full: LoadsFull,
 }
 
 /// The windows of a value's life, each after the one before: fresh, stale (served while one

@@ -15,6 +15,7 @@ use crate::entry::{Entry, jittered_ttl};
 use crate::flight::Flights;
 use crate::hot::HotKeys;
 use crate::kv::{Key, Value};
+use crate::limit::Limit;
 use crate::memory::{Form, Kept, Loading, Memory};
 use crate::tags::Stamp;
 use crate::telemetry::{Labels, Telemetry};
@@ -62,6 +63,8 @@ pub(crate) struct Core<K: Key, V: Value> {
     pub(crate) hot: HotKeys<K>,
     /// The upstream circuit breaker, with `breaker = N`.
     pub(crate) breaker: Option<Breaker>,
+    /// The cap on concurrent loads, with `max_loads = N`.
+    pub(crate) limit: Option<Limit>,
     /// How a key's tags are rendered, for a cache with `tags`.
     pub(crate) tags: Tags<K>,
     pub(crate) values: Values<V>,
@@ -93,6 +96,7 @@ impl<K: Key, V: Value> Core<K, V> {
                 Breaker::new(threshold, config.breaker_cooldown, open)
             }),
             telemetry: Telemetry::new(&config),
+            limit: Limit::of(&config),
             config,
             flights: Flights::new(),
             hot: HotKeys::new(),

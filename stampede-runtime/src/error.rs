@@ -74,6 +74,24 @@ pub enum Error {
         /// How long until the next probe load.
         retry_in: Duration,
     },
+    /// The cache already runs `max_loads` loads in this process: a miss beyond them waited
+    /// `timeout` for a free one, or (`max_loads_full = "error"`) failed at once. The source was
+    /// not called.
+    #[error(
+        "cache `{cache}`: its {most} loads (max_loads) were all running{}",
+        match waited {
+            Some(waited) => format!("; none was free within {waited:?} (the cache's timeout)"),
+            None => " (max_loads_full = \"error\")".to_owned(),
+        }
+    )]
+    LoadsFull {
+        /// The cache's name.
+        cache: Arc<str>,
+        /// Its `max_loads`.
+        most: u32,
+        /// How long it waited for a free load; `None` when it did not wait.
+        waited: Option<Duration>,
+    },
     /// A cached function was called outside a tokio runtime, where its load cannot be spawned.
     #[error("cache `{cache}`: called outside a tokio runtime; the load must be spawned on one")]
     NoRuntime {
@@ -117,7 +135,8 @@ impl Error {
             | Error::LockBusy { cache }
             | Error::RedisUnavailable { cache, .. }
             | Error::NoRuntime { cache }
-            | Error::CircuitOpen { cache, .. } => cache,
+            | Error::CircuitOpen { cache, .. }
+            | Error::LoadsFull { cache, .. } => cache,
             Error::Upstream(upstream) => upstream.cache(),
             Error::InvalidConfig { .. } => "",
         }

@@ -23,6 +23,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("hot", 2),
     ("entry", 2),
     ("load", 3),
+    ("limit", 3),
     ("stats", 3),
     ("flight", 3),
     ("memory", 3),

@@ -45,6 +45,7 @@ mod hot;
 mod kv;
 #[cfg(test)]
 mod layers;
+mod limit;
 mod load;
 mod memory;
 // The Rust side of the one ordering: the fake tier applies it, and the Redis scripts' tests
@@ -69,7 +70,7 @@ mod witness;
 
 pub use api::{caches, invalidate, invalidate_tag, stats};
 pub use budget::{MAX_REFRESHES_VAR, set_max_refreshes};
-pub use config::{Backend, Config, Lock};
+pub use config::{Backend, Config, LoadsFull, Lock};
 pub use error::{Error, LoadError, UpstreamError};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -92,7 +93,7 @@ pub mod __private {
         #[cfg(feature = "redis")]
         pub use crate::redis::bounds::*;
     }
-    pub use crate::config::{Backend, Config, Lock, TtlFrom};
+    pub use crate::config::{Backend, Config, LoadsFull, Lock, TtlFrom};
     pub use crate::core::{Tags, Values, tagged};
     pub use crate::kv::{Key, Value};
     #[cfg(feature = "redis")]

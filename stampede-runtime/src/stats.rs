@@ -42,6 +42,12 @@ pub struct Stats {
     /// value stored had a newer source version (`source_version`); the metric
     /// `cache_older_version_total`.
     pub older_versions: u64,
+    /// Loads that waited for a free load of the cache (`max_loads`); the metric
+    /// `cache_load_queued_total`.
+    pub loads_queued: u64,
+    /// Misses that found no free load (`max_loads`): refused at once, or after waiting
+    /// `timeout`; the metric `cache_load_refused_total`.
+    pub loads_refused: u64,
     /// Redis locks this process took to load a key.
     pub lock_acquired: u64,
     /// Times a key's Redis lock was held by another process.
@@ -78,6 +84,8 @@ impl Stats {
         self.breaker_open |= other.breaker_open;
         self.remote_hits += other.remote_hits;
         self.older_versions += other.older_versions;
+        self.loads_queued += other.loads_queued;
+        self.loads_refused += other.loads_refused;
         self.lock_acquired += other.lock_acquired;
         self.lock_busy += other.lock_busy;
         self.degraded += other.degraded;

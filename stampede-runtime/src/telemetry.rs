@@ -165,6 +165,9 @@ pub(crate) struct Telemetry {
     /// Values not stored, in memory or in the shared tier, because the one stored has a newer
     /// source version.
     pub(crate) older_versions: Count,
+    /// Loads that waited for a free load (`max_loads`), and those that found none.
+    pub(crate) loads_queued: Count,
+    pub(crate) loads_refused: Count,
     miss_loads: Counter,
     stale_loads: Counter,
     early_loads: Counter,
@@ -190,6 +193,8 @@ impl Telemetry {
             fail_safe_served: Count::new("cache_fail_safe_served_total", &labels),
             remote_hits: Count::new("cache_remote_hit_total", &labels),
             older_versions: Count::new("cache_older_version_total", &labels),
+            loads_queued: Count::new("cache_load_queued_total", &labels),
+            loads_refused: Count::new("cache_load_refused_total", &labels),
             miss_loads: metrics::counter!("cache_refresh_total", labels.with_reason(Reason::Miss)),
             stale_loads: metrics::counter!(
                 "cache_refresh_total",

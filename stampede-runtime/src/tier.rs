@@ -522,7 +522,8 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     }
 }
 
-/// Runs `attempts` (one load, with its timeout and retries) if the breaker admits it (else
+/// Runs `attempts` (one load, with its timeout and retries) once one of the cache's loads is
+/// free (`max_loads`, else `Error::LoadsFull`) and if the breaker admits it (else
 /// `Error::CircuitOpen`), calling `started` first; its outcome is the breaker's verdict, and a
 /// panic in it an `Error::LoadPanicked`.
 async fn admitted<K: Key, V: Value, T>(
@@ -530,6 +531,11 @@ async fn admitted<K: Key, V: Value, T>(
     started: impl FnOnce(),
     attempts: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
+    // Held until the load ends; taken before the breaker's ticket, whose probe must run.
+    let _free = match &core.limit {
+        Some(limit) => Some(limit.enter(&core.config, &core.telemetry).await?),
+        None => None,
+    };
     let ticket = match &core.breaker {
         Some(breaker) => Some(breaker.admit(&core.config.name)?),
         None => None,

@@ -107,6 +107,9 @@ pub struct Rules {
     pub breaker: bool,
     /// `busy = "error"`: a call may fail with `LockBusy`.
     pub busy_error: bool,
+    /// `max_loads`: a call may fail with `LoadsFull` (README, options: a load beyond them "fails
+    /// with `stampede::Error::LoadsFull`").
+    pub loads_full: bool,
     /// Values are shared between processes (tiered or Redis-only): invalidations reach them.
     pub shared: bool,
     /// No lock: loads of one key may overlap.
@@ -273,6 +276,9 @@ struct History {
     /// Per (function, process): when an attempt of a load of any key last failed (the breaker's
     /// count is the cache's), and how many attempts in a row have failed since one loaded.
     cache_failed: HashMap<(u8, usize), (Option<Duration>, u32)>,
+    /// Per (function, process): how many loads its cache refused (`max_loads`) as last told,
+    /// and when a call ending first found that count grown.
+    refused: HashMap<(u8, usize), (u64, Duration)>,
     /// Per (function, process, key): when a call was last given the last good value past its
     /// stale deadline for a failed load, an open breaker or a soft timeout (the throttle counts
     /// from then).
@@ -545,6 +551,17 @@ impl Oracle {
             done,
             format!("primed f{function} k{key} at v{version} in p{process}"),
         );
+    }
+
+    /// How many loads the cache of `function` in `process` refused so far (`max_loads`), told as
+    /// a call of it ends.
+    pub fn refusals(&self, function: u8, process: usize, count: u64) {
+        let now = self.now();
+        let mut history = self.history();
+        let told = history.refused.entry((function, process)).or_default();
+        if count > told.0 {
+            *told = (count, now);
+        }
     }
 
     /// A call begins.
@@ -1071,14 +1088,29 @@ impl History {
             fail_safe,
             rules,
         );
+        // A load refused by `max_loads` is a failed load (README, options: it "fails with
+        // `stampede::Error::LoadsFull` ..., which a stale or fail-safe value covers as it covers
+        // any failed load"). Which key's was refused is not told: one of the cache's in this
+        // process, found when a call of it ended after the call began, grants it (wider than
+        // the key, never than the process).
+        let refused = self
+            .refused
+            .get(&(call.function, call.process))
+            .is_some_and(|&(_, found)| found >= call.began);
         let failure = since(self.failed.get(&key), Duration::ZERO)
+            || refused
             || breaker
             || fail_safe
                 .soft_timeout
                 .is_some_and(|soft| now.saturating_sub(call.began) >= soft);
         // The last good value is given (and its throttle begins) once the store answered after
         // the failed attempt.
+        let refused_at = self
+            .refused
+            .get(&(call.function, call.process))
+            .map(|(_, found)| found);
         let throttled = since(self.failed.get(&key), fail_safe.throttle + rules.stalls)
+            || since(refused_at, fail_safe.throttle + rules.stalls)
             || since(self.fail_safe_served.get(&key), fail_safe.throttle);
         match (failure, throttled) {
             (true, _) => Some(Grant::Failure),
@@ -1207,6 +1239,7 @@ fn allowed(error: &stampede::Error, rules: &Rules) -> bool {
         | stampede::Error::LoadPanicked { .. } => true,
         stampede::Error::CircuitOpen { .. } => rules.breaker,
         stampede::Error::LockBusy { .. } => rules.busy_error,
+        stampede::Error::LoadsFull { .. } => rules.loads_full,
         _ => false,
     }
 }

@@ -7,7 +7,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 
 use super::Expansion;
-use crate::attr::{BackendKind, BusyKind, LockKind};
+use crate::attr::{BackendKind, BusyKind, FullKind, LockKind};
 use crate::validate::Settings;
 
 impl Expansion<'_> {
@@ -138,6 +138,14 @@ pub(super) fn config(
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
     };
+    let max_loads = match settings.max_loads {
+        Some(n) => quote!(::core::option::Option::Some(#n)),
+        None => quote!(::core::option::Option::None),
+    };
+    let max_loads_full = match settings.max_loads_full {
+        FullKind::Wait => quote!(Wait),
+        FullKind::Error => quote!(Error),
+    };
     let version = match &settings.version {
         Some(version) => {
             quote!(::core::option::Option::Some(::std::sync::Arc::from(#version)))
@@ -180,6 +188,8 @@ pub(super) fn config(
             version: #version,
             ttl_from: #ttl_from,
             batch_max: #batch_max,
+            max_loads: #max_loads,
+            max_loads_full: #private::LoadsFull::#max_loads_full,
         }
     }
 }

@@ -32,6 +32,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
             fail_safe_served: t.fail_safe_served.get(),
             remote_hits: t.remote_hits.get(),
             older_versions: t.older_versions.get(),
+            loads_queued: t.loads_queued.get(),
+            loads_refused: t.loads_refused.get(),
             entries: core.memory.entry_count(),
             in_flight: core.flights.len() as u64,
             waiters: t.waiters.get(),

@@ -42,6 +42,8 @@ fn config(name: &str) -> Config {
         version: None,
         ttl_from: None,
         batch_max: None,
+        max_loads: None,
+        max_loads_full: crate::config::LoadsFull::Wait,
     }
 }
 

@@ -64,6 +64,7 @@ pub async fn product(contender: Contender, id: i32) -> Result<Option<Product>, L
         Contender::CachedRedis => cached_redis_product(id).await,
         Contender::StampedeLocal => stampede_local(id).await,
         Contender::StampedeRedis => stampede_redis(id).await,
+        Contender::StampedeRedisCapped => stampede_redis_capped(id).await,
         Contender::StampedeRefresh => stampede_refresh(id).await,
     }
 }
@@ -130,6 +131,23 @@ async fn stampede_local(id: i32) -> Result<Option<Product>, LookupError> {
     timeout = "5s"
 )]
 async fn stampede_redis(id: i32) -> Result<Option<Product>, LookupError> {
+    query(id).await
+}
+
+/// As `stampede_redis`, with at most 8 loads at once per instance (its pool has 10
+/// connections): a cold start's misses wait for a free load in the cache, not on the pool.
+#[stampede::cached(
+    name = "storm::redis_capped",
+    ttl = "10s",
+    jitter = 0,
+    stale = "60s",
+    fail_safe = "5m",
+    lock = "redis",
+    capacity = 100_000,
+    timeout = "5s",
+    max_loads = 8
+)]
+async fn stampede_redis_capped(id: i32) -> Result<Option<Product>, LookupError> {
     query(id).await
 }
 

@@ -336,3 +336,31 @@ async fn a_batch_load_counts_once_against_max_loads() {
         "two calls of two keys"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn xfetch_refreshes_a_hot_key_with_a_slow_load_before_it_expires() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    // The paper's setting: a key read 10 times a second whose load takes 3 s.
+    #[cached(ttl = "60s", jitter = 0, xfetch = 2.0, name = "policies::xfetch")]
+    async fn report(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        id
+    }
+
+    within(report(1)).await;
+    for _ in 0..6_000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        within(report(1)).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "a call waited for a load"
+        );
+    }
+    // Ten minutes: at least one load per `ttl` (each before its expiry), far fewer than reads.
+    let loads = LOADS.load(SeqCst);
+    assert!((11..=60).contains(&loads), "{loads} loads in 10 minutes");
+}

@@ -2,7 +2,7 @@
 //! TigerBeetle's VOPR: one seed generates one run, and replays it exactly.
 //!
 //! A run generates a few cached functions with random but valid options (every option of the
-//! README's table in [`PLANNED`]: ttl and ttl_from, jitter, stale, refresh_after, fail_safe and
+//! README's table in [`PLANNED`]: ttl and ttl_from, jitter, stale, refresh_after, xfetch, fail_safe and
 //! its throttle, soft_timeout, retries, retry_if, timeout, breaker, tags, capacity, lock, busy,
 //! backend, the connection's lock wait, and batch functions: `batch`, `batch_max`, `missing_ttl`,
 //! single-key calls through `batch_loader`, alone or in bursts loaded together by a
@@ -90,6 +90,8 @@ const FOUND: &[u64] = &[
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;
 /// The salt of `memory_ttl`'s draws (see `function`).
 const MEMORY_TTL_SALT: u64 = 0x3e3_0007;
+/// The salt of `xfetch`'s draws (see `xfetch`).
+const XFETCH_SALT: u64 = 0xf37c_009c;
 /// The salt of `max_loads`' draws (see `max_loads`).
 const MAX_LOADS_SALT: u64 = 0x3a7_0472;
 /// No operation of a run may take longer (virtual time): past it, it hung.
@@ -212,6 +214,7 @@ const PLANNED: &[&str] = &[
     "backend",
     "busy",
     "refresh_after",
+    "xfetch",
     "fail_safe",
     "fail_safe_throttle",
     "soft_timeout",
@@ -349,6 +352,13 @@ fn max_loads(seed: u64, index: usize, salt: u64) -> Option<(u32, LoadsFull)> {
     Some((capped.random_range(1..=3), full))
 }
 
+/// `xfetch`'s beta for a seed's function at `index`, drawn apart (the salt is one with which no
+/// seed of `FOUND` draws it).
+fn xfetch(seed: u64, index: usize, salt: u64) -> Option<f64> {
+    let early = &mut SmallRng::seed_from_u64(seed ^ salt ^ index as u64);
+    chance(early, 300).then(|| early.random_range(0.5..4.0))
+}
+
 fn chance(rng: &mut SmallRng, per_mille: u32) -> bool {
     rng.random_range(0..1000) < per_mille
 }
@@ -433,6 +443,7 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionP
         refresh_after: (locked && chance(rng, 300))
             .then(|| ttl.mul_f64(rng.random_range(0.2..0.9)))
             .filter(|after| !after.is_zero()),
+        xfetch: None,
         fail_safe,
         fail_safe_throttle: ms(rng, 10, 3_000),
         soft_timeout: (fail_safe.is_some() && locked && chance(rng, 400)).then(|| ms(rng, 5, 300)),
@@ -502,6 +513,14 @@ fn function(rng: &mut SmallRng, seed: u64, index: usize, keys: Key) -> FunctionP
     if backend == Backend::Tiered && chance(tiered, 300) {
         let longest = u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX);
         config.memory_ttl = Some(ms(tiered, 1, longest.max(1)));
+    }
+    // XFetch, where refresh-ahead may be (a lock, values in memory) and `refresh_after` is not.
+    if let Some(beta) = xfetch(seed, index, XFETCH_SALT)
+        && config.lock != Lock::None
+        && config.refresh_after.is_none()
+        && backend != Backend::Redis
+    {
+        config.xfetch = Some(beta);
     }
     if let Some((most, full)) = max_loads(seed, index, MAX_LOADS_SALT) {
         config.max_loads = Some(most);
@@ -2047,6 +2066,7 @@ fn drawn(plan: &FunctionPlan, option: &str) -> String {
         "backend" => format!("{:?}", config.backend),
         "busy" => format!("{:?}", plan.busy),
         "refresh_after" => format!("{:?}", config.refresh_after),
+        "xfetch" => format!("{:?}", config.xfetch),
         "fail_safe" => format!("{:?}", config.fail_safe),
         "fail_safe_throttle" => format!("{:?}", config.fail_safe_throttle),
         "soft_timeout" => format!("{:?}", config.soft_timeout),
@@ -2137,6 +2157,7 @@ fn a_window_that_holds_a_key_twice_answers_the_second_call_with_the_keys_value()
             backend: Backend::Memory,
             capacity: 1_000,
             refresh_after: None,
+            xfetch: None,
             fail_safe: None,
             fail_safe_throttle: Duration::from_millis(10),
             soft_timeout: None,

@@ -82,6 +82,9 @@ options! {
     "refresh_after" => |o, p| put(&mut o.refresh_after, p, duration(p)?),
         doc: "refresh-ahead: past this age (below `ttl`, jittered like it) a hit also starts one background refresh, so a key read steadily never expires",
         default: "off";
+    "xfetch" => |o, p| put(&mut o.xfetch, p, number(p, "1.0")?),
+        doc: "probabilistic early refresh (XFetch, VLDB 2015) with this `beta`: a hit starts one background refresh when `now - load time * beta * ln(u) >= fresh deadline` (`u` uniform per hit), the load time being the key's last load's here; likelier as the deadline nears and for slower loads, so a hot key is refreshed before it expires (a higher `beta`, earlier)",
+        default: "off";
     "fail_safe" => |o, p| put(&mut o.fail_safe, p, duration(p)?),
         doc: "when a load fails (error, timeout, panic), serve the last good value for this long past its stale deadline",
         default: "off";
@@ -227,6 +230,7 @@ pub(crate) struct Options {
     pub(crate) busy: Option<Spanned<BusyKind>>,
     pub(crate) capacity: Option<Spanned<u64>>,
     pub(crate) refresh_after: Option<Spanned<Duration>>,
+    pub(crate) xfetch: Option<Spanned<f64>>,
     pub(crate) fail_safe: Option<Spanned<Duration>>,
     pub(crate) fail_safe_throttle: Option<Spanned<Duration>>,
     pub(crate) soft_timeout: Option<Spanned<Duration>>,
@@ -482,6 +486,20 @@ fn duration(pair: &Pair) -> syn::Result<Duration> {
         ));
     }
     Ok(parsed)
+}
+
+/// A number, whole or not, written without quotes like `example`.
+fn number(pair: &Pair, example: &str) -> syn::Result<f64> {
+    let name = &pair.name;
+    match pair.lit()? {
+        Lit::Float(float) => float.base10_parse(),
+        Lit::Int(int) => int.base10_parse(),
+        other => Err(error(
+            other.span(),
+            format!("`{name}` takes a number"),
+            format!("write it without quotes, e.g. `{name} = {example}`"),
+        )),
+    }
 }
 
 /// A whole number, written without quotes like `example`.

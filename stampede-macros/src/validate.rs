@@ -28,6 +28,8 @@ pub(crate) struct Settings {
     pub(crate) refresh_after: Option<Duration>,
     pub(crate) fail_safe: Option<Duration>,
     pub(crate) fail_safe_throttle: Duration,
+    /// `xfetch = beta`: probabilistic early refresh.
+    pub(crate) xfetch: Option<f64>,
     pub(crate) soft_timeout: Option<Duration>,
     /// `memory_ttl = ".."`: a tiered cache's life of a value in memory.
     pub(crate) memory_ttl: Option<Duration>,
@@ -108,6 +110,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         refresh_after: policies.refresh_after,
         fail_safe: policies.fail_safe,
         fail_safe_throttle: policies.fail_safe_throttle,
+        xfetch: policies.xfetch,
         soft_timeout: policies.soft_timeout,
         memory_ttl,
         retry_if: policies.retry_if,
@@ -436,6 +439,13 @@ fn without_memory(options: &Options, backend: BackendKind, errors: &mut Errors) 
             "remove `fail_safe_throttle`: each call past the stale window asks the source and, when it fails, gets the last good value Redis keeps; bound the source's load with `breaker = N`, or use `backend = \"tiered\"`",
         ));
     }
+    if let Some(beta) = &options.xfetch {
+        errors.push(error(
+            beta.span,
+            "`xfetch` scales each key's early refresh by its load time as the process that loaded it measured it, in memory, and with `backend = \"redis\"` no value is kept in memory",
+            "use `backend = \"tiered\"` (the process that loads a key refreshes it early; the others read the fresh value from Redis), or `refresh_after` for a fixed point",
+        ));
+    }
 }
 
 /// `memory_ttl`: the life of a value in memory in front of Redis, so only for a tiered cache,
@@ -476,6 +486,7 @@ fn memory_ttl(
 /// The freshness and failure policies, as they fit the rest of the options.
 struct Policies {
     refresh_after: Option<Duration>,
+    xfetch: Option<f64>,
     fail_safe: Option<Duration>,
     fail_safe_throttle: Duration,
     soft_timeout: Option<Duration>,
@@ -497,6 +508,7 @@ fn policies(
     errors: &mut Errors,
 ) -> Policies {
     let refresh_after = refresh_after(options, lock, ttl, errors);
+    let xfetch = xfetch(options, lock, errors);
     fail_safe_companions(options, lock, errors);
     let breaker = breaker(options, errors);
     let (max_loads, max_loads_full) = max_loads(options, function, errors);
@@ -511,6 +523,7 @@ fn policies(
     }
     Policies {
         refresh_after,
+        xfetch,
         fail_safe: options.fail_safe.as_ref().map(|fail_safe| fail_safe.value),
         fail_safe_throttle: options
             .fail_safe_throttle
@@ -590,6 +603,34 @@ fn fail_safe_companions(options: &Options, lock: LockKind, errors: &mut Errors) 
             "after the soft timeout the load goes on in the background and stores its value, and with `lock = \"none\"` every load runs on its caller's task; remove `soft_timeout` or use `lock = \"local\"`",
         ));
     }
+}
+
+/// `xfetch = beta`: a positive number, on a cache with a lock and without `refresh_after` (two
+/// early refreshes would be one too many; the fixed point or the draw, not both).
+fn xfetch(options: &Options, lock: LockKind, errors: &mut Errors) -> Option<f64> {
+    let beta = options.xfetch.as_ref()?;
+    if !(beta.value.is_finite() && beta.value > 0.0) {
+        errors.push(error(
+            beta.span,
+            "`xfetch` takes a `beta` above zero",
+            "1.0 is the paper's choice; above it refreshes earlier, below it later, e.g. `xfetch = 1.0`",
+        ));
+    }
+    if let Some(after) = &options.refresh_after {
+        errors.push(error(
+            after.span,
+            "`refresh_after` and `xfetch` both refresh a value early: keep one",
+            "`refresh_after = \"45s\"` refreshes at a fixed age; `xfetch = 1.0` at a random one that nears the deadline as the load is slow",
+        ));
+    }
+    if lock == LockKind::None {
+        errors.push(error(
+            beta.span,
+            "`xfetch` needs a lock, and this cache has `lock = \"none\"`",
+            "an early refresh runs one background refresh per key, which takes a lock; remove `xfetch` or use `lock = \"local\"`",
+        ));
+    }
+    Some(beta.value)
 }
 
 fn breaker(options: &Options, errors: &mut Errors) -> Option<u32> {

@@ -212,7 +212,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let freshness = if entry.surely_fresh() {
             Freshness::Fresh
         } else {
-            entry.freshness(Instant::now())
+            core.freshness(&entry, Instant::now())
         };
         let reason = match freshness {
             Freshness::Fresh | Freshness::Early => {
@@ -347,7 +347,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         shared: Shared<V>,
     ) -> Option<(V, Option<Instant>)> {
         let entry = direct.begun.entry(shared.entry, shared.trusted_for);
-        let freshness = entry.freshness(Instant::now());
+        let freshness = self.core.freshness(&entry, Instant::now());
         // Not fresh by this process's clock, or a tag invalidated meanwhile: the flight decides.
         if !matches!(freshness, Freshness::Fresh | Freshness::Early) || !entry.current() {
             return None;

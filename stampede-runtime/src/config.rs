@@ -81,6 +81,11 @@ pub struct Config {
         serialize_with = "crate::config::millis_opt"
     )]
     pub refresh_after: Option<Duration>,
+    /// Probabilistic early refresh (XFetch, Vattani et al., VLDB 2015) with this `beta`: a hit
+    /// starts one background refresh when `now - load time * beta * ln(u) >= fresh deadline`
+    /// (`u` drawn per hit, uniform in (0, 1)), so the chance rises as the deadline nears and
+    /// with how long the value's load took in this process. `None`: off.
+    pub xfetch: Option<f64>,
     /// Fail-safe: when a load fails (error, timeout, panic), the last good value is served
     /// instead for this long past its stale deadline. `None`: off.
     #[serde(rename = "fail_safe_ms", serialize_with = "crate::config::millis_opt")]

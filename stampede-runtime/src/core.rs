@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::breaker::Breaker;
 use crate::clock::after;
 use crate::config::{Config, Lifetime};
-use crate::entry::{Entry, jittered_ttl};
+use crate::entry::{Entry, Freshness, jittered_ttl};
 use crate::flight::Flights;
 use crate::hot::HotKeys;
 use crate::kv::{Key, Value};
@@ -84,11 +84,14 @@ impl<K: Key, V: Value> Core<K, V> {
         }
         // Only these options give an entry a tag stamp, a refresh point before its fresh
         // deadline or a fail-safe deadline past its stale one: without them, the lean form.
-        let form =
-            match tags.is_none() && config.refresh_after.is_none() && config.fail_safe.is_none() {
-                true => Form::Lean,
-                false => Form::Full,
-            };
+        let form = match tags.is_none()
+            && config.refresh_after.is_none()
+            && config.xfetch.is_none()
+            && config.fail_safe.is_none()
+        {
+            true => Form::Lean,
+            false => Form::Full,
+        };
         Core {
             memory: Memory::new(config.capacity, form, key_name, values.source_version),
             breaker: config.breaker.map(|threshold| {
@@ -102,6 +105,17 @@ impl<K: Key, V: Value> Core<K, V> {
             hot: HotKeys::new(),
             tags,
             values,
+        }
+    }
+
+    /// How `entry` may be served at `now`: `Early` (a refresh is due) only past `refresh_after`
+    /// or, with `xfetch`, when this read's draw says so.
+    pub(crate) fn freshness(&self, entry: &Entry<V>, now: Instant) -> Freshness {
+        match entry.freshness(now) {
+            Freshness::Early if self.config.xfetch.is_some() && !entry.xfetch_due(now) => {
+                Freshness::Fresh
+            }
+            freshness => freshness,
         }
     }
 
@@ -148,15 +162,17 @@ impl<K: Key, V: Value> Core<K, V> {
         since: Instant,
     ) -> Entry<V> {
         let config = &self.config;
-        let entry = match config.refresh_after {
-            Some(refresh_after) => {
+        let entry = match (config.refresh_after, config.xfetch) {
+            (Some(refresh_after), _) => {
                 let at = after(
                     entry.filled_at(),
                     jittered_ttl(refresh_after, config.jitter),
                 );
                 entry.refreshing_from(at)
             }
-            None => entry,
+            // The key's load time as this process measured it: from the flight's start to now.
+            (None, Some(beta)) => entry.xfetching(since.elapsed(), beta),
+            (None, None) => entry,
         };
         let fail_safe = config.lifetime_of(&entry.value).fail_safe;
         let entry = match fail_safe.is_zero() {

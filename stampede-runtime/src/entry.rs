@@ -267,6 +267,29 @@ impl<V> Entry<V> {
         self.with_deadlines(refresh_at, fresh, stale, fail_safe)
     }
 
+    /// The entry refreshed early by XFetch (see [`Entry::xfetch_due`]) for a load that took
+    /// `took`, with `beta`: its refresh point [`XFETCH_REACH`] times `took * beta` before its
+    /// fresh deadline (at its fill at the earliest), where a read's chance of a refresh is
+    /// `e^-10` and rises from.
+    pub(crate) fn xfetching(self, took: Duration, beta: f64) -> Self {
+        let (fresh, ..) = self.deadlines();
+        let reach = took.as_secs_f64() * beta * XFETCH_REACH * 1e9;
+        let at = Nanos::before(fresh, reach.min(u64::MAX as f64) as u64).max(self.filled_nanos());
+        self.refreshing_from(at.instant())
+    }
+
+    /// XFetch's draw for a read at `now` past the refresh point: whether it starts the early
+    /// refresh, which it does when `now - took * beta * ln(u) >= fresh_until` for `u` uniform in
+    /// (0, 1), `took * beta` being the distance from the refresh point to the fresh deadline
+    /// over [`XFETCH_REACH`]. The nearer the deadline and the slower the load, the likelier.
+    pub(crate) fn xfetch_due(&self, now: Instant) -> bool {
+        let (fresh, ..) = self.deadlines();
+        let scale = fresh.since(self.refresh_at) as f64 / XFETCH_REACH;
+        let left = fresh.since(Nanos::of(now)) as f64;
+        let draw = -crate::random::uniform(f64::MIN_POSITIVE..1.0).ln();
+        left <= scale * draw
+    }
+
     /// The entry, kept as the last good value for `fail_safe` past its stale deadline.
     pub(crate) fn failing_safe_for(mut self, fail_safe: Duration) -> Self {
         let stale_until = after(self.filled_at(), self.stale_until.duration());
@@ -339,6 +362,11 @@ impl<V> Entry<V> {
         }
     }
 }
+
+/// How many times a load's time (times `beta`) before its fresh deadline an XFetch entry's reads
+/// begin to draw: a read farther than that refreshes with a chance below `e^-10`, which the
+/// runtime rounds to none so that the reads before it cost nothing.
+pub(crate) const XFETCH_REACH: f64 = 10.0;
 
 /// `ttl * (1 - u)` with `u` uniform in `[0, jitter / 100]`: a fill's fresh time.
 pub(crate) fn jittered_ttl(ttl: Duration, jitter: u8) -> Duration {

@@ -129,6 +129,10 @@ pub(super) fn config(
         None => quote!(::core::option::Option::None),
     };
     let refresh_after = some_duration(settings.refresh_after);
+    let xfetch = match settings.xfetch {
+        Some(beta) => quote!(::core::option::Option::Some(#beta)),
+        None => quote!(::core::option::Option::None),
+    };
     let fail_safe = some_duration(settings.fail_safe);
     let soft_timeout = some_duration(settings.soft_timeout);
     let memory_ttl = some_duration(settings.memory_ttl);
@@ -178,6 +182,7 @@ pub(super) fn config(
             backend: #private::Backend::#backend,
             capacity: #capacity,
             refresh_after: #refresh_after,
+            xfetch: #xfetch,
             fail_safe: #fail_safe,
             fail_safe_throttle: #fail_safe_throttle,
             soft_timeout: #soft_timeout,

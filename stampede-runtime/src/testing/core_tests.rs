@@ -32,6 +32,7 @@ fn config(name: &str) -> Config {
         backend: Backend::Memory,
         capacity: 1_000,
         refresh_after: None,
+        xfetch: None,
         fail_safe: None,
         fail_safe_throttle: Duration::from_secs(5),
         soft_timeout: None,

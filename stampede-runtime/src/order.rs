@@ -17,3 +17,30 @@
 pub(crate) fn may_be_newer<T: Ord>(stored_read_at: T, read_from: T) -> bool {
     stored_read_at >= read_from
 }
+
+/// Whether a load's fill lands, as `FILL` decides it once source versions allow it, given
+/// whether the key's fence is still the one the load read (`fenced`), when the source of the
+/// value stored was read (`None`: nothing stored) and when the load's was: exactly over an older
+/// stored value, whatever the fence (a stored value was read after the last invalidation, which
+/// deleted what was there, so a value read later is too); over nothing, only under the fence
+/// the load read. `Some(true)`: it lands over a fence that moved, which it moves on past the
+/// load that moved it; `Some(false)`: under its own fence; `None`: refused, and its callers are
+/// handed what is stored (or, with nothing stored, their own value, kept nowhere shared).
+pub(crate) fn fill_lands<T: Ord>(
+    fenced: bool,
+    stored_read_at: Option<T>,
+    read_from: T,
+) -> Option<bool> {
+    match stored_read_at.map(|stored| may_be_newer(stored, read_from)) {
+        Some(true) => None,
+        Some(false) => Some(!fenced),
+        None => fenced.then_some(false),
+    }
+}
+
+/// Whether a fill that landed (`over_moved`: over a fence that had moved, see [`fill_lands`])
+/// moves the key's fence on: when it holds no lock (a holder's own lock, taken with the fence's
+/// increment, orders it already), or when it landed over a moved fence.
+pub(crate) fn fill_moves_fence(locked: bool, over_moved: bool) -> bool {
+    !locked || over_moved
+}

@@ -578,24 +578,21 @@ impl<K: Key, V> State<K, V> {
     }
 }
 
-/// Whether a load's value whose source was read at `read_from` lands, as `FILL` decides once the
-/// source versions allow it: exactly over an older stored value (`order::may_be_newer`),
-/// whatever the fence, since a stored value was read after the last invalidation; over nothing,
-/// only under the fence the load read. `Some(true)`: it lands over a fence that moved, which it
-/// moves on past the load that moved it.
+/// Whether a load's value whose source was read at `read_from` lands (see `order::fill_lands`,
+/// which `FILL` mirrors).
 fn lands<K: Key, V: Clone>(
     state: &State<K, V>,
     key: &K,
     fence: u64,
     read_from: Instant,
 ) -> Option<bool> {
-    let fenced = state.fence(key) == fence;
     let now = Instant::now();
-    match state.values.get(key).filter(|stored| stored.kept(now)) {
-        Some(stored) if order::may_be_newer(stored.read_at, read_from) => None,
-        Some(_) => Some(!fenced),
-        None => fenced.then_some(false),
-    }
+    let stored = state.values.get(key).filter(|stored| stored.kept(now));
+    order::fill_lands(
+        state.fence(key) == fence,
+        stored.map(|s| s.read_at),
+        read_from,
+    )
 }
 
 impl<V: Clone> Stored<V> {
@@ -1066,7 +1063,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             // The store went down meanwhile: the value is good, kept here.
             (Ok(Loaded { value, .. }), _) if self.store.down() => return Filled::Here(value),
             (Ok(Loaded { value, read_from }), None) if lands.is_some() => {
-                if token.is_none() || lands == Some(true) {
+                if order::fill_moves_fence(token.is_some(), lands == Some(true)) {
                     state.bump(handle.key());
                 }
                 let stored = self.stored(handle, value, read_from);

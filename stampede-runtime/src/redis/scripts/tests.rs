@@ -13,7 +13,7 @@ use crate::order;
 use crate::redis::config::RedisConfig;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::keys::RedisKeys;
-use crate::redis::ops::Fill;
+use crate::redis::ops::{Fill, ReadState};
 
 /// One fill over a value another load of the key wrote: the fence moved since this load's read
 /// (`moved_by` > 0: another holder's fill) or did not (a load without the lock wrote under the
@@ -107,5 +107,218 @@ fn a_refused_fill_hands_its_callers_what_redis_keeps() {
             &server,
             (written_off, stored_read_off, read_off, stored_fence_off, moved_by),
         );
+    });
+}
+
+/// One step of a key's history, as the flows and the companion make them.
+#[derive(Clone, Debug)]
+enum Step {
+    /// `READ_OR_LOCK` of a load that replaces the value (read as missing), with a token (a
+    /// holder, or a waiter when the lock is taken) or without.
+    Read { locked: bool },
+    /// `FILL` of the value of the `load`-th read (of those not filled yet), its source read
+    /// `read_off` ms after the case's base.
+    Fill { load: usize, read_off: u64 },
+    /// A companion's `prime`: written whatever the fence.
+    Prime,
+    /// An invalidation.
+    Invalidate,
+}
+
+/// A load of the sequence: its token if it holds the lock, and the fence its read gave.
+struct Load {
+    token: Option<String>,
+    fence: u64,
+}
+
+/// What the Rust side says Redis holds for the key: its fence, the lock's token, and the stored
+/// value's source read and payload.
+struct Model {
+    fence: u64,
+    lock: Option<String>,
+    stored: Option<(u64, String)>,
+}
+
+/// The payload and source read (`read_at`) of an envelope Redis holds.
+fn stored(server: &RedisServer, keys: &RedisKeys) -> Option<(u64, String)> {
+    let held: Option<Vec<u8>> = server.command(&["GET", &keys.value]);
+    let held = String::from_utf8(held?).expect("an envelope is text here");
+    let (header, payload) = held.split_once('\n').expect("a header line");
+    let read_at = header
+        .split(' ')
+        .nth(4)
+        .expect("S3's read_at")
+        .parse()
+        .unwrap();
+    Some((read_at, payload.to_owned()))
+}
+
+/// Runs `steps` on a fresh key in Redis (the real scripts) and in the model, whose decisions are
+/// the fake tier's: `order::fill_lands` for a fill, `order::fill_moves_fence` for its fence. After
+/// every step Redis and the model agree on the fence, the lock and what is stored, and every
+/// refused fill is handed what Redis keeps.
+fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Step]) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let keys = RedisKeys::of_base(&format!("sequence:{{{case}}}"));
+    let _: () = server.command(&["SET", &keys.fence, "1000"]);
+    let base: u64 = {
+        let (seconds, micros): (u64, u64) = server.command(&["TIME"]);
+        seconds * 1_000 + micros / 1_000 - 100
+    };
+    let mut model = Model {
+        fence: 1_000,
+        lock: None,
+        stored: None,
+    };
+    let mut loads: Vec<Load> = Vec::new();
+    for (at, step) in steps.iter().enumerate() {
+        let lifetime = Lifetime {
+            fresh: Duration::from_secs(60),
+            stale: Duration::ZERO,
+            fail_safe: Duration::ZERO,
+        };
+        match *step {
+            Step::Read { locked } => {
+                let token = locked.then(crate::redis::lock::token);
+                let read = runtime
+                    .block_on(endpoint.read_or_lock_many(&[&keys], token.as_deref(), &[true]))
+                    .expect("redis-server answers")
+                    .pop()
+                    .unwrap();
+                let holds = token.is_some() && model.lock.is_none();
+                if holds {
+                    model.fence += 1;
+                    model.lock.clone_from(&token);
+                }
+                assert_eq!(read.fence, model.fence, "step {at}: the fence a read gives");
+                assert_eq!(
+                    read.state == ReadState::Locked,
+                    holds,
+                    "step {at}: the lock"
+                );
+                loads.push(Load {
+                    token: token.filter(|_| holds),
+                    fence: read.fence,
+                });
+            }
+            Step::Fill { load, read_off } => {
+                if loads.is_empty() {
+                    continue;
+                }
+                let load = loads.remove(load % loads.len());
+                let read_from = base + read_off;
+                let payload = format!("fill {at}");
+                let written = runtime
+                    .block_on(endpoint.fill(&Fill {
+                        keys: &keys,
+                        token: load.token.as_deref().unwrap_or(""),
+                        lifetime,
+                        load: Duration::ZERO,
+                        fence: Some(load.fence),
+                        source_version: None,
+                        read_from,
+                        payload: payload.as_bytes(),
+                    }))
+                    .expect("redis-server answers");
+                let lands = order::fill_lands(
+                    model.fence == load.fence,
+                    model.stored.as_ref().map(|(read_at, _)| *read_at),
+                    read_from,
+                );
+                assert_eq!(
+                    written.written,
+                    lands.is_some(),
+                    "step {at}: a fill read at {read_from} under fence {} (now {}) over {:?}",
+                    load.fence,
+                    model.fence,
+                    model.stored
+                );
+                if load.token.is_some() && model.lock == load.token {
+                    model.lock = None;
+                }
+                match lands {
+                    Some(over_moved) => {
+                        if order::fill_moves_fence(load.token.is_some(), over_moved) {
+                            model.fence += 1;
+                        }
+                        model.stored = Some((read_from, payload));
+                    }
+                    None => {
+                        let handed = written.stored.map(|bytes| {
+                            let text = String::from_utf8(bytes).unwrap();
+                            text.split_once('\n').unwrap().1.to_owned()
+                        });
+                        let kept = model.stored.as_ref().map(|(_, payload)| payload.clone());
+                        assert_eq!(
+                            handed, kept,
+                            "step {at}: a refused fill is handed what Redis keeps"
+                        );
+                    }
+                }
+            }
+            Step::Prime => {
+                let payload = format!("prime {at}");
+                let written = runtime
+                    .block_on(endpoint.fill(&Fill {
+                        keys: &keys,
+                        token: "",
+                        lifetime,
+                        load: Duration::ZERO,
+                        fence: None,
+                        source_version: None,
+                        read_from: 0,
+                        payload: payload.as_bytes(),
+                    }))
+                    .expect("redis-server answers");
+                assert!(
+                    written.written,
+                    "step {at}: a prime is written whatever the fence"
+                );
+                model.fence += 1;
+                model.stored = Some((written.now_ms, payload));
+            }
+            Step::Invalidate => {
+                runtime
+                    .block_on(endpoint.invalidate(&keys, None))
+                    .expect("redis-server answers");
+                model.fence += 1;
+                model.stored = None;
+            }
+        }
+        let fence: u64 = server.command(&["GET", &keys.fence]);
+        assert_eq!(fence, model.fence, "step {at} ({step:?}): the fence");
+        let lock: Option<String> = server.command(&["GET", &keys.lock]);
+        assert_eq!(lock, model.lock, "step {at} ({step:?}): the lock");
+        assert_eq!(
+            stored(server, &keys),
+            model.stored,
+            "step {at} ({step:?}): what Redis holds"
+        );
+    }
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => any::<bool>().prop_map(|locked| Step::Read { locked }),
+        4 => (0_usize..4, 0_u64..8).prop_map(|(load, read_off)| Step::Fill { load, read_off }),
+        1 => Just(Step::Prime),
+        1 => Just(Step::Invalidate),
+    ]
+}
+
+#[test]
+fn sequences_of_reads_fills_primes_and_invalidations_decide_in_lua_as_in_rust() {
+    let server = RedisServer::start();
+    let endpoint = Endpoint::new(
+        "sequence_unit",
+        RedisConfig::new(&server.url()).unwrap().prefix("sequence"),
+    );
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    proptest!(ProptestConfig::with_cases(128), |(steps in prop::collection::vec(step(), 1..24))| {
+        let case = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        sequence(&endpoint, &server, case, &steps);
     });
 }

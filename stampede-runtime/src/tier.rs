@@ -57,15 +57,6 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         handle: &Handle<'_, K, V, L>,
     ) -> impl Future<Output = Fetched<V>> + Send;
 
-    /// Loads a key now, whatever value is held for it here or in the shared store, and stores
-    /// the result (a companion's `refresh`). Runs inside the key's flight.
-    fn refresh<L: Load<K, V>>(
-        &self,
-        handle: &Handle<'_, K, V, L>,
-    ) -> impl Future<Output = Fetched<V>> + Send {
-        handle.load_here(None)
-    }
-
     /// Stores a value for a key as if it had been loaded now (a companion's `prime`): in this
     /// process's memory and in the shared store.
     fn prime<L: Load<K, V>>(

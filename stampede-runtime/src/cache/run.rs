@@ -101,12 +101,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         (entry.freshness(Instant::now()) == Freshness::Fresh).then_some(entry.value)
     }
 
-    /// What one flight does through the tier: gets the key's value for a miss, or loads it
-    /// whatever is held for a refresh.
+    /// What one flight does through the tier: gets the key's value. For a companion's
+    /// `refresh` the same fetch loads it whatever is held: the handle marks the value held as
+    /// the one replaced (`Handle::refreshing`) and serves no stale value, so a shared tier loads
+    /// the key (under its lock) or waits for another process's load begun since.
     async fn flight<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        match handle.start().run {
-            Run::Get | Run::Through => self.tier.fetch(handle).await,
-            Run::Refresh => self.tier.refresh(handle).await,
-        }
+        self.tier.fetch(handle).await
     }
 }

@@ -32,13 +32,6 @@ where
         single.outcome()
     }
 
-    /// The key's flow, as for a miss: the core marks the value held as the one replaced and
-    /// serves no stale value, so the refresh loads the key (under the lock with
-    /// `lock = "redis"`), or waits for another process's load, begun since, that holds it.
-    async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        self.fetch(handle).await
-    }
-
     async fn prime<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,

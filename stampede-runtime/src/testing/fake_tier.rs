@@ -686,12 +686,6 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         self.fetch_group(batch).await
     }
 
-    /// The key's flow, as for a miss (as the Redis tier's refresh): the value held is the one
-    /// replaced (`Handle::refreshing`), and no stale value is served.
-    async fn refresh<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
-        self.fetch(handle).await
-    }
-
     async fn prime<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,

@@ -141,76 +141,6 @@ impl<K: Key, V: Value, L: BatchLoad<K, V>> Group<K, V> for Batch<'_, K, V, L> {
         &self.handles
     }
 
-    fn load(
-        &self,
-        indices: &[usize],
-    ) -> impl Future<Output = Vec<Result<Loaded<V>, Error>>> + Send {
-        Batch::load(self, indices)
-    }
-
-    fn report(&self, at: usize, fetched: Fetched<V>) {
-        Batch::report(self, at, fetched)
-    }
-}
-
-/// A cache's core lent to its tier for one flight of many keys: a [`Handle`] per key, and the
-/// one load that serves them all.
-pub struct Batch<'a, K: Key, V: Value, L> {
-    core: &'a Core<K, V>,
-    handles: Vec<Handle<'a, K, V, One<L>>>,
-    load: &'a L,
-    /// The outcomes the tier reported that the core has not taken yet: (index, outcome).
-    reported: Mutex<Vec<(usize, Fetched<V>)>>,
-    /// Notified on each report (a permit is kept when the core is not waiting).
-    news: Notify,
-}
-
-impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
-    pub(crate) fn new(
-        core: &'a Core<K, V>,
-        handles: Vec<Handle<'a, K, V, One<L>>>,
-        load: &'a L,
-    ) -> Self {
-        Batch {
-            core,
-            handles,
-            load,
-            reported: Mutex::new(Vec::new()),
-            news: Notify::new(),
-        }
-    }
-
-    /// Reports the outcome of the key at `at` (of [`Batch::handles`]): the core settles that key
-    /// and ends its flight now, whatever the batch's other keys still wait for. A key's first
-    /// report is its outcome; a key never reported fails once the tier returns.
-    pub(crate) fn report(&self, at: usize, fetched: Fetched<V>) {
-        self.reported
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((at, fetched));
-        self.news.notify_one();
-    }
-
-    /// The outcomes reported since the last call.
-    pub(crate) fn take_reported(&self) -> Vec<(usize, Fetched<V>)> {
-        std::mem::take(&mut *self.reported.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Resolves once an outcome was reported since the last time it resolved.
-    pub(crate) async fn news(&self) {
-        self.news.notified().await;
-    }
-
-    /// The handle of each key, in the batch's order.
-    pub(crate) fn handles(&self) -> &[Handle<'a, K, V, One<L>>] {
-        &self.handles
-    }
-
-    /// How many keys the batch holds.
-    pub(crate) fn len(&self) -> usize {
-        self.handles.len()
-    }
-
     /// Loads the keys at `indices` (of [`Batch::handles`]) with one call of the function, with
     /// the timeout and retries of one load, if the breaker admits it; stores nothing. Each key
     /// gets its value, or every key the same error (the breaker's verdict is the call's).
@@ -218,7 +148,7 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
     /// The function is given each key once: a batch may hold two flights of one key (a window
     /// that a call joined after an invalidation detached the key's first flight), and both get
     /// the one value loaded.
-    pub(crate) async fn load(&self, indices: &[usize]) -> Vec<Result<Loaded<V>, Error>> {
+    async fn load(&self, indices: &[usize]) -> Vec<Result<Loaded<V>, Error>> {
         let core = self.core;
         let mut keys: Vec<K> = Vec::with_capacity(indices.len());
         let mut first: HashMap<&K, usize> = HashMap::with_capacity(indices.len());
@@ -266,6 +196,65 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
             }
             Err(error) => vec![Err(error); indices.len()],
         }
+    }
+
+    /// Reports the outcome of the key at `at` (of [`Batch::handles`]): the core settles that key
+    /// and ends its flight now, whatever the batch's other keys still wait for. A key's first
+    /// report is its outcome; a key never reported fails once the tier returns.
+    fn report(&self, at: usize, fetched: Fetched<V>) {
+        self.reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((at, fetched));
+        self.news.notify_one();
+    }
+}
+
+/// A cache's core lent to its tier for one flight of many keys: a [`Handle`] per key, and the
+/// one load that serves them all.
+pub struct Batch<'a, K: Key, V: Value, L> {
+    core: &'a Core<K, V>,
+    handles: Vec<Handle<'a, K, V, One<L>>>,
+    load: &'a L,
+    /// The outcomes the tier reported that the core has not taken yet: (index, outcome).
+    reported: Mutex<Vec<(usize, Fetched<V>)>>,
+    /// Notified on each report (a permit is kept when the core is not waiting).
+    news: Notify,
+}
+
+impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
+    pub(crate) fn new(
+        core: &'a Core<K, V>,
+        handles: Vec<Handle<'a, K, V, One<L>>>,
+        load: &'a L,
+    ) -> Self {
+        Batch {
+            core,
+            handles,
+            load,
+            reported: Mutex::new(Vec::new()),
+            news: Notify::new(),
+        }
+    }
+
+    /// The outcomes reported since the last call.
+    pub(crate) fn take_reported(&self) -> Vec<(usize, Fetched<V>)> {
+        std::mem::take(&mut *self.reported.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Resolves once an outcome was reported since the last time it resolved.
+    pub(crate) async fn news(&self) {
+        self.news.notified().await;
+    }
+
+    /// The handle of each key, in the batch's order.
+    pub(crate) fn handles(&self) -> &[Handle<'a, K, V, One<L>>] {
+        &self.handles
+    }
+
+    /// How many keys the batch holds.
+    pub(crate) fn len(&self) -> usize {
+        self.handles.len()
     }
 
     /// Loads every key here with one call, keeps each value in memory for its jittered `ttl`,

@@ -145,3 +145,60 @@ async fn a_load_holding_the_lock_when_its_tag_is_invalidated_writes_nothing() {
     assert_eq!(within(fenced_elsewhere(7)).await, 702);
     assert_eq!(within(fenced(7)).await, 702);
 }
+
+/// A key tagged before its load read the source (here: queued for the one free load) while a
+/// tag's invalidation took it from the tag's set: its value, read after the invalidation, is
+/// good and written, and the key is in the tag's set again, so the tag's next invalidation still
+/// drops it.
+#[tokio::test]
+async fn a_value_read_after_a_tag_invalidation_that_took_its_key_is_dropped_by_the_next() {
+    static VERSION: AtomicUsize = AtomicUsize::new(1);
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    #[cached(ttl = "60s", timeout = "20s", lock = "redis", redis = "tags", max_loads = 1, name = "tags::queued", tags = ["shelf:{shelf}"])]
+    async fn item(shelf: u64, id: u64) -> String {
+        STARTED.fetch_add(1, SeqCst);
+        if id == 0 {
+            GATE.notified().await;
+        }
+        format!("item {shelf}/{id} v{}", VERSION.load(SeqCst))
+    }
+
+    let _turn = TURN.lock().await;
+    let server = RedisServer::start();
+    install(&server);
+    let holding = tokio::spawn(item(1, 0));
+    common::eventually("the first load holds the free load", || {
+        STARTED.load(SeqCst) == 1
+    })
+    .await;
+    let queued = tokio::spawn(item(1, 1));
+    common::eventually("the second key is tagged and queued", || {
+        server.key("tags:{tags::queued~*|1:1}:l").is_some()
+            && server
+                .command::<Vec<String>>(&["SMEMBERS", "tags:{tag|shelf:1}:t"])
+                .len()
+                == 2
+    })
+    .await;
+    VERSION.store(2, SeqCst);
+    within(stampede::invalidate_tag("shelf:1")).await.unwrap();
+    // The runtime knows when a source was read to the millisecond, from below: the queued load
+    // reads it clearly after the invalidation.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    GATE.notify_waiters();
+    within(holding).await.unwrap();
+    assert_eq!(within(queued).await.unwrap(), "item 1/1 v2");
+    assert!(
+        server.key("tags:{tags::queued~*|1:1}:v").is_some(),
+        "read after the invalidation, it is written"
+    );
+    VERSION.store(3, SeqCst);
+    within(stampede::invalidate_tag("shelf:1")).await.unwrap();
+    assert!(
+        server.key("tags:{tags::queued~*|1:1}:v").is_none(),
+        "the next invalidation of the tag drops it"
+    );
+    assert_eq!(within(item(1, 1)).await, "item 1/1 v3");
+}

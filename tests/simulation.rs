@@ -82,9 +82,14 @@ const FIRST_SEED: u64 = 1;
 /// 3141513 (the oracle's): a key of a batch refresh was given its last good value by an open
 /// breaker (its probe running) while the call's other keys were out; the oracle counted the
 /// value's age from the call's beginning and did not start the throttle the runtime had.
+/// 70926432, 72215820: two loads without the lock (`lock = "local"`); the first to fill moved
+/// the fence, and its value expired (`ttl_from`); the load that read the source after it was
+/// refused over nothing and handed out its own value, and the one that read before it, under
+/// the fence as moved, then landed: an older value served after a newer (the fence is now the
+/// key's greatest stamp, and a fill read after it lands over nothing).
 const FOUND: &[u64] = &[
     11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
-    3_026_770, 3_141_513, 20_025_065,
+    3_026_770, 3_141_513, 20_025_065, 70_926_432, 72_215_820,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

@@ -7,40 +7,61 @@
 //! whose source was read *before* a load's is older than that load's value, certainly; one read
 //! at or after it may be newer (on a tie the two reads cannot be ordered, and the value others
 //! are served already wins). When it was written does not order it: a slow load writes late
-//! what it read early. This one rule decides both what the Redis `FILL` script retires and
-//! what the fake tier of the tests retires; `redis::scripts`' tests check the script against it
-//! on a real redis-server.
+//! what it read early.
+//!
+//! The store also keeps, per key, a *fence*: a number that every lock taken, value written and
+//! invalidation moves on, and that a write or an invalidation moves to at least its *stamp*,
+//! the moment (µs on the store's clock) its source was read or it happened. So the fence is the
+//! greatest stamp of the key's writes and invalidations since it was created (created from the
+//! clock, it is above every earlier one), and a load whose source was read after it is newer
+//! than anything written or invalidated: its fill lands even where nothing is stored to compare
+//! with (the value written since its read has expired).
+//!
+//! These rules decide both what the Redis `FILL` and `INVALIDATE` scripts do and what the fake
+//! tier of the tests does; `redis::scripts`' tests check the scripts against them on a real
+//! redis-server. Times here are µs on the store's clock (Redis's are ms, times 1,000).
 
 /// Whether a stored value whose source was read at `stored_read_at` may be newer than a load's
-/// value whose source was read at `read_from` (both on the shared store's clock): `false` means
-/// it is older, for certain. A tie counts as "may be newer".
-pub(crate) fn may_be_newer<T: Ord>(stored_read_at: T, read_from: T) -> bool {
+/// value whose source was read at `read_from`: `false` means it is older, for certain. A tie
+/// counts as "may be newer".
+pub(crate) fn may_be_newer(stored_read_at: u64, read_from: u64) -> bool {
     stored_read_at >= read_from
 }
 
 /// Whether a load's fill lands, as `FILL` decides it once source versions allow it, given
-/// whether the key's fence is still the one the load read (`fenced`), when the source of the
-/// value stored was read (`None`: nothing stored) and when the load's was: exactly over an older
-/// stored value, whatever the fence (a stored value was read after the last invalidation, which
-/// deleted what was there, so a value read later is too); over nothing, only under the fence
-/// the load read. `Some(true)`: it lands over a fence that moved, which it moves on past the
-/// load that moved it; `Some(false)`: under its own fence; `None`: refused, and its callers are
-/// handed what is stored (or, with nothing stored, their own value, kept nowhere shared).
-pub(crate) fn fill_lands<T: Ord>(
+/// whether the key's fence is still the one the load read (`fenced`), the fence now, when the
+/// source of the value stored was read (`None`: nothing stored) and when the load's was.
+///
+/// Over a stored value: exactly when that value is older, whatever the fence (a stored value
+/// was read after the last invalidation, which deleted what was there, so a value read later
+/// is too). Over nothing: under the fence the load read, or when its source was read after the
+/// fence's stamp (after every write and invalidation since). Refused, its callers are handed
+/// what is stored (or, with nothing stored, their own value, kept nowhere shared).
+pub(crate) fn fill_lands(
     fenced: bool,
-    stored_read_at: Option<T>,
-    read_from: T,
-) -> Option<bool> {
-    match stored_read_at.map(|stored| may_be_newer(stored, read_from)) {
-        Some(true) => None,
-        Some(false) => Some(!fenced),
-        None => fenced.then_some(false),
+    fence: u64,
+    stored_read_at: Option<u64>,
+    read_from: u64,
+) -> bool {
+    match stored_read_at {
+        Some(stored) => !may_be_newer(stored, read_from),
+        None => fenced || read_from > fence,
     }
 }
 
-/// Whether a fill that landed (`over_moved`: over a fence that had moved, see [`fill_lands`])
-/// moves the key's fence on: when it holds no lock (a holder's own lock, taken with the fence's
-/// increment, orders it already), or when it landed over a moved fence.
-pub(crate) fn fill_moves_fence(locked: bool, over_moved: bool) -> bool {
-    !locked || over_moved
+/// Whether a fill that lands (see [`fill_lands`]) lands only once its key is in its tags' sets
+/// again, when it has tags: over nothing under a moved fence. A tag's invalidation may have
+/// taken the key from the sets since it was tagged (before its load read the source) and moved
+/// the fence before that read: the fill lands (it was read after), and the next invalidation of
+/// the tag must still find it. A fill under its own fence was tagged after any invalidation
+/// that took it; one over a stored value, by that value's writer.
+pub(crate) fn fill_needs_tags_again(fenced: bool, stored: bool) -> bool {
+    !fenced && !stored
+}
+
+/// The key's fence after a write or an invalidation stamped `stamp` (a fill's: its source read,
+/// no later than its writing; a prime's or an invalidation's: its moment): moved on, to at
+/// least the stamp. A lock taken moves it by one.
+pub(crate) fn moved_fence(fence: u64, stamp: u64) -> u64 {
+    (fence + 1).max(stamp)
 }

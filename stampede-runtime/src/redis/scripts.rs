@@ -9,11 +9,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-// The fence of a key (`:f`) orders its fills. Every lock acquisition increments it in the same
-// script, and an invalidation increments it when it exists; a fill is written only if the fence
-// is still the one its flow read, so neither a holder whose lease lapsed (a paused process) nor a
-// load that began before an invalidation can write its value over a newer one. A fill without
-// the lock increments it too, so a slower holder of the same round cannot overwrite it.
+// The fence of a key (`:f`) orders its fills (`order`). Every lock acquisition increments it in
+// the same script; every write moves it on to at least its stamp (when the value's source was
+// read, or a prime's moment), and an invalidation to at least its moment, when the fence
+// exists. A fill lands under the fence its flow read; over a value stored, exactly when that
+// value is older; over nothing under a moved fence, only when its source was read after the
+// fence's stamp: so neither a holder whose lease lapsed (a paused process) nor a load that read
+// before an invalidation can write its value over a newer one, and a value read after every
+// write and invalidation is not refused because the value written meanwhile has expired.
 //
 // A fence exists only while a key is being filled or has a value: a read that may lead to a fill
 // creates it with the lease as its time to live, the watchdog keeps it alive with the lock, and
@@ -21,6 +24,26 @@ use redis::Script;
 // microseconds, so a fence that expired and was created again is above every one handed out
 // before it. Invalidating a key that nobody fills creates nothing: Redis holds no state per
 // invalidation.
+
+/// `order::moved_fence` in Lua, for the scripts that move a key's fence: `move(fk, current,
+/// stamp)` moves the fence `fk` (whose value is `current`, or none) on by one, to at least
+/// `stamp` (µs on the server's clock); a fence created here starts from the clock (`micros`, the
+/// script's `TIME` in µs), as `READ_OR_LOCK` creates one. It keeps the fence's time to live
+/// with the commands an ACL user of the README already has (`SET ... KEEPTTL` would need Redis
+/// 6). Numbers are formatted whole: a µs count is above what Lua prints in full.
+macro_rules! move_fence {
+    () => {
+        r"
+local function move(fk, current, stamp)
+  local pttl = redis.call('PTTL', fk)
+  redis.call('SET', fk, string.format('%.0f', math.max((tonumber(current) or micros) + 1, stamp)))
+  if pttl > 0 then
+    redis.call('PEXPIRE', fk, pttl)
+  end
+end
+"
+    };
+}
 
 /// Reads each value if it is fresh, and nothing else: a call's read on its own task, which
 /// serves a fresh value and leaves anything else to the key's flight (`READ_OR_LOCK`).
@@ -116,83 +139,80 @@ return out
     )
 });
 
-/// Writes each envelope if the key's fence is still the one its flow read, the value stored has
-/// no newer source version and its source was read before this load's (a load without the lock
-/// shares the fence of the holder it did not wait for: the later reader wins, whichever writes
-/// last), publishes it on the key's channel (an empty message when
-/// nothing was written, so that waiters read again at once), and releases the key's lock if the
-/// token still holds it (compare-and-delete).
+/// Writes each envelope if `order::fill_lands` lets it (and the value stored has no newer source
+/// version), moving the key's fence on to at least its stamp; publishes it on the key's channel
+/// (an empty message when nothing was written, so that waiters read again at once), and
+/// releases the key's lock if the token still holds it (compare-and-delete).
 ///
 /// KEYS: value, lock, fence of each key. ARGV: the publishing command (`SPUBLISH` on a cluster,
-/// else `PUBLISH`), the largest value to return in bytes, then per key 10 values: token (empty:
+/// else `PUBLISH`), the largest value to return in bytes, then per key 11 values: token (empty:
 /// the key was loaded without the lock), fresh ms, stale ms, load ms, the fence read (empty for
 /// a prime: written whatever the fence, which it moves on), the payload, the channel, how long
 /// to keep the value past its stale deadline (the cache's `fail_safe`, ms), the value's source
 /// version (decimal; empty for none), the server's time (ms) when the value was read from the
-/// source (the start of the attempt that gave it, after the read that gave the fence).
+/// source (the start of the attempt that gave it, after the read that gave the fence), and `1`
+/// when the key has tags and was added to their sets before that read only.
 ///
 /// Returns `{now_ms, then per key: written, fresh_until, stale_until, stored}`: written is 1,
-/// or 0 when the fence moved or the value stored may be newer, or 2 when the value stored has a
-/// newer source version; when nothing was written, `stored` is the value Redis holds (nil when
-/// none, or over the size given).
+/// or 0 when the fill is refused (`order::fill_lands`), or 2 when the value stored has a newer
+/// source version, or 3 when it lands only once the key is in its tags' sets again
+/// (`order::fill_needs_tags_again`: the caller tags it and fills again); when nothing was
+/// written, `stored` is the value Redis holds (nil when none, or over the size given).
 ///
-/// When the fence moved and the value stored was read from the source before this load's was
-/// (`order::may_be_newer` of the two reads is false: another load began since and has not
-/// filled, a prime came while the first attempt stalled and a retry read the source after it,
-/// or a slower load that read earlier filled after this one read), that value is older than the
-/// one this load hands out, and this one replaces it, moving the fence on: a stored value was
-/// read after the last invalidation (which deleted what was there), so a value read after it is
-/// too, and the load that moved the fence is fenced off in turn and gets this value unless its
-/// own is newer. Otherwise the stored value stays, and it is what the refused load's callers
-/// get: what Redis keeps is what they are handed. When nothing is stored, a refused load's
-/// callers get its own value, which Redis does not keep.
+/// Over a stored value, a fill lands exactly when that value's source was read before this
+/// load's (`order::may_be_newer` of the two reads is false: another load began since and has
+/// not filled, a prime came while the first attempt stalled and a retry read the source after
+/// it, or a slower load that read earlier filled after this one read), whatever the fence: a
+/// stored value was read after the last invalidation (which deleted what was there), so a value
+/// read after it is too, and the load that moved the fence is fenced off in turn and gets this
+/// value unless its own is newer. Otherwise the stored value stays, and it is what the refused
+/// load's callers get: what Redis keeps is what they are handed. When nothing is stored and the
+/// fence moved, a refused load's callers get its own value, which Redis does not keep.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
+",
+        move_fence!(),
+        r"
 local publish = ARGV[1]
 local most = tonumber(ARGV[2])
 local out = {now}
 for i = 0, #KEYS / 3 - 1 do
   local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local a = 2 + 10 * i
+  local a = 2 + 11 * i
   local token, fence, channel, version = ARGV[a + 1], ARGV[a + 5], ARGV[a + 7], ARGV[a + 9]
   if token ~= '' and redis.call('GET', lk) == token then
     redis.call('DEL', lk)
   end
   local refused = false
-  -- A fill without the lock moves the fence on, so that a slower holder cannot write after it.
-  local moves = token == ''
   if version ~= '' then
     local have = string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ %d+ %d+ %d+ (%d+)\n')
     if have and (#have > #version or (#have == #version and have > version)) then
       refused = 2
     end
   end
-  if not refused and fence == '' then
-    -- A prime: written whatever the fence, which moves on below, fencing off every load running.
-    fence = redis.call('GET', fk)
-    if not fence then
-      fence = t[1] .. string.format('%06d', tonumber(t[2]))
-      redis.call('SET', fk, fence)
-    end
-  elseif not refused then
-    -- When the source of the value stored was read, against this load's (`order::may_be_newer`).
-    local read = tonumber(string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ (%d+) '))
-    local older = read and read < tonumber(ARGV[a + 10])
-    local current = redis.call('GET', fk)
-    if current ~= fence then
-      if older and current then
-        -- Moved by another load, yet what that load wrote is older: this newer value replaces
-        -- it, under the fence as it is now, moved on past the load that moved it.
-        fence, moves = current, true
-      else
+  local current = redis.call('GET', fk)
+  if not refused and fence ~= '' then
+    -- `order::fill_lands`: over a stored value, exactly when that value's source was read
+    -- before this load's; over nothing, under the fence read, or when this load's source was
+    -- read after the fence's stamp (every write and invalidation of the key since).
+    local from = tonumber(ARGV[a + 10])
+    local stored = tonumber(string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ (%d+) '))
+    if stored then
+      if stored >= from then
         refused = 0
       end
-    elseif read and not older then
-      -- Another load of this fence (one without the lock) wrote a value that may be newer.
-      refused = 0
+    elseif current ~= fence then
+      if not (current and from * 1000 > tonumber(current)) then
+        refused = 0
+      elseif ARGV[a + 11] == '1' then
+        -- `order::fill_needs_tags_again`: a tag's invalidation may have taken the key from its
+        -- sets since it was tagged; the caller tags it again and fills once more.
+        refused = 3
+      end
     end
   end
   if refused then
@@ -206,20 +226,22 @@ for i = 0, #KEYS / 3 - 1 do
     out[#out + 1] = 0
     out[#out + 1] = stored
   else
-    if moves then
-      redis.call('INCR', fk)
-    end
     local fresh = now + tonumber(ARGV[a + 2])
     local stale = fresh + tonumber(ARGV[a + 3])
     if version == '' then
       version = '-'
     end
-    -- A prime's source is read now; a load's no later than now.
-    local read = math.min(now, tonumber(ARGV[a + 10]))
-    if read == 0 then
-      read = now
+    -- A prime's source is read now; a load's no later than now. Its stamp, in µs.
+    local read, stamp = now, micros
+    if fence ~= '' then
+      read = math.min(now, tonumber(ARGV[a + 10]))
+      stamp = read * 1000
     end
-    local envelope = string.format('S3 %.0f %.0f %.0f %.0f %s %s %s\n', fresh, stale, now, read, fence, ARGV[a + 4], version) .. ARGV[a + 6]
+    -- The envelope carries the fence it was written over, which moves on to at least the
+    -- value's stamp (`order::moved_fence`).
+    fence = tonumber(current) or micros
+    move(fk, current, stamp)
+    local envelope = string.format('S3 %.0f %.0f %.0f %.0f %.0f %s %s\n', fresh, stale, now, read, fence, ARGV[a + 4], version) .. ARGV[a + 6]
     local ttl = math.max(1, stale - now + tonumber(ARGV[a + 8]))
     redis.call('SET', vk, envelope, 'PX', ttl)
     if redis.call('PTTL', fk) < ttl then
@@ -234,7 +256,7 @@ for i = 0, #KEYS / 3 - 1 do
 end
 return out
 ",
-    )
+    ))
 });
 
 /// Each lock the token still holds is deleted (compare-and-
@@ -309,23 +331,29 @@ return kept
     )
 });
 
-/// Deletes the value, increments the fence if the key has one (so a load that read it cannot
-/// write back; a key nobody fills gets no state), and announces the invalidation to every
+/// Deletes the value, moves the fence on to at least now if the key has one (so a load that read
+/// the source before cannot write back; a key nobody fills gets no state), and announces the invalidation to every
 /// process. KEYS: value, fence. ARGV: the invalidation channel (empty: announce nothing, a
 /// tag's invalidation announces itself once), the message. Returns 1 if a value was deleted.
 pub(crate) static INVALIDATE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        r"
+local t = redis.call('TIME')
+local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
+",
+        move_fence!(),
         r"
 local deleted = redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('INCR', KEYS[2])
+local current = redis.call('GET', KEYS[2])
+if current then
+  move(KEYS[2], current, micros)
 end
 if ARGV[1] ~= '' then
   redis.call('PUBLISH', ARGV[1], ARGV[2])
 end
 return deleted
 ",
-    )
+    ))
 });
 
 /// Adds a key base to a tag's set, and keeps the set at least as long as the value it stands

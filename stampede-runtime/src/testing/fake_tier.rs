@@ -1,10 +1,10 @@
 //! A fake shared tier with Redis's semantics, for the core's unit tests and the deterministic
 //! simulation (`tests/simulation.rs`): an in-memory store that several caches, grouped in
 //! "processes", share. Per key it keeps a value with its deadlines (and a fail-safe keep), a
-//! lock with a lease that its holder renews while it loads, and a fence that every lock, fill
-//! without the lock and invalidation moves on: a fill is written only if the fence is still the
-//! one its flight read, as Redis's `FILL` does. Invalidations are announced to every process
-//! through its feed.
+//! lock with a lease that its holder renews while it loads, and a fence that every lock, write
+//! and invalidation moves on (a write and an invalidation to at least its stamp): a fill is
+//! written as `order::fill_lands` says, as Redis's `FILL` does. Invalidations are announced to
+//! every process through its feed.
 //!
 //! Faults, each as the Redis tier meets it: the store down (every operation fails: loads run
 //! locally, memory trusted only for the bound), stalls (every operation waits), lost messages
@@ -83,6 +83,9 @@ struct State<K, V> {
     /// tag's invalidation fences off a load running meanwhile (Redis's tag sets).
     tagged: HashMap<Box<str>, HashSet<K>>,
     next_token: u64,
+    /// The origin of the store's clock: fences and reads compare in µs since it, as Redis's do
+    /// on its `TIME` (`order`).
+    epoch: Instant,
 }
 
 impl<K, V> Default for State<K, V> {
@@ -93,6 +96,7 @@ impl<K, V> Default for State<K, V> {
             fences: HashMap::new(),
             tagged: HashMap::new(),
             next_token: 0,
+            epoch: Instant::now(),
         }
     }
 }
@@ -252,7 +256,7 @@ impl<K: Key, V: Value> Store<K, V> {
     pub(crate) fn put(&self, key: K, entry: Entry<V>) {
         let space = Space::default();
         let mut state = self.state(&space);
-        state.bump(&key);
+        state.stamp(&key, entry.filled_at());
         let stored = Stored {
             filled_at: entry.filled_at(),
             read_at: entry.filled_at(),
@@ -279,7 +283,7 @@ impl<K: Key, V: Value> Store<K, V> {
         let mut state = self.state(&space);
         let token = state.token();
         let until = Instant::now() + self.lease;
-        state.bump(&key);
+        state.lock_fence(&key);
         state.locks.insert(key, Lock { token, until });
     }
 
@@ -289,7 +293,7 @@ impl<K: Key, V: Value> Store<K, V> {
         let space = Space::default();
         let mut state = self.state(&space);
         state.values.remove(key);
-        state.bump(key);
+        state.stamp(key, Instant::now());
     }
 
     /// Drops every key loaded with `tag` (its value, and moves its fence on, so that a load of
@@ -301,7 +305,7 @@ impl<K: Key, V: Value> Store<K, V> {
             let tagged = state.tagged.remove(tag).unwrap_or_default();
             for key in tagged {
                 state.values.remove(&key);
-                state.bump(&key);
+                state.stamp(&key, Instant::now());
             }
         }
     }
@@ -571,27 +575,37 @@ impl<K: Key, V> State<K, V> {
         self.fences.get(key).copied().unwrap_or(0)
     }
 
-    fn bump(&mut self, key: &K) -> u64 {
+    /// Takes the key's lock's turn of its fence: moved on by one.
+    fn lock_fence(&mut self, key: &K) -> u64 {
         let fence = self.fences.entry(key.clone()).or_default();
         *fence += 1;
         *fence
+    }
+
+    /// Moves the key's fence on past a write or an invalidation at `at` (a fill's: when its
+    /// source was read): `order::moved_fence`, as `FILL` and `INVALIDATE` move it.
+    fn stamp(&mut self, key: &K, at: Instant) {
+        let stamp = self.micros(at);
+        let fence = self.fences.entry(key.clone()).or_default();
+        *fence = order::moved_fence(*fence, stamp);
+    }
+
+    /// `at` on the store's clock, in µs.
+    fn micros(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
     }
 }
 
 /// Whether a load's value whose source was read at `read_from` lands (see `order::fill_lands`,
 /// which `FILL` mirrors).
-fn lands<K: Key, V: Clone>(
-    state: &State<K, V>,
-    key: &K,
-    fence: u64,
-    read_from: Instant,
-) -> Option<bool> {
+fn lands<K: Key, V: Clone>(state: &State<K, V>, key: &K, fence: u64, read_from: Instant) -> bool {
     let now = Instant::now();
     let stored = state.values.get(key).filter(|stored| stored.kept(now));
     order::fill_lands(
         state.fence(key) == fence,
-        stored.map(|s| s.read_at),
-        read_from,
+        state.fence(key),
+        stored.map(|s| state.micros(s.read_at)),
+        state.micros(read_from),
     )
 }
 
@@ -709,7 +723,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             }
             return Ok(());
         }
-        state.bump(handle.key());
+        state.stamp(handle.key(), Instant::now());
         state.tag(handle);
         let stored = self.stored(handle, value, Instant::now());
         let entry = stored.entry();
@@ -729,7 +743,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         lock(&self.dirty).remove(key);
         let mut state = self.state();
         let held = state.values.remove(key).is_some();
-        state.bump(key);
+        state.stamp(key, Instant::now());
         drop(state);
         self.store
             .announce(&self.space, &config.name, format!("{key:?}"));
@@ -899,7 +913,7 @@ impl<K: Key, V: Value> Fake<K, V> {
                 state
                     .locks
                     .insert(handle.key().clone(), Lock { token, until });
-                Next::Hold(Some(token), state.bump(handle.key()))
+                Next::Hold(Some(token), state.lock_fence(handle.key()))
             }
             Some(_) if self.busy_error && !*served => Next::Done(Fetched::Busy),
             Some(_) if self.busy_compute => Next::Hold(None, state.fence(handle.key())),
@@ -915,7 +929,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         }
         let mut state = self.state();
         state.values.remove(key);
-        state.bump(key);
+        state.stamp(key, Instant::now());
         drop(state);
         let text = format!("{key:?}");
         self.store.tell(Event::Cleaned {
@@ -1027,8 +1041,8 @@ impl<K: Key, V: Value> Fake<K, V> {
     }
 
     /// After a load: releases the key's lock if `token` still holds it, and writes the value if
-    /// the fence is still `fence` and the store holds no newer source version (Redis's `FILL`);
-    /// refused, its callers get what the store holds if written since the source was read.
+    /// `order::fill_lands` lets it (the load read `fence`) and the store holds no newer source
+    /// version (Redis's `FILL`); refused, its callers get what the store holds.
     fn fill<L: Load<K, V>>(
         &self,
         state: &mut State<K, V>,
@@ -1050,24 +1064,28 @@ impl<K: Key, V: Value> Fake<K, V> {
         };
         let lands = match &loaded {
             Ok(loaded) => lands(state, handle.key(), fence, loaded.read_from),
-            Err(_) => None,
+            Err(_) => false,
         };
         Filled::Stored(match (loaded, newer) {
             (Err(error), _) => Fetched::Failed(error),
             // The store went down meanwhile: the value is good, kept here.
             (Ok(Loaded { value, .. }), _) if self.store.down() => return Filled::Here(value),
-            (Ok(Loaded { value, read_from }), None) if lands.is_some() => {
-                if order::fill_moves_fence(token.is_some(), lands == Some(true)) {
-                    state.bump(handle.key());
+            (Ok(Loaded { value, read_from }), None) if lands => {
+                let now = Instant::now();
+                let stored = state.values.get(handle.key()).is_some_and(|s| s.kept(now));
+                if order::fill_needs_tags_again(state.fence(handle.key()) == fence, stored) {
+                    // Tagged again with the write, as the Redis tier tags it and fills again.
+                    state.tag(handle);
                 }
+                state.stamp(handle.key(), read_from.min(now));
                 let stored = self.stored(handle, value, read_from);
                 let entry = stored.entry();
                 state.values.insert(handle.key().clone(), stored);
                 Fetched::Loaded(handle.keep(self.shared(entry)))
             }
             // Refused, as `FILL` refuses: the store holds a newer source version or a value that
-            // may be newer, or nothing and the fence moved (an invalidation, a holder that has
-            // not filled). Its callers get what the store keeps, if servable.
+            // may be newer, or nothing and the fence moved past the load's read (an invalidation
+            // or a write since). Its callers get what the store keeps, if servable.
             (Ok(Loaded { value, .. }), newer) => {
                 let now = Instant::now();
                 if newer.is_some() {

@@ -60,6 +60,7 @@ fn refused_fill(endpoint: &Endpoint, server: &RedisServer, case: (u64, u64, u64,
             source_version: None,
             read_from,
             payload: b"loaded",
+            tagged: false,
         }))
         .expect("redis-server answers");
     let stored_fence = read_fence - 1 + stored_fence_off;
@@ -117,12 +118,19 @@ enum Step {
     /// holder, or a waiter when the lock is taken) or without.
     Read { locked: bool },
     /// `FILL` of the value of the `load`-th read (of those not filled yet), its source read
-    /// `read_off` ms after the case's base.
-    Fill { load: usize, read_off: u64 },
+    /// `read_off` ms after the case's base, for a key with tags or without.
+    Fill {
+        load: usize,
+        read_off: u64,
+        tagged: bool,
+    },
     /// A companion's `prime`: written whatever the fence.
     Prime,
     /// An invalidation.
     Invalidate,
+    /// The value expires (its fence lives on, as the longest load that may still fill keeps
+    /// it).
+    Expire,
 }
 
 /// A load of the sequence: its token if it holds the lock, and the fence its read gave.
@@ -154,9 +162,11 @@ fn stored(server: &RedisServer, keys: &RedisKeys) -> Option<(u64, String)> {
 }
 
 /// Runs `steps` on a fresh key in Redis (the real scripts) and in the model, whose decisions are
-/// the fake tier's: `order::fill_lands` for a fill, `order::fill_moves_fence` for its fence. After
-/// every step Redis and the model agree on the fence, the lock and what is stored, and every
-/// refused fill is handed what Redis keeps.
+/// the fake tier's: `order::fill_lands` for a fill, `order::moved_fence` for the fence a write
+/// or an invalidation moves. After every step Redis and the model agree on the fence, the lock
+/// and what is stored, and every refused fill is handed what Redis keeps. Source reads fall
+/// around the steps' own moments (the base is the server's time when the case begins), so a
+/// read may come before or after an invalidation or a prime.
 fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Step]) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -164,10 +174,7 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
         .unwrap();
     let keys = RedisKeys::of_base(&format!("sequence:{{{case}}}"));
     let _: () = server.command(&["SET", &keys.fence, "1000"]);
-    let base: u64 = {
-        let (seconds, micros): (u64, u64) = server.command(&["TIME"]);
-        seconds * 1_000 + micros / 1_000 - 100
-    };
+    let base = server_micros(server) / 1_000 - 2;
     let mut model = Model {
         fence: 1_000,
         lock: None,
@@ -204,7 +211,11 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
                     fence: read.fence,
                 });
             }
-            Step::Fill { load, read_off } => {
+            Step::Fill {
+                load,
+                read_off,
+                tagged,
+            } => {
                 if loads.is_empty() {
                     continue;
                 }
@@ -221,32 +232,35 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
                         source_version: None,
                         read_from,
                         payload: payload.as_bytes(),
+                        tagged,
                     }))
                     .expect("redis-server answers");
+                let fenced = model.fence == load.fence;
                 let lands = order::fill_lands(
-                    model.fence == load.fence,
-                    model.stored.as_ref().map(|(read_at, _)| *read_at),
-                    read_from,
-                );
-                assert_eq!(
-                    written.written,
-                    lands.is_some(),
-                    "step {at}: a fill read at {read_from} under fence {} (now {}) over {:?}",
-                    load.fence,
+                    fenced,
                     model.fence,
-                    model.stored
+                    model.stored.as_ref().map(|(read_at, _)| read_at * 1_000),
+                    read_from * 1_000,
+                );
+                let again =
+                    lands && tagged && order::fill_needs_tags_again(fenced, model.stored.is_some());
+                assert_eq!(written.retag, again, "step {at}: tagged again first");
+                let lands = lands && !again;
+                assert_eq!(
+                    written.written, lands,
+                    "step {at}: a fill read at {read_from} under fence {} (now {}) over {:?}",
+                    load.fence, model.fence, model.stored
                 );
                 if load.token.is_some() && model.lock == load.token {
                     model.lock = None;
                 }
                 match lands {
-                    Some(over_moved) => {
-                        if order::fill_moves_fence(load.token.is_some(), over_moved) {
-                            model.fence += 1;
-                        }
-                        model.stored = Some((read_from, payload));
+                    true => {
+                        let read_at = read_from.min(written.now_ms);
+                        model.fence = order::moved_fence(model.fence, read_at * 1_000);
+                        model.stored = Some((read_at, payload));
                     }
-                    None => {
+                    false => {
                         let handed = written.stored.map(|bytes| {
                             let text = String::from_utf8(bytes).unwrap();
                             text.split_once('\n').unwrap().1.to_owned()
@@ -271,20 +285,28 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
                         source_version: None,
                         read_from: 0,
                         payload: payload.as_bytes(),
+                        tagged: false,
                     }))
                     .expect("redis-server answers");
                 assert!(
                     written.written,
                     "step {at}: a prime is written whatever the fence"
                 );
-                model.fence += 1;
+                let moment = written.now_ms * 1_000..(written.now_ms + 1) * 1_000;
+                model.fence = moved_at(server, &keys, model.fence, moment, at);
                 model.stored = Some((written.now_ms, payload));
             }
             Step::Invalidate => {
+                let before = server_micros(server);
                 runtime
                     .block_on(endpoint.invalidate(&keys, None))
                     .expect("redis-server answers");
-                model.fence += 1;
+                let moment = before..server_micros(server) + 1;
+                model.fence = moved_at(server, &keys, model.fence, moment, at);
+                model.stored = None;
+            }
+            Step::Expire => {
+                let _: () = server.command(&["DEL", &keys.value]);
                 model.stored = None;
             }
         }
@@ -300,17 +322,44 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
     }
 }
 
+/// The server's clock, in µs.
+fn server_micros(server: &RedisServer) -> u64 {
+    let (seconds, micros): (u64, u64) = server.command(&["TIME"]);
+    seconds * 1_000_000 + micros
+}
+
+/// The fence a prime or an invalidation made at a moment within `moment` (µs of the server's
+/// clock, which the model cannot know more exactly) moved on from `fence`: checked to be
+/// `order::moved_fence` of it at a moment in that range, and returned.
+fn moved_at(
+    server: &RedisServer,
+    keys: &RedisKeys,
+    fence: u64,
+    moment: std::ops::Range<u64>,
+    at: usize,
+) -> u64 {
+    let moved: u64 = server.command(&["GET", &keys.fence]);
+    let range = order::moved_fence(fence, moment.start)..order::moved_fence(fence, moment.end);
+    assert!(
+        range.contains(&moved) || moved == range.start,
+        "step {at}: the fence {moved} is not {fence} moved on to a moment in {moment:?}"
+    );
+    moved
+}
+
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => any::<bool>().prop_map(|locked| Step::Read { locked }),
-        4 => (0_usize..4, 0_u64..8).prop_map(|(load, read_off)| Step::Fill { load, read_off }),
+        4 => (0_usize..4, 0_u64..8, any::<bool>())
+            .prop_map(|(load, read_off, tagged)| Step::Fill { load, read_off, tagged }),
         1 => Just(Step::Prime),
         1 => Just(Step::Invalidate),
+        1 => Just(Step::Expire),
     ]
 }
 
 #[test]
-fn sequences_of_reads_fills_primes_and_invalidations_decide_in_lua_as_in_rust() {
+fn sequences_of_reads_fills_primes_invalidations_and_expiries_decide_in_lua_as_in_rust() {
     let server = RedisServer::start();
     let endpoint = Endpoint::new(
         "sequence_unit",

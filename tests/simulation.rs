@@ -87,9 +87,13 @@ const FIRST_SEED: u64 = 1;
 /// refused over nothing and handed out its own value, and the one that read before it, under
 /// the fence as moved, then landed: an older value served after a newer (the fence is now the
 /// key's greatest stamp, and a fill read after it lands over nothing).
+/// 70053874: a Redis-only flight kept as its last good value one it read before another
+/// process wrote a newer one, not to be kept (`ttl_from`'s zero); its load then failed
+/// (`max_loads`) and a caller that joined after the newer value was returned got the older one
+/// (a read that finds nothing kept drops the last good value: `Handle::no_last_good`).
 const FOUND: &[u64] = &[
     11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
-    3_026_770, 3_141_513, 20_025_065, 70_926_432, 72_215_820,
+    3_026_770, 3_141_513, 20_025_065, 70_053_874, 70_926_432, 72_215_820,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

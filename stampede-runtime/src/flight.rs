@@ -249,9 +249,10 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
         }
     }
 
-    /// Offers the waiters a last good value, which a soft timeout may give them.
-    pub(crate) fn offer(&self, entry: Entry<V>) {
-        *lock(&self.shared.last_good) = Some(entry);
+    /// Offers the waiters a last good value, which a soft timeout may give them (`None`: none
+    /// any more).
+    pub(crate) fn offer(&self, entry: Option<Entry<V>>) {
+        *lock(&self.shared.last_good) = entry;
     }
 
     /// Releases the key, then hands the outcome to every waiter (the first outcome only: a

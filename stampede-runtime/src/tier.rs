@@ -439,6 +439,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         if let Some(leader) = self.leader {
             leader.serve(entry.clone());
         }
+        self.offer(Some(entry.clone()));
         *lock(&self.served) = Some(entry);
         true
     }
@@ -478,10 +479,27 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
             Some(held) => held,
             None => self.newest(self.begun.entry(shared.entry, shared.trusted_for)),
         };
+        self.offer(Some(entry));
+    }
+
+    /// The shared store keeps nothing for the key now (no value, or one past its fail-safe
+    /// window): a last good value read before is older than what was written since (a value
+    /// not to be kept, `ttl_from`'s zero) or gone with it, and no longer stands in for a failed
+    /// load (sim seed 70053874).
+    pub(crate) fn no_last_good(&self) {
+        self.offer(None);
+    }
+
+    /// What stands in for a failed load, as the flight's tier last read it: a stale value it
+    /// served, or one past its stale deadline, or nothing.
+    fn offer(&self, entry: Option<Entry<V>>) {
+        if self.core.config.fail_safe.is_none() {
+            return;
+        }
         if let Some(leader) = self.leader {
             leader.offer(entry.clone());
         }
-        *lock(&self.last_good) = Some(entry);
+        *lock(&self.last_good) = entry;
     }
 
     /// The stale value handed to the waiters, if any and still servable at `now`: a caller

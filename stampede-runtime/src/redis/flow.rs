@@ -954,7 +954,10 @@ fn found<K: Key, V: Value + DeserializeOwned, L: Load<K, V>>(
 ) -> Found<V> {
     match envelope::decoded(bytes, server_now, endpoint.config.max_value_bytes) {
         Decoded::Servable(entry) => Found::Usable(entry),
-        Decoded::Nothing => Found::Nothing,
+        Decoded::Nothing => {
+            handle.no_last_good();
+            Found::Nothing
+        }
         Decoded::Undecodable => Found::Undecodable,
         Decoded::Unservable(entry) => {
             handle.last_good(Shared::new(entry, endpoint.memory_trusted_for()));

@@ -1267,3 +1267,52 @@ async fn a_refresh_that_joins_a_flight_serving_a_stale_value_returns_the_load_no
         assert_eq!(source.loads(), 2, "{backend:?}: one reload, shared");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_load_does_not_fall_back_on_a_last_good_value_older_than_one_written_since() {
+    // Simulation seed 70053874 (Redis only, `fail_safe`, `ttl_from`, `max_loads = 1`): a flight
+    // read the store's value past its stale deadline (its last good value) and waited for
+    // another process's load, whose newer value was written with a zero ttl (not to be kept:
+    // gone at once). Its own load then failed, and a caller that had joined it after the newer
+    // value was returned got the older one.
+    fn not_kept(value: &(dyn std::any::Any + Send + Sync)) -> Option<Duration> {
+        let value = value.downcast_ref::<String>()?;
+        value.ends_with("v2").then_some(Duration::ZERO)
+    }
+    let store = Store::new();
+    let safe = |name: &str| Config {
+        backend: Backend::Redis,
+        lock: Lock::Redis,
+        ttl: Duration::from_millis(30),
+        stale: Duration::ZERO,
+        fail_safe: Some(Duration::from_secs(3_600)),
+        ttl_from: Some(not_kept),
+        ..config(name)
+    };
+    let first = shared(safe("core::last_good_newer"), fake_tier::tier(&store));
+    let second = shared(safe("core::last_good_newer"), fake_tier::tier(&store));
+    let source = Source::new(Duration::from_millis(100));
+    assert_eq!(within(source.get(first, 1)).await.unwrap(), "1 v1");
+    tokio::time::advance(Duration::from_secs(1)).await; // past its ttl: kept for fail-safe
+    let newer = tokio::spawn(source.get(second, 1)); // takes the lock, loads "1 v2"
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let failing = tokio::spawn(first.get(1, || {
+        |_: &u64| async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Err::<String, String>("down".to_owned())
+        }
+    }));
+    assert_eq!(within(newer).await.unwrap().unwrap(), "1 v2");
+    let joined = tokio::spawn(source.get(first, 1));
+    let failed = within(failing).await.unwrap();
+    let joined = within(joined).await.unwrap();
+    assert!(
+        failed.is_err() && joined.is_err(),
+        "not the last good value read before a newer one was written: {failed:?}, {joined:?}"
+    );
+    assert_eq!(
+        source.loads(),
+        2,
+        "the caller that joined shared the failed load"
+    );
+}

@@ -884,18 +884,25 @@ impl<K: Key, V: Value> Fake<K, V> {
     ) -> Next<V> {
         let store = &self.store;
         let now = Instant::now();
-        if let Some(stored) = state.values.get(handle.key()) {
-            let refreshes = handle
-                .refreshing()
-                .is_some_and(|old| stored.filled_at <= old);
-            if now < stored.fresh_until && !refreshes {
-                return Next::Done(Fetched::Read(handle.keep(self.shared(stored.entry()))));
+        match state
+            .values
+            .get(handle.key())
+            .filter(|stored| stored.kept(now))
+        {
+            Some(stored) => {
+                let refreshes = handle
+                    .refreshing()
+                    .is_some_and(|old| stored.filled_at <= old);
+                if now < stored.fresh_until && !refreshes {
+                    return Next::Done(Fetched::Read(handle.keep(self.shared(stored.entry()))));
+                }
+                if now < stored.stale_until && !*served {
+                    *served = handle.serve(self.shared(stored.entry()));
+                } else if now >= stored.stale_until {
+                    handle.last_good(self.shared(stored.entry()));
+                }
             }
-            if now < stored.stale_until && !*served {
-                *served = handle.serve(self.shared(stored.entry()));
-            } else if now >= stored.stale_until && now < stored.kept_until {
-                handle.last_good(self.shared(stored.entry()));
-            }
+            None => handle.no_last_good(),
         }
         let held = state
             .locks

@@ -62,8 +62,13 @@ async fn a_tag_drops_its_values_from_redis_and_leaves_the_others() {
         "another tag: kept"
     );
     assert!(
-        server.key("tags:{tag|customer:1}:*").is_none(),
-        "no state left for the tag"
+        server.key("tags:{tag|customer:1}:p").is_none(),
+        "nothing pending for the tag"
+    );
+    let set_ttl: i64 = server.command(&["PTTL", "tags:{tag|customer:1}:t"]);
+    assert!(
+        set_ttl > 0,
+        "the tag's set keeps its members until it expires with their values"
     );
     assert_eq!(order::peek(1, 10), None);
     assert_eq!(order_elsewhere::peek(1, 10), None);
@@ -187,7 +192,7 @@ async fn a_value_read_after_a_tag_invalidation_that_took_its_key_is_dropped_by_t
     // The runtime knows when a source was read to the millisecond, from below: the queued load
     // reads it clearly after the invalidation.
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    GATE.notify_waiters();
+    GATE.notify_one();
     within(holding).await.unwrap();
     assert_eq!(within(queued).await.unwrap(), "item 1/1 v2");
     assert!(
@@ -201,4 +206,66 @@ async fn a_value_read_after_a_tag_invalidation_that_took_its_key_is_dropped_by_t
         "the next invalidation of the tag drops it"
     );
     assert_eq!(within(item(1, 1)).await, "item 1/1 v3");
+}
+
+/// A key tagged before a tag's invalidation whose load reads the source after it, then sees a
+/// second invalidation of the tag before it fills: the second finds the key in the tag's set
+/// (which keeps its members), so the value, read before it, is not written.
+#[tokio::test]
+async fn a_value_read_between_two_invalidations_of_its_tag_is_not_written() {
+    static VERSION: AtomicUsize = AtomicUsize::new(1);
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    static READ: AtomicUsize = AtomicUsize::new(0);
+    static HOLD: tokio::sync::Notify = tokio::sync::Notify::const_new();
+    static FILL: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    #[cached(ttl = "60s", timeout = "20s", lock = "redis", redis = "tags", max_loads = 1, name = "tags::twice", tags = ["aisle:{aisle}"])]
+    async fn item(aisle: u64, id: u64) -> String {
+        STARTED.fetch_add(1, SeqCst);
+        if id == 0 {
+            HOLD.notified().await;
+        }
+        let value = format!("item {aisle}/{id} v{}", VERSION.load(SeqCst));
+        if id == 1 && READ.fetch_add(1, SeqCst) == 0 {
+            FILL.notified().await;
+        }
+        value
+    }
+
+    let _turn = TURN.lock().await;
+    let server = RedisServer::start();
+    install(&server);
+    let holding = tokio::spawn(item(2, 0));
+    common::eventually("the first load holds the free load", || {
+        STARTED.load(SeqCst) == 1
+    })
+    .await;
+    let queued = tokio::spawn(item(2, 1));
+    common::eventually("the second key is tagged and queued", || {
+        server.key("tags:{tags::twice~*|2:1}:l").is_some()
+            && server
+                .command::<Vec<String>>(&["SMEMBERS", "tags:{tag|aisle:2}:t"])
+                .len()
+                == 2
+    })
+    .await;
+    VERSION.store(2, SeqCst);
+    within(stampede::invalidate_tag("aisle:2")).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    HOLD.notify_one();
+    within(holding).await.unwrap();
+    common::eventually("the queued load read the source", || READ.load(SeqCst) == 1).await;
+    VERSION.store(3, SeqCst);
+    within(stampede::invalidate_tag("aisle:2")).await.unwrap();
+    FILL.notify_one();
+    assert_eq!(
+        within(queued).await.unwrap(),
+        "item 2/1 v2",
+        "its caller, which overlapped both, gets what it loaded"
+    );
+    assert!(
+        server.key("tags:{tags::twice~*|2:1}:v").is_none(),
+        "read before the second invalidation, it is not written"
+    );
+    assert_eq!(within(item(2, 1)).await, "item 2/1 v3");
 }

@@ -49,16 +49,6 @@ pub(crate) fn fill_lands(
     }
 }
 
-/// Whether a fill that lands (see [`fill_lands`]) lands only once its key is in its tags' sets
-/// again, when it has tags: over nothing under a moved fence. A tag's invalidation may have
-/// taken the key from the sets since it was tagged (before its load read the source) and moved
-/// the fence before that read: the fill lands (it was read after), and the next invalidation of
-/// the tag must still find it. A fill under its own fence was tagged after any invalidation
-/// that took it; one over a stored value, by that value's writer.
-pub(crate) fn fill_needs_tags_again(fenced: bool, stored: bool) -> bool {
-    !fenced && !stored
-}
-
 /// The key's fence after a write or an invalidation stamped `stamp` (a fill's: its source read,
 /// no later than its writing; a prime's or an invalidation's: its moment): moved on, to at
 /// least the stamp. A lock taken moves it by one.

@@ -686,52 +686,12 @@ where
                 source_version: self.group.handles()[encoded.held.at]
                     .source_version(&encoded.value),
                 payload: &encoded.payload,
-                tagged: !self.group.handles()[encoded.held.at].tags().is_empty(),
             })
             .collect();
-        let written = self.fill_tagged(&fills, writes).await;
+        let written = self.endpoint.fill_many(&writes).await;
         guard.done(written.is_ok());
+        drop(writes);
         self.settle_fills(fills, written, outcomes);
-    }
-
-    /// Writes `writes` (of `fills`, in order); a fill that lands only once its key is in its
-    /// tags' sets again (`Written::retag`) is tagged and written once more.
-    async fn fill_tagged(
-        &self,
-        fills: &[Encoded<V>],
-        writes: Vec<Fill<'_>>,
-    ) -> Result<Vec<Written>, Failure> {
-        let mut written = self.endpoint.fill_many(&writes).await?;
-        let again: Vec<usize> = (0..written.len()).filter(|&at| written[at].retag).collect();
-        if again.is_empty() {
-            return Ok(written);
-        }
-        let handles = self.group.handles();
-        let tagged = join_all(
-            again
-                .iter()
-                .map(|&at| tag(&self.endpoint, writes[at].keys, &handles[fills[at].held.at])),
-        )
-        .await;
-        let again: Vec<usize> = again
-            .into_iter()
-            .zip(tagged)
-            .filter_map(|(at, tagged)| tagged.then_some(at))
-            .collect();
-        let rewrites: Vec<Fill<'_>> = again
-            .iter()
-            .map(|&at| Fill {
-                tagged: false,
-                ..writes[at]
-            })
-            .collect();
-        for (at, rewritten) in again
-            .into_iter()
-            .zip(self.endpoint.fill_many(&rewrites).await?)
-        {
-            written[at] = rewritten;
-        }
-        Ok(written)
     }
 
     /// Adds each key at `holding` to its tags' sets before its load reads the source: the keys
@@ -994,7 +954,6 @@ where
         source_version: handle.source_version(&value),
         read_from: 0,
         payload,
-        tagged: false,
     };
     match endpoint.fill(&fill).await {
         Ok(written) if written.written => {

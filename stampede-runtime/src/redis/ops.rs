@@ -70,9 +70,6 @@ pub(crate) struct Written {
     pub(crate) written: bool,
     /// Nothing was written because the value stored has a newer source version.
     pub(crate) newer: bool,
-    /// Nothing was written, but the fill lands once its key is in its tags' sets again (see
-    /// [`Fill::tagged`]).
-    pub(crate) retag: bool,
     /// When nothing was written: the envelope Redis holds instead, if any and within the bound.
     pub(crate) stored: Option<Vec<u8>>,
     pub(crate) now_ms: u64,
@@ -81,7 +78,6 @@ pub(crate) struct Written {
 }
 
 /// One key's fill (`FILL`): a load's or a prime's value, ready to be written.
-#[derive(Clone, Copy)]
 pub(crate) struct Fill<'a> {
     pub(crate) keys: &'a RedisKeys,
     /// The lock's token, empty for a key loaded without the lock (and for a prime).
@@ -101,11 +97,6 @@ pub(crate) struct Fill<'a> {
     /// it, which is older (see `FILL`). 0 for a prime (read now).
     pub(crate) read_from: u64,
     pub(crate) payload: &'a [u8],
-    /// The key has tags, added to their sets before its load read the source and not since: a
-    /// fill over nothing under a moved fence (which lands when its source was read after the
-    /// fence's stamp) is then refused until the key is tagged again, since a tag's invalidation
-    /// may have taken it from the sets meanwhile (`order::fill_needs_tags_again`).
-    pub(crate) tagged: bool,
 }
 
 /// The most a hit reads with `GETRANGE` (see [`Endpoint::read_fresh`]): a value this long or

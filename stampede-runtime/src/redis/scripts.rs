@@ -145,19 +145,17 @@ return out
 /// releases the key's lock if the token still holds it (compare-and-delete).
 ///
 /// KEYS: value, lock, fence of each key. ARGV: the publishing command (`SPUBLISH` on a cluster,
-/// else `PUBLISH`), the largest value to return in bytes, then per key 11 values: token (empty:
+/// else `PUBLISH`), the largest value to return in bytes, then per key 10 values: token (empty:
 /// the key was loaded without the lock), fresh ms, stale ms, load ms, the fence read (empty for
 /// a prime: written whatever the fence, which it moves on), the payload, the channel, how long
 /// to keep the value past its stale deadline (the cache's `fail_safe`, ms), the value's source
 /// version (decimal; empty for none), the server's time (ms) when the value was read from the
-/// source (the start of the attempt that gave it, after the read that gave the fence), and `1`
-/// when the key has tags and was added to their sets before that read only.
+/// source (the start of the attempt that gave it, after the read that gave the fence).
 ///
 /// Returns `{now_ms, then per key: written, fresh_until, stale_until, stored}`: written is 1,
 /// or 0 when the fill is refused (`order::fill_lands`), or 2 when the value stored has a newer
-/// source version, or 3 when it lands only once the key is in its tags' sets again
-/// (`order::fill_needs_tags_again`: the caller tags it and fills again); when nothing was
-/// written, `stored` is the value Redis holds (nil when none, or over the size given).
+/// source version; when nothing was written, `stored` is the value Redis holds (nil when none,
+/// or over the size given).
 ///
 /// Over a stored value, a fill lands exactly when that value's source was read before this
 /// load's (`order::may_be_newer` of the two reads is false: another load began since and has
@@ -182,7 +180,7 @@ local most = tonumber(ARGV[2])
 local out = {now}
 for i = 0, #KEYS / 3 - 1 do
   local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local a = 2 + 11 * i
+  local a = 2 + 10 * i
   local token, fence, channel, version = ARGV[a + 1], ARGV[a + 5], ARGV[a + 7], ARGV[a + 9]
   if token ~= '' and redis.call('GET', lk) == token then
     redis.call('DEL', lk)
@@ -205,14 +203,8 @@ for i = 0, #KEYS / 3 - 1 do
       if stored >= from then
         refused = 0
       end
-    elseif current ~= fence then
-      if not (current and from * 1000 > tonumber(current)) then
-        refused = 0
-      elseif ARGV[a + 11] == '1' then
-        -- `order::fill_needs_tags_again`: a tag's invalidation may have taken the key from its
-        -- sets since it was tagged; the caller tags it again and fills once more.
-        refused = 3
-      end
+    elseif current ~= fence and not (current and from * 1000 > tonumber(current)) then
+      refused = 0
     end
   end
   if refused then
@@ -371,16 +363,17 @@ return 1
     )
 });
 
-/// Moves every key base of a tag's set into its pending set, atomically (a key tagged after
-/// this is in the next set), and returns the pending bases: this invalidation's and those of
-/// one that failed midway. KEYS: the tag's set, its pending set.
+/// Copies every key base of a tag's set into its pending set, and returns the pending bases:
+/// this invalidation's and those of one that failed midway. The set keeps its members until it
+/// expires with the values it stands for: a load tagged before this invalidation may read its
+/// source after it and write its value (`order::fill_lands`), and the tag's next invalidation
+/// must still find that key. KEYS: the tag's set, its pending set.
 pub(crate) static TAKE_TAGGED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local ttl = redis.call('PTTL', KEYS[1])
   redis.call('SUNIONSTORE', KEYS[2], KEYS[2], KEYS[1])
-  redis.call('DEL', KEYS[1])
   if ttl > 0 and redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('PEXPIRE', KEYS[2], ttl)
   end

@@ -2,13 +2,17 @@
 //! that a tag's invalidation finds its keys without scanning.
 //!
 //! A load of a tagged key adds its key base to each tag's set *before* it reads its source
-//! ([`Endpoint::tag`]); a tag's invalidation takes the set's members out atomically, runs a
-//! key's invalidation on each (value deleted, fence bumped) and then announces the tag to every
-//! process. A load whose key was in the set taken is fenced off; a load whose key was added
-//! after began after the invalidation, and reads what the writer wrote before it. A value
-//! written to Redis is thus always in its tags' sets while it lives: each set is kept as long
-//! as the values it stands for (their `ttl + stale + fail_safe`, plus the longest a load may
-//! run). The sets are the only per-tag state, and expire with their values.
+//! ([`Endpoint::tag`]); a tag's invalidation reads the set's members (copied to a pending set,
+//! so that one failing midway leaves the rest to the next), runs a key's invalidation on each
+//! (value deleted, fence moved on past the invalidation's moment) and then announces the tag to
+//! every process. A load that read its source before the invalidation is fenced off; one that
+//! read it after writes its value (`order::fill_lands`), and its key is still in the set, which
+//! keeps its members: the tag's next invalidation finds it. A value written to Redis is thus
+//! always in its tags' sets while it lives: each set is kept as long as the values it stands
+//! for (their `ttl + stale + fail_safe`, plus the longest a load may run). The sets are the
+//! only per-tag state, and expire with their values; an invalidation runs on every key tagged
+//! within that time, some of them gone already (a key's invalidation of nothing is one script
+//! that writes nothing).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -119,7 +123,7 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Takes the keys loaded with `tag`, drops each (value deleted, fence bumped), then
+    /// Reads the keys loaded with `tag`, drops each (value deleted, fence moved on), then
     /// announces the tag on the invalidation channel. A key is taken off the pending set only
     /// once dropped, so an invalidation that fails midway leaves the rest to the next one.
     async fn invalidate_tag(&self, tag: &str) -> Result<(), Failure> {

@@ -297,12 +297,14 @@ impl<K: Key, V: Value> Store<K, V> {
     }
 
     /// Drops every key loaded with `tag` (its value, and moves its fence on, so that a load of
-    /// it running now writes nothing), as a tag's invalidation does in Redis; the processes'
+    /// it that read its source before writes nothing), as a tag's invalidation does in Redis; the processes'
     /// memory hears of it through their tag marks. In every namespace, as
     /// `stampede::invalidate_tag` reaches every connection.
     pub fn invalidate_tag(&self, tag: &str) {
         for state in lock(&self.state).values_mut() {
-            let tagged = state.tagged.remove(tag).unwrap_or_default();
+            // The set keeps its members (Redis's `TAKE_TAGGED`): a load tagged before may read
+            // its source after this, and write its value.
+            let tagged = state.tagged.get(tag).cloned().unwrap_or_default();
             for key in tagged {
                 state.values.remove(&key);
                 state.stamp(&key, Instant::now());
@@ -1078,13 +1080,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             // The store went down meanwhile: the value is good, kept here.
             (Ok(Loaded { value, .. }), _) if self.store.down() => return Filled::Here(value),
             (Ok(Loaded { value, read_from }), None) if lands => {
-                let now = Instant::now();
-                let stored = state.values.get(handle.key()).is_some_and(|s| s.kept(now));
-                if order::fill_needs_tags_again(state.fence(handle.key()) == fence, stored) {
-                    // Tagged again with the write, as the Redis tier tags it and fills again.
-                    state.tag(handle);
-                }
-                state.stamp(handle.key(), read_from.min(now));
+                state.stamp(handle.key(), read_from.min(Instant::now()));
                 let stored = self.stored(handle, value, read_from);
                 let entry = stored.entry();
                 state.values.insert(handle.key().clone(), stored);

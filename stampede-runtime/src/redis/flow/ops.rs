@@ -137,8 +137,7 @@ impl Endpoint {
                     .arg(&fill.keys.channel)
                     .arg(millis(fill.lifetime.fail_safe))
                     .arg(&versions[at])
-                    .arg(fill.read_from)
-                    .arg(if fill.tagged { "1" } else { "" });
+                    .arg(fill.read_from);
             }
             let reply: Vec<Value> = script.invoke_async(&mut connection).await?;
             let mut reply = reply.into_iter();
@@ -153,7 +152,6 @@ impl Endpoint {
                     Ok(Written {
                         written: written == 1,
                         newer: written == 2,
-                        retag: written == 3,
                         stored,
                         now_ms,
                         fresh_until,

@@ -60,7 +60,6 @@ fn refused_fill(endpoint: &Endpoint, server: &RedisServer, case: (u64, u64, u64,
             source_version: None,
             read_from,
             payload: b"loaded",
-            tagged: false,
         }))
         .expect("redis-server answers");
     let stored_fence = read_fence - 1 + stored_fence_off;
@@ -118,12 +117,8 @@ enum Step {
     /// holder, or a waiter when the lock is taken) or without.
     Read { locked: bool },
     /// `FILL` of the value of the `load`-th read (of those not filled yet), its source read
-    /// `read_off` ms after the case's base, for a key with tags or without.
-    Fill {
-        load: usize,
-        read_off: u64,
-        tagged: bool,
-    },
+    /// `read_off` ms after the case's base.
+    Fill { load: usize, read_off: u64 },
     /// A companion's `prime`: written whatever the fence.
     Prime,
     /// An invalidation.
@@ -211,11 +206,7 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
                     fence: read.fence,
                 });
             }
-            Step::Fill {
-                load,
-                read_off,
-                tagged,
-            } => {
+            Step::Fill { load, read_off } => {
                 if loads.is_empty() {
                     continue;
                 }
@@ -232,20 +223,14 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
                         source_version: None,
                         read_from,
                         payload: payload.as_bytes(),
-                        tagged,
                     }))
                     .expect("redis-server answers");
-                let fenced = model.fence == load.fence;
                 let lands = order::fill_lands(
-                    fenced,
+                    model.fence == load.fence,
                     model.fence,
                     model.stored.as_ref().map(|(read_at, _)| read_at * 1_000),
                     read_from * 1_000,
                 );
-                let again =
-                    lands && tagged && order::fill_needs_tags_again(fenced, model.stored.is_some());
-                assert_eq!(written.retag, again, "step {at}: tagged again first");
-                let lands = lands && !again;
                 assert_eq!(
                     written.written, lands,
                     "step {at}: a fill read at {read_from} under fence {} (now {}) over {:?}",
@@ -285,7 +270,6 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
                         source_version: None,
                         read_from: 0,
                         payload: payload.as_bytes(),
-                        tagged: false,
                     }))
                     .expect("redis-server answers");
                 assert!(
@@ -350,8 +334,7 @@ fn moved_at(
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => any::<bool>().prop_map(|locked| Step::Read { locked }),
-        4 => (0_usize..4, 0_u64..8, any::<bool>())
-            .prop_map(|(load, read_off, tagged)| Step::Fill { load, read_off, tagged }),
+        4 => (0_usize..4, 0_u64..8).prop_map(|(load, read_off)| Step::Fill { load, read_off }),
         1 => Just(Step::Prime),
         1 => Just(Step::Invalidate),
         1 => Just(Step::Expire),

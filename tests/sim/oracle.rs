@@ -807,19 +807,30 @@ impl Oracle {
         // A value this process held from before another process's prime completed is a copy it
         // keeps until it expires (README, Invalidation: "Other processes keep a copy they already
         // hold until it expires"): the primed value may still follow it, so it orders later
-        // calls from the primed version at most (seed 20025065).
-        let version = match seen {
-            Seen::Value(value) => history
+        // calls from the primed version at most (seed 20025065). An absence carries no read
+        // time: it may have been read as soon as its version was written (seed 72134292: a
+        // process kept the absence it loaded just before a stalled prime of an older value
+        // landed, then read the primed value).
+        let read_at = match seen {
+            Seen::Value(value) => Some(value.read_at),
+            Seen::Absent => Some(match version {
+                0 => Duration::ZERO,
+                version => history.written[&(function, key)][version as usize - 1],
+            }),
+            Seen::Nothing => None,
+        };
+        let version = match read_at {
+            Some(read_at) => history
                 .floors
                 .get(&(function, key))
                 .into_iter()
                 .flatten()
                 .filter(|floor| {
-                    floor.prime && floor.reach != Reach::Only(process) && floor.done > value.read_at
+                    floor.prime && floor.reach != Reach::Only(process) && floor.done > read_at
                 })
                 .map(|floor| floor.version)
                 .fold(version, u64::min),
-            _ => version,
+            None => version,
         };
         let ended = history.next_seq();
         let now_epochs = history.epochs(function, key);

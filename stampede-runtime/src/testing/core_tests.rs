@@ -1316,3 +1316,46 @@ async fn a_failed_load_does_not_fall_back_on_a_last_good_value_older_than_one_wr
         "the caller that joined shared the failed load"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flight_not_joined_for_its_age_does_not_replace_the_newer_flights_value() {
+    // Simulation seed 72506057 (tiered, `lock = "local"`, the feed down): a call did not join
+    // the key's flight, begun longer ago than the bound, and started its own, which read the
+    // source later and ended first. The older flight then ended and replaced the newer value
+    // in memory, which a failed load's fail-safe served after the newer one had been returned.
+    // The store is down: the loads are this process's alone.
+    let store = Store::new();
+    store.fail.store(true, SeqCst);
+    let mut untrusted = fake_tier::tier(&store);
+    untrusted.trusted_for = Some(Duration::from_secs(1));
+    let cache = shared(
+        Config {
+            backend: Backend::Tiered,
+            fail_safe: Some(Duration::from_secs(3_600)),
+            ..config("core::superseded_flight")
+        },
+        untrusted,
+    );
+    let load = |value: &'static str, took: u64| {
+        move || {
+            move |_: &u64| async move {
+                tokio::time::sleep(Duration::from_millis(took)).await;
+                Ok::<String, String>(value.to_owned())
+            }
+        }
+    };
+    let older = tokio::spawn(cache.get(4, load("4 older", 3_000)));
+    tokio::time::sleep(Duration::from_millis(1_500)).await; // past the bound: not joined
+    let newer = tokio::spawn(cache.get(4, load("4 newer", 500)));
+    assert_eq!(within(newer).await.unwrap().unwrap(), "4 newer");
+    assert_eq!(
+        within(older).await.unwrap().unwrap(),
+        "4 older",
+        "its callers get its value"
+    );
+    assert_eq!(
+        cache.core().entry(&4).map(|entry| entry.value).as_deref(),
+        Some("4 newer"),
+        "memory keeps the value read later"
+    );
+}

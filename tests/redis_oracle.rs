@@ -337,7 +337,7 @@ async fn client(until: tokio::time::Instant, calm: bool) -> usize {
         let oracle = oracle();
         match op {
             0..65 => {
-                let call = oracle.call(f, p, k);
+                let call = oracle.call(f, p, k, false);
                 if let Some(value) =
                     bounded("a call", async { on!(f, p, |function| function(k).await) }).await
                 {
@@ -345,7 +345,7 @@ async fn client(until: tokio::time::Instant, calm: bool) -> usize {
                 }
             }
             65..75 => {
-                let call = oracle.call(f, p, k);
+                let call = oracle.call(f, p, k, false);
                 let held = on!(f, p, |function| function::peek(k));
                 let held = held.map(|held| held.val());
                 let seen = held.as_ref().map_or(Seen::Nothing, Seen::Value);

@@ -98,9 +98,14 @@ const FIRST_SEED: u64 = 1;
 /// bound, and started its own, which read later and ended first; the older flight then replaced
 /// the newer value in memory, and a failed load's fail-safe served it (a flight superseded so
 /// stores nothing: `Core::join`).
+/// 70878047 (the oracle's): a failed probe reopened a memory cache's breaker; the next probe
+/// began a second later, and a call during it was given the fail-safe value at once, as the
+/// README says; the oracle's model of the breaker ended with the cool-down (it now also reads
+/// `Stats::breaker_open` as a call begins).
 const FOUND: &[u64] = &[
     11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
     3_026_770, 3_141_513, 20_025_065, 70_053_874, 70_926_432, 72_134_292, 72_215_820, 72_506_057,
+    70_878_047,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;
@@ -1248,6 +1253,14 @@ impl Cache {
         }
     }
 
+    /// Whether this process's cache's breaker skips the source now (`Stats::breaker_open`).
+    fn breaker_open(self) -> bool {
+        match self {
+            Cache::Local(cache) => cache.stats().breaker_open,
+            Cache::Shared(cache) => cache.stats().breaker_open,
+        }
+    }
+
     /// The loads this process's cache refused so far (`max_loads`).
     fn refused(self) -> u64 {
         match self {
@@ -1460,8 +1473,8 @@ impl World {
             Op::Refresh(f, p, k) => self.call(Call::Refresh, f, p, k).await,
             Op::ReadThrough(f, p, k) => self.call(Call::ReadThrough, f, p, k).await,
             Op::Peek(f, p, k) => {
-                let call = oracle.call(f, p, k);
                 let cache = self.functions[f as usize].cache(p);
+                let call = oracle.call(f, p, k, cache.breaker_open());
                 let held = cache.peek(k);
                 let seen = held.as_ref().map_or(Seen::Nothing, Seen::of);
                 oracle.refusals(f, p, cache.refused());
@@ -1512,7 +1525,7 @@ impl World {
                 let call = tokio::spawn(async move {
                     let function = &world.functions[f as usize];
                     // Told, not checked: its caller is gone before or after it answers.
-                    let _began = world.oracle.call(f, p, k);
+                    let _began = world.oracle.call(f, p, k, function.cache(p).breaker_open());
                     let _ = function.cache(p).call(Call::Get, function, p, k).await;
                 });
                 tokio::time::sleep(after).await;
@@ -1548,8 +1561,9 @@ impl World {
                         let call = tokio::spawn(async move {
                             let function = &world.functions[f as usize];
                             // Told, not checked: its caller is gone before or after it answers.
+                            let open = function.cache(p).breaker_open();
                             for &k in &unique {
-                                let _began = world.oracle.call(f, p, k);
+                                let _began = world.oracle.call(f, p, k, open);
                             }
                             let _ = function.cache(p).get_many(function, p, keys, false).await;
                         });
@@ -1559,9 +1573,10 @@ impl World {
                     }
                 };
                 let several = unique.len() > 1;
+                let open = self.functions[f as usize].cache(p).breaker_open();
                 let calls: Vec<_> = unique
                     .iter()
-                    .map(|&k| oracle.call(f, p, k))
+                    .map(|&k| oracle.call(f, p, k, open))
                     .map(|call| if several { call.among_others() } else { call })
                     .collect();
                 let refresh = matches!(how, BatchCall::Refresh);
@@ -1589,7 +1604,7 @@ impl World {
     /// A single-key call (`Call::Get`), or a companion's `refresh` or `read_through`, checked.
     async fn call(&self, what: Call, f: u8, p: usize, k: Key) {
         let function = &self.functions[f as usize];
-        let call = self.oracle.call(f, p, k);
+        let call = self.oracle.call(f, p, k, function.cache(p).breaker_open());
         let outcome = self
             .bounded(function.cache(p).call(what, function, p, k))
             .await;

@@ -564,16 +564,21 @@ impl Oracle {
         }
     }
 
-    /// A call begins.
-    pub fn call(&self, function: u8, process: usize, key: u16) -> Call {
+    /// A call begins; `breaker_open`: its cache's `Stats::breaker_open` says the breaker skips
+    /// the source now (open, or its probe running).
+    pub fn call(&self, function: u8, process: usize, key: u16, breaker_open: bool) -> Call {
         let began = self.now();
         let rules = &self.rules[function as usize];
         let mut history = self.history();
         // A call that meets an open breaker may be given the last good value at once, which
         // then stands for the throttle, whatever the call is told: a dropped call's flight
-        // still settles (a throttle may begin once the store answered).
+        // still settles (a throttle may begin once the store answered). The breaker's probe is
+        // the first load after its cool-down, which may start long after it: while it runs the
+        // breaker is open, which the failures told cannot say (seed 70878047), so the cache's
+        // own `Stats::breaker_open` says it too.
         if let Some(fail_safe) = &rules.fail_safe
-            && history.breaker_may_be_open(function, process, began, 0, fail_safe, rules)
+            && (breaker_open
+                || history.breaker_may_be_open(function, process, began, 0, fail_safe, rules))
         {
             history
                 .fail_safe_served

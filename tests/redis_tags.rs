@@ -179,13 +179,11 @@ async fn a_value_read_after_a_tag_invalidation_that_took_its_key_is_dropped_by_t
     })
     .await;
     let queued = tokio::spawn(item(1, 1));
-    common::eventually("the second key is tagged and queued", || {
-        server.key("tags:{tags::queued~*|1:1}:l").is_some()
-            && server
-                .command::<Vec<String>>(&["SMEMBERS", "tags:{tag|shelf:1}:t"])
-                .len()
-                == 2
-    })
+    tagged_and_queued(
+        &server,
+        "tags:{tags::queued~*|1:1}:l",
+        "tags:{tag|shelf:1}:t",
+    )
     .await;
     VERSION.store(2, SeqCst);
     within(stampede::invalidate_tag("shelf:1")).await.unwrap();
@@ -241,13 +239,11 @@ async fn a_value_read_between_two_invalidations_of_its_tag_is_not_written() {
     })
     .await;
     let queued = tokio::spawn(item(2, 1));
-    common::eventually("the second key is tagged and queued", || {
-        server.key("tags:{tags::twice~*|2:1}:l").is_some()
-            && server
-                .command::<Vec<String>>(&["SMEMBERS", "tags:{tag|aisle:2}:t"])
-                .len()
-                == 2
-    })
+    tagged_and_queued(
+        &server,
+        "tags:{tags::twice~*|2:1}:l",
+        "tags:{tag|aisle:2}:t",
+    )
     .await;
     VERSION.store(2, SeqCst);
     within(stampede::invalidate_tag("aisle:2")).await.unwrap();
@@ -268,4 +264,13 @@ async fn a_value_read_between_two_invalidations_of_its_tag_is_not_written() {
         "read before the second invalidation, it is not written"
     );
     assert_eq!(within(item(2, 1)).await, "item 2/1 v3");
+}
+
+/// Waits until a second key is queued behind the one free load (`max_loads = 1`): its Redis
+/// lock (`lock`) taken, and both keys in the tag's set (`set`).
+async fn tagged_and_queued(server: &RedisServer, lock: &str, set: &str) {
+    common::eventually("the second key is tagged and queued", || {
+        server.key(lock).is_some() && server.command::<Vec<String>>(&["SMEMBERS", set]).len() == 2
+    })
+    .await;
 }

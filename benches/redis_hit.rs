@@ -21,7 +21,7 @@ use stampede_benches::BenchRedis;
 /// (`READ_FRESH`: the size checked, a `GET`, the server's `TIME`, the envelope's fresh deadline
 /// matched and compared), run with `EVALSHA` on the raw connection: what the script costs next
 /// to the pipeline a standalone server is read with. A copy of the script in
-/// `stampede-runtime/src/redis/scripts.rs` (the runtime keeps its scripts private): change both.
+/// `stampede-runtime/src/redis/protocol/scripts.rs` (the runtime keeps its scripts private): change both.
 const READ_SHAPE: &str = r"
 if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then
   return false
@@ -43,7 +43,7 @@ return false
 const CALLS: u32 = 10_000;
 /// Runs per contender.
 const RUNS: usize = 15;
-/// What a hit reads with `GETRANGE` (`HIT_WINDOW` in `stampede-runtime/src/redis/ops.rs`).
+/// What a hit reads with `GETRANGE` (`HIT_WINDOW` in `stampede-runtime/src/redis/protocol/ops.rs`).
 const HIT_WINDOW: usize = 16 << 10;
 
 fn value() -> String {

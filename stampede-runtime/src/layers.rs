@@ -44,42 +44,43 @@ const LAYERS: &[(&str, u8)] = &[
 /// Test-only modules, which may use anything.
 const TESTS: &[&str] = &["layers", "testing"];
 
-/// The modules of the Redis tier (`redis/`) and their layers, by the same rule: the codec (no
-/// Redis in it), the transport (a configured Redis, its connections and feed), the protocol
-/// (what a key's calls do there). `redis/mod.rs`, the tier's face, may import any of them.
-const REDIS_LAYERS: &[(&str, u8)] = &[
-    // The codec: a value's and a key's bytes.
-    ("payload", 0),
-    ("keys", 0),
-    ("shape", 0),
-    ("bounds", 0),
-    ("envelope", 1),
-    ("fuzz", 2),
-    // The transport.
-    ("failure", 0),
-    ("tls", 0),
-    ("telemetry", 0),
-    ("scripts", 0),
-    ("feed", 0),
-    ("refusal", 1),
-    ("mode", 1),
-    ("pubsub", 1),
-    ("dirty", 1),
-    ("config", 2),
-    ("link", 2),
-    ("health", 3),
-    ("invalidate", 3),
-    ("endpoint", 4),
-    ("installed", 5),
-    ("cleaning", 5),
-    // The protocol.
-    ("ops", 5),
-    ("lock", 5),
-    ("preflight", 5),
-    ("tier", 5),
-    ("tags", 6),
-    ("flow", 7),
-    ("calls", 8),
+/// The modules of the Redis tier (`redis/`), in three folders that import downwards only: the
+/// codec (a value's and a key's bytes, no Redis in it), the transport (a configured Redis, its
+/// connections and feed), the protocol (what a key's calls do there). Within a folder, a module
+/// imports modules of lower layers only. `redis/mod.rs`, the tier's face, may import any of them.
+const REDIS_FOLDERS: &[&str] = &["codec", "transport", "protocol"];
+
+/// Each module of the Redis tier: its folder and its layer there.
+const REDIS_LAYERS: &[(&str, &str, u8)] = &[
+    ("codec", "payload", 0),
+    ("codec", "keys", 0),
+    ("codec", "shape", 0),
+    ("codec", "bounds", 0),
+    ("codec", "envelope", 1),
+    ("codec", "fuzz", 2),
+    ("transport", "failure", 0),
+    ("transport", "tls", 0),
+    ("transport", "telemetry", 0),
+    ("transport", "feed", 0),
+    ("transport", "refusal", 1),
+    ("transport", "mode", 1),
+    ("transport", "pubsub", 1),
+    ("transport", "dirty", 1),
+    ("transport", "config", 2),
+    ("transport", "link", 2),
+    ("transport", "health", 3),
+    ("transport", "invalidate", 3),
+    ("transport", "endpoint", 4),
+    ("transport", "installed", 5),
+    ("transport", "cleaning", 5),
+    ("protocol", "scripts", 0),
+    ("protocol", "ops", 1),
+    ("protocol", "lock", 1),
+    ("protocol", "preflight", 1),
+    ("protocol", "tier", 1),
+    ("protocol", "tags", 2),
+    ("protocol", "flow", 3),
+    ("protocol", "calls", 4),
 ];
 
 #[test]
@@ -130,7 +131,13 @@ fn every_module_imports_only_modules_below_it() {
 
 #[test]
 fn every_module_of_the_redis_tier_imports_only_modules_below_it() {
-    let layers: BTreeMap<&str, u8> = REDIS_LAYERS.iter().copied().collect();
+    let place = |folder: &str, module: &str| {
+        let rank = REDIS_FOLDERS.iter().position(|&f| f == folder)?;
+        REDIS_LAYERS
+            .iter()
+            .find(|&&(f, m, _)| f == folder && m == module)
+            .map(|&(_, _, layer)| (rank, layer))
+    };
     let redis = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("src")
         .join("redis");
@@ -143,47 +150,56 @@ fn every_module_of_the_redis_tier_imports_only_modules_below_it() {
             .components()
             .map(|part| part.as_os_str().to_str().unwrap().trim_end_matches(".rs"))
             .collect();
-        if parts == ["mod"] || parts.contains(&"tests") {
+        // `mod.rs`, the face; `codec.rs` and the like, which declare their folder's modules.
+        if parts.len() == 1 || parts.contains(&"tests") {
+            if parts.len() == 1 && parts[0] != "mod" && !REDIS_FOLDERS.contains(&parts[0]) {
+                violations.push(format!("redis/{}: not in a folder", relative.display()));
+            }
             continue;
         }
-        let module = parts[0];
-        let Some(&layer) = layers.get(module) else {
-            violations.push(format!("redis::{module}: not in the table of layers"));
+        let (folder, module) = (parts[0], parts[1]);
+        let Some(own) = place(folder, module) else {
+            violations.push(format!(
+                "redis::{folder}::{module}: not in the table of layers"
+            ));
             continue;
         };
         let text = std::fs::read_to_string(&file).unwrap();
         let code = without_tests(&text);
-        let mut named = paths_after(code, "crate::redis::");
-        // In `redis/`, `super::` is the tier's module; in a folder below, the module itself.
-        if parts.len() == 1 {
-            named.extend(paths_after(code, "super::"));
+        let mut named: Vec<(&str, String)> = Vec::new();
+        for &other in REDIS_FOLDERS {
+            let start = format!("crate::redis::{other}::");
+            named.extend(paths_after(code, &start).into_iter().map(|m| (other, m)));
         }
-        for named in named {
-            if named == module || named.chars().next().is_some_and(char::is_uppercase) {
-                continue; // itself, or an item of `redis/mod.rs` (`Busy`, `RedisConfig`)
+        // In a folder, `super::` is the folder's module; below a module, the module itself.
+        if parts.len() == 2 {
+            named.extend(
+                paths_after(code, "super::")
+                    .into_iter()
+                    .map(|m| (folder, m)),
+            );
+        }
+        for (other_folder, other) in named {
+            if (other_folder, other.as_str()) == (folder, module)
+                || other.chars().next().is_some_and(char::is_uppercase)
+            {
+                continue; // itself, or an item of its folder's parent (`super::Tls` in a test)
             }
-            match layers.get(named.as_str()) {
-                Some(&other) if other < layer => {}
-                Some(&other) => violations.push(format!(
-                    "redis/{} (layer {layer}) imports redis::{named} (layer {other})",
+            match place(other_folder, &other) {
+                Some(theirs) if theirs < own => {}
+                Some(_) => violations.push(format!(
+                    "redis/{} ({folder}, layer {}) imports redis::{other_folder}::{other}",
+                    relative.display(),
+                    own.1
+                )),
+                None => violations.push(format!(
+                    "redis/{} names redis::{other_folder}::{other}, not in the table",
                     relative.display()
                 )),
-                None if named.chars().all(|c| c.is_lowercase() || c == '_') && !is_item(&named) => {
-                    violations.push(format!(
-                        "redis/{} names redis::{named}, not in the table",
-                        relative.display()
-                    ));
-                }
-                None => {}
             }
         }
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
-}
-
-/// Functions of `redis/mod.rs` that its modules call (`super::not_configured`).
-fn is_item(name: &str) -> bool {
-    ["not_configured"].contains(&name)
 }
 
 fn collect(dir: &Path, files: &mut Vec<std::path::PathBuf>) {

@@ -52,42 +52,15 @@
 //! flight did (`tier::Fetched`); its options (the
 //! connection's name, the busy policy), its counters and its wire protocol stay in here.
 
-pub(crate) mod bounds;
-mod calls;
-mod cleaning;
-pub(crate) mod config;
-mod dirty;
-mod endpoint;
-mod envelope;
-mod failure;
-mod feed;
-mod flow;
-#[cfg(fuzzing)]
-pub mod fuzz;
-mod health;
-mod installed;
-mod invalidate;
-mod keys;
-mod link;
-mod lock;
-mod mode;
-mod ops;
-mod payload;
-mod preflight;
-mod pubsub;
-mod refusal;
-mod scripts;
-mod shape;
-mod tags;
-mod telemetry;
-mod tier;
-mod tls;
+pub(crate) mod codec;
+pub(crate) mod protocol;
+pub(crate) mod transport;
 
 use std::sync::Arc;
 
-pub use config::{REDIS_URL_VAR, RedisConfig};
-pub(crate) use tags::invalidate_tag;
-pub use tier::redis;
+pub(crate) use protocol::tags::invalidate_tag;
+pub use protocol::tier::redis;
+pub use transport::config::{REDIS_URL_VAR, RedisConfig};
 
 use crate::error::Error;
 
@@ -141,13 +114,13 @@ pub enum Busy {
 /// ```
 pub async fn require_redis(connection: Option<&str>) -> Result<(), Error> {
     let shown = connection.unwrap_or("default");
-    let Some(redis) = installed::lookup(connection) else {
+    let Some(redis) = transport::installed::lookup(connection) else {
         return Err(not_configured(connection, ""));
     };
     redis
         .preflight()
         .await
-        .map_err(|failure| match refusal::of(&failure) {
+        .map_err(|failure| match transport::refusal::of(&failure) {
             Some(refused) => Error::invalid_config(format!(
                 "the `{shown}` Redis connection: {} ({failure})",
                 refused.fix(&redis.config.prefix)

@@ -226,7 +226,7 @@ fn self_describing_types_cannot_be_traced_and_the_error_names_the_type_and_the_f
     assert!(
         error
             .type_name
-            .ends_with("Vec<stampede_runtime::redis::shape::tests::Anything>")
+            .ends_with("Vec<stampede_runtime::redis::codec::shape::tests::Anything>")
     );
     let message = error.to_string();
     assert!(message.contains("shape::tests::Anything>`"), "{message}");

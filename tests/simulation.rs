@@ -94,18 +94,13 @@ const FIRST_SEED: u64 = 1;
 /// 72134292 (the oracle's): a process kept the absence it loaded just before another process's
 /// stalled prime of an older value landed, then read the primed value; the oracle let a prime
 /// order later calls from its version after a copy held from before it, but not an absence.
-/// 72506057: the feed down, a call did not join the key's flight, begun longer ago than the
-/// bound, and started its own, which read later and ended first; the older flight then replaced
-/// the newer value in memory, and a failed load's fail-safe served it (a flight superseded so
-/// stores nothing: `Core::join`).
 /// 70878047 (the oracle's): a failed probe reopened a memory cache's breaker; the next probe
 /// began a second later, and a call during it was given the fail-safe value at once, as the
 /// README says; the oracle's model of the breaker ended with the cool-down (it now also reads
 /// `Stats::breaker_open` as a call begins).
 const FOUND: &[u64] = &[
     11_882, 35_827, 94_684, 100_700, 105_908, 108_926, 263_377, 301_432, 1_497_733, 1_629_118,
-    3_026_770, 3_141_513, 20_025_065, 70_053_874, 70_926_432, 72_134_292, 72_215_820, 72_506_057,
-    70_878_047,
+    3_026_770, 3_141_513, 20_025_065, 70_053_874, 70_926_432, 72_134_292, 72_215_820, 70_878_047,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

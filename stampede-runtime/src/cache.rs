@@ -299,7 +299,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         } else {
             prepare
         };
-        let waiter = match core.join(&key, self.tier.trusted_for()) {
+        let waiter = match core.flights.join(&key, self.tier.trusted_for()) {
             Joined::Shared(waiter) => {
                 core.telemetry.shared.bump();
                 outcome("shared");

@@ -12,7 +12,7 @@ use crate::breaker::Breaker;
 use crate::clock::after;
 use crate::config::{Config, Lifetime};
 use crate::entry::{Entry, Freshness, jittered_ttl};
-use crate::flight::{Flights, Joined};
+use crate::flight::Flights;
 use crate::hot::HotKeys;
 use crate::kv::{Key, Value};
 use crate::limit::Limit;
@@ -71,19 +71,6 @@ pub(crate) struct Core<K: Key, V: Value> {
 }
 
 impl<K: Key, V: Value> Core<K, V> {
-    /// Joins the key's flight, or leads a new one (see `Flights::join`). A flight begun longer
-    /// ago than `trusted_for` is not joined (an invalidation missed since may concern its
-    /// value), and the new one supersedes it: the older stores nothing in memory from now on
-    /// (its callers still get its value), so that its value, read before, does not replace the
-    /// newer flight's (sim seed 72506057: a fail-safe then served it after the newer one).
-    pub(crate) fn join(&self, key: &K, trusted_for: Option<Duration>) -> Joined<'_, K, V> {
-        let (joined, superseded) = self.flights.join(key, trusted_for);
-        if superseded {
-            self.memory.detach(key);
-        }
-        joined
-    }
-
     /// The core of a cache with these options, tags and values; `key_name`: how its tier names
     /// a key to other processes, when it does.
     pub(crate) fn new(

@@ -92,10 +92,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
     /// `trusted_for` is how long its tier trusts a flight to hear of invalidations made
     /// elsewhere (`Tier::trusted_for`): past it, the flight may have read a value that another
     /// process invalidated since, and this caller began after that invalidation.
-    /// Joins the key's flight, or leads a new one; with it, whether the new one supersedes a
-    /// flight of the key that was not joined because it began longer ago than `trusted_for`
-    /// (see `Core::join`).
-    pub(crate) fn join(&self, key: &K, trusted_for: Option<Duration>) -> (Joined<'_, K, V>, bool) {
+    pub(crate) fn join(&self, key: &K, trusted_for: Option<Duration>) -> Joined<'_, K, V> {
         let mut map = self.lock();
         let trusted =
             |flight: &&Flight<V>| trusted_for.is_none_or(|bound| flight.began.elapsed() < bound);
@@ -103,21 +100,21 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             flight.shared.callers.fetch_add(1, Ordering::Relaxed);
             // `notify_one` keeps the wake-up for a refresh that has not started waiting yet.
             flight.shared.urgent.notify_one();
-            let waiter = Waiter {
+            return Joined::Shared(Waiter {
                 shared: flight.shared.clone(),
                 takes_stale: true,
-            };
-            return (Joined::Shared(waiter), false);
+            });
         }
-        let superseded = map.contains_key(key);
         let leader = self.insert(&mut map, key);
         let shared = leader.shared.clone();
         shared.callers.fetch_add(1, Ordering::Relaxed);
-        let waiter = Waiter {
-            shared,
-            takes_stale: true,
-        };
-        (Joined::Led(leader, waiter), superseded)
+        Joined::Led(
+            leader,
+            Waiter {
+                shared,
+                takes_stale: true,
+            },
+        )
     }
 
     /// Becomes the key's leader only if no load is in flight (a background refresh).

@@ -206,7 +206,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let (mut led, mut waiting): (Led<K, V>, _) = (Vec::new(), Vec::new());
         let trusted_for = self.tier.trusted_for();
         for &at in missed {
-            let waiter = match core.join(&keys[at], trusted_for) {
+            let waiter = match core.flights.join(&keys[at], trusted_for) {
                 Joined::Shared(waiter) => {
                     core.telemetry.shared.bump();
                     waiter

@@ -84,7 +84,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if core.config.lock == Lock::None {
             return self.run_here(&key, prepare(), Run::Refresh).await;
         }
-        let waiter = match core.join(&key, self.tier.trusted_for()) {
+        let waiter = match core.flights.join(&key, self.tier.trusted_for()) {
             Joined::Shared(waiter) => {
                 core.telemetry.shared.bump();
                 waiter

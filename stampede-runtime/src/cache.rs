@@ -354,7 +354,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         }
         let (value, filled_at) = (entry.value.clone(), entry.filled_at());
         if !matches!(direct.begun.keep(entry), Kept::Stored) {
-            // Invalidated while it was read, or memory holds a newer source version.
+            // Invalidated while it was read, or memory holds a newer value.
             return None;
         }
         drop(direct);

@@ -16,7 +16,9 @@ use crate::flight::Flights;
 use crate::hot::HotKeys;
 use crate::kv::{Key, Value};
 use crate::limit::Limit;
+use crate::load::Loaded;
 use crate::memory::{Form, Kept, Loading, Memory};
+use crate::order::Stays;
 use crate::tags::Stamp;
 use crate::telemetry::{Labels, Telemetry};
 
@@ -130,10 +132,11 @@ impl<K: Key, V: Value> Core<K, V> {
     }
 
     /// An entry loaded now with the cache's deadlines: fresh for a jittered `ttl` (or the
-    /// value's own, `ttl_from`), then stale.
-    pub(crate) fn loaded(&self, value: V) -> Entry<V> {
-        let lifetime = self.lifetime(&value);
-        Entry::loaded(value, Instant::now(), lifetime.fresh, lifetime.stale)
+    /// value's own, `ttl_from`), then stale; its source read when the load's attempt began.
+    pub(crate) fn loaded(&self, loaded: Loaded<V>) -> Entry<V> {
+        let lifetime = self.lifetime(&loaded.value);
+        Entry::loaded(loaded.value, Instant::now(), lifetime.fresh, lifetime.stale)
+            .read_from(loaded.read_from)
     }
 
     /// The windows of `value`'s life, loaded now ([`Config::lifetime_of`]): its fresh time
@@ -248,7 +251,8 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
     }
 
     /// Keeps `entry` in memory (unless values live only in the shared tier) if the key was not
-    /// invalidated since this began and memory holds no newer source version (counted).
+    /// invalidated since this began and memory holds no newer value (one of a newer source
+    /// version is counted).
     pub(crate) fn keep(&self, entry: Entry<V>) -> Kept<V> {
         if !self.core.config.in_memory() {
             return match self.core.memory.is_current(&self.loading) {
@@ -257,7 +261,7 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
             };
         }
         let kept = self.core.memory.keep(&self.loading, entry);
-        if let Kept::Newer(_) = kept {
+        if let Kept::Newer(_, Stays::Version) = kept {
             self.core.telemetry.older_versions.bump();
         }
         kept

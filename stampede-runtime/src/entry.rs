@@ -13,8 +13,9 @@ use crate::tags::Stamp;
 /// The deadline a hit checks, `refresh_at`, is a point on the [`clock`], which a hit compares
 /// with the coarse clock's reading and nothing else. The fill time is kept as an [`Offset`]
 /// before it (`filled_behind`), and the other deadlines as offsets after the fill, 4 bytes
-/// each, read only past `refresh_at`: an entry of a 24-byte value is 48 bytes rather than 104
-/// (56 with the optional tag stamp), most of what the memory tier adds per entry to the
+/// each, read only past `refresh_at`: with the moment its source was read (`read_at`, which
+/// orders it against another value of its key), an entry of a 24-byte value is 56 bytes rather
+/// than 112 (64 with the optional tag stamp), most of what the memory tier adds per entry to the
 /// store's own (issues 14 and 25).
 ///
 /// The fill time is `refresh_at - filled_behind` exactly; whenever `refresh_at` moves, the
@@ -25,6 +26,9 @@ pub(crate) struct Entry<V> {
     pub(crate) value: V,
     /// Past this (at most `fresh_until`), a hit also starts one refresh (`refresh_after`).
     refresh_at: Nanos,
+    /// When the value's source was read, bounded from below (the attempt's start, or the shared
+    /// store's `read_at`): which of two values memory keeps (`Memory::keep`).
+    read_at: Nanos,
     /// When the value was loaded (for its age in the stats; the deadlines count from it), as
     /// the time before `refresh_at`: to the millisecond, never before the real fill.
     filled_behind: Offset,
@@ -41,12 +45,13 @@ pub(crate) struct Entry<V> {
 /// `refresh_after` (issue 25). No entry of such a cache has a tag stamp, its refresh point is
 /// its fresh deadline (only `refresh_after` moves it earlier) and its fail-safe deadline its
 /// stale one (only `fail_safe` moves it later, and the throttle, which only a fail-safe value
-/// gets): two offsets and the stamp are kept nowhere, and an entry of a 24-byte value is 40
-/// bytes rather than 56. [`Entry`] is what every other path handles.
+/// gets): two offsets and the stamp are kept nowhere, and an entry of a 24-byte value is 48
+/// bytes rather than 64. [`Entry`] is what every other path handles.
 #[derive(Clone, Debug)]
 pub(crate) struct Lean<V> {
     value: V,
     refresh_at: Nanos,
+    read_at: Nanos,
     filled_behind: Offset,
     stale_until: Offset,
 }
@@ -67,6 +72,7 @@ impl<V> Lean<V> {
         Some(Lean {
             value: entry.value,
             refresh_at: entry.refresh_at,
+            read_at: entry.read_at,
             filled_behind: entry.filled_behind,
             stale_until: entry.stale_until,
         })
@@ -78,6 +84,7 @@ impl<V> Lean<V> {
         Entry {
             value: self.value,
             refresh_at: self.refresh_at,
+            read_at: self.read_at,
             filled_behind: self.filled_behind,
             fresh_until: self.filled_behind,
             stale_until: self.stale_until,
@@ -160,6 +167,7 @@ impl<V> Entry<V> {
         Entry {
             value,
             refresh_at: Nanos::of(filled_at).plus(fresh_until.nanos()),
+            read_at: Nanos::of(filled_at),
             filled_behind: fresh_until,
             fresh_until,
             stale_until,
@@ -172,6 +180,17 @@ impl<V> Entry<V> {
     pub(crate) fn stamped(mut self, stamp: Option<&Arc<Stamp>>) -> Self {
         self.stamp = stamp.cloned();
         self
+    }
+
+    /// The entry, its source read at `at` (bounded from below; by default, when it was filled).
+    pub(crate) fn read_from(mut self, at: Instant) -> Self {
+        self.read_at = Nanos::of(at);
+        self
+    }
+
+    /// When the value's source was read, bounded from below.
+    pub(crate) fn read_at(&self) -> Nanos {
+        self.read_at
     }
 
     /// Whether no tag of the entry was invalidated since its load began (an untagged entry
@@ -419,12 +438,12 @@ mod tests {
         assert!(long.servable(now + Duration::from_secs(20 * 365 * 86_400)));
         assert_eq!(
             size_of::<Entry<String>>(),
-            56,
-            "48, and the optional tag stamp"
+            64,
+            "56, and the optional tag stamp"
         );
         assert_eq!(
             size_of::<Lean<String>>(),
-            40,
+            48,
             "without the stamp, the fresh deadline and the fail-safe one"
         );
     }

@@ -48,9 +48,8 @@ mod layers;
 mod limit;
 mod load;
 mod memory;
-// The Rust side of the one ordering: the fake tier applies it, and the Redis scripts' tests
-// check the Lua side against it.
-#[cfg(any(feature = "simulation", test))]
+// The one ordering: memory applies it, the fake tier too, and the Redis scripts' tests check
+// the Lua side against it.
 mod order;
 mod random;
 #[cfg(feature = "redis")]

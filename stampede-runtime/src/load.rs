@@ -130,6 +130,16 @@ pub(crate) struct Loaded<V> {
     pub(crate) read_from: Instant,
 }
 
+impl<V> Loaded<V> {
+    /// A value given now (a companion's `prime`): as new as the source is now.
+    pub(crate) fn now(value: V) -> Self {
+        Loaded {
+            value,
+            read_from: Instant::now(),
+        }
+    }
+}
+
 /// Runs `load` for `key`: each attempt bounded by the cache's timeout, failed or timed-out ones
 /// retried up to `retries` times after a jittered backoff.
 pub(crate) async fn attempts<K, V, L: Load<K, V>>(

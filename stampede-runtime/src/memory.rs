@@ -23,8 +23,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
 
+use crate::clock::Nanos;
 use crate::entry::{Entry, Lean};
 use crate::kv::{Key, Value};
+use crate::order::{self, Stays};
 
 pub(crate) struct Memory<K, V> {
     store: Store<K, V>,
@@ -77,6 +79,28 @@ macro_rules! either {
 struct Generation {
     value: u64,
     loads: usize,
+    /// The latest source read of a value kept since the generation began: a value read before
+    /// it is older than one kept already, though that one may be past every use by now (kept
+    /// already capped, by the trust bound), or gone. Like the store's fence, but living only
+    /// as long as the key's loads, whose values are the only ones it orders.
+    newest_read: Option<Nanos>,
+}
+
+impl Generation {
+    fn new() -> Self {
+        Generation {
+            value: 0,
+            loads: 1,
+            newest_read: None,
+        }
+    }
+
+    /// An invalidation: the loads running now store nothing, and what they kept is no measure
+    /// of what comes after.
+    fn bump(&mut self) {
+        self.value += 1;
+        self.newest_read = None;
+    }
 }
 
 /// What [`Memory::keep`] did with an entry.
@@ -84,8 +108,11 @@ pub(crate) enum Kept<V> {
     Stored,
     /// The key was invalidated since the load began: nothing stored.
     Invalidated,
-    /// The entry stored has a newer source version: it stays, and is this.
-    Newer(Entry<V>),
+    /// The entry stored is newer (`order::held_stays`) and servable: it stays, and is this.
+    Newer(Entry<V>, Stays),
+    /// A value whose source was read later was kept since the key's loads began, and memory
+    /// holds no servable one: nothing stored, and nothing newer to hand out instead.
+    Older,
 }
 
 impl<V> Kept<V> {
@@ -178,7 +205,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         let generation = loading
             .entry(key.clone())
             .and_modify(|generation| generation.loads += 1)
-            .or_insert(Generation { value: 0, loads: 1 });
+            .or_insert_with(Generation::new);
         Loading {
             generation: generation.value,
             memory: self,
@@ -194,7 +221,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         if loading.contains_key(key) {
             return None;
         }
-        loading.insert(key.clone(), Generation { value: 0, loads: 1 });
+        loading.insert(key.clone(), Generation::new());
         Some(Loading {
             generation: 0,
             memory: self,
@@ -203,20 +230,36 @@ impl<K: Key, V: Value> Memory<K, V> {
         })
     }
 
-    /// Stores `entry` unless the key was invalidated since `load` began, or (with a source
-    /// version) the entry stored has a newer version than `entry`'s.
+    /// Stores `entry` unless the key was invalidated since `load` began, or memory holds a
+    /// newer value ([`order::held_stays`]): of a newer source version, or whose source was read
+    /// later (a flight this process began after `entry`'s ended first). The later read counts
+    /// while the key's loads run even once its value is past every use or gone.
     pub(crate) fn keep(&self, load: &Loading<'_, K, V>, entry: Entry<V>) -> Kept<V> {
-        let loading = self.loading();
+        let mut loading = self.loading();
         if !is_current(&loading, load) {
             return Kept::Invalidated;
         }
-        if let Some(version) = self.version
-            && let Some(stored) = self.get(&load.key).filter(Entry::current)
-            && let (Some(stored_version), Some(version)) =
-                (version(&stored.value), version(&entry.value))
-            && stored_version > version
+        let now = Instant::now();
+        let version = |entry: &Entry<V>| self.version.and_then(|version| version(&entry.value));
+        let held = self.get(&load.key).filter(Entry::current);
+        let newest_read = loading.get(&load.key).and_then(|g| g.newest_read);
+        let held_read = held.as_ref().map(Entry::read_at).max(newest_read);
+        let held_version = held
+            .as_ref()
+            .filter(|held| held.fail_safe(now))
+            .and_then(version);
+        if let Some(read) = held_read
+            && let Some(stays) =
+                order::held_stays((held_version, read), (version(&entry), entry.read_at()))
         {
-            return Kept::Newer(stored);
+            let newest = |held: &Entry<V>| stays == Stays::Version || held.read_at() >= read;
+            return match held.filter(|held| held.servable(now) && newest(held)) {
+                Some(held) => Kept::Newer(held, stays),
+                None => Kept::Older,
+            };
+        }
+        if let Some(generation) = loading.get_mut(&load.key) {
+            generation.newest_read = generation.newest_read.max(Some(entry.read_at()));
         }
         if let Some(names) = &self.names
             && let Some(name) = (names.name_of)(&load.key)
@@ -265,7 +308,7 @@ impl<K: Key, V: Value> Memory<K, V> {
 
     fn detach_in(loading: &mut HashMap<K, Generation>, key: &K) {
         if let Some(generation) = loading.get_mut(key) {
-            generation.value += 1;
+            generation.bump();
         }
     }
 
@@ -279,7 +322,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         let mut loading = self.loading();
         for (key, generation) in loading.iter_mut() {
             if (names.name_of)(key).is_some_and(|own| own == name) {
-                generation.value += 1;
+                generation.bump();
             }
         }
         let key = names
@@ -298,7 +341,7 @@ impl<K: Key, V: Value> Memory<K, V> {
     pub(crate) fn invalidate_all(&self) {
         let mut loading = self.loading();
         for generation in loading.values_mut() {
-            generation.value += 1;
+            generation.bump();
         }
         if let Some(names) = &self.names {
             names
@@ -321,7 +364,7 @@ impl<K: Key, V: Value> Memory<K, V> {
             return self.invalidate_all();
         };
         for generation in self.loading().values_mut() {
-            generation.value += 1;
+            generation.bump();
         }
         let keys = std::cell::RefCell::new(Vec::new());
         store.retain(|key, _| {
@@ -552,7 +595,7 @@ mod tests {
             Kept::Stored
         ));
         match memory.keep(&memory.begin(&1), entry(4)) {
-            Kept::Newer(newer) => assert_eq!(newer.value, 5),
+            Kept::Newer(newer, Stays::Version) => assert_eq!(newer.value, 5),
             _ => panic!("version 4 replaced version 5"),
         }
         assert!(matches!(
@@ -569,5 +612,61 @@ mod tests {
             Kept::Stored
         ));
         assert_eq!(memory.get(&1).map(|e| e.value), Some(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_value_whose_source_was_read_earlier_does_not_replace_one_read_later() {
+        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        let read = Instant::now();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        let later = entry(2).read_from(read + Duration::from_millis(2));
+        assert!(matches!(
+            memory.keep(&memory.begin(&1), later),
+            Kept::Stored
+        ));
+        match memory.keep(&memory.begin(&1), entry(1).read_from(read)) {
+            Kept::Newer(held, Stays::Read) => assert_eq!(held.value, 2),
+            _ => panic!("a value read earlier replaced one read later"),
+        }
+        let again = memory.get(&1).unwrap();
+        assert!(
+            matches!(memory.keep(&memory.begin(&1), again), Kept::Stored),
+            "the same value kept again (a tie) lands"
+        );
+        tokio::time::advance(Duration::from_secs(120)).await; // past every use
+        assert!(
+            matches!(
+                memory.keep(&memory.begin(&1), entry(3).read_from(read)),
+                Kept::Older
+            ),
+            "a value past every use still orders: nothing newer to hand out, nothing stored"
+        );
+        memory.reclaim(&1, Instant::now());
+        assert!(matches!(
+            memory.keep(&memory.begin(&1), entry(3).read_from(read)),
+            Kept::Stored
+        ));
+        assert_eq!(memory.get(&1).map(|e| e.value), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_a_keys_loads_run_a_later_read_orders_them_though_its_value_is_gone() {
+        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        let read = Instant::now();
+        let (first, second) = (memory.begin(&1), memory.begin(&1));
+        tokio::time::advance(Duration::from_millis(5)).await;
+        let later = entry(2).read_from(read + Duration::from_millis(2));
+        assert!(matches!(memory.keep(&second, later), Kept::Stored));
+        memory.reclaim(&1, Instant::now() + Duration::from_secs(120)); // gone: past every use
+        assert!(
+            matches!(memory.keep(&first, entry(1).read_from(read)), Kept::Older),
+            "the load that read first, ending last, stores nothing"
+        );
+        assert!(memory.get(&1).is_none());
+        drop((first, second));
+        assert!(matches!(
+            memory.keep(&memory.begin(&1), entry(1).read_from(read)),
+            Kept::Stored
+        ));
     }
 }

@@ -21,6 +21,7 @@
 //! tier of the tests does; `redis::scripts`' tests check the scripts against them on a real
 //! redis-server. Times here are µs on the store's clock (Redis's are ms, times 1,000).
 
+#[cfg(any(feature = "simulation", test))]
 /// Whether a stored value whose source was read at `stored_read_at` may be newer than a load's
 /// value whose source was read at `read_from`: `false` means it is older, for certain. A tie
 /// counts as "may be newer".
@@ -28,6 +29,7 @@ pub(crate) fn may_be_newer(stored_read_at: u64, read_from: u64) -> bool {
     stored_read_at >= read_from
 }
 
+#[cfg(any(feature = "simulation", test))]
 /// Whether a load's fill lands, as `FILL` decides it once source versions allow it, given
 /// whether the key's fence is still the one the load read (`fenced`), the fence now, when the
 /// source of the value stored was read (`None`: nothing stored) and when the load's was.
@@ -49,9 +51,32 @@ pub(crate) fn fill_lands(
     }
 }
 
+#[cfg(any(feature = "simulation", test))]
 /// The key's fence after a write or an invalidation stamped `stamp` (a fill's: its source read,
 /// no later than its writing; a prime's or an invalidation's: its moment): moved on, to at
 /// least the stamp. A lock taken moves it by one.
 pub(crate) fn moved_fence(fence: u64, stamp: u64) -> u64 {
     (fence + 1).max(stamp)
+}
+
+/// Why a value memory holds stays where another value of its key was to be kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stays {
+    /// Its source version is greater (`source_version`): the other is counted as older.
+    Version,
+    /// Its source was read after the other's.
+    Read,
+}
+
+/// Whether a value memory holds stays rather than give way to `other` (each: its source
+/// version, if the cache has one, and when its source was read, bounded from below, on this
+/// process's clock). By source version when both have one; else by the reads, as the store
+/// orders fills: one read earlier gives way. Unlike the store's, a tie gives way: memory's
+/// reads are stamped to the nanosecond, and a tie there is one value kept again with new
+/// deadlines (the fail-safe throttle).
+pub(crate) fn held_stays<T: Ord>(held: (Option<u64>, T), other: (Option<u64>, T)) -> Option<Stays> {
+    match (held.0, other.0) {
+        (Some(held), Some(other)) => (held > other).then_some(Stays::Version),
+        _ => (held.1 > other.1).then_some(Stays::Read),
+    }
 }

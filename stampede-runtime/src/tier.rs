@@ -44,6 +44,7 @@ use crate::telemetry::Reason;
 mod batch;
 
 pub use batch::{Batch, BatchLoad, One};
+#[cfg(any(feature = "redis", feature = "simulation"))]
 pub(crate) use batch::{Group, Single};
 
 /// What a cache shares beyond this process. Chosen statically by the code `#[cached]`
@@ -64,7 +65,7 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         handle: &Handle<'_, K, V, L>,
         value: V,
     ) -> impl Future<Output = Result<(), Error>> + Send {
-        handle.keep_loaded(value, None);
+        handle.keep_loaded(Loaded::now(value), None);
         std::future::ready(Ok(()))
     }
 
@@ -370,7 +371,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// cannot be used.
     pub(crate) async fn load_here(&self, trusted_for: Option<Duration>) -> Fetched<V> {
         match self.load().await {
-            Ok(loaded) => Fetched::Loaded(self.keep_loaded(loaded.value, trusted_for)),
+            Ok(loaded) => Fetched::Loaded(self.keep_loaded(loaded, trusted_for)),
             Err(error) => Fetched::Failed(error),
         }
     }
@@ -390,9 +391,10 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     }
 
     /// Keeps a value loaded now in memory for a jittered `ttl`, then `stale` (unless the key was
-    /// invalidated since the flight began), and returns it.
-    pub(crate) fn keep_loaded(&self, value: V, trusted_for: Option<Duration>) -> V {
-        self.keep(Shared::new(self.core.loaded(value), trusted_for))
+    /// invalidated since the flight began, or memory holds a newer one), and returns it (or the
+    /// newer one).
+    pub(crate) fn keep_loaded(&self, loaded: Loaded<V>, trusted_for: Option<Duration>) -> V {
+        self.keep(Shared::new(self.core.loaded(loaded), trusted_for))
     }
 
     /// Keeps an entry in memory, unless the key was invalidated since the flight began (or
@@ -409,8 +411,8 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// same, unless the key was invalidated here or announced invalidated since the flight
     /// began (then nobody keeps it): the flight's callers got it, and a call after them must
     /// not get an older one that memory still holds. Returns the value.
-    pub(crate) fn fenced_off(&self, value: V, trusted_for: Option<Duration>) -> V {
-        self.keep_loaded(value, trusted_for)
+    pub(crate) fn fenced_off(&self, loaded: Loaded<V>, trusted_for: Option<Duration>) -> V {
+        self.keep_loaded(loaded, trusted_for)
     }
 
     /// Whether neither the key nor one of its tags was invalidated or detached since the flight
@@ -444,10 +446,10 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         true
     }
 
-    /// The entry memory holds for the key, if it was filled after `entry` and is `usable` now
-    /// (servable; or within its fail-safe window): a stale or fail-safe value the store still
-    /// holds may be older than memory's (this process's fill was fenced off), and must not
-    /// replace it.
+    /// The entry memory holds for the key, if its source was read after `entry`'s and it is
+    /// `usable` now (servable; or within its fail-safe window): a stale or fail-safe value the
+    /// store still holds may be older than memory's (this process's fill was fenced off), and
+    /// must not replace it.
     fn held_later(
         &self,
         entry: &Entry<V>,
@@ -456,15 +458,15 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         let now = Instant::now();
         self.core
             .entry(self.key)
-            .filter(|held| held.filled_at() > entry.filled_at() && usable(held, now))
+            .filter(|held| held.read_at() > entry.read_at() && usable(held, now))
     }
 
     /// Keeps `entry` in memory, and returns it, or the entry of a newer source version that
     /// memory holds instead.
     fn newest(&self, entry: Entry<V>) -> Entry<V> {
         match self.begun.keep(entry.clone()) {
-            Kept::Newer(newer) => newer,
-            Kept::Stored | Kept::Invalidated => entry,
+            Kept::Newer(newer, _) => newer,
+            Kept::Stored | Kept::Invalidated | Kept::Older => entry,
         }
     }
 

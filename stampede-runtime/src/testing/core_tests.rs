@@ -15,6 +15,7 @@ use crate::config::{Backend, Config, Lock};
 use crate::core::Values;
 use crate::entry::Entry;
 use crate::error::Error;
+use crate::load::Loaded;
 use crate::registry;
 use crate::testing::fake_tier::{self, Store};
 use crate::tier::{Local, Tier};
@@ -1012,7 +1013,8 @@ async fn a_refresh_does_not_serve_an_older_stale_value_from_the_store_over_memor
     let source = Source::new(Duration::from_secs(1));
     assert_eq!(within(source.get(cache, 6)).await.unwrap(), "6 v1");
     let loaded = Instant::now();
-    let before = loaded - Duration::from_secs(1);
+    // Its source read before this process's (at the start of its 1 s load).
+    let before = loaded - Duration::from_secs(2);
     let stale_until = loaded + Duration::from_secs(20);
     store.put(
         6,
@@ -1074,11 +1076,19 @@ fn the_trust_cap_bounds_every_serving_window_and_leaves_the_last_good_value() {
         options.refresh_after = Some(Duration::from_secs(5));
         let core = crate::core::Core::<u64, String>::new(options, None, Values::NONE, None);
         let bound = Duration::from_secs(2);
-        let entry = core.kept(core.loaded("v".to_owned()), Some(bound), Instant::now());
+        let entry = core.kept(
+            core.loaded(Loaded::now("v".to_owned())),
+            Some(bound),
+            Instant::now(),
+        );
         let past = Instant::now() + bound;
         assert!(!entry.servable(past), "{entry:?}");
         assert!(entry.fail_safe(past + Duration::from_secs(60)), "{entry:?}");
-        let uncapped = core.kept(core.loaded("v".to_owned()), None, Instant::now());
+        let uncapped = core.kept(
+            core.loaded(Loaded::now("v".to_owned())),
+            None,
+            Instant::now(),
+        );
         assert!(uncapped.fail_safe(past + Duration::from_secs(60)));
     });
 }
@@ -1314,5 +1324,40 @@ async fn a_failed_load_does_not_fall_back_on_a_last_good_value_older_than_one_wr
         source.loads(),
         2,
         "the caller that joined shared the failed load"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flight_that_read_the_source_before_anothers_does_not_replace_its_value_in_memory() {
+    // Simulation seeds 72506057 and 113721750 (tiered, the feed or Redis down): a call does not
+    // join a flight begun longer ago than the trust bound, and loads anew. The older flight,
+    // which read the source first, ended last and replaced the newer value in memory; a failed
+    // load's fail-safe then served the older value after the newer one had been returned.
+    let store = Store::new();
+    store.fail.store(true, SeqCst); // every flight loads here, trusted for the bound
+    let mut untrusted = fake_tier::tier(&store);
+    untrusted.trusted_for = Some(Duration::from_secs(1));
+    let safe = Config {
+        fail_safe: Some(Duration::from_secs(3_600)),
+        ..config("core::own_flights_by_read")
+    };
+    let cache = shared(safe, untrusted);
+    let slow = Source::new(Duration::from_secs(3));
+    let fast = Source {
+        loads: slow.loads.clone(),
+        delay: Duration::from_millis(500),
+    };
+    let first = tokio::spawn(slow.get(cache, 4)); // reads "4 v1" at once, ends at 3 s
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(within(fast.get(cache, 4)).await.unwrap(), "4 v2");
+    within(first).await.unwrap().unwrap();
+    let failed = within(cache.get(4, || {
+        |_: &u64| async { Err::<String, String>("down".to_owned()) }
+    }))
+    .await;
+    assert_eq!(
+        failed.unwrap(),
+        "4 v2",
+        "the last good value is the one whose source was read last"
     );
 }

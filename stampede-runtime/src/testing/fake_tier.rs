@@ -624,6 +624,7 @@ impl<V: Clone> Stored<V> {
             self.fresh_until,
             self.stale_until,
         )
+        .read_from(self.read_at)
     }
 }
 
@@ -687,7 +688,7 @@ enum Filled<V> {
     /// The key's outcome, with the store written (or the fill refused, or the load failed).
     Stored(Fetched<V>),
     /// The store went down meanwhile: the value is good, kept in this process only.
-    Here(V),
+    Here(Loaded<V>),
 }
 
 impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
@@ -709,7 +710,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
     ) -> Result<(), Error> {
         self.store.stall().await;
         if self.store.down() {
-            handle.keep_loaded(value, self.trusted());
+            handle.keep_loaded(Loaded::now(value), self.trusted());
             lock(&self.dirty).insert(handle.key().clone());
             return Err(Error::invalid_config("the fake store is down"));
         }
@@ -867,7 +868,7 @@ impl<K: Key, V: Value> Fake<K, V> {
     ) -> Fetched<V> {
         match loaded {
             Ok(loaded) => {
-                let value = handle.keep_loaded(loaded.value, trusted);
+                let value = handle.keep_loaded(loaded, trusted);
                 lock(&self.dirty).insert(handle.key().clone());
                 Fetched::Loaded(value)
             }
@@ -1078,7 +1079,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         Filled::Stored(match (loaded, newer) {
             (Err(error), _) => Fetched::Failed(error),
             // The store went down meanwhile: the value is good, kept here.
-            (Ok(Loaded { value, .. }), _) if self.store.down() => return Filled::Here(value),
+            (Ok(loaded), _) if self.store.down() => return Filled::Here(loaded),
             (Ok(Loaded { value, read_from }), None) if lands => {
                 state.stamp(handle.key(), read_from.min(Instant::now()));
                 let stored = self.stored(handle, value, read_from);
@@ -1089,7 +1090,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             // Refused, as `FILL` refuses: the store holds a newer source version or a value that
             // may be newer, or nothing and the fence moved past the load's read (an invalidation
             // or a write since). Its callers get what the store keeps, if servable.
-            (Ok(Loaded { value, .. }), newer) => {
+            (Ok(loaded), newer) => {
                 let now = Instant::now();
                 if newer.is_some() {
                     handle.older_than_stored();
@@ -1102,7 +1103,7 @@ impl<K: Key, V: Value> Fake<K, V> {
                     .filter(|entry| entry.servable(now));
                 match stored {
                     Some(entry) => Fetched::Loaded(handle.keep(self.shared(entry))),
-                    None => Fetched::Loaded(handle.fenced_off(value, self.trusted())),
+                    None => Fetched::Loaded(handle.fenced_off(loaded, self.trusted())),
                 }
             }
         })
@@ -1110,9 +1111,13 @@ impl<K: Key, V: Value> Fake<K, V> {
 
     /// A value loaded while the store went down: kept here, the key dropped from the store
     /// before this process reads it there again.
-    fn kept_here<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>, value: V) -> Fetched<V> {
+    fn kept_here<L: Load<K, V>>(
+        &self,
+        handle: &Handle<'_, K, V, L>,
+        loaded: Loaded<V>,
+    ) -> Fetched<V> {
         lock(&self.dirty).insert(handle.key().clone());
-        Fetched::Loaded(handle.keep_loaded(value, self.trusted()))
+        Fetched::Loaded(handle.keep_loaded(loaded, self.trusted()))
     }
 
     /// The fresh value the store holds for the key, read without a lock ([`Tier::read`]).

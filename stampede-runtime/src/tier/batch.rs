@@ -265,7 +265,7 @@ impl<'a, K: Key, V: Value, L: BatchLoad<K, V>> Batch<'a, K, V, L> {
         let loaded = self.load(&all).await;
         for ((at, handle), loaded) in self.handles.iter().enumerate().zip(loaded) {
             let fetched = match loaded {
-                Ok(loaded) => Fetched::Loaded(handle.keep_loaded(loaded.value, trusted_for)),
+                Ok(loaded) => Fetched::Loaded(handle.keep_loaded(loaded, trusted_for)),
                 Err(error) => Fetched::Failed(error),
             };
             self.report(at, fetched);

@@ -160,13 +160,16 @@ pub(crate) fn decoded<V: DeserializeOwned>(
     };
     let reference = server_now.unwrap_or(envelope.written_at);
     let now = Instant::now();
+    let back = |at: u64| now.checked_sub(since(reference, at));
+    let filled_at = back(envelope.written_at).unwrap_or(now);
     let entry = Entry::new(
         value,
-        now.checked_sub(since(reference, envelope.written_at))
-            .unwrap_or(now),
+        filled_at,
         after(now, since(envelope.fresh_until, reference)),
         after(now, since(envelope.stale_until, reference)),
-    );
+    )
+    // At the latest: the server's clock said `reference` before now.
+    .read_from(back(envelope.read_at).unwrap_or(filled_at).min(filled_at));
     if entry.servable(now) {
         Decoded::Servable(entry)
     } else {

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use crate::config::Config;
 use crate::error::Error;
 use crate::kv::{Key, Value};
-use crate::load::Load;
+use crate::load::{Load, Loaded};
 use crate::redis::codec::envelope::{self, Decoded};
 use crate::redis::codec::keys::{self, RedisKeys};
 use crate::redis::protocol::flow;
@@ -154,11 +154,11 @@ where
     ) -> Result<(), Error> {
         let config = handle.config();
         if let Err(error) = self.shared() {
-            handle.keep_loaded(value, None); // nothing shared
+            handle.keep_loaded(Loaded::now(value), None); // nothing shared
             return Err(error);
         }
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
-            handle.keep_loaded(value, None); // nothing shared
+            handle.keep_loaded(Loaded::now(value), None); // nothing shared
             let what = format!(
                 ", so cache `{}` kept the primed value in this process only",
                 config.name

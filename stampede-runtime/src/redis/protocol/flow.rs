@@ -101,7 +101,7 @@ struct HeldKey {
 /// A loaded value ready for `FILL`.
 struct Encoded<V> {
     held: HeldKey,
-    value: V,
+    loaded: Loaded<V>,
     payload: Vec<u8>,
     /// The server's time (ms) when the source was read.
     read_from: u64,
@@ -227,7 +227,7 @@ where
             let handle = &group.handles()[at];
             outcomes[at] = Some(match loaded {
                 Ok(loaded) => {
-                    let value = handle.keep_loaded(loaded.value, trusted_for);
+                    let value = handle.keep_loaded(loaded, trusted_for);
                     if let Some(endpoint) = endpoint {
                         self.changed_while_down(endpoint, handle.key(), handle.config());
                     }
@@ -682,12 +682,12 @@ where
             .map(|encoded| Fill {
                 keys: &parts[encoded.held.at].keys,
                 token: if encoded.held.locked { token } else { "" },
-                lifetime: self.group.handles()[encoded.held.at].lifetime(&encoded.value),
+                lifetime: self.group.handles()[encoded.held.at].lifetime(&encoded.loaded.value),
                 load: took,
                 fence: Some(encoded.held.fence),
                 read_from: encoded.read_from,
                 source_version: self.group.handles()[encoded.held.at]
-                    .source_version(&encoded.value),
+                    .source_version(&encoded.loaded.value),
                 payload: &encoded.payload,
             })
             .collect();
@@ -747,7 +747,7 @@ where
             self.tier.telemetry.degraded.bump();
             outcomes[at] = Some(match loaded {
                 Ok(loaded) => {
-                    let value = handle.keep_loaded(loaded.value.clone(), trusted_for);
+                    let value = handle.keep_loaded(loaded.clone(), trusted_for);
                     self.tier
                         .changed_while_down(&self.endpoint, handle.key(), handle.config());
                     Fetched::Loaded(value)
@@ -770,7 +770,7 @@ where
         let (mut fills, mut unwritten) = (Vec::new(), Vec::new());
         for (held, loaded) in fill.iter().zip(loaded) {
             let handle = &self.group.handles()[held.at];
-            let Loaded { value, read_from } = match loaded {
+            let loaded = match loaded {
                 Ok(loaded) => loaded,
                 Err(error) => {
                     unwritten.push(*held);
@@ -778,18 +778,18 @@ where
                     continue;
                 }
             };
-            match envelope::encode(value, self.endpoint.config.max_value_bytes) {
+            match envelope::encode(&loaded.value, self.endpoint.config.max_value_bytes) {
                 Ok(payload) => fills.push(Encoded {
                     held: *held,
-                    value: value.clone(),
+                    loaded: loaded.clone(),
                     payload,
-                    read_from: parts[held.at].read_at.at(*read_from),
+                    read_from: parts[held.at].read_at.at(loaded.read_from),
                 }),
                 Err(error) => {
                     unwritten.push(*held);
-                    let kept = self
-                        .tier
-                        .unencodable(&self.endpoint, handle, value.clone(), &error);
+                    let kept =
+                        self.tier
+                            .unencodable(&self.endpoint, handle, loaded.clone(), &error);
                     outcomes[held.at] = Some(Fetched::Loaded(kept));
                 }
             }
@@ -812,7 +812,7 @@ where
                 self.tier
                     .changed_while_down(&self.endpoint, handle.key(), handle.config());
                 outcomes[encoded.held.at] = Some(Fetched::Loaded(
-                    handle.keep_loaded(encoded.value, self.endpoint.memory_trusted_for()),
+                    handle.keep_loaded(encoded.loaded, self.endpoint.memory_trusted_for()),
                 ));
             }
             return;
@@ -822,7 +822,7 @@ where
             let handle = &self.group.handles()[at];
             if written.written {
                 outcomes[at] = Some(Fetched::Loaded(
-                    self.keep(handle, entry_of(encoded.value, &written)),
+                    self.keep(handle, entry_of(encoded.loaded, &written)),
                 ));
                 continue;
             }
@@ -839,7 +839,7 @@ where
                 Found::Nothing | Found::Undecodable => None,
             };
             outcomes[at] = Some(Fetched::Loaded(stored.unwrap_or_else(|| {
-                handle.fenced_off(encoded.value, self.endpoint.memory_trusted_for())
+                handle.fenced_off(encoded.loaded, self.endpoint.memory_trusted_for())
             })));
         }
     }
@@ -945,7 +945,7 @@ where
     L: Load<K, V>,
 {
     if !tag(endpoint, keys, handle).await {
-        handle.keep_loaded(value, endpoint.memory_trusted_for());
+        handle.keep_loaded(Loaded::now(value), endpoint.memory_trusted_for());
         return Err("the value's tags could not be written".into());
     }
     let fill = Fill {
@@ -960,7 +960,7 @@ where
     };
     match endpoint.fill(&fill).await {
         Ok(written) if written.written => {
-            keep(endpoint, handle, entry_of(value, &written));
+            keep(endpoint, handle, entry_of(Loaded::now(value), &written));
             Ok(())
         }
         // Refused: Redis holds a newer source version. Memory keeps that one (or nothing, if it
@@ -979,21 +979,22 @@ where
             Ok(())
         }
         Err(failure) => {
-            handle.keep_loaded(value, endpoint.memory_trusted_for());
+            handle.keep_loaded(Loaded::now(value), endpoint.memory_trusted_for());
             Err(failure.to_string())
         }
     }
 }
 
 /// The entry of a value `FILL` wrote, with its deadlines on this process's clock.
-fn entry_of<V>(value: V, written: &Written) -> Entry<V> {
+fn entry_of<V>(loaded: Loaded<V>, written: &Written) -> Entry<V> {
     let now = Instant::now();
     Entry::new(
-        value,
+        loaded.value,
         now,
         after(now, envelope::since(written.fresh_until, written.now_ms)),
         after(now, envelope::since(written.stale_until, written.now_ms)),
     )
+    .read_from(loaded.read_from)
 }
 
 /// Records how the protocol went for a key in the `stampede.lock` span (for a group of many,

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use crate::config::Config;
 use crate::error::Error;
 use crate::kv::{Key, Value};
-use crate::load::Load;
+use crate::load::{Load, Loaded};
 use crate::redis::Busy;
 use crate::redis::codec::keys::{self, RedisKeys};
 use crate::redis::codec::shape::{self, Shape, Untraceable};
@@ -181,11 +181,11 @@ where
         &self,
         endpoint: &Endpoint,
         handle: &Handle<'_, K, V, L>,
-        value: V,
+        loaded: Loaded<V>,
         error: &dyn std::fmt::Display,
     ) -> V {
         tracing::warn!(cache = %handle.config().name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
-        handle.keep_loaded(value, endpoint.memory_trusted_for())
+        handle.keep_loaded(loaded, endpoint.memory_trusted_for())
     }
 
     pub(in crate::redis) fn warn_unconfigured(&self, config: &Config) {

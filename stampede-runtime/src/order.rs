@@ -17,19 +17,22 @@
 //! than anything written or invalidated: its fill lands even where nothing is stored to compare
 //! with (the value written since its read has expired).
 //!
+//! Memory orders the values it keeps by the same reads, on this process's clock ([`held_stays`]):
+//! a flight's value whose source was read before the one memory holds (or one the key's running
+//! loads kept already) does not replace it.
+//!
 //! These rules decide both what the Redis `FILL` and `INVALIDATE` scripts do and what the fake
 //! tier of the tests does; `redis::scripts`' tests check the scripts against them on a real
 //! redis-server. Times here are µs on the store's clock (Redis's are ms, times 1,000).
 
-#[cfg(any(feature = "simulation", test))]
 /// Whether a stored value whose source was read at `stored_read_at` may be newer than a load's
 /// value whose source was read at `read_from`: `false` means it is older, for certain. A tie
-/// counts as "may be newer".
-pub(crate) fn may_be_newer(stored_read_at: u64, read_from: u64) -> bool {
+/// counts as "may be newer": the one tie rule, which the store applies from the stored value's
+/// side and memory from the incoming one's (see [`held_stays`]).
+pub(crate) fn may_be_newer<T: Ord>(stored_read_at: T, read_from: T) -> bool {
     stored_read_at >= read_from
 }
 
-#[cfg(any(feature = "simulation", test))]
 /// Whether a load's fill lands, as `FILL` decides it once source versions allow it, given
 /// whether the key's fence is still the one the load read (`fenced`), the fence now, when the
 /// source of the value stored was read (`None`: nothing stored) and when the load's was.
@@ -39,6 +42,7 @@ pub(crate) fn may_be_newer(stored_read_at: u64, read_from: u64) -> bool {
 /// is too). Over nothing: under the fence the load read, or when its source was read after the
 /// fence's stamp (after every write and invalidation since). Refused, its callers are handed
 /// what is stored (or, with nothing stored, their own value, kept nowhere shared).
+#[cfg(any(feature = "simulation", test))]
 pub(crate) fn fill_lands(
     fenced: bool,
     fence: u64,
@@ -51,10 +55,10 @@ pub(crate) fn fill_lands(
     }
 }
 
-#[cfg(any(feature = "simulation", test))]
 /// The key's fence after a write or an invalidation stamped `stamp` (a fill's: its source read,
 /// no later than its writing; a prime's or an invalidation's: its moment): moved on, to at
 /// least the stamp. A lock taken moves it by one.
+#[cfg(any(feature = "simulation", test))]
 pub(crate) fn moved_fence(fence: u64, stamp: u64) -> u64 {
     (fence + 1).max(stamp)
 }
@@ -70,13 +74,14 @@ pub(crate) enum Stays {
 
 /// Whether a value memory holds stays rather than give way to `other` (each: its source
 /// version, if the cache has one, and when its source was read, bounded from below, on this
-/// process's clock). By source version when both have one; else by the reads, as the store
-/// orders fills: one read earlier gives way. Unlike the store's, a tie gives way: memory's
-/// reads are stamped to the nanosecond, and a tie there is one value kept again with new
-/// deadlines (the fail-safe throttle).
+/// process's clock). By source version when both have one; else by the reads, with
+/// [`may_be_newer`] asked of the incoming value: the held one stays when the other is older for
+/// certain, and a tie goes to the value kept last. Memory's reads are stamped to the nanosecond,
+/// and a tie there is one value kept again with new deadlines (the fail-safe throttle); the
+/// store's are to the millisecond, where a tie is two loads, and the value stored stays.
 pub(crate) fn held_stays<T: Ord>(held: (Option<u64>, T), other: (Option<u64>, T)) -> Option<Stays> {
     match (held.0, other.0) {
         (Some(held), Some(other)) => (held > other).then_some(Stays::Version),
-        _ => (held.1 > other.1).then_some(Stays::Read),
+        _ => (!may_be_newer(other.1, held.1)).then_some(Stays::Read),
     }
 }

@@ -256,7 +256,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             let start = Start {
                 reason,
                 run: Run::Get,
-                refreshing: (reason == Reason::Early).then_some(of),
+                replacing: (reason == Reason::Early).then_some(of),
             };
             let _ = self.spawn_load(leader, Erased::of(prepare()), start);
         }

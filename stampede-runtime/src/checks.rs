@@ -34,9 +34,9 @@ use crate::error::Error;
 /// tuple, and does not quote this file to show a struct that "doesn't satisfy" the bound.
 pub type Probe<T> = (PhantomData<T>,);
 
-/// The probe of the type of `*value` (`__private::witness`, as the generated code knows it).
+/// The probe of the type of `*value` (`__private::probe`, as the generated code knows it).
 #[inline(always)]
-pub fn witness<T: ?Sized>(_value: &T) -> Probe<T> {
+pub fn probe<T: ?Sized>(_value: &T) -> Probe<T> {
     (PhantomData,)
 }
 

@@ -231,7 +231,7 @@ pub(crate) struct Start {
     /// For an early refresh (`refresh_after`), when the value it replaces was loaded; for a
     /// companion's `refresh`, when it was asked for. A shared value filled no later is the one
     /// the flight replaces.
-    pub(crate) refreshing: Option<Instant>,
+    pub(crate) replacing: Option<Instant>,
 }
 
 impl Start {
@@ -241,7 +241,7 @@ impl Start {
         Start {
             reason: Reason::Miss,
             run,
-            refreshing: (run == Run::Refresh).then(Instant::now),
+            replacing: (run == Run::Refresh).then(Instant::now),
         }
     }
 }
@@ -346,8 +346,8 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// For an early refresh (`refresh_after`), when the value it replaces was loaded; for a
     /// companion's `refresh`, when it was asked for: a shared value filled later is newer, and
     /// needs no load (it is another load's, begun since).
-    pub(crate) fn refreshing(&self) -> Option<Instant> {
-        self.start.refreshing
+    pub(crate) fn replacing(&self) -> Option<Instant> {
+        self.start.replacing
     }
 
     /// Runs the function's load here, with its timeout and retries, if the breaker admits it

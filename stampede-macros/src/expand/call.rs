@@ -251,7 +251,7 @@ impl Expansion<'_> {
             let this = chain(
                 span,
                 private,
-                quote!(#private::witness(#this)),
+                quote!(#private::probe(#this)),
                 Check::RECEIVER,
                 Finish::CloneOf(quote!(#this)),
             );
@@ -314,7 +314,7 @@ impl Expansion<'_> {
             let copy = chain(
                 type_span(arg),
                 private,
-                quote!(#private::witness(&#ident)),
+                quote!(#private::probe(&#ident)),
                 Check::ARG,
                 Finish::CloneOf(quote!(&#ident)),
             );

@@ -180,11 +180,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     if core.config.lock != Lock::None
                         && let Some(leader) = core.flights.lead(key)
                     {
-                        let refreshing = (reason == Reason::Early).then_some(of);
+                        let replacing = (reason == Reason::Early).then_some(of);
                         let start = Start {
                             reason,
                             run: Run::Get,
-                            refreshing,
+                            replacing,
                         };
                         refreshes.push((leader, start));
                     }
@@ -262,7 +262,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 let start = Start {
                     reason: Reason::Early,
                     run: Run::Get,
-                    refreshing: Some(of),
+                    replacing: Some(of),
                 };
                 early.push((leader, start));
             }

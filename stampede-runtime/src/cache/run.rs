@@ -103,7 +103,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
 
     /// What one flight does through the tier: gets the key's value. For a companion's
     /// `refresh` the same fetch loads it whatever is held: the handle marks the value held as
-    /// the one replaced (`Handle::refreshing`) and serves no stale value, so a shared tier loads
+    /// the one replaced (`Handle::replacing`) and serves no stale value, so a shared tier loads
     /// the key (under its lock) or waits for another process's load begun since.
     async fn flight<L: Load<K, V>>(&self, handle: &Handle<'_, K, V, L>) -> Fetched<V> {
         self.tier.fetch(handle).await

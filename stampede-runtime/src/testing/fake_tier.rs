@@ -894,7 +894,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         {
             Some(stored) => {
                 let refreshes = handle
-                    .refreshing()
+                    .replacing()
                     .is_some_and(|old| stored.filled_at <= old);
                 if now < stored.fresh_until && !refreshes {
                     return Next::Done(Fetched::Read(handle.keep(self.shared(stored.entry()))));

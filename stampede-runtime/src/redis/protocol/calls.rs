@@ -91,8 +91,8 @@ where
     fn trusted_for(&self) -> Option<Duration> {
         let endpoint = lookup(self.connection.as_deref())?;
         match endpoint.usable() {
-            true => endpoint.memory_trusted_for(),
-            false => endpoint.local_trusted_for(),
+            true => endpoint.trusted_for(),
+            false => endpoint.trusted_for_unshared(),
         }
     }
 
@@ -112,7 +112,7 @@ where
         let Decoded::Servable(entry) = envelope::decoded(Some(&value), Some(now_ms), most) else {
             return None;
         };
-        Some(Shared::new(entry, endpoint.memory_trusted_for()))
+        Some(Shared::new(entry, endpoint.trusted_for()))
     }
 
     fn key_name(&self) -> Option<fn(&K) -> Option<String>> {

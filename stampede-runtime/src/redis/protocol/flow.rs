@@ -221,7 +221,7 @@ where
         for _ in indices {
             self.telemetry.degraded.bump();
         }
-        let trusted_for = endpoint.and_then(|endpoint| endpoint.local_trusted_for());
+        let trusted_for = endpoint.and_then(|endpoint| endpoint.trusted_for_unshared());
         let loaded = group.load(indices).await;
         for (&at, loaded) in indices.iter().zip(loaded) {
             let handle = &group.handles()[at];
@@ -268,7 +268,7 @@ where
         let Ok(values) = endpoint.read_fresh_many(&value_keys).await else {
             return found;
         };
-        let trusted_for = endpoint.memory_trusted_for();
+        let trusted_for = endpoint.trusted_for();
         for (at, (value, now_ms)) in places.into_iter().zip(values) {
             if let Decoded::Servable(entry) = envelope::decoded(
                 value.as_deref(),
@@ -426,7 +426,7 @@ where
             }
         };
         match (read.state, current) {
-            (ReadState::Fresh, Some(entry)) if !self.refreshes(handle, &entry) => {
+            (ReadState::Fresh, Some(entry)) if !self.replaces(handle, &entry) => {
                 record("fresh");
                 outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));
                 Step::Done
@@ -738,7 +738,7 @@ where
         loaded: &[Result<Loaded<V>, Error>],
         outcomes: &mut [Option<Fetched<V>>],
     ) {
-        let trusted_for = self.endpoint.local_trusted_for();
+        let trusted_for = self.endpoint.trusted_for_unshared();
         if !local.is_empty() {
             record("degraded");
         }
@@ -812,7 +812,7 @@ where
                 self.tier
                     .changed_while_down(&self.endpoint, handle.key(), handle.config());
                 outcomes[encoded.held.at] = Some(Fetched::Loaded(
-                    handle.keep_loaded(encoded.loaded, self.endpoint.memory_trusted_for()),
+                    handle.keep_loaded(encoded.loaded, self.endpoint.trusted_for()),
                 ));
             }
             return;
@@ -839,7 +839,7 @@ where
                 Found::Nothing | Found::Undecodable => None,
             };
             outcomes[at] = Some(Fetched::Loaded(stored.unwrap_or_else(|| {
-                handle.fenced_off(encoded.loaded, self.endpoint.memory_trusted_for())
+                handle.fenced_off(encoded.loaded, self.endpoint.trusted_for())
             })));
         }
     }
@@ -847,10 +847,10 @@ where
     /// Whether a fresh entry is the value a refresh of its key replaces: one filled later is
     /// newer, and needs no load. Both fill times come from the server's clock through a read,
     /// each off by at most its round trip: within the operation timeout, it is the same value.
-    fn refreshes(&self, handle: &Handle<'_, K, V, G::Load>, entry: &Entry<V>) -> bool {
+    fn replaces(&self, handle: &Handle<'_, K, V, G::Load>, entry: &Entry<V>) -> bool {
         let same_within = self.endpoint.config.op_timeout;
         handle
-            .refreshing()
+            .replacing()
             .is_some_and(|old| entry.filled_at() <= after(old, same_within))
     }
 
@@ -865,7 +865,7 @@ where
         if let Some(entry) = current
             && !part.served
         {
-            part.served = handle.serve(Shared::new(entry, self.endpoint.memory_trusted_for()));
+            part.served = handle.serve(Shared::new(entry, self.endpoint.trusted_for()));
         }
     }
 
@@ -904,7 +904,7 @@ fn keep<K: Key, V: Value, L: Load<K, V>>(
     handle: &Handle<'_, K, V, L>,
     entry: Entry<V>,
 ) -> V {
-    handle.keep(Shared::new(entry, endpoint.memory_trusted_for()))
+    handle.keep(Shared::new(entry, endpoint.trusted_for()))
 }
 
 /// Reads an envelope (see [`envelope::decoded`]); a value past its stale deadline is offered as
@@ -923,7 +923,7 @@ fn found<K: Key, V: Value + DeserializeOwned, L: Load<K, V>>(
         }
         Decoded::Undecodable => Found::Undecodable,
         Decoded::Unservable(entry) => {
-            handle.last_good(Shared::new(entry, endpoint.memory_trusted_for()));
+            handle.last_good(Shared::new(entry, endpoint.trusted_for()));
             Found::Nothing
         }
     }
@@ -945,7 +945,7 @@ where
     L: Load<K, V>,
 {
     if !tag(endpoint, keys, handle).await {
-        handle.keep_loaded(Loaded::now(value), endpoint.memory_trusted_for());
+        handle.keep_loaded(Loaded::now(value), endpoint.trusted_for());
         return Err("the value's tags could not be written".into());
     }
     let fill = Fill {
@@ -979,7 +979,7 @@ where
             Ok(())
         }
         Err(failure) => {
-            handle.keep_loaded(Loaded::now(value), endpoint.memory_trusted_for());
+            handle.keep_loaded(Loaded::now(value), endpoint.trusted_for());
             Err(failure.to_string())
         }
     }

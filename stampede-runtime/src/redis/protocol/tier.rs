@@ -185,7 +185,7 @@ where
         error: &dyn std::fmt::Display,
     ) -> V {
         tracing::warn!(cache = %handle.config().name, %error, "stampede: value cannot be encoded for Redis; kept in memory only");
-        handle.keep_loaded(loaded, endpoint.memory_trusted_for())
+        handle.keep_loaded(loaded, endpoint.trusted_for())
     }
 
     pub(in crate::redis) fn warn_unconfigured(&self, config: &Config) {

@@ -113,7 +113,7 @@ impl Endpoint {
     /// could not be used: the staleness bound (or `trust_while_deaf`), whatever the feed says. Redis does not have the
     /// value, so nothing there would ever replace it; and the process reads Redis again (where
     /// the key is dropped first, see `dirty`) only once memory no longer serves it.
-    pub(crate) fn local_trusted_for(&self) -> Option<Duration> {
+    pub(crate) fn trusted_for_unshared(&self) -> Option<Duration> {
         Some(self.config.trusted_while_deaf())
     }
 
@@ -124,7 +124,7 @@ impl Endpoint {
     /// `trust_while_deaf`): an invalidation missed meanwhile is then outlived by at most that,
     /// however long the load took.
     /// `Some(Duration::ZERO)` would mean: keep nothing.
-    pub(crate) fn memory_trusted_for(&self) -> Option<Duration> {
+    pub(crate) fn trusted_for(&self) -> Option<Duration> {
         if self.feed_live() {
             None
         } else {
@@ -457,7 +457,7 @@ mod tests {
         let config = RedisConfig::new("redis://127.0.0.1:1").unwrap();
         let connection = Endpoint::new("untrusted_unit", config);
         assert_eq!(
-            connection.memory_trusted_for(),
+            connection.trusted_for(),
             Some(Duration::from_millis(2_250)),
             "never subscribed: values are kept at most the staleness bound"
         );

@@ -29,7 +29,7 @@
 //! of the process is dropped at once, and again when the next session of that Redis is up, in
 //! this runtime or another (one that idles hears nothing either), before it counts as live;
 //! meanwhile values read from Redis are kept no longer than `bound`
-//! (`Endpoint::memory_trusted_for`). An invalidation that Redis ran at
+//! (`Endpoint::trusted_for`). An invalidation that Redis ran at
 //! `t` and that this process missed ran after the last token heard was sent, so the loss is
 //! noticed before `t + bound`: **a process serves a value from memory at most
 //! `2 × heartbeat + op_timeout` after an invalidation it missed** (2.25 s with the defaults),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 
 use super::Expansion;
 use crate::attr::{BackendKind, BusyKind, FullKind, LockKind};
@@ -95,6 +95,14 @@ fn slot(private: &TokenStream) -> TokenStream {
     }
 }
 
+/// `Some(value)` or `None`, as tokens.
+fn some<T: ToTokens>(value: Option<T>) -> TokenStream {
+    match value {
+        Some(value) => quote!(::core::option::Option::Some(#value)),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
 /// The `Config` literal of the cache: its options, as the runtime reads them.
 pub(super) fn config(
     fn_name: &syn::Ident,
@@ -121,54 +129,32 @@ pub(super) fn config(
         BackendKind::Tiered => quote!(Tiered),
     };
     let capacity = settings.capacity;
-    let some_duration = |d: Option<Duration>| match d {
-        Some(d) => {
-            let d = duration(d);
-            quote!(::core::option::Option::Some(#d))
-        }
-        None => quote!(::core::option::Option::None),
-    };
-    let refresh_after = some_duration(settings.refresh_after);
-    let xfetch = match settings.xfetch {
-        Some(beta) => quote!(::core::option::Option::Some(#beta)),
-        None => quote!(::core::option::Option::None),
-    };
-    let fail_safe = some_duration(settings.fail_safe);
-    let soft_timeout = some_duration(settings.soft_timeout);
-    let memory_ttl = some_duration(settings.memory_ttl);
+    let refresh_after = some(settings.refresh_after.map(duration));
+    let xfetch = some(settings.xfetch);
+    let fail_safe = some(settings.fail_safe.map(duration));
+    let soft_timeout = some(settings.soft_timeout.map(duration));
+    let memory_ttl = some(settings.memory_ttl.map(duration));
     let fail_safe_throttle = duration(settings.fail_safe_throttle);
     let breaker_cooldown = duration(settings.breaker_cooldown);
-    let breaker = match settings.breaker {
-        Some(n) => quote!(::core::option::Option::Some(#n)),
-        None => quote!(::core::option::Option::None),
-    };
-    let max_loads = match settings.max_loads {
-        Some(n) => quote!(::core::option::Option::Some(#n)),
-        None => quote!(::core::option::Option::None),
-    };
+    let breaker = some(settings.breaker);
+    let max_loads = some(settings.max_loads);
     let max_loads_full = match settings.max_loads_full {
         FullKind::Wait => quote!(Wait),
         FullKind::Error => quote!(Error),
     };
-    let version = match &settings.version {
-        Some(version) => {
-            quote!(::core::option::Option::Some(::std::sync::Arc::from(#version)))
-        }
-        None => quote!(::core::option::Option::None),
-    };
-    let batch_max = match settings
-        .batch_max
-        .and_then(|most| usize::try_from(most).ok())
-    {
-        Some(most) => quote!(::core::option::Option::Some(#most)),
-        None => quote!(::core::option::Option::None),
-    };
-    let key = match &settings.key_template {
-        Some(template) => {
-            quote!(::core::option::Option::Some(::std::sync::Arc::from(#template)))
-        }
-        None => quote!(::core::option::Option::None),
-    };
+    let arc = |text: TokenStream| quote!(::std::sync::Arc::from(#text));
+    let version = some(settings.version.as_ref().map(|v| arc(v.to_token_stream())));
+    let batch_max = some(
+        settings
+            .batch_max
+            .and_then(|most| usize::try_from(most).ok()),
+    );
+    let key = some(
+        settings
+            .key_template
+            .as_ref()
+            .map(|k| arc(k.to_token_stream())),
+    );
     quote! {
         #private::Config {
             name: ::std::sync::Arc::from(#name),

@@ -81,7 +81,13 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             tier.tagged();
         }
         Cache {
-            core: Core::new(config, tags, values, tier.key_name()),
+            core: Core::new(
+                config,
+                tags,
+                values,
+                tier.key_name(),
+                tier.shared_through().is_some(),
+            ),
             tier,
             window: batch::Window::default(),
         }

@@ -99,6 +99,9 @@ const LAG_TICKS: u64 = 10;
 const MARGIN: Duration = Duration::from_micros(10);
 
 impl Nanos {
+    /// Before every moment on this clock: a read not known (see `entry::LeanRead`).
+    pub(crate) const EARLIEST: Nanos = Nanos(0);
+
     /// `instant` on this clock.
     pub(crate) fn of(instant: Instant) -> Self {
         Nanos(BASE.nanos_of(instant))

@@ -74,25 +74,29 @@ pub(crate) struct Core<K: Key, V: Value> {
 
 impl<K: Key, V: Value> Core<K, V> {
     /// The core of a cache with these options, tags and values; `key_name`: how its tier names
-    /// a key to other processes, when it does.
+    /// a key to other processes, when it does; `shares`: whether its tier shares values beyond
+    /// this process.
     pub(crate) fn new(
         config: Config,
         tags: Tags<K>,
         values: Values<V>,
         key_name: Option<fn(&K) -> Option<String>>,
+        shares: bool,
     ) -> Self {
         if tags.is_some() {
             crate::tags::keep_marks_for(config.longest_use());
         }
         // Only these options give an entry a tag stamp, a refresh point before its fresh
-        // deadline or a fail-safe deadline past its stale one: without them, the lean form.
-        let form = match tags.is_none()
+        // deadline or a fail-safe deadline past its stale one: without them, the lean form,
+        // with each value's read where the tier shares values (`entry::LeanRead`).
+        let lean = tags.is_none()
             && config.refresh_after.is_none()
             && config.xfetch.is_none()
-            && config.fail_safe.is_none()
-        {
-            true => Form::Lean,
-            false => Form::Full,
+            && config.fail_safe.is_none();
+        let form = match (lean, shares) {
+            (true, false) => Form::Lean,
+            (true, true) => Form::LeanRead,
+            (false, _) => Form::Full,
         };
         Core {
             memory: Memory::new(config.capacity, form, key_name, values.source_version),

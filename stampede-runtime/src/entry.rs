@@ -45,18 +45,53 @@ pub(crate) struct Entry<V> {
 /// `refresh_after` (issue 25). No entry of such a cache has a tag stamp, its refresh point is
 /// its fresh deadline (only `refresh_after` moves it earlier) and its fail-safe deadline its
 /// stale one (only `fail_safe` moves it later, and the throttle, which only a fail-safe value
-/// gets): two offsets and the stamp are kept nowhere, and an entry of a 24-byte value is 48
-/// bytes rather than 64. [`Entry`] is what every other path handles.
+/// gets): two offsets and the stamp are kept nowhere. When its value's source was read is kept
+/// only where memory orders values by it ([`LeanRead`]). An entry of a 24-byte value is 40
+/// bytes (48 with the read) rather than 64. [`Entry`] is what every other path handles.
 #[derive(Clone, Debug)]
-pub(crate) struct Lean<V> {
+pub(crate) struct Lean<V, R = ()> {
     value: V,
     refresh_at: Nanos,
-    read_at: Nanos,
+    read: R,
     filled_behind: Offset,
     stale_until: Offset,
 }
 
-impl<V> Lean<V> {
+/// What a lean entry keeps of when its value's source was read.
+///
+/// Nothing (`()`) in a cache whose tier shares nothing: its flights of one key never store
+/// out of order (a caller joins the key's flight, an invalidation detaches it; only
+/// `lock = "none"` races loads, and the README lets an older value win there), so an entry
+/// needs no read to be ordered by, and a key's running loads still order their own values
+/// (`Memory::keep`). The moment ([`Nanos`]) in a cache whose tier shares values: there a flight
+/// loads beside one begun longer ago than the trust bound, and values come from other
+/// processes.
+pub(crate) trait LeanRead: Copy + std::fmt::Debug {
+    /// What is kept of `read_at`.
+    fn of(read_at: Nanos) -> Self;
+    /// The read back: [`Nanos::EARLIEST`] where nothing is kept (it orders nothing).
+    fn read_at(self) -> Nanos;
+}
+
+impl LeanRead for () {
+    fn of(_: Nanos) -> Self {}
+
+    fn read_at(self) -> Nanos {
+        Nanos::EARLIEST
+    }
+}
+
+impl LeanRead for Nanos {
+    fn of(read_at: Nanos) -> Self {
+        read_at
+    }
+
+    fn read_at(self) -> Nanos {
+        self
+    }
+}
+
+impl<V, R: LeanRead> Lean<V, R> {
     /// `entry` in the lean form; `None` for an entry with a tag stamp, which this form cannot
     /// check. Its deadlines are those of a lean cache's entries; any other would only come
     /// earlier: the fresh deadline to the refresh point, the fail-safe one to the stale one.
@@ -72,7 +107,7 @@ impl<V> Lean<V> {
         Some(Lean {
             value: entry.value,
             refresh_at: entry.refresh_at,
-            read_at: entry.read_at,
+            read: R::of(entry.read_at),
             filled_behind: entry.filled_behind,
             stale_until: entry.stale_until,
         })
@@ -84,7 +119,7 @@ impl<V> Lean<V> {
         Entry {
             value: self.value,
             refresh_at: self.refresh_at,
-            read_at: self.read_at,
+            read_at: self.read.read_at(),
             filled_behind: self.filled_behind,
             fresh_until: self.filled_behind,
             stale_until: self.stale_until,
@@ -443,9 +478,10 @@ mod tests {
         );
         assert_eq!(
             size_of::<Lean<String>>(),
-            48,
-            "without the stamp, the fresh deadline and the fail-safe one"
+            40,
+            "without the stamp, the fresh deadline, the fail-safe one and the read"
         );
+        assert_eq!(size_of::<Lean<String, Nanos>>(), 48, "with the read");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
 use crate::clock::Nanos;
-use crate::entry::{Entry, Lean};
+use crate::entry::{Entry, Lean, LeanRead};
 use crate::kv::{Key, Value};
 use crate::order::{self, Stays};
 
@@ -54,8 +54,11 @@ struct Names<K> {
 pub(crate) enum Form {
     /// [`Lean`]: for a cache whose entries never have a tag stamp, a refresh point before
     /// their fresh deadline, or a fail-safe deadline after their stale one (no `tags`,
-    /// `refresh_after` or `fail_safe`).
+    /// `refresh_after` or `fail_safe`), and whose tier shares nothing (no read kept).
     Lean,
+    /// [`Lean`] with when each value's source was read: the same, for a tier that shares
+    /// values ([`LeanRead`]).
+    LeanRead,
     /// [`Entry`], whole.
     Full,
 }
@@ -63,6 +66,7 @@ pub(crate) enum Form {
 /// The store, in the cache's [`Form`].
 enum Store<K, V> {
     Lean(quick_cache::sync::Cache<K, Lean<V>>),
+    LeanRead(quick_cache::sync::Cache<K, Lean<V, Nanos>>),
     Full(quick_cache::sync::Cache<K, Entry<V>>),
 }
 
@@ -71,6 +75,7 @@ macro_rules! either {
     ($memory:expr, $store:ident => $body:expr) => {
         match &$memory.store {
             Store::Lean($store) => $body,
+            Store::LeanRead($store) => $body,
             Store::Full($store) => $body,
         }
     };
@@ -165,6 +170,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         Memory {
             store: match form {
                 Form::Lean => Store::Lean(store(items, capacity)),
+                Form::LeanRead => Store::LeanRead(store(items, capacity)),
                 Form::Full => Store::Full(store(items, capacity)),
             },
             version,
@@ -182,6 +188,7 @@ impl<K: Key, V: Value> Memory<K, V> {
     pub(crate) fn get(&self, key: &K) -> Option<Entry<V>> {
         match &self.store {
             Store::Lean(store) => store.get(key).map(Lean::entry),
+            Store::LeanRead(store) => store.get(key).map(Lean::entry),
             Store::Full(store) => store.get(key),
         }
     }
@@ -189,14 +196,9 @@ impl<K: Key, V: Value> Memory<K, V> {
     /// Drops the key's entry if it is past every use at `now` (not even a fail-safe value), so
     /// that an expired value does not wait for eviction. A value stored meanwhile stays.
     pub(crate) fn reclaim(&self, key: &K, now: Instant) {
-        match &self.store {
-            Store::Lean(store) => {
-                store.remove_if(key, |entry| !entry.fail_safe(now));
-            }
-            Store::Full(store) => {
-                store.remove_if(key, |entry| !entry.fail_safe(now));
-            }
-        }
+        either!(self, store => {
+            store.remove_if(key, |entry| !entry.fail_safe(now));
+        });
     }
 
     /// Registers a load of `key`, with the key's generation now.
@@ -274,16 +276,8 @@ impl<K: Key, V: Value> Memory<K, V> {
         }
         match &self.store {
             Store::Full(store) => store.insert(load.key.clone(), entry),
-            Store::Lean(store) => match Lean::of(entry) {
-                Some(lean) => store.insert(load.key.clone(), lean),
-                None => {
-                    // A tag stamp this form cannot check: never the case, since only a cache
-                    // with tags stamps its entries; the value is not kept (the one stored
-                    // before it is older).
-                    debug_assert!(false, "a tagged entry in a cache without tags");
-                    store.remove(&load.key);
-                }
-            },
+            Store::Lean(store) => insert_lean(store, &load.key, entry),
+            Store::LeanRead(store) => insert_lean(store, &load.key, entry),
         }
         Kept::Stored
     }
@@ -398,6 +392,23 @@ impl<K: Key, V: Value> Memory<K, V> {
     fn loading(&self) -> MutexGuard<'_, HashMap<K, Generation>> {
         // A panic in a user's `Hash` or `Eq` while the lock was held leaves the map consistent.
         self.loading.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Stores `entry` in a store of the lean form.
+fn insert_lean<K: Key, V: Value, R: LeanRead>(
+    store: &quick_cache::sync::Cache<K, Lean<V, R>>,
+    key: &K,
+    entry: Entry<V>,
+) {
+    match Lean::of(entry) {
+        Some(lean) => store.insert(key.clone(), lean),
+        None => {
+            // A tag stamp this form cannot check: never the case, since only a cache with tags
+            // stamps its entries; the value is not kept (the one stored before it is older).
+            debug_assert!(false, "a tagged entry in a cache without tags");
+            store.remove(key);
+        }
     }
 }
 
@@ -548,6 +559,16 @@ mod tests {
         assert_eq!(back.stale_until(), now + fresh + stale);
         assert!(back.fail_safe(now + fresh + stale - Duration::from_millis(1)));
         assert!(!back.fail_safe(now + fresh + stale));
+        assert_eq!(back.read_at(), Nanos::EARLIEST, "no read kept");
+
+        // The lean form with reads keeps when the value's source was read.
+        let read = now - Duration::from_millis(250);
+        let lean = Memory::<u32, u32>::new(100, Form::LeanRead, None, None);
+        let entry = Entry::loaded(1, now, fresh, stale).read_from(read);
+        lean.keep(&lean.begin(&1), entry);
+        let back = lean.get(&1).expect("kept");
+        assert_eq!((back.filled_at(), back.read_at()), (now, Nanos::of(read)));
+        assert_eq!(back.stale_until(), now + fresh + stale);
 
         // The full form keeps a tag stamp, and deadlines of their own.
         let full = Memory::<u32, u32>::new(100, Form::Full, None, None);
@@ -616,7 +637,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_value_whose_source_was_read_earlier_does_not_replace_one_read_later() {
-        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        let memory = Memory::<u32, u32>::new(100, Form::LeanRead, None, None);
         let read = Instant::now();
         tokio::time::advance(Duration::from_millis(5)).await;
         let later = entry(2).read_from(read + Duration::from_millis(2));
@@ -651,6 +672,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn while_a_keys_loads_run_a_later_read_orders_them_though_its_value_is_gone() {
+        // In every form: a lean store without reads orders a key's running loads too.
         let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
         let read = Instant::now();
         let (first, second) = (memory.begin(&1), memory.begin(&1));

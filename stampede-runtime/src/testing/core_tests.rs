@@ -1074,7 +1074,7 @@ fn the_trust_cap_bounds_every_serving_window_and_leaves_the_last_good_value() {
         let mut options = config("core::kept");
         options.fail_safe = Some(Duration::from_secs(3_600));
         options.refresh_after = Some(Duration::from_secs(5));
-        let core = crate::core::Core::<u64, String>::new(options, None, Values::NONE, None);
+        let core = crate::core::Core::<u64, String>::new(options, None, Values::NONE, None, false);
         let bound = Duration::from_secs(2);
         let entry = core.kept(
             core.loaded(Loaded::now("v".to_owned())),

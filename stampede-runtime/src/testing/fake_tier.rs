@@ -1006,7 +1006,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         {
             let mut state = self.state();
             for (&(at, token, fence), loaded) in held.iter().zip(loaded) {
-                match self.fill(&mut state, &handles[at], token, fence, loaded) {
+                match self.fill(&mut state, &handles[at], (token, fence), loaded) {
                     Filled::Stored(fetched) => {
                         group.report(at, fetched);
                         wake = true;
@@ -1052,13 +1052,13 @@ impl<K: Key, V: Value> Fake<K, V> {
 
     /// After a load: releases the key's lock if `token` still holds it, and writes the value if
     /// `order::fill_lands` lets it (the load read `fence`) and the store holds no newer source
-    /// version (Redis's `FILL`); refused, its callers get what the store holds.
+    /// version (Redis's `FILL`); refused, its callers get what the store holds. `(token,
+    /// fence)`: the lock the load held, if any, and the fence it read.
     fn fill<L: Load<K, V>>(
         &self,
         state: &mut State<K, V>,
         handle: &Handle<'_, K, V, L>,
-        token: Option<u64>,
-        fence: u64,
+        (token, fence): (Option<u64>, u64),
         loaded: Result<Loaded<V>, Error>,
     ) -> Filled<V> {
         if state

@@ -466,7 +466,7 @@ where
                 // The holder's fill is what the next reads look for: a value filled since.
                 part.replaced = false;
                 self.serve_stale(handle, part, current);
-                self.when_busy(at, part, lease_left, read.fence, outcomes)
+                self.when_busy(part, lease_left, read.fence, &mut outcomes[at])
             }
         }
     }
@@ -475,11 +475,10 @@ where
     /// wait for its fill.
     fn when_busy(
         &self,
-        at: usize,
         part: &Part,
         lease_left: Duration,
         fence: u64,
-        outcomes: &mut [Option<Fetched<V>>],
+        outcome: &mut Option<Fetched<V>>,
     ) -> Step {
         match self.tier.busy {
             Busy::Compute => {
@@ -492,7 +491,7 @@ where
             // With a stale value served, its callers have it: wait as `wait` does.
             Busy::Error if !part.served => {
                 record("busy");
-                outcomes[at] = Some(Fetched::Busy);
+                *outcome = Some(Fetched::Busy);
                 Step::Done
             }
             Busy::Error | Busy::Wait => Step::Busy {

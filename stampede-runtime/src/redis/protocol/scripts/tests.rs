@@ -163,143 +163,189 @@ fn stored(server: &RedisServer, keys: &RedisKeys) -> Option<(u64, String)> {
 /// around the steps' own moments (the base is the server's time when the case begins), so a
 /// read may come before or after an invalidation or a prime.
 fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Step]) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let keys = RedisKeys::of_base(&format!("sequence:{{{case}}}"));
     let _: () = server.command(&["SET", &keys.fence, "1000"]);
-    let base = server_micros(server) / 1_000 - 2;
-    let mut model = Model {
-        fence: 1_000,
-        lock: None,
-        stored: None,
+    let mut run = Sequence {
+        runtime: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        endpoint,
+        server,
+        base: server_micros(server) / 1_000 - 2,
+        keys,
+        model: Model {
+            fence: 1_000,
+            lock: None,
+            stored: None,
+        },
+        loads: Vec::new(),
     };
-    let mut loads: Vec<Load> = Vec::new();
     for (at, step) in steps.iter().enumerate() {
-        let lifetime = Lifetime {
-            fresh: Duration::from_secs(60),
-            stale: Duration::ZERO,
-            fail_safe: Duration::ZERO,
-        };
         match *step {
-            Step::Read { locked } => {
-                let token = locked.then(crate::redis::protocol::lock::token);
-                let read = runtime
-                    .block_on(endpoint.read_or_lock_many(&[&keys], token.as_deref(), &[true]))
-                    .expect("redis-server answers")
-                    .pop()
-                    .unwrap();
-                let holds = token.is_some() && model.lock.is_none();
-                if holds {
-                    model.fence += 1;
-                    model.lock.clone_from(&token);
-                }
-                assert_eq!(read.fence, model.fence, "step {at}: the fence a read gives");
-                assert_eq!(
-                    read.state == ReadState::Locked,
-                    holds,
-                    "step {at}: the lock"
-                );
-                loads.push(Load {
-                    token: token.filter(|_| holds),
-                    fence: read.fence,
-                });
-            }
-            Step::Fill { load, read_off } => {
-                if loads.is_empty() {
-                    continue;
-                }
-                let load = loads.remove(load % loads.len());
-                let read_from = base + read_off;
-                let payload = format!("fill {at}");
-                let written = runtime
-                    .block_on(endpoint.fill(&Fill {
-                        keys: &keys,
-                        token: load.token.as_deref().unwrap_or(""),
-                        lifetime,
-                        load: Duration::ZERO,
-                        fence: Some(load.fence),
-                        source_version: None,
-                        read_from,
-                        payload: payload.as_bytes(),
-                    }))
-                    .expect("redis-server answers");
-                let lands = order::fill_lands(
-                    model.fence == load.fence,
-                    model.fence,
-                    model.stored.as_ref().map(|(read_at, _)| read_at * 1_000),
-                    read_from * 1_000,
-                );
-                assert_eq!(
-                    written.written, lands,
-                    "step {at}: a fill read at {read_from} under fence {} (now {}) over {:?}",
-                    load.fence, model.fence, model.stored
-                );
-                if load.token.is_some() && model.lock == load.token {
-                    model.lock = None;
-                }
-                match lands {
-                    true => {
-                        let read_at = read_from.min(written.now_ms);
-                        model.fence = order::moved_fence(model.fence, read_at * 1_000);
-                        model.stored = Some((read_at, payload));
-                    }
-                    false => {
-                        let handed = written.stored.map(|bytes| {
-                            let text = String::from_utf8(bytes).unwrap();
-                            text.split_once('\n').unwrap().1.to_owned()
-                        });
-                        let kept = model.stored.as_ref().map(|(_, payload)| payload.clone());
-                        assert_eq!(
-                            handed, kept,
-                            "step {at}: a refused fill is handed what Redis keeps"
-                        );
-                    }
-                }
-            }
-            Step::Prime => {
-                let payload = format!("prime {at}");
-                let written = runtime
-                    .block_on(endpoint.fill(&Fill {
-                        keys: &keys,
-                        token: "",
-                        lifetime,
-                        load: Duration::ZERO,
-                        fence: None,
-                        source_version: None,
-                        read_from: 0,
-                        payload: payload.as_bytes(),
-                    }))
-                    .expect("redis-server answers");
-                assert!(
-                    written.written,
-                    "step {at}: a prime is written whatever the fence"
-                );
-                let moment = written.now_ms * 1_000..(written.now_ms + 1) * 1_000;
-                model.fence = moved_at(server, &keys, model.fence, moment, at);
-                model.stored = Some((written.now_ms, payload));
-            }
-            Step::Invalidate => {
-                let before = server_micros(server);
-                runtime
-                    .block_on(endpoint.invalidate(&keys, None))
-                    .expect("redis-server answers");
-                let moment = before..server_micros(server) + 1;
-                model.fence = moved_at(server, &keys, model.fence, moment, at);
-                model.stored = None;
-            }
+            Step::Read { locked } => run.read(at, locked),
+            Step::Fill { load, read_off } => run.fill(at, load, read_off),
+            Step::Prime => run.prime(at),
+            Step::Invalidate => run.invalidate(at),
             Step::Expire => {
-                let _: () = server.command(&["DEL", &keys.value]);
-                model.stored = None;
+                let _: () = server.command(&["DEL", &run.keys.value]);
+                run.model.stored = None;
             }
         }
+        run.agree(at, step);
+    }
+}
+
+/// One sequence's key in Redis and in the model, and the loads that read it and have not
+/// filled yet.
+struct Sequence<'a> {
+    runtime: tokio::runtime::Runtime,
+    endpoint: &'a Endpoint,
+    server: &'a RedisServer,
+    /// The server's time (ms) the reads' offsets count from.
+    base: u64,
+    keys: RedisKeys,
+    model: Model,
+    loads: Vec<Load>,
+}
+
+impl Sequence<'_> {
+    /// A value fresh for a minute.
+    const LIFETIME: Lifetime = Lifetime {
+        fresh: Duration::from_secs(60),
+        stale: Duration::ZERO,
+        fail_safe: Duration::ZERO,
+    };
+
+    /// `READ_OR_LOCK`, with a token when `locked`: the lock is taken when free.
+    fn read(&mut self, at: usize, locked: bool) {
+        let token = locked.then(crate::redis::protocol::lock::token);
+        let read = self
+            .runtime
+            .block_on(
+                self.endpoint
+                    .read_or_lock_many(&[&self.keys], token.as_deref(), &[true]),
+            )
+            .expect("redis-server answers")
+            .pop()
+            .unwrap();
+        let model = &mut self.model;
+        let holds = token.is_some() && model.lock.is_none();
+        if holds {
+            model.fence += 1;
+            model.lock.clone_from(&token);
+        }
+        assert_eq!(read.fence, model.fence, "step {at}: the fence a read gives");
+        assert_eq!(
+            read.state == ReadState::Locked,
+            holds,
+            "step {at}: the lock"
+        );
+        self.loads.push(Load {
+            token: token.filter(|_| holds),
+            fence: read.fence,
+        });
+    }
+
+    /// `FILL` of the load at `load` (modulo the loads waiting), its source read `read_off` ms
+    /// after the base.
+    fn fill(&mut self, at: usize, load: usize, read_off: u64) {
+        if self.loads.is_empty() {
+            return;
+        }
+        let load = self.loads.remove(load % self.loads.len());
+        let read_from = self.base + read_off;
+        let payload = format!("fill {at}");
+        let written = self
+            .runtime
+            .block_on(self.endpoint.fill(&Fill {
+                keys: &self.keys,
+                token: load.token.as_deref().unwrap_or(""),
+                lifetime: Self::LIFETIME,
+                load: Duration::ZERO,
+                fence: Some(load.fence),
+                source_version: None,
+                read_from,
+                payload: payload.as_bytes(),
+            }))
+            .expect("redis-server answers");
+        let model = &mut self.model;
+        let lands = order::fill_lands(
+            model.fence == load.fence,
+            model.fence,
+            model.stored.as_ref().map(|(read_at, _)| read_at * 1_000),
+            read_from * 1_000,
+        );
+        assert_eq!(
+            written.written, lands,
+            "step {at}: a fill read at {read_from} under fence {} (now {}) over {:?}",
+            load.fence, model.fence, model.stored
+        );
+        if load.token.is_some() && model.lock == load.token {
+            model.lock = None;
+        }
+        if lands {
+            let read_at = read_from.min(written.now_ms);
+            model.fence = order::moved_fence(model.fence, read_at * 1_000);
+            model.stored = Some((read_at, payload));
+            return;
+        }
+        let handed = written.stored.map(|bytes| {
+            let text = String::from_utf8(bytes).unwrap();
+            text.split_once('\n').unwrap().1.to_owned()
+        });
+        let kept = model.stored.as_ref().map(|(_, payload)| payload.clone());
+        assert_eq!(
+            handed, kept,
+            "step {at}: a refused fill is handed what Redis keeps"
+        );
+    }
+
+    /// A prime: written whatever the fence, which it moves to its moment.
+    fn prime(&mut self, at: usize) {
+        let payload = format!("prime {at}");
+        let written = self
+            .runtime
+            .block_on(self.endpoint.fill(&Fill {
+                keys: &self.keys,
+                token: "",
+                lifetime: Self::LIFETIME,
+                load: Duration::ZERO,
+                fence: None,
+                source_version: None,
+                read_from: 0,
+                payload: payload.as_bytes(),
+            }))
+            .expect("redis-server answers");
+        assert!(
+            written.written,
+            "step {at}: a prime is written whatever the fence"
+        );
+        let moment = written.now_ms * 1_000..(written.now_ms + 1) * 1_000;
+        self.model.fence = moved_at(self.server, &self.keys, self.model.fence, moment, at);
+        self.model.stored = Some((written.now_ms, payload));
+    }
+
+    /// An invalidation: the value deleted, the fence moved to its moment.
+    fn invalidate(&mut self, at: usize) {
+        let before = server_micros(self.server);
+        self.runtime
+            .block_on(self.endpoint.invalidate(&self.keys, None))
+            .expect("redis-server answers");
+        let moment = before..server_micros(self.server) + 1;
+        self.model.fence = moved_at(self.server, &self.keys, self.model.fence, moment, at);
+        self.model.stored = None;
+    }
+
+    /// Redis and the model agree on the fence, the lock and what is stored after `step`.
+    fn agree(&self, at: usize, step: &Step) {
+        let (server, keys, model) = (self.server, &self.keys, &self.model);
         let fence: u64 = server.command(&["GET", &keys.fence]);
         assert_eq!(fence, model.fence, "step {at} ({step:?}): the fence");
         let lock: Option<String> = server.command(&["GET", &keys.lock]);
         assert_eq!(lock, model.lock, "step {at} ({step:?}): the lock");
         assert_eq!(
-            stored(server, &keys),
+            stored(server, keys),
             model.stored,
             "step {at} ({step:?}): what Redis holds"
         );

@@ -103,6 +103,9 @@ const FIRST_SEED: u64 = 1;
 /// first, ended last and replaced the newer value in memory (served by fail-safe in the first,
 /// by a hit in the second, where the newer value was kept already past the bound). Memory
 /// entries now carry their source read, and a key's loads remember the latest kept.
+/// 121443437 (memory, `lock = "none"`, `fail_safe`, a batch function): two loads of a key
+/// raced; one stored its value, then the other failed, and its fail-safe kept that still fresh
+/// value "fresh again for the throttle", past its ttl. The throttle leaves a fresh value as is.
 const FOUND: &[u64] = &[
     11_882,
     35_827,
@@ -124,6 +127,7 @@ const FOUND: &[u64] = &[
     70_878_047,
     72_506_057,
     113_721_750,
+    121_443_437,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

@@ -358,8 +358,13 @@ impl<V> Entry<V> {
 
     /// The last good value served for a failed load: fresh again for `throttle`, so the
     /// failing source is asked again at most once per `throttle`, within its fail-safe window.
+    /// A value still fresh (another load stored it meanwhile, `lock = "none"`) keeps its own
+    /// deadlines: the throttle never makes a value live past its `ttl` while it is fresh.
     pub(crate) fn throttled(self, now: Instant, throttle: Duration) -> Self {
-        let (_, _, fail_safe) = self.deadlines();
+        let (fresh, _, fail_safe) = self.deadlines();
+        if Nanos::of(now) < fresh {
+            return self;
+        }
         let until = Nanos::of(after(now, throttle)).min(fail_safe);
         self.with_deadlines(until, until, until, fail_safe)
     }

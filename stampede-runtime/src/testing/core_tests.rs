@@ -1361,3 +1361,41 @@ async fn a_flight_that_read_the_source_before_anothers_does_not_replace_its_valu
         "the last good value is the one whose source was read last"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_load_does_not_make_a_fresh_value_another_load_stored_live_past_its_ttl() {
+    // Simulation seed 121443437 (memory, `lock = "none"`, `fail_safe`): two loads of a key
+    // raced; the second stored its value, then the first failed, and its fail-safe kept that
+    // still fresh value "fresh again for the throttle", past its own ttl.
+    let cache = leak(
+        Config {
+            lock: Lock::None,
+            ttl: Duration::from_secs(1),
+            stale: Duration::ZERO,
+            fail_safe: Some(Duration::from_secs(3_600)),
+            fail_safe_throttle: Duration::from_secs(5),
+            ..config("core::throttle_fresh")
+        },
+        Local,
+    );
+    let failing = tokio::spawn(cache.get(1, || {
+        |_: &u64| async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Err::<String, String>("down".to_owned())
+        }
+    }));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let source = Source::new(Duration::ZERO);
+    assert_eq!(within(source.get(cache, 1)).await.unwrap(), "1 v1");
+    assert_eq!(
+        within(failing).await.unwrap().unwrap(),
+        "1 v1",
+        "the last good value"
+    );
+    tokio::time::sleep(Duration::from_millis(1_100)).await; // past v1's ttl, within the throttle
+    assert_eq!(
+        within(source.get(cache, 1)).await.unwrap(),
+        "1 v2",
+        "a fresh value keeps its own ttl"
+    );
+}

@@ -38,6 +38,7 @@ use crate::flight::Leader;
 use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
 use crate::memory::Kept;
+use crate::order;
 use crate::stats::{Identity, Stats};
 use crate::telemetry::Reason;
 
@@ -456,9 +457,9 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         usable: fn(&Entry<V>, Instant) -> bool,
     ) -> Option<Entry<V>> {
         let now = Instant::now();
-        self.core
-            .entry(self.key)
-            .filter(|held| held.read_at() > entry.read_at() && usable(held, now))
+        self.core.entry(self.key).filter(|held| {
+            !order::may_be_newer(entry.read_at(), held.read_at()) && usable(held, now)
+        })
     }
 
     /// Keeps `entry` in memory, and returns it, or the entry of a newer source version that

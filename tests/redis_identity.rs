@@ -634,3 +634,132 @@ async fn a_key_holding_a_set_is_one_redis_key_whatever_order_the_set_iterates_in
     let keys: Vec<String> = server.command(&["KEYS", "test:{ident::members~*:v"]);
     assert_eq!(keys.len(), 1, "one value key: {keys:?}");
 }
+
+static PACKED_LOADS: AtomicUsize = AtomicUsize::new(0);
+static PLAIN_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+/// A catalog page of about `rows` * 60 bytes: repeated text, as JSON-like rows are.
+fn page(rows: u64) -> String {
+    (0..rows)
+        .map(|row| format!("{{\"id\":{row},\"name\":\"Kettle\",\"stock\":\"in stock\"}}"))
+        .collect()
+}
+
+// One cache, `ident::page`, as two binaries declare it: one writes large values compressed,
+// the other as they are (a deploy that turns `compress` on, half done).
+#[cached(
+    ttl = "60s",
+    backend = "redis",
+    redis = "packed",
+    name = "ident::page",
+    compress = 1024
+)]
+async fn page_packed(rows: u64) -> String {
+    PACKED_LOADS.fetch_add(1, SeqCst);
+    page(rows)
+}
+
+#[cached(ttl = "60s", backend = "redis", redis = "plain", name = "ident::page")]
+async fn page_plain(rows: u64) -> String {
+    PLAIN_LOADS.fetch_add(1, SeqCst);
+    page(rows)
+}
+
+/// The payload of the value Redis holds for `ident::page`'s key `rows`.
+fn stored_payload(server: &RedisServer, rows: u64) -> Vec<u8> {
+    let key = server
+        .key(&format!("test:{{ident::page~*|{rows}}}:v"))
+        .expect("the value is in Redis");
+    let bytes: Vec<u8> = server.command(&["GET", &key]);
+    let newline = bytes.iter().position(|&b| b == b'\n').unwrap();
+    bytes[newline + 1..].to_vec()
+}
+
+/// `compress = N` writes a payload over N bytes compressed, and a smaller one as it is; a
+/// binary of the same cache without the option reads the compressed values, and the one with
+/// it reads the plain ones: the option is not part of the identity.
+#[tokio::test]
+async fn a_large_value_goes_to_redis_compressed_and_every_binary_of_the_cache_reads_it() {
+    let server = RedisServer::start();
+    install(&server, "packed");
+    install(&server, "plain");
+
+    // 2,000 rows, about 100 KiB: compressed, and read back by the binary without the option.
+    let rows = 2_000;
+    assert_eq!(within(page_packed(rows)).await, page(rows));
+    let packed = stored_payload(&server, rows);
+    assert_eq!(&packed[..2], b"\xc1\x03", "the compressed form");
+    let plain_size = page(rows).len();
+    assert!(
+        packed.len() * 4 < plain_size,
+        "{} bytes stored for a {plain_size}-byte value",
+        packed.len()
+    );
+    assert_eq!(within(page_plain(rows)).await, page(rows));
+
+    // Written plain by the binary without the option, read by the one with it.
+    let other = 1_999;
+    assert_eq!(within(page_plain(other)).await, page(other));
+    assert_eq!(&stored_payload(&server, other)[..2], b"\xc1\x02");
+    assert_eq!(within(page_packed(other)).await, page(other));
+
+    // Under the threshold, written as it is.
+    assert_eq!(within(page_packed(3)).await, page(3));
+    assert_eq!(&stored_payload(&server, 3)[..2], b"\xc1\x02", "as it is");
+
+    assert_eq!(
+        (PACKED_LOADS.load(SeqCst), PLAIN_LOADS.load(SeqCst)),
+        (2, 1),
+        "each key loaded once"
+    );
+    let fingerprints: Vec<Arc<str>> = stampede::caches()
+        .into_iter()
+        .filter(|cache| &*cache.config.name == "ident::page")
+        .filter_map(|cache| cache.identity.map(|identity| identity.fingerprint))
+        .collect();
+    assert_eq!(fingerprints.len(), 2, "both binaries' caches");
+    assert_eq!(fingerprints[0], fingerprints[1], "one identity");
+    assert_eq!(stampede::stats("ident::page").unwrap().decode_errors, 0);
+}
+
+static GUARDED_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+#[cached(
+    ttl = "60s",
+    backend = "redis",
+    redis = "guarded",
+    name = "ident::guarded",
+    compress = 1024
+)]
+async fn page_guarded(rows: u64) -> String {
+    GUARDED_LOADS.fetch_add(1, SeqCst);
+    page(rows)
+}
+
+/// A compressed payload that lies (a stated length past the bound, a block cut short) is a
+/// counted miss, never a crash or an allocation of the stated size.
+#[tokio::test]
+async fn a_corrupt_compressed_payload_in_redis_is_a_counted_miss() {
+    let server = RedisServer::start();
+    install(&server, "guarded");
+    let rows = 4_000;
+    assert_eq!(within(page_guarded(rows)).await, page(rows));
+    let key = server
+        .key(&format!("test:{{ident::guarded~*|{rows}}}:v"))
+        .expect("the value is in Redis");
+    let stored: Vec<u8> = server.command(&["GET", &key]);
+    let header = b"S3 99999999999999 99999999999999 0 0 0 1 -\n".to_vec();
+    let huge = [&header[..], b"\xc1\x03\xff\xff\xff\x7f\x40abcd"].concat();
+    let cut = stored[..stored.len() / 2].to_vec();
+    for corrupt in [huge, cut] {
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&corrupt)
+            .query(&mut server.connection())
+            .unwrap();
+        assert_eq!(within(page_guarded(rows)).await, page(rows));
+    }
+    assert_eq!(GUARDED_LOADS.load(SeqCst), 3, "each a miss, loaded");
+    let stats = stampede::stats("ident::guarded").unwrap();
+    assert_eq!(stats.decode_errors, 2, "{stats:?}");
+}

@@ -62,6 +62,8 @@ pub struct Loaded {
     key: u16,
     version: u64,
     read_at_us: u64,
+    /// A row's bulk, so that a value is worth compressing (`compress` on two processes).
+    padding: String,
 }
 
 impl Loaded {
@@ -183,26 +185,33 @@ async fn load(function: u8, process: usize, key: u16) -> Loaded {
         key,
         version,
         read_at_us: read_at.as_micros() as u64,
+        padding: padding(),
     }
 }
 
-/// The three functions of one process, on its own connection.
+/// A value's bulk: repeated text, which compresses.
+fn padding() -> String {
+    "a row of the source ".repeat(8)
+}
+
+/// The three functions of one process, on its own connection, with options of its own (which
+/// leave the caches' identities as they are: the processes share them).
 macro_rules! process {
-    ($module:ident, $process:literal, $connection:literal) => {
+    ($module:ident, $process:literal, $connection:literal $(, $option:ident = $value:literal)*) => {
         mod $module {
             use super::*;
 
-            #[cached(name = "oracle::tiered", ttl = "400ms", stale = "300ms", lock = "redis", redis = $connection)]
+            #[cached(name = "oracle::tiered", ttl = "400ms", stale = "300ms", lock = "redis", redis = $connection $(, $option = $value)*)]
             pub async fn tiered(key: u16) -> Loaded {
                 load(0, $process, key).await
             }
 
-            #[cached(name = "oracle::versioned", ttl = "300ms", jitter = 20, lock = "redis", redis = $connection, source_version = "version_of")]
+            #[cached(name = "oracle::versioned", ttl = "300ms", jitter = 20, lock = "redis", redis = $connection, source_version = "version_of" $(, $option = $value)*)]
             pub async fn versioned(key: u16) -> Loaded {
                 load(1, $process, key).await
             }
 
-            #[cached(name = "oracle::shared", ttl = "300ms", backend = "redis", redis = $connection)]
+            #[cached(name = "oracle::shared", ttl = "300ms", backend = "redis", redis = $connection $(, $option = $value)*)]
             pub async fn shared(key: u16) -> Loaded {
                 load(2, $process, key).await
             }
@@ -210,9 +219,10 @@ macro_rules! process {
     };
 }
 
-process!(p0, 0, "oracle_p0");
+// Two processes write their values compressed, one as they are: every process reads both.
+process!(p0, 0, "oracle_p0", compress = 64);
 process!(p1, 1, "oracle_p1");
-process!(p2, 2, "oracle_p2");
+process!(p2, 2, "oracle_p2", compress = 64);
 
 /// Runs `$body` with `$function` naming function `$f` of process `$p` (and its companion).
 macro_rules! on {
@@ -383,6 +393,7 @@ async fn client(until: tokio::time::Instant, calm: bool) -> usize {
                     key: k,
                     version,
                     read_at_us: oracle.now().as_micros() as u64,
+                    padding: padding(),
                 };
                 oracle.prime_running(f, k, version);
                 let done = bounded("a prime", async {

@@ -110,4 +110,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = __fuzz::decode::<serde::de::IgnoredAny>(&payload);
     let _ = __fuzz::decode::<(String, Vec<Option<u8>>)>(&payload);
+    // As a compressed payload (`compress`): a stated length, then an LZ4 block.
+    let packed = [&[0xC1, 0x03][..], data].concat();
+    if let Some(value) = __fuzz::decode::<Typed>(&packed) {
+        again(value);
+    }
+    let _ = __fuzz::decode::<serde::de::IgnoredAny>(&packed);
 });

@@ -97,6 +97,9 @@ options! {
     "memory_ttl" => |o, p| put(&mut o.memory_ttl, p, duration(p)?),
         doc: "with a tiered cache (`backend = \"tiered\"`, the default with `lock = \"redis\"`): how long this process serves a value from memory before it reads Redis again (at most `ttl`), while Redis keeps it for `ttl`; past it the value is still the last good one for `fail_safe`",
         default: "`ttl`";
+    "compress" => |o, p| put(&mut o.compress, p, int(p, "16_384")?),
+        doc: "with Redis and stampede's `compress` feature: a value whose payload takes more than this many bytes is written to Redis LZ4-compressed (where that makes it smaller); every binary sharing the cache reads either form with the feature, and the option is not part of the cache's identity",
+        default: "off";
     "retry_if" => |o, p| put(&mut o.retry_if, p, fn_path(p, "a `fn(&E) -> bool`", "is_transient")?),
         doc: "path of a `fn(&E) -> bool` (`retry_if = is_transient`, or in quotes): only errors it accepts are retried (timeouts always are)",
         default: "every error";
@@ -235,6 +238,7 @@ pub(crate) struct Options {
     pub(crate) fail_safe_throttle: Option<Spanned<Duration>>,
     pub(crate) soft_timeout: Option<Spanned<Duration>>,
     pub(crate) memory_ttl: Option<Spanned<Duration>>,
+    pub(crate) compress: Option<Spanned<usize>>,
     pub(crate) retry_if: Option<Spanned<syn::Path>>,
     pub(crate) source_version: Option<Spanned<syn::Path>>,
     pub(crate) breaker: Option<Spanned<u32>>,

@@ -206,6 +206,27 @@ mod tests {
     }
 
     #[test]
+    fn compress_needs_the_compress_feature() {
+        let expanded = expand(
+            r#"ttl = "1s", lock = "redis", compress = 4096"#,
+            "async fn f(id: u64) -> u64 { id }",
+        );
+        if cfg!(feature = "compress") {
+            let expanded = expanded.unwrap();
+            assert!(
+                expanded.contains("compress : :: core :: option :: Option :: Some (4096"),
+                "{expanded}"
+            );
+        } else {
+            let error = expanded.unwrap_err();
+            assert!(
+                error.contains("needs stampede's `compress` feature"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
     fn a_function_that_does_not_parse_is_emitted_unchanged() {
         let item = "async fn f(id: u64) -> u64 { let x = ; id }";
         let emitted = expand(r#"ttl = "1s""#, item).unwrap();

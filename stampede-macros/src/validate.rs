@@ -33,6 +33,8 @@ pub(crate) struct Settings {
     pub(crate) soft_timeout: Option<Duration>,
     /// `memory_ttl = ".."`: a tiered cache's life of a value in memory.
     pub(crate) memory_ttl: Option<Duration>,
+    /// `compress = N`: payloads over N bytes go to Redis compressed.
+    pub(crate) compress: Option<usize>,
     pub(crate) retry_if: Option<Path>,
     /// `source_version = ".."`: the function giving a value's source version.
     pub(crate) source_version: Option<Path>,
@@ -90,6 +92,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
     let policies = policies(&options, function, lock, timing.ttl, errors);
     without_memory(&options, backend, errors);
     let memory_ttl = memory_ttl(&options, backend, timing.ttl, errors);
+    let compress = compress(&options, backend, errors);
     let capacity = capacity(&options, errors);
     name_is_not_empty(&options, errors);
     version_is_shared(&options, backend, errors);
@@ -113,6 +116,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         xfetch: policies.xfetch,
         soft_timeout: policies.soft_timeout,
         memory_ttl,
+        compress,
         retry_if: policies.retry_if,
         source_version: options
             .source_version
@@ -478,6 +482,26 @@ fn memory_ttl(
                 "memory serves a value for `memory_ttl`, then reads Redis, which keeps it for `ttl = \"{}\"`: e.g. `memory_ttl = \"5s\"`; to keep nothing in memory, use `backend = \"redis\"`",
                 humantime::format_duration(ttl)
             ),
+        ));
+    }
+    Some(given.value)
+}
+
+/// `compress = N`: how values are written to Redis, so only with a Redis tier, and only with
+/// the `compress` feature (which also reads them back).
+fn compress(options: &Options, backend: BackendKind, errors: &mut Errors) -> Option<usize> {
+    let given = options.compress.as_ref()?;
+    if backend == BackendKind::Memory {
+        errors.push(error(
+            given.span,
+            "`compress` shrinks the values written to Redis, and this cache keeps its values in memory only",
+            "remove `compress`, or add `lock = \"redis\"` (or `backend = \"tiered\"`) to keep values in Redis",
+        ));
+    } else if !cfg!(feature = "compress") {
+        errors.push(error(
+            given.span,
+            "`compress` needs stampede's `compress` feature, which is disabled",
+            "enable it in Cargo.toml, in every binary that shares this cache (each needs it to read compressed values): add `features = [\"compress\"]` to the `stampede-cache` dependency",
         ));
     }
     Some(given.value)

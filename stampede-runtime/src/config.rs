@@ -110,6 +110,10 @@ pub struct Config {
     /// `fail_safe`. `None`: memory keeps a value as long as Redis does.
     #[serde(rename = "memory_ttl_ms", serialize_with = "crate::config::millis_opt")]
     pub memory_ttl: Option<Duration>,
+    /// With a Redis tier and the `compress` feature: a value whose payload takes more than this
+    /// many bytes is written to Redis LZ4-compressed, where that makes it smaller. Every reader
+    /// reads either form, so it is not part of the cache's identity. `None`: off.
+    pub compress: Option<usize>,
     /// The circuit breaker: after this many consecutive failed loads of the cache, loads are
     /// skipped for `breaker_cooldown`. `None`: off.
     pub breaker: Option<u32>,

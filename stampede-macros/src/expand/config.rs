@@ -134,6 +134,7 @@ pub(super) fn config(
     let fail_safe = some(settings.fail_safe.map(duration));
     let soft_timeout = some(settings.soft_timeout.map(duration));
     let memory_ttl = some(settings.memory_ttl.map(duration));
+    let compress = some(settings.compress);
     let fail_safe_throttle = duration(settings.fail_safe_throttle);
     let breaker_cooldown = duration(settings.breaker_cooldown);
     let breaker = some(settings.breaker);
@@ -173,6 +174,7 @@ pub(super) fn config(
             fail_safe_throttle: #fail_safe_throttle,
             soft_timeout: #soft_timeout,
             memory_ttl: #memory_ttl,
+            compress: #compress,
             breaker: #breaker,
             breaker_cooldown: #breaker_cooldown,
             key: #key,

@@ -38,6 +38,7 @@ fn config(name: &str) -> Config {
         fail_safe_throttle: Duration::from_secs(5),
         soft_timeout: None,
         memory_ttl: None,
+        compress: None,
         breaker: None,
         breaker_cooldown: Duration::from_secs(30),
         key: None,

@@ -119,10 +119,15 @@ pub(crate) fn filled_at_or_after(bytes: &[u8], fence: u64) -> bool {
     Envelope::parse(bytes).is_some_and(|envelope| envelope.fence >= fence)
 }
 
-/// Encodes a value as an envelope's payload; an error for a value over `max` bytes or nested
-/// too deep, which is then not written to Redis.
-pub(crate) fn encode<V: Serialize>(value: &V, max: usize) -> Result<Vec<u8>, PayloadError> {
-    payload::encode(value, max)
+/// Encodes a value as an envelope's payload, compressed over `compress_over` bytes; an error
+/// for a value over `max` bytes (before compression) or nested too deep, which is then not
+/// written to Redis.
+pub(crate) fn encode<V: Serialize>(
+    value: &V,
+    max: usize,
+    compress_over: Option<usize>,
+) -> Result<Vec<u8>, PayloadError> {
+    payload::encode(value, max, compress_over)
 }
 
 /// Decodes an envelope's payload; an error for anything but a payload of this form and type,
@@ -202,7 +207,7 @@ mod tests {
             name: "Kettle".into(),
             tags: vec!["kitchen".into()],
         };
-        let payload = encode(&product, DEFAULT_MAX_VALUE_BYTES).unwrap();
+        let payload = encode(&product, DEFAULT_MAX_VALUE_BYTES, None).unwrap();
         let envelope = Envelope {
             fresh_until: 1_700_000_060_000,
             stale_until: 1_700_000_090_000,
@@ -252,7 +257,7 @@ mod tests {
     #[test]
     fn values_that_encode_as_nothing_inside_options_round_trip() {
         fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T) {
-            let payload = encode(&value, DEFAULT_MAX_VALUE_BYTES).unwrap();
+            let payload = encode(&value, DEFAULT_MAX_VALUE_BYTES, None).unwrap();
             assert_eq!(
                 decode::<T>(&payload, DEFAULT_MAX_VALUE_BYTES).unwrap(),
                 value
@@ -304,6 +309,7 @@ mod tests {
                 tags: vec![],
             },
             DEFAULT_MAX_VALUE_BYTES,
+            None,
         )
         .unwrap();
         assert!(decode::<ProductV2>(&payload, DEFAULT_MAX_VALUE_BYTES).is_err());

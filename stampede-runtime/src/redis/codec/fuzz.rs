@@ -18,9 +18,9 @@ pub fn decode<V: DeserializeOwned>(payload: &[u8]) -> Option<V> {
     envelope::decode(payload, DEFAULT_MAX_VALUE_BYTES).ok()
 }
 
-/// Encodes `value` as a payload.
+/// Encodes `value` as a payload, compressed where that makes it smaller (with `compress`).
 pub fn encode<V: Serialize>(value: &V) -> Option<Vec<u8>> {
-    envelope::encode(value, DEFAULT_MAX_VALUE_BYTES).ok()
+    envelope::encode(value, DEFAULT_MAX_VALUE_BYTES, Some(0)).ok()
 }
 
 /// The text of a key's arguments in its Redis keys.

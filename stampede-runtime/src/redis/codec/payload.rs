@@ -40,6 +40,18 @@
 //! and `flatten`), an option stays an option, a unit variant is its name and another variant a
 //! map of one entry, as serde expects.
 //!
+//! With `compress = N` (the `compress` feature), a payload whose form above takes more than `N`
+//! bytes is written compressed, when that is smaller:
+//!
+//! ```text
+//! payload  := 0xC1 0x03 length lz4       length: the bytes of `value`, u32 little-endian;
+//!                                        lz4: `value` as one LZ4 block
+//! ```
+//!
+//! Every reader tells the two forms apart by their first bytes, whatever its own options: a
+//! cache's `compress` changes neither its identity nor what it reads. A build without the
+//! feature reads a compressed payload as malformed (a counted miss).
+//!
 //! Bounds: a payload is at most the size its caller gives (the connection's `max_value_size`),
 //! checked when writing (the value is not written) and when reading (a counted miss); nesting
 //! (options, sequences, maps, structs and enum variants alike) is at most [`MAX_DEPTH`] deep,
@@ -58,8 +70,11 @@ use serde::de::DeserializeOwned;
 /// with data is one level.
 pub(crate) const MAX_DEPTH: usize = 128;
 
-/// The first two bytes of every payload.
+/// The first two bytes of a payload written as it is.
 const MAGIC: [u8; 2] = [0xC1, 0x02];
+
+/// The first two bytes of a compressed payload, then its value's length and LZ4 block.
+const MAGIC_LZ4: [u8; 2] = [0xC1, 0x03];
 
 /// Why a value could not be written, or a payload read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,18 +117,25 @@ impl serde::de::Error for PayloadError {
     }
 }
 
-/// The payload of `value`, if it takes at most `max_bytes`.
+/// The payload of `value`, if it takes at most `max_bytes`: compressed when it takes more than
+/// `compress_over` bytes (and compressing makes it smaller).
 pub(crate) fn encode<V: Serialize + ?Sized>(
     value: &V,
     max_bytes: usize,
+    compress_over: Option<usize>,
 ) -> Result<Vec<u8>, PayloadError> {
     let mut writer = write::Writer::new(max_bytes);
     writer.out.extend_from_slice(&MAGIC);
     value.serialize(&mut writer)?;
-    writer.finish()
+    let payload = writer.finish()?;
+    Ok(match compress_over {
+        Some(over) if payload.len() > over => compressed(payload),
+        _ => payload,
+    })
 }
 
-/// The value a payload of at most `max_bytes` holds.
+/// The value a payload of at most `max_bytes` holds; a compressed payload's value, too, is at
+/// most `max_bytes`, checked before it is decompressed.
 pub(crate) fn decode<V: DeserializeOwned>(
     payload: &[u8],
     max_bytes: usize,
@@ -121,13 +143,75 @@ pub(crate) fn decode<V: DeserializeOwned>(
     if payload.len() > max_bytes {
         return Err(PayloadError::TooLarge(payload.len(), max_bytes));
     }
+    if let Some(packed) = payload.strip_prefix(&MAGIC_LZ4[..]) {
+        return read(&decompressed(packed, max_bytes)?);
+    }
     let body = payload
         .strip_prefix(&MAGIC[..])
         .ok_or(PayloadError::Malformed("another format or version"))?;
+    read(body)
+}
+
+/// The value `body` (a payload without its first bytes) holds.
+fn read<V: DeserializeOwned>(body: &[u8]) -> Result<V, PayloadError> {
     let mut reader = read::Reader::new(body);
     let value = V::deserialize(&mut reader)?;
     reader.finish()?;
     Ok(value)
+}
+
+/// `payload` compressed, or as it is where compressing does not make it smaller.
+#[cfg(feature = "compress")]
+fn compressed(payload: Vec<u8>) -> Vec<u8> {
+    let body = &payload[MAGIC.len()..];
+    let Ok(length) = u32::try_from(body.len()) else {
+        return payload;
+    };
+    let block = lz4_flex::block::compress(body);
+    let mut packed = Vec::with_capacity(MAGIC_LZ4.len() + 4 + block.len());
+    packed.extend_from_slice(&MAGIC_LZ4);
+    packed.extend_from_slice(&length.to_le_bytes());
+    packed.extend_from_slice(&block);
+    if packed.len() < payload.len() {
+        packed
+    } else {
+        payload
+    }
+}
+
+/// Without the feature nothing is compressed: the macro refuses `compress` then.
+#[cfg(not(feature = "compress"))]
+fn compressed(payload: Vec<u8>) -> Vec<u8> {
+    payload
+}
+
+/// The body a compressed payload (after its first bytes) holds, if it takes at most
+/// `max_bytes` as a payload: the length it states is checked before anything is allocated.
+#[cfg(feature = "compress")]
+fn decompressed(packed: &[u8], max_bytes: usize) -> Result<Vec<u8>, PayloadError> {
+    let (length, block) = packed
+        .split_first_chunk::<4>()
+        .ok_or(PayloadError::Malformed("a compressed payload cut short"))?;
+    let length = u32::from_le_bytes(*length) as usize;
+    let size = length.saturating_add(MAGIC.len());
+    if size > max_bytes {
+        return Err(PayloadError::TooLarge(size, max_bytes));
+    }
+    let mut body = vec![0; length];
+    match lz4_flex::block::decompress_into(block, &mut body) {
+        Ok(written) if written == length => Ok(body),
+        _ => Err(PayloadError::Malformed(
+            "a compressed payload whose block does not decompress to its stated length",
+        )),
+    }
+}
+
+/// Without the feature a compressed payload cannot be read.
+#[cfg(not(feature = "compress"))]
+fn decompressed(_packed: &[u8], _max_bytes: usize) -> Result<Vec<u8>, PayloadError> {
+    Err(PayloadError::Malformed(
+        "compressed (`compress`), and this build lacks stampede's `compress` feature",
+    ))
 }
 
 #[cfg(test)]

@@ -170,8 +170,8 @@ where
         };
         let args = keys::args_text(handle.key())
             .map_err(|error| Error::invalid_config(error.to_string()))?;
-        let payload =
-            envelope::encode(&value, endpoint.config.max_value_bytes).map_err(|error| {
+        let payload = envelope::encode(&value, endpoint.config.max_value_bytes, config.compress)
+            .map_err(|error| {
                 Error::invalid_config(format!(
                     "cache `{}`: the value cannot be stored in Redis: {error}",
                     config.name

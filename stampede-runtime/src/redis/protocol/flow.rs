@@ -777,7 +777,11 @@ where
                     continue;
                 }
             };
-            match envelope::encode(&loaded.value, self.endpoint.config.max_value_bytes) {
+            let (max, compress) = (
+                self.endpoint.config.max_value_bytes,
+                handle.config().compress,
+            );
+            match envelope::encode(&loaded.value, max, compress) {
                 Ok(payload) => fills.push(Encoded {
                     held: *held,
                     loaded: loaded.clone(),

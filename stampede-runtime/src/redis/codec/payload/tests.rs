@@ -9,6 +9,11 @@ use super::*;
 
 const MAX_VALUE_BYTES: usize = 1 << 20;
 
+/// A payload as written without `compress`, which most tests read.
+fn encode<V: Serialize + ?Sized>(value: &V, max_bytes: usize) -> Result<Vec<u8>, PayloadError> {
+    super::encode(value, max_bytes, None)
+}
+
 fn round_trip<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: T) {
     let payload = encode(&value, MAX_VALUE_BYTES).unwrap();
     assert_eq!(
@@ -322,8 +327,152 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-        let payload = [&MAGIC[..], &bytes].concat();
-        let _ = decode::<Family>(&payload, MAX_VALUE_BYTES);
-        let _ = decode::<Untagged>(&payload, MAX_VALUE_BYTES);
+        for magic in [MAGIC, MAGIC_LZ4] {
+            let payload = [&magic[..], &bytes].concat();
+            let _ = decode::<Family>(&payload, MAX_VALUE_BYTES);
+            let _ = decode::<Untagged>(&payload, MAX_VALUE_BYTES);
+        }
     }
+
+    #[test]
+    fn generated_values_round_trip_compressed(value in family()) {
+        let payload = super::encode(&value, MAX_VALUE_BYTES, Some(0)).unwrap();
+        prop_assert_eq!(decode::<Family>(&payload, MAX_VALUE_BYTES).unwrap(), value);
+    }
+}
+
+/// A JSON-like value of about 100 KiB: a catalog page of products, much of it repeated text.
+fn catalog() -> Vec<BTreeMap<String, String>> {
+    (0..400)
+        .map(|i| {
+            BTreeMap::from([
+                ("id".to_owned(), i.to_string()),
+                ("name".to_owned(), format!("Kettle model {i}")),
+                (
+                    "description".to_owned(),
+                    "A stainless steel kettle with a 1.7 litre capacity. ".repeat(4),
+                ),
+            ])
+        })
+        .collect()
+}
+
+#[cfg(feature = "compress")]
+mod compressed {
+    use super::*;
+
+    #[test]
+    fn a_payload_over_the_threshold_is_compressed_and_reads_back() {
+        let value = catalog();
+        let plain = encode(&value, MAX_VALUE_BYTES).unwrap();
+        let packed = super::super::encode(&value, MAX_VALUE_BYTES, Some(1024)).unwrap();
+        assert!(plain.starts_with(&MAGIC) && packed.starts_with(&MAGIC_LZ4));
+        assert!(
+            packed.len() * 4 < plain.len(),
+            "{} bytes compressed, {} plain",
+            packed.len(),
+            plain.len()
+        );
+        assert_eq!(
+            decode::<Vec<BTreeMap<String, String>>>(&packed, MAX_VALUE_BYTES).unwrap(),
+            value
+        );
+        // At or under the threshold, as it is.
+        let under = super::super::encode(&value, MAX_VALUE_BYTES, Some(plain.len())).unwrap();
+        assert_eq!(under, plain);
+    }
+
+    #[test]
+    fn a_payload_that_compressing_would_not_shrink_is_written_as_it_is() {
+        // Bytes with no repeats for LZ4 to find (xorshift64).
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: Vec<u8> = (0..4096)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let value = Bytes(noise);
+        let plain = encode(&value, MAX_VALUE_BYTES).unwrap();
+        let written = super::super::encode(&value, MAX_VALUE_BYTES, Some(0)).unwrap();
+        assert!(written.starts_with(&MAGIC), "written as it is");
+        assert!(written == plain);
+    }
+
+    /// Bytes written as bytes (serde writes a `Vec<u8>` as a sequence of numbers).
+    struct Bytes(Vec<u8>);
+
+    impl Serialize for Bytes {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_bytes(&self.0)
+        }
+    }
+
+    #[test]
+    fn the_size_bound_is_the_values_before_compression() {
+        let value = catalog();
+        let plain = encode(&value, MAX_VALUE_BYTES).unwrap();
+        let max = plain.len() - 1;
+        assert!(matches!(
+            super::super::encode(&value, max, Some(0)),
+            Err(PayloadError::TooLarge(..))
+        ));
+        // Read back under a bound below the value's size, a compressed payload is refused
+        // before it is decompressed.
+        let packed = super::super::encode(&value, MAX_VALUE_BYTES, Some(0)).unwrap();
+        assert!(packed.len() < max);
+        assert_eq!(
+            decode::<Vec<BTreeMap<String, String>>>(&packed, max),
+            Err(PayloadError::TooLarge(plain.len(), max))
+        );
+    }
+
+    #[test]
+    fn a_compressed_payload_that_lies_about_its_length_is_malformed() {
+        let value = catalog();
+        let packed = super::super::encode(&value, MAX_VALUE_BYTES, Some(0)).unwrap();
+        let stated = u32::from_le_bytes(packed[2..6].try_into().unwrap());
+        let restate = |length: u32| {
+            let mut bytes = packed.clone();
+            bytes[2..6].copy_from_slice(&length.to_le_bytes());
+            bytes
+        };
+        for lie in [restate(stated - 1), restate(stated + 1), restate(0)] {
+            assert!(matches!(
+                decode::<Vec<BTreeMap<String, String>>>(&lie, MAX_VALUE_BYTES),
+                Err(PayloadError::Malformed(_))
+            ));
+        }
+        // A length that claims more than the bound allocates nothing and is too large.
+        assert_eq!(
+            decode::<Vec<BTreeMap<String, String>>>(&restate(u32::MAX), MAX_VALUE_BYTES),
+            Err(PayloadError::TooLarge(
+                u32::MAX as usize + MAGIC.len(),
+                MAX_VALUE_BYTES
+            ))
+        );
+        for cut in [&packed[..4], &packed[..packed.len() / 2]] {
+            assert!(matches!(
+                decode::<Vec<BTreeMap<String, String>>>(cut, MAX_VALUE_BYTES),
+                Err(PayloadError::Malformed(_))
+            ));
+        }
+    }
+}
+
+/// A build without the feature reads a compressed payload as malformed, naming the feature.
+#[cfg(not(feature = "compress"))]
+#[test]
+fn without_the_feature_a_compressed_payload_is_malformed_and_says_why() {
+    let payload = [&MAGIC_LZ4[..], &[4, 0, 0, 0, 0x40, 1, 2, 3, 4]].concat();
+    let error = decode::<Vec<u8>>(&payload, MAX_VALUE_BYTES).unwrap_err();
+    assert!(error.to_string().contains("`compress` feature"), "{error}");
+    // And writing with a threshold writes the plain form.
+    let value = catalog();
+    assert_eq!(
+        super::encode(&value, MAX_VALUE_BYTES, Some(0)).unwrap(),
+        encode(&value, MAX_VALUE_BYTES).unwrap()
+    );
 }

@@ -351,14 +351,9 @@ fn summary(costs: &[Cost]) -> (f64, f64, Duration) {
 }
 
 fn main() {
-    let redis = match BenchRedis::get(std::env::var("STAMPEDE_BENCH_REDIS").ok()) {
-        Ok(redis) => redis,
-        Err(why) => {
-            eprintln!("no Redis: {why}");
-            return;
-        }
+    let Some(redis) = BenchRedis::installed() else {
+        return;
     };
-    redis.install().expect("the bench connection");
     // SAFETY: set before any thread of this program reads the environment.
     unsafe { std::env::set_var("CACHED_REDIS_CONNECTION_STRING", &redis.url) };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -106,15 +106,9 @@ async fn stored_bytes(connection: &mut redis::aio::MultiplexedConnection, name: 
 }
 
 fn main() {
-    let url = std::env::var("STAMPEDE_BENCH_REDIS").ok();
-    let redis = match BenchRedis::get(url) {
-        Ok(redis) => redis,
-        Err(why) => {
-            eprintln!("no Redis: {why}");
-            return;
-        }
+    let Some(redis) = BenchRedis::installed() else {
+        return;
     };
-    redis.install().expect("the bench connection");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

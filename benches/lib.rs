@@ -36,6 +36,14 @@ impl BenchRedis {
         })
     }
 
+    /// The Redis of `STAMPEDE_BENCH_REDIS`, or one of our own, installed as the [`CONNECTION`];
+    /// `None`, said on stderr, when there is none (a benchmark of Redis then has nothing to do).
+    pub fn installed() -> Option<BenchRedis> {
+        let redis = BenchRedis::get(std::env::var("STAMPEDE_BENCH_REDIS").ok())
+            .and_then(|redis| redis.install().map(|()| redis));
+        redis.map_err(|why| eprintln!("no Redis: {why}")).ok()
+    }
+
     /// Installs this Redis as the [`CONNECTION`], its keys under a prefix of this process's
     /// own, so that a Redis given with `--redis` holds no value from an earlier run for them.
     pub fn install(&self) -> Result<(), String> {

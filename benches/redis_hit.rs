@@ -81,15 +81,9 @@ fn median(mut runs: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    let url = std::env::var("STAMPEDE_BENCH_REDIS").ok();
-    let redis = match BenchRedis::get(url) {
-        Ok(redis) => redis,
-        Err(why) => {
-            eprintln!("no Redis: {why}");
-            return;
-        }
+    let Some(redis) = BenchRedis::installed() else {
+        return;
     };
-    redis.install().expect("the bench connection");
     // SAFETY: set before any thread of this program reads the environment.
     unsafe { std::env::set_var("CACHED_REDIS_CONNECTION_STRING", &redis.url) };
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -206,12 +206,18 @@ fn decompressed(packed: &[u8], max_bytes: usize) -> Result<Vec<u8>, PayloadError
     }
 }
 
-/// Without the feature a compressed payload cannot be read.
+/// Without the feature a compressed payload cannot be read: each is a counted miss, and the
+/// first is logged as a warning, since only a build change mends it.
 #[cfg(not(feature = "compress"))]
 fn decompressed(_packed: &[u8], _max_bytes: usize) -> Result<Vec<u8>, PayloadError> {
-    Err(PayloadError::Malformed(
-        "compressed (`compress`), and this build lacks stampede's `compress` feature",
-    ))
+    const WHY: &str = "compressed (`compress`), and this build lacks stampede's `compress` feature";
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "stampede: a value in Redis is {WHY}: every compressed value is a miss here, loaded from the source; enable the feature (on by default) in every binary that shares a cache with `compress`"
+        );
+    });
+    Err(PayloadError::Malformed(WHY))
 }
 
 #[cfg(test)]

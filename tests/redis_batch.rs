@@ -987,3 +987,43 @@ async fn a_key_whose_load_failed_is_loaded_anew_while_another_key_of_its_batch_w
         "a batch answers all its keys or an error"
     );
 }
+
+/// A batch's fill writes each value over `compress` compressed, as a single-key fill does, and a
+/// process of the cache without the option reads them all (one identity), loading none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_fill_compresses_its_large_values_and_every_process_reads_them() {
+    static CALLS: Calls = Calls::new();
+    fn row(id: u64) -> String {
+        format!("product #{id}: ").repeat(id as usize * 10)
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "packed_a", batch = ids, name = "rb::packed", compress = 256)]
+    async fn packed(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(0, &ids);
+        Ok(ids.into_iter().map(|id| (id, row(id))).collect())
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "packed_b", batch = ids, name = "rb::packed")]
+    async fn plain(ids: Vec<u64>) -> Result<HashMap<u64, String>, AppError> {
+        CALLS.record(1, &ids);
+        Ok(ids.into_iter().map(|id| (id, row(id))).collect())
+    }
+
+    let server = RedisServer::start();
+    install(&server.url(), "packed_a");
+    install(&server.url(), "packed_b");
+    let keys: Vec<u64> = (1..=20).collect();
+    let expected: HashMap<u64, String> = keys.iter().map(|&id| (id, row(id))).collect();
+    assert_eq!(within(packed(keys.clone())).await.unwrap(), expected);
+    for id in [1, 20] {
+        let key = server
+            .key(&format!("test:{{rb::packed~*|{id}}}:v"))
+            .expect("written");
+        let bytes: Vec<u8> = server.command(&["GET", &key]);
+        let payload = &bytes[bytes.iter().position(|&b| b == b'\n').unwrap() + 1..];
+        // Row 1 takes 120 bytes, under the threshold; row 20 takes 2,600, compressed.
+        let form: &[u8] = if id == 1 { b"\xc1\x02" } else { b"\xc1\x03" };
+        assert_eq!(&payload[..2], form, "key {id}");
+    }
+    assert_eq!(within(plain(keys.clone())).await.unwrap(), expected);
+    assert_eq!(CALLS.calls_of(1), 0, "every value read from Redis");
+    assert_eq!(stampede::stats("rb::packed").unwrap().decode_errors, 0);
+}

@@ -1,0 +1,216 @@
+//! What a Redis outage costs the database (issue 36): three instances of a service (three
+//! caches of one name, each with its own memory and its own Redis connection, as the tests'
+//! "processes" are) serve 1,000 requests a second over 100 keys (`ttl = "10s"`,
+//! `lock = "redis"`, a 2 ms query); redis-server is killed for 7 s, then started again, empty.
+//! Per second: the source's queries, the errors, the p99. Side by side in one run: the default
+//! (while its feed is down a process trusts what it loads for the staleness bound, 2.25 s) and
+//! `RedisConfig::trust_while_deaf(30 s)`.
+//!
+//! Needs `redis-server` on `PATH` (it starts its own, on a free loopback port, to kill it).
+//! Run: `cargo bench -p stampede-benches --bench outage` (about 45 s).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use stampede_test_support::redis_server::{Options, RedisServer};
+
+const KEYS: u64 = 100;
+const RATE: u32 = 1_000;
+/// When Redis is killed, and started again, from the start of the measured run.
+const KILL: Duration = Duration::from_secs(3);
+const RESTART: Duration = Duration::from_secs(10);
+const RUN: Duration = Duration::from_secs(18);
+const QUERY: Duration = Duration::from_millis(2);
+
+static QUERIES: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+async fn query(contender: usize, id: u64) -> String {
+    QUERIES[contender].fetch_add(1, Relaxed);
+    tokio::time::sleep(QUERY).await;
+    format!("product {id}")
+}
+
+/// The three instances of a contender: `$name`, one cache name, connections `$prefix0..2`.
+macro_rules! instances {
+    ($module:ident, $contender:literal, $name:literal, $c0:literal, $c1:literal, $c2:literal) => {
+        mod $module {
+            #[stampede::cached(ttl = "10s", lock = "redis", redis = $c0, name = $name)]
+            pub async fn i0(id: u64) -> String {
+                super::query($contender, id).await
+            }
+            #[stampede::cached(ttl = "10s", lock = "redis", redis = $c1, name = $name)]
+            pub async fn i1(id: u64) -> String {
+                super::query($contender, id).await
+            }
+            #[stampede::cached(ttl = "10s", lock = "redis", redis = $c2, name = $name)]
+            pub async fn i2(id: u64) -> String {
+                super::query($contender, id).await
+            }
+
+            /// A request to instance `instance`.
+            pub async fn call(instance: usize, id: u64) -> String {
+                match instance {
+                    0 => i0(id).await,
+                    1 => i1(id).await,
+                    _ => i2(id).await,
+                }
+            }
+        }
+    };
+}
+
+instances!(
+    plain,
+    0,
+    "outage::default",
+    "default0",
+    "default1",
+    "default2"
+);
+instances!(deaf, 1, "outage::deaf", "deaf0", "deaf1", "deaf2");
+
+/// One second of a run: queries, requests, errors and latencies.
+struct Second {
+    queries: u64,
+    requests: u64,
+    latency: Histogram<u64>,
+}
+
+async fn call(contender: usize, instance: usize, id: u64) -> String {
+    match contender {
+        0 => plain::call(instance, id).await,
+        _ => deaf::call(instance, id).await,
+    }
+}
+
+/// Runs one contender: a cold start, then `RUN` at `RATE`, Redis killed at `KILL` and started
+/// again at `RESTART`; returns each second's figures.
+async fn run(contender: usize, server: &mut RedisServer) -> Vec<Second> {
+    for id in 0..KEYS {
+        for instance in 0..3 {
+            call(contender, instance, id).await;
+        }
+    }
+    let seconds: Vec<Mutex<Second>> = (0..RUN.as_secs())
+        .map(|_| {
+            Mutex::new(Second {
+                queries: 0,
+                requests: 0,
+                latency: Histogram::new(3).expect("a histogram"),
+            })
+        })
+        .collect();
+    let seconds = Arc::new(seconds);
+    let start = Instant::now();
+    let mut ticks = tokio::time::interval(Duration::from_secs(1) / RATE);
+    let (mut killed, mut restarted, mut request) = (false, false, 0u64);
+    let mut queries_before = QUERIES[contender].load(Relaxed);
+    let mut second = 0;
+    while start.elapsed() < RUN {
+        ticks.tick().await;
+        let now = start.elapsed();
+        if now.as_secs() as usize > second {
+            let queries = QUERIES[contender].load(Relaxed);
+            seconds[second].lock().unwrap().queries = queries - queries_before;
+            (queries_before, second) = (queries, now.as_secs() as usize);
+        }
+        if !killed && now >= KILL {
+            server.kill();
+            killed = true;
+        }
+        if !restarted && now >= RESTART {
+            server.restart();
+            restarted = true;
+        }
+        request += 1;
+        let (seconds, id) = (seconds.clone(), request * 7919 % KEYS);
+        tokio::spawn(async move {
+            let began = Instant::now();
+            let value = call(contender, (request % 3) as usize, id).await;
+            let took = began.elapsed();
+            assert_eq!(value, format!("product {id}"));
+            if let Some(second) = seconds.get((began - start).as_secs() as usize) {
+                let mut second = second.lock().unwrap();
+                second.requests += 1;
+                let _ = second.latency.record(took.as_micros() as u64);
+            }
+        });
+    }
+    if let Some(last) = seconds.get(second) {
+        last.lock().unwrap().queries = QUERIES[contender].load(Relaxed) - queries_before;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Arc::into_inner(seconds)
+        .expect("every request ended")
+        .into_iter()
+        .map(|second| second.into_inner().unwrap())
+        .collect()
+}
+
+fn install(server: &RedisServer, connection: &str, deaf: Option<Duration>) {
+    let mut config = stampede::RedisConfig::new(&server.url())
+        .expect("a Redis URL")
+        .prefix("outage");
+    if let Some(trust) = deaf {
+        config = config.trust_while_deaf(trust);
+    }
+    config.install_as(connection);
+}
+
+fn main() {
+    let mut server = match RedisServer::try_start_with(Options::default()) {
+        Ok(server) => server,
+        Err(why) => {
+            eprintln!("no redis-server: {why}");
+            return;
+        }
+    };
+    for i in 0..3 {
+        install(&server, &format!("default{i}"), None);
+        install(&server, &format!("deaf{i}"), Some(Duration::from_secs(30)));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let names = ["default (bound 2.25 s)", "trust_while_deaf(30 s)"];
+    let runs: Vec<Vec<Second>> = (0..2)
+        .map(|contender| rt.block_on(run(contender, &mut server)))
+        .collect();
+    println!(
+        "Redis killed at {KILL:?}, started again (empty) at {RESTART:?}: 3 instances, {RATE} \
+         requests/s, {KEYS} keys, ttl 10s, lock = \"redis\", a {QUERY:?} query"
+    );
+    println!("queries per second (requests, p99 ms):");
+    print!("{:>6}", "second");
+    for name in names {
+        print!(" | {name:>30}");
+    }
+    println!();
+    for s in 0..RUN.as_secs() as usize {
+        print!("{s:>6}");
+        for run in &runs {
+            let second = &run[s];
+            let p99 = second.latency.value_at_quantile(0.99) as f64 / 1_000.0;
+            print!(
+                " | {:>10} ({:>5}, {:>7.1})",
+                second.queries, second.requests, p99
+            );
+        }
+        println!();
+    }
+    let (kill, restart) = (KILL.as_secs() as usize, RESTART.as_secs() as usize);
+    for (name, run) in names.iter().zip(&runs) {
+        let during: u64 = run[kill..restart].iter().map(|s| s.queries).sum();
+        let after: u64 = run[restart..].iter().map(|s| s.queries).sum();
+        println!(
+            "{name}: {during} queries in the {} s of the outage ({:.0}/s), {after} in the {} s after it",
+            restart - kill,
+            during as f64 / (restart - kill) as f64,
+            run.len() - restart
+        );
+    }
+}

@@ -44,15 +44,15 @@ impl Slot {
         }
     }
 
-    /// The cache of this call's site and types, built at the first call. Inlined into every
+    /// The cache of this call's site and types, built at the first call from `build` (what
+    /// makes its options, and what makes its tier from them). Inlined into every
     /// call, as `Recipe::cache` is: out of line, it read the recipe back from the stack the
     /// caller had just written it to, 11% of a hit (issue 25, benches/README.md).
     #[inline(always)]
     pub(crate) fn cache<K, V, C, S, T>(
         &'static self,
         site: &'static str,
-        config: C,
-        tier: S,
+        build: (C, S),
         tags: Tags<K>,
         values: Values<V>,
     ) -> &'static Cache<K, V, T>
@@ -71,7 +71,7 @@ impl Slot {
         }
         // Built once: the options and tier through an object, so that what builds a cache is
         // compiled once per key, value and tier type, not per cached function (issue 38).
-        let mut build = Some((config, tier));
+        let mut build = Some(build);
         let mut made = || {
             let (config, tier) = build.take().expect("a cache is built once per call");
             let config = config();
@@ -182,7 +182,7 @@ impl<C, S, K, V, R> Recipe<C, S, K, V, R> {
     {
         let cache = self
             .slot
-            .cache(self.site, self.config, self.tier, self.tags, self.values);
+            .cache(self.site, (self.config, self.tier), self.tags, self.values);
         (cache, self.rules)
     }
 }

@@ -106,6 +106,12 @@ const FIRST_SEED: u64 = 1;
 /// 121443437 (memory, `lock = "none"`, `fail_safe`, a batch function): two loads of a key
 /// raced; one stored its value, then the other failed, and its fail-safe kept that still fresh
 /// value "fresh again for the throttle", past its ttl. The throttle leaves a fresh value as is.
+/// 143922967 and 147459162 (the oracle's; `batch_window`, `retry_if`): a tag invalidation
+/// detached a window's flights of two keys, and later calls sent the keys again, to the same
+/// window; the runtime loaded the detached flights (a permanent failure), then the new ones,
+/// through one load closure, whose second call took the first call's flights again by
+/// occurrence: "tried again after an error retry_if refuses". A flight whose load is over now
+/// gives way to the window's next flight of its key.
 const FOUND: &[u64] = &[
     11_882,
     35_827,
@@ -128,6 +134,8 @@ const FOUND: &[u64] = &[
     72_506_057,
     113_721_750,
     121_443_437,
+    143_922_967,
+    147_459_162,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;
@@ -1129,8 +1137,16 @@ impl Function {
                     let flights = keys
                         .iter()
                         .map(|&k| {
-                            let nth = seen.entry(k).or_default();
                             let flights = bound.entry(k).or_default();
+                            // A flight whose load is over is not tried again: a later call of
+                            // the load for its key is the window's next flight of that key
+                            // (seeds 143922967, 147459162: the window held the key twice).
+                            let nth = seen.entry(k).or_insert_with(|| {
+                                flights
+                                    .iter()
+                                    .position(|flight| !oracle.flight_over(flight))
+                                    .unwrap_or(flights.len())
+                            });
                             if *nth == flights.len() {
                                 let flight = book
                                     .first_after(process, k, seq)

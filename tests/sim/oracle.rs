@@ -285,6 +285,9 @@ struct History {
     fail_safe_served: HashMap<(u8, usize, u16), Duration>,
     /// Per flight: its attempts that failed with an error `retry_if` refuses.
     permanent: std::collections::HashSet<u64>,
+    /// The flights whose load is over: an attempt loaded, or failed with an error `retry_if`
+    /// refuses. No attempt of theirs follows.
+    over: std::collections::HashSet<u64>,
     next_flight: u64,
     running: HashMap<(u8, u16), Vec<Running>>,
     /// The (function, process) pairs whose feed is down: the process trusts a flight only for
@@ -1016,6 +1019,15 @@ impl Oracle {
         if how == Attempt::Permanent {
             history.permanent.insert(ended.flight);
         }
+        if matches!(how, Attempt::Loaded | Attempt::Permanent) {
+            history.over.insert(ended.flight);
+        }
+    }
+
+    /// Whether `flight`'s load is over (an attempt loaded, or failed with an error `retry_if`
+    /// refuses): a later load of its key is another flight's.
+    pub fn flight_over(&self, flight: &Flight) -> bool {
+        self.history().over.contains(&flight.id)
     }
 
     /// A violation the run itself found (a hang, something left behind).

@@ -160,20 +160,13 @@ fn read<V: DeserializeOwned>(body: &[u8]) -> Result<V, PayloadError> {
     Ok(value)
 }
 
-/// `payload` compressed, or as it is where compressing does not make it smaller.
+/// `payload` compressed, or as it is where compressing does not make it smaller. The length
+/// LZ4 prepends is a `u32`: a payload is at most `max_value_size`, 512 MiB at most.
 #[cfg(feature = "compress")]
 fn compressed(payload: Vec<u8>) -> Vec<u8> {
-    let body = &payload[MAGIC.len()..];
-    let Ok(length) = u32::try_from(body.len()) else {
-        return payload;
-    };
-    let block = lz4_flex::block::compress(body);
-    let mut packed = Vec::with_capacity(MAGIC_LZ4.len() + 4 + block.len());
-    packed.extend_from_slice(&MAGIC_LZ4);
-    packed.extend_from_slice(&length.to_le_bytes());
-    packed.extend_from_slice(&block);
-    if packed.len() < payload.len() {
-        packed
+    let block = lz4_flex::block::compress_prepend_size(&payload[MAGIC.len()..]);
+    if MAGIC_LZ4.len() + block.len() < payload.len() {
+        [&MAGIC_LZ4[..], &block].concat()
     } else {
         payload
     }
@@ -189,10 +182,8 @@ fn compressed(payload: Vec<u8>) -> Vec<u8> {
 /// `max_bytes` as a payload: the length it states is checked before anything is allocated.
 #[cfg(feature = "compress")]
 fn decompressed(packed: &[u8], max_bytes: usize) -> Result<Vec<u8>, PayloadError> {
-    let (length, block) = packed
-        .split_first_chunk::<4>()
-        .ok_or(PayloadError::Malformed("a compressed payload cut short"))?;
-    let length = u32::from_le_bytes(*length) as usize;
+    let (length, block) = lz4_flex::block::uncompressed_size(packed)
+        .map_err(|_| PayloadError::Malformed("a compressed payload cut short"))?;
     let size = length.saturating_add(MAGIC.len());
     if size > max_bytes {
         return Err(PayloadError::TooLarge(size, max_bytes));

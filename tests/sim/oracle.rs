@@ -283,6 +283,11 @@ struct History {
     /// stale deadline for a failed load, an open breaker or a soft timeout (the throttle counts
     /// from then).
     fail_safe_served: HashMap<(u8, usize, u16), Duration>,
+    /// Per (function, process, key): until when a flight of a dropped call may still be
+    /// waiting to start its load (README: "The load runs detached, so a caller that gives up
+    /// ... neither cancels it"). A breaker that opens meanwhile skips it, and the key's last
+    /// good value stands for the throttle, with no caller told.
+    unwatched: HashMap<(u8, usize, u16), Duration>,
     /// Per flight: its attempts that failed with an error `retry_if` refuses.
     permanent: std::collections::HashSet<u64>,
     /// The flights whose load is over: an attempt loaded, or failed with an error `retry_if`
@@ -600,6 +605,25 @@ impl Oracle {
                 .map_or(0, |failed| failed.1),
             among_others: false,
         }
+    }
+
+    /// A call begins whose caller is dropped before or after it answers: told, never checked.
+    /// Its flight runs on, detached, and may start its load until the time a load of the
+    /// function may take (and a wait for the Redis lock's holder) has passed.
+    pub fn unwatched_call(&self, function: u8, process: usize, key: u16, breaker_open: bool) {
+        let call = self.call(function, process, key, breaker_open);
+        let rules = &self.rules[function as usize];
+        let lock_wait = match rules.one_load_everywhere {
+            true => rules.lock_wait,
+            false => Duration::ZERO,
+        };
+        let until = call.began + rules.slack + lock_wait;
+        let mut history = self.history();
+        let pending = history
+            .unwatched
+            .entry((function, process, key))
+            .or_default();
+        *pending = until.max(*pending);
     }
 
     /// What a call returned.
@@ -1010,6 +1034,10 @@ impl Oracle {
             _ => *cache = (Some(now), cache.1 + 1),
         }
         if how != Attempt::Loaded {
+            let rules = &self.rules[function as usize];
+            history.breaker_may_skip_unwatched(rules, function, ended.process, now);
+        }
+        if how != Attempt::Loaded {
             history.note(
                 now,
                 format!("load {id} of f{function} k{key} ends: {how:?}"),
@@ -1144,6 +1172,38 @@ impl History {
             (true, _) => Some(Grant::Failure),
             (false, true) => Some(Grant::Throttle),
             (false, false) => None,
+        }
+    }
+
+    /// A load of `function` failed in `process` at `now`: with `breaker`, the breaker may open
+    /// and skip the flights of dropped calls still waiting to start their loads (sim seed
+    /// 140877845: a batch's first chunk panicked and its later chunks met the open breaker),
+    /// and each of those keys' last good value may stand for the throttle from as late as its
+    /// flight may start.
+    fn breaker_may_skip_unwatched(
+        &mut self,
+        rules: &Rules,
+        function: u8,
+        process: usize,
+        now: Duration,
+    ) {
+        if rules
+            .fail_safe
+            .is_none_or(|fail_safe| fail_safe.breaker.is_none())
+        {
+            return;
+        }
+        let stalls = rules.stalls;
+        self.unwatched.retain(|_, until| *until >= now);
+        let skipped: Vec<_> = self
+            .unwatched
+            .iter()
+            .filter(|&(&(f, p, _), _)| f == function && p == process)
+            .map(|(&key, &until)| (key, until + stalls))
+            .collect();
+        for (key, served) in skipped {
+            let at = self.fail_safe_served.entry(key).or_default();
+            *at = served.max(*at);
         }
     }
 

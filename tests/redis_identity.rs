@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use common::within;
+use common::{eventually, within};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use stampede::{Error, RedisConfig, cached};
@@ -762,4 +762,125 @@ async fn a_corrupt_compressed_payload_in_redis_is_a_counted_miss() {
     assert_eq!(GUARDED_LOADS.load(SeqCst), 3, "each a miss, loaded");
     let stats = stampede::stats("ident::guarded").unwrap();
     assert_eq!(stats.decode_errors, 2, "{stats:?}");
+}
+
+/// The row a rolling deploy's two shapes read: v2's `Product` gained a field.
+static DEPLOY_ROW: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq, Clone)]
+struct ProductV1 {
+    id: u64,
+    row: usize,
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq, Clone)]
+struct ProductV2 {
+    id: u64,
+    row: usize,
+    color: String,
+}
+
+/// The v1 binary's declaration (an admin tool, or the instances not yet deployed).
+#[cached(ttl = "60s", lock = "redis", redis = "deploy", name = "ident::deploy")]
+async fn product_v1(id: u64) -> ProductV1 {
+    let row = DEPLOY_ROW.load(SeqCst);
+    ProductV1 { id, row }
+}
+
+/// The v2 binary's declaration of the same cache: another shape, so other Redis keys.
+#[cached(ttl = "60s", lock = "redis", redis = "deploy", name = "ident::deploy")]
+async fn product_v2(id: u64) -> ProductV2 {
+    let row = DEPLOY_ROW.load(SeqCst);
+    ProductV2 {
+        id,
+        row,
+        color: "red".into(),
+    }
+}
+
+/// During a rolling deploy that changes a value's shape, v1's typed invalidation and its prime
+/// reach v2's value in Redis too (not only its memory): a process of either shape that reads
+/// Redis afterwards gets the new row. Each shape keeps its own keys, and a process registers its shape
+/// under the name before its loads write there.
+#[tokio::test]
+async fn an_invalidation_or_a_prime_reaches_every_shape_of_the_name() {
+    let server = RedisServer::start();
+    install(&server, "deploy");
+    stampede::require_redis(Some("deploy")).await.unwrap();
+    assert_eq!(within(product_v1(7)).await.row, 0);
+    assert_eq!(within(product_v2(7)).await.row, 0);
+    let keys: Vec<String> = server.command(&["KEYS", "test:{ident::deploy~*:v"]);
+    assert_eq!(keys.len(), 2, "one value key per shape: {keys:?}");
+
+    DEPLOY_ROW.store(1, SeqCst);
+    within(product_v1::invalidate(7)).await.unwrap();
+    // The announcement drops v2's memory of the key (by name); v2 then reads Redis.
+    eventually("v2 forgets the key", || product_v2::peek(7).is_none()).await;
+    assert_eq!(
+        within(product_v2(7)).await.row,
+        1,
+        "v2 loads the new row, not its old copy in Redis"
+    );
+
+    DEPLOY_ROW.store(2, SeqCst);
+    within(product_v1::prime(7, ProductV1 { id: 7, row: 2 }))
+        .await
+        .unwrap();
+    // A prime leaves other processes' memory alone (the guide: "Other processes keep a copy
+    // they already hold until it expires"); what v2 reads from Redis is no longer the old row.
+    assert_eq!(
+        within(product_v2::read_through(7)).await.row,
+        2,
+        "v2 reads past its memory after v1's prime"
+    );
+    assert_eq!(within(product_v1(7)).await.row, 2);
+}
+
+#[cached(
+    ttl = "60s",
+    lock = "redis",
+    redis = "misprefixed",
+    name = "ident::misprefixed"
+)]
+async fn misprefixed(id: u64) -> u64 {
+    id
+}
+
+/// An invalidation under a prefix (or database) no process of the cache's name serves through
+/// is said at warning level, naming the prefix: it reached no value in Redis. Once a process
+/// served the cache there, it is not.
+#[test]
+fn an_invalidation_that_reaches_no_process_of_the_name_says_so() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let logged_events = Logged::default();
+    let subscriber = tracing_subscriber::registry().with(logged_events.clone());
+    let server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("nobody")
+        .install_as("misprefixed");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let warned = || {
+        let events = logged_events.0.lock().unwrap();
+        events
+            .iter()
+            .filter(|(level, text)| {
+                *level == tracing::Level::WARN
+                    && text.contains("no process has served cache `ident::misprefixed`")
+                    && text.contains("prefix `nobody`")
+            })
+            .count()
+    };
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            within(misprefixed::invalidate(1)).await.unwrap();
+            assert_eq!(warned(), 1, "{:#?}", logged_events.0.lock().unwrap());
+            within(misprefixed(1)).await;
+            within(misprefixed::invalidate(1)).await.unwrap();
+            assert_eq!(warned(), 1, "served since: no new warning");
+        })
+    });
 }

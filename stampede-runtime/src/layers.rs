@@ -77,10 +77,11 @@ const REDIS_LAYERS: &[(&str, &str, u8)] = &[
     ("protocol", "ops", 1),
     ("protocol", "lock", 1),
     ("protocol", "preflight", 1),
-    ("protocol", "tier", 1),
     ("protocol", "tags", 2),
-    ("protocol", "flow", 3),
-    ("protocol", "calls", 4),
+    ("protocol", "shapes", 2),
+    ("protocol", "tier", 3),
+    ("protocol", "flow", 4),
+    ("protocol", "calls", 5),
 ];
 
 #[test]

@@ -8,5 +8,6 @@ pub(in crate::redis) mod lock;
 pub(in crate::redis) mod ops;
 pub(in crate::redis) mod preflight;
 pub(in crate::redis) mod scripts;
+pub(in crate::redis) mod shapes;
 pub(in crate::redis) mod tags;
 pub(in crate::redis) mod tier;

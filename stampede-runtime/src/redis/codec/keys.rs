@@ -10,6 +10,7 @@
 //! {prefix}:{{identity}|{arguments}}:c@{db} the same in database `db`, if not 0
 //! {prefix}:{tag|{tag}}:t                   a tag's set: the key bases loaded with the tag
 //! {prefix}:{tag|{tag}}:p                   those an invalidation of the tag took, until dropped
+//! {prefix}:{name|{name}}:s                 the identities a cache name is served with (below)
 //! ```
 //!
 //! Keys live in the database the connection selects; pub/sub channels do not: Redis hands a
@@ -31,6 +32,11 @@
 //! another shape's bytes.
 //!
 //! The arguments' text is written by the serializer in `text`.
+//!
+//! A name's identities (`{prefix}:{name|{name}}:s`, a sorted set scored by when each runs out)
+//! are those a process registered before its loads wrote under them: during a rolling deploy
+//! that changes a shape, both. An invalidation of a key drops its value under each of them, so
+//! that it reaches every shape of the name (see `Endpoint::invalidate`).
 
 mod text;
 
@@ -83,6 +89,22 @@ impl RedisKeys {
         RedisKeys::base_of(&self.value)
     }
 
+    /// The keys of the same arguments in the cache of identity `other` (another shape of the
+    /// name); `None` when these are not keys of a cache under `prefix`.
+    pub(crate) fn in_identity(&self, prefix: &str, other: &str) -> Option<RedisKeys> {
+        let (own, args) = self.split(prefix)?;
+        (own != other).then(|| RedisKeys::of_base(&format!("{prefix}:{{{other}|{args}")))
+    }
+
+    /// The identity these keys name, and what follows it (the arguments, and the hash tag's
+    /// end): an identity is escaped, so the first `|` ends it.
+    fn split<'a>(&'a self, prefix: &str) -> Option<(&'a str, &'a str)> {
+        self.base()
+            .strip_prefix(prefix)?
+            .strip_prefix(":{")?
+            .split_once('|')
+    }
+
     /// The part of a value key that every key of its cache key shares.
     pub(crate) fn base_of(value_key: &str) -> &str {
         value_key.strip_suffix(VALUE).unwrap_or(value_key)
@@ -127,6 +149,15 @@ impl TagKeys {
             pending: format!("{base}:p"),
         }
     }
+}
+
+/// The key of the identities that processes serve the cache name `name` with, in a slot of
+/// its own.
+pub(crate) fn shapes_key(prefix: &str, name: &str) -> String {
+    let mut key = format!("{prefix}:{{name|");
+    escape_into(&mut key, name);
+    key.push_str("}:s");
+    key
 }
 
 /// The part of a cache's Redis keys that names the cache: its escaped name, `~`, and the
@@ -189,6 +220,22 @@ mod tests {
         Newest,
         By(String),
         Range(u32, u32),
+    }
+
+    #[test]
+    fn another_identity_of_a_name_gets_the_same_arguments() {
+        let v1 = identity("shop::product", "aaaaaaaaaaaa");
+        let v2 = identity("shop::product", "bbbbbbbbbbbb");
+        let keys = RedisKeys::new("p|x{", 2, &v1, "{tenant=3}:a%7Cb");
+        let other = keys.in_identity("p|x{", &v2).unwrap();
+        let expected = RedisKeys::new("p|x{", 2, &v2, "{tenant=3}:a%7Cb");
+        assert_eq!(
+            (other.value, other.lock, other.fence),
+            (expected.value, expected.lock, expected.fence)
+        );
+        assert!(keys.in_identity("p|x{", &v1).is_none(), "its own identity");
+        assert!(keys.in_identity("other", &v2).is_none(), "another prefix");
+        assert_eq!(shapes_key("shop", "a b|c"), "shop:{name|a%20b%7Cc}:s");
     }
 
     #[test]

@@ -182,7 +182,16 @@ where
             cache: config.name.clone(),
             message: message.into(),
         };
-        let primed = flow::prime(&endpoint, &keys, handle, value, &payload).await;
+        self.register(&endpoint, config).await;
+        // The name's other shapes keep no older value to serve after this one.
+        let message = feed::message(&config.name, &args);
+        let primed = match endpoint.invalidate_other_shapes(&keys, &message).await {
+            Ok(_) => flow::prime(&endpoint, &keys, handle, value, &payload).await,
+            Err(failure) => {
+                handle.keep_loaded(Loaded::now(value), endpoint.trusted_for());
+                Err(failure.to_string())
+            }
+        };
         if primed.is_err() {
             self.changed_while_down(&endpoint, handle.key(), config);
         }

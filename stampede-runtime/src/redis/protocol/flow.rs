@@ -149,6 +149,7 @@ where
                 return;
             }
         };
+        self.register(&endpoint, config).await;
         let token = (config.lock == Lock::Redis).then(lock::token);
         let mut parts = Vec::with_capacity(handles.len());
         for handle in handles {

@@ -156,12 +156,12 @@ impl Endpoint {
         one(self.fill_many(std::slice::from_ref(fill)).await?)
     }
 
-    /// Drops a key's value and moves its fence on; announces `message` on the invalidation
-    /// channel, unless `None` (a tag's keys: the tag is announced once for all). On a standalone
-    /// server the script announces it (one round trip); on a cluster the announcement follows
-    /// on the feed's master (see `invalidate`), once the value is gone. Whether Redis held a
-    /// value for the key.
-    pub(crate) async fn invalidate(
+    /// Drops one identity's key: its value deleted and its fence moved on; announces `message`
+    /// on the invalidation channel, unless `None`. On a standalone server the script announces
+    /// it (one round trip); on a cluster the announcement follows on the feed's master (see
+    /// `invalidate`), once the value is gone. Whether Redis held a value for the key. (A key's
+    /// invalidation goes through `Endpoint::invalidate`, which reaches every shape.)
+    pub(in crate::redis) async fn invalidate_one(
         &self,
         keys: &RedisKeys,
         message: Option<&[u8]>,

@@ -7,7 +7,8 @@
 //!    subscriber's first session (it subscribes the invalidation and heartbeat channels).
 //! 2. One script on a probe key of the cache's prefix runs every command the tier's scripts run
 //!    (`GET`, `GETRANGE`, `STRLEN`, `SET`, `PEXPIRE`, `PTTL`, `EXISTS`, `INCR`, `SADD`,
-//!    `SMEMBERS`, `SUNIONSTORE`, `SREM`, `DEL`, `TIME`, and the fill's `PUBLISH` or, on a
+//!    `SMEMBERS`, `SUNIONSTORE`, `SREM`, `ZADD`, `ZSCORE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`,
+//!    `DEL`, `TIME`, and the fill's `PUBLISH` or, on a
 //!    cluster, `SPUBLISH`), through `EVALSHA` and `SCRIPT LOAD` as the tier does; then a
 //!    heartbeat's publication, on a channel of the feed (`PUBLISH`, or on a cluster `SPUBLISH`
 //!    on the feed's master, see `invalidate`); then a subscription to the probe key's channel,
@@ -33,7 +34,8 @@ use crate::redis::transport::refusal;
 /// that a refusal names its command: an ACL refusal inside a script is an `ERR The user executing
 /// the script can't ...` naming only a line of the script.
 ///
-/// KEYS: value, fence, a set, another set. ARGV: the publishing command, a channel.
+/// KEYS: value, fence, a set, another set, a sorted set. ARGV: the publishing command, a
+/// channel.
 ///
 /// Returns 1, or the first refusal as a `NOPERM <COMMAND>: ...` error (another error as it came).
 static PROBE: LazyLock<Script> = LazyLock::new(|| {
@@ -56,13 +58,18 @@ local steps = {
   {'SUNIONSTORE', KEYS[4], KEYS[3]},
   {'PEXPIRE', KEYS[4], 10000},
   {'SREM', KEYS[4], 'probe'},
-  {'DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4]},
+  {'ZADD', KEYS[5], 1, 'probe'},
+  {'PEXPIRE', KEYS[5], 10000},
+  {'ZSCORE', KEYS[5], 'probe'},
+  {'ZRANGEBYSCORE', KEYS[5], 0, '+inf'},
+  {'ZREMRANGEBYSCORE', KEYS[5], '-inf', 2},
+  {'DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]},
   {ARGV[1], ARGV[2], ''},
 }
 for _, step in ipairs(steps) do
   local reply = redis.pcall(unpack(step))
   if type(reply) == 'table' and reply.err then
-    redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+    redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
     local refused = string.find(reply.err, 'NOPERM', 1, true)
       or string.find(reply.err, 'can\'t', 1, true)
       or string.find(reply.err, 'No permissions', 1, true)
@@ -96,7 +103,11 @@ impl Endpoint {
         let keys = RedisKeys::new(&self.config.prefix, db, "stampede~preflight", "probe");
         let base = keys.base().to_owned();
         let (value, fence, channel) = (&keys.value, &keys.fence, &keys.channel);
-        let (set, other) = (format!("{base}:t"), format!("{base}:p"));
+        let (set, other, shapes) = (
+            format!("{base}:t"),
+            format!("{base}:p"),
+            format!("{base}:s"),
+        );
         self.call(|mut connection| async move {
             let publish = connection.publish_command();
             PROBE
@@ -104,6 +115,7 @@ impl Endpoint {
                 .key(fence)
                 .key(&set)
                 .key(&other)
+                .key(&shapes)
                 .arg(publish)
                 .arg(channel)
                 .invoke_async::<i64>(&mut connection)

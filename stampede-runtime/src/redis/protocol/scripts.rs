@@ -348,6 +348,40 @@ return deleted
     ))
 });
 
+/// Registers an identity under its cache's name (see `keys::shapes_key`), until at least
+/// `keep` from now, and forgets the name's registrations that ran out. KEYS: the name's set.
+/// ARGV: the identity, keep (ms).
+pub(crate) static REGISTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local keep = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local until_ms = now + keep
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not held or tonumber(held) < until_ms then
+  redis.call('ZADD', KEYS[1], string.format('%d', until_ms), ARGV[1])
+end
+if redis.call('PTTL', KEYS[1]) < keep then
+  redis.call('PEXPIRE', KEYS[1], keep)
+end
+return 1
+",
+    )
+});
+
+/// The identities registered under a cache's name that have not run out. KEYS: the name's set.
+pub(crate) static SHAPES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now), '+inf')
+",
+    )
+});
+
 /// Adds a key base to a tag's set, and keeps the set at least as long as the value it stands
 /// for. Runs before the key's load reads its source. KEYS: the tag's set. ARGV: the key base,
 /// how long to keep the set (ms).

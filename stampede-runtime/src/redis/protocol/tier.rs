@@ -14,6 +14,8 @@ use crate::load::{Load, Loaded};
 use crate::redis::Busy;
 use crate::redis::codec::keys::{self, RedisKeys};
 use crate::redis::codec::shape::{self, Shape, Untraceable};
+use crate::redis::protocol::shapes::Registration;
+use crate::redis::protocol::tags::set_lifetime;
 use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::feed;
 use crate::redis::transport::telemetry::RedisTelemetry;
@@ -34,6 +36,8 @@ pub struct RedisTier<K, V> {
     pub(in crate::redis) connection: Option<Arc<str>>,
     pub(in crate::redis) busy: Busy,
     pub(in crate::redis) telemetry: RedisTelemetry,
+    /// Its identity's registration under its name (see `shapes`).
+    pub(in crate::redis) registration: Registration,
     _types: std::marker::PhantomData<fn(K) -> V>,
 }
 
@@ -57,6 +61,7 @@ where
             connection: connection.map(Arc::from),
             busy,
             telemetry: RedisTelemetry::new(config),
+            registration: Registration::default(),
             _types: std::marker::PhantomData,
         }
     }
@@ -146,6 +151,16 @@ where
             None => Ok(()),
             Some(problem) => Err(Error::invalid_config(problem.to_string())),
         }
+    }
+
+    /// Registers the cache's identity under its name on `endpoint` before its loads write
+    /// there (when the last registration is half gone), so that another shape's invalidation
+    /// of a key reaches this one's value (see `shapes`).
+    pub(in crate::redis) async fn register(&self, endpoint: &Endpoint, config: &Config) {
+        let lifetime = set_lifetime(config, endpoint.config.lease);
+        endpoint
+            .register_shape(&self.registration, &config.name, &self.identity, lifetime)
+            .await;
     }
 
     /// The Redis keys of `args` in this cache, on `endpoint`.

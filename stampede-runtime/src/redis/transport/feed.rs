@@ -17,12 +17,21 @@ pub(crate) fn tag_message(tag: &str) -> Vec<u8> {
 
 const TAG: &str = "\0tag";
 
-/// Handles one message of the invalidation channel.
-pub(crate) fn on_message(payload: &[u8]) {
-    let Some((name, args)) = std::str::from_utf8(payload)
+/// The cache name and argument text of a key's invalidation message; `None` for a tag's, or
+/// a message not of this form.
+pub(crate) fn key_of(payload: &[u8]) -> Option<(&str, &str)> {
+    parse(payload).filter(|(name, _)| *name != TAG)
+}
+
+fn parse(payload: &[u8]) -> Option<(&str, &str)> {
+    std::str::from_utf8(payload)
         .ok()
         .and_then(|text| text.split_once('\n'))
-    else {
+}
+
+/// Handles one message of the invalidation channel.
+pub(crate) fn on_message(payload: &[u8]) {
+    let Some((name, args)) = parse(payload) else {
         return;
     };
     if name == TAG {

@@ -16,29 +16,29 @@ use crate::redis::transport::failure::Failure;
 use crate::redis::transport::feed;
 use crate::redis::transport::invalidate;
 
-/// When a cache's registration is to be renewed, per connection (`Endpoint::name`): a
-/// registration lasts twice the longest a value written now may live in Redis, and is renewed
-/// once half of it is gone, so it outlives every value its loads wrote.
+/// When a cache's registration is to be renewed, and where it was made (the name's key and
+/// the database: a connection installed again may name another): a registration lasts twice
+/// the longest a value written now may live in Redis, and is renewed once half of it is gone,
+/// so it outlives every value its loads wrote.
 #[derive(Default)]
 pub(crate) struct Registration(std::sync::Mutex<Option<(String, Instant)>>);
 
 impl Registration {
-    /// Whether the registration on `endpoint` is due at `now` (never made, or half gone).
-    fn due(&self, endpoint: &Endpoint, now: Instant) -> bool {
-        let held = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Whether the registration at `place` is due at `now` (never made there, or half gone).
+    fn due(&self, place: &str, now: Instant) -> bool {
+        let held = self.held();
         held.as_ref()
-            .is_none_or(|(name, renew_at)| *name != endpoint.name || *renew_at <= now)
+            .is_none_or(|(made_at, renew_at)| made_at != place || *renew_at <= now)
     }
 
-    fn renewed(&self, endpoint: &Endpoint, renew_at: Instant) {
-        let mut held = self
-            .0
+    fn renewed(&self, place: String, renew_at: Instant) {
+        *self.held() = Some((place, renew_at));
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<(String, Instant)>> {
+        self.0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *held = Some((endpoint.name.clone(), renew_at));
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -54,10 +54,11 @@ impl Endpoint {
         lifetime: Duration,
     ) {
         let now = Instant::now();
-        if !registration.due(self, now) {
+        let key = keys::shapes_key(&self.config.prefix, name);
+        let place = format!("{key}@{}", self.config.db());
+        if !registration.due(&place, now) {
             return;
         }
-        let key = keys::shapes_key(&self.config.prefix, name);
         let keep = lifetime.saturating_mul(2);
         let registered: Result<i64, Failure> = self
             .call(|mut connection| async move {
@@ -70,7 +71,7 @@ impl Endpoint {
             })
             .await;
         if registered.is_ok() {
-            registration.renewed(self, now + lifetime);
+            registration.renewed(place, now + lifetime);
         }
     }
 
@@ -183,10 +184,9 @@ mod tests {
         let lifetime = Duration::from_millis(300);
         runtime.block_on(endpoint.register_shape(&long, "n", "n~long", lifetime * 10));
         runtime.block_on(endpoint.register_shape(&short, "n", "n~short", lifetime));
-        assert!(
-            !long.due(&endpoint, Instant::now()),
-            "renewed at half of it"
-        );
+        let place = format!("{key}@0");
+        assert!(!long.due(&place, Instant::now()), "renewed at half of it");
+        assert!(long.due("elsewhere", Instant::now()), "made elsewhere");
         // Another process of the long one's identity registers for less: still the longer.
         runtime.block_on(endpoint.register_shape(
             &Registration::default(),

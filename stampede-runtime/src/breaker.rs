@@ -98,7 +98,7 @@ impl Breaker {
     }
 
     /// Whether a probe load runs now (for the simulation's check that none is left behind).
-    #[cfg(any(test, feature = "simulation"))]
+    #[cfg(feature = "simulation")]
     pub(crate) fn probing(&self) -> bool {
         *self.state() == State::Probing
     }

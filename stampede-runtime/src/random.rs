@@ -21,7 +21,7 @@ pub(crate) fn uniform(range: Range<f64>) -> f64 {
 
 /// From now on this thread draws from a generator seeded with `seed` (`None`: the thread's
 /// random generator again).
-#[cfg(any(test, feature = "simulation"))]
+#[cfg(feature = "simulation")]
 pub(crate) fn seed(seed: Option<u64>) {
     use rand::SeedableRng;
     SEEDED.with(|seeded| *seeded.borrow_mut() = seed.map(SmallRng::seed_from_u64));

@@ -170,6 +170,7 @@ pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
 
 /// What the store tells its observer.
 #[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "simulation"), allow(dead_code))] // read by the simulation's observer
 pub enum Event {
     /// A process's feed went down (its memory dropped) or came back (dropped again).
     Feed {
@@ -300,6 +301,7 @@ impl<K: Key, V: Value> Store<K, V> {
     /// it that read its source before writes nothing), as a tag's invalidation does in Redis; the processes'
     /// memory hears of it through their tag marks. In every namespace, as
     /// `stampede::invalidate_tag` reaches every connection.
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))] // the simulation's faults
     pub fn invalidate_tag(&self, tag: &str) {
         for state in lock(&self.state).values_mut() {
             // The set keeps its members (Redis's `TAKE_TAGGED`): a load tagged before may read
@@ -337,6 +339,7 @@ impl<K: Key, V: Value> Store<K, V> {
     /// heartbeat) sent now arrives more than half the bound late, the process notices it within
     /// half the bound (the feed has gone quiet): its feed is down until what was sent while it
     /// lagged has arrived.
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))] // the simulation's faults
     pub fn delay_feed(self: &Arc<Self>, process: Process, delay: Duration) {
         let now = Instant::now();
         let half = self.bound / 2;
@@ -389,6 +392,7 @@ impl<K: Key, V: Value> Store<K, V> {
 
     /// The store is down for `lasting`: every operation fails, and every feed is cut (each
     /// process notices after `noticed`).
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))] // the simulation's faults
     pub fn outage(self: &Arc<Self>, noticed: Duration, lasting: Duration) {
         self.fail.store(true, Ordering::SeqCst);
         let processes = lock(&self.feeds).len();
@@ -405,6 +409,7 @@ impl<K: Key, V: Value> Store<K, V> {
     /// A new runtime in every process (after the simulation dropped the last one, with the
     /// tasks that cut feeds and ended outages): the store is up, every feed is live again, and
     /// each process drops its memory (its first session is a recovery).
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))] // the simulation's faults
     pub fn restart(&self) {
         self.fail.store(false, Ordering::SeqCst);
         self.lapse.store(false, Ordering::SeqCst);

@@ -131,8 +131,9 @@ impl Endpoint {
                 prefix = %self.config.prefix,
                 db = self.config.db(),
                 "stampede: no process has served cache `{name}` through this Redis under prefix \
-                 `{}` (database {}) lately, so this invalidation reached no value there; check \
-                 the prefix and database against the serving processes' RedisConfig",
+                 `{}` (database {}) lately, so this invalidation (or prime) reached no other \
+                 process's value there; check the prefix and database against the serving \
+                 processes' RedisConfig",
                 self.config.prefix,
                 self.config.db(),
             );

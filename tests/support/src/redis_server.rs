@@ -66,19 +66,30 @@ impl RedisServer {
 
     /// [`RedisServer::start_with`], or why there is no server (none installed, or it did not
     /// start or answer), for a program that goes on without one (the benchmarks).
+    ///
+    /// The port is free when probed, but may be taken before the server binds it (another
+    /// test's client socket, given it as its own port): a server that exits before it answers
+    /// is started again on another port, a few times.
     pub fn try_start_with(options: Options) -> Result<RedisServer, String> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .map_err(|e| format!("no free loopback port: {e}"))?
-            .port();
-        let mut server = RedisServer {
-            port,
-            child: None,
-            options,
-        };
-        // Dropped on failure, which stops the server.
-        server.spawn()?;
-        Ok(server)
+        let mut exited = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .map_err(|e| format!("no free loopback port: {e}"))?
+                .port();
+            let mut server = RedisServer {
+                port,
+                child: None,
+                options: options.clone(),
+            };
+            // Dropped on failure, which stops the server.
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(Spawn::Exited(why)) => exited = why,
+                Err(Spawn::Failed(why)) => return Err(why),
+            }
+        }
+        Err(exited)
     }
 
     pub fn port(&self) -> u16 {
@@ -112,7 +123,9 @@ impl RedisServer {
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn().unwrap_or_else(|why| panic!("{why}"));
+        if let Err(Spawn::Exited(why) | Spawn::Failed(why)) = self.spawn() {
+            panic!("{why}");
+        }
     }
 
     /// A connection for the test's own commands (reading keys, writing garbage, pausing), as
@@ -155,8 +168,8 @@ impl RedisServer {
         keys.pop()
     }
 
-    fn spawn(&mut self) -> Result<(), String> {
-        let binary = find_binary()?;
+    fn spawn(&mut self) -> Result<(), Spawn> {
+        let binary = find_binary().map_err(Spawn::Failed)?;
         let port = self.port.to_string();
         let mut command = Command::new(&binary);
         match &self.options.tls {
@@ -178,7 +191,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+            .map_err(|e| Spawn::Failed(format!("cannot start {}: {e}", binary.display())))?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -197,20 +210,30 @@ impl RedisServer {
                 if let Some(mut stderr) = child.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
                 }
-                return Err(format!(
+                return Err(Spawn::Exited(format!(
                     "{} exited ({status}) instead of answering on port {port}: {said}",
                     binary.display()
-                ));
+                )));
             }
             if Instant::now() >= deadline {
-                return Err(format!(
+                return Err(Spawn::Failed(format!(
                     "{} did not answer on port {port} within 10 s",
                     binary.display()
-                ));
+                )));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// How many ports a server is started on before its start fails.
+const PORT_ATTEMPTS: usize = 5;
+
+/// Why a server did not start: it exited before it answered (its port taken meanwhile, or
+/// options it refused: it says which on stdout, which is not kept), or anything else.
+enum Spawn {
+    Exited(String),
+    Failed(String),
 }
 
 impl Drop for RedisServer {

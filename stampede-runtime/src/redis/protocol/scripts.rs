@@ -25,6 +25,16 @@ use redis::Script;
 // before it. Invalidating a key that nobody fills creates nothing: Redis holds no state per
 // invalidation.
 
+/// The server's clock in Lua, for the scripts that read it: `t` (its `TIME`) and `now` (ms).
+macro_rules! now_ms {
+    () => {
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"
+    };
+}
+
 /// `order::moved_fence` in Lua, for the scripts that move a key's fence: `move(fk, current,
 /// stamp)` moves the fence `fk` (whose value is `current`, or none) on by one, to at least
 /// `stamp` (µs on the server's clock); a fence created here starts from the clock (`micros`, the
@@ -53,10 +63,9 @@ end
 ///
 /// Returns `{now_ms, value or nil, ...}`, one value per key.
 pub(crate) static READ_FRESH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        now_ms!(),
         r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {now}
 local most = tonumber(ARGV[1])
 for i, key in ipairs(KEYS) do
@@ -73,7 +82,7 @@ for i, key in ipairs(KEYS) do
 end
 return out
 ",
-    )
+    ))
 });
 
 /// Reads each value and, for each that is not fresh (or is unusable), makes sure the key has a
@@ -87,10 +96,9 @@ return out
 /// where state is `fresh`, `locked` (this caller holds the lock now, with the fence returned),
 /// `busy` (another holder has it) or `nolock`.
 pub(crate) static READ_OR_LOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        now_ms!(),
         r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local token = ARGV[1]
 local lease = ARGV[2]
 local most = tonumber(ARGV[3])
@@ -136,7 +144,7 @@ for i = 0, #KEYS / 3 - 1 do
 end
 return out
 ",
-    )
+    ))
 });
 
 /// Writes each envelope if `order::fill_lands` lets it (and the value stored has no newer source
@@ -168,9 +176,8 @@ return out
 /// fence moved, a refused load's callers get its own value, which Redis does not keep.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        now_ms!(),
         r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
 ",
         move_fence!(),
@@ -352,10 +359,9 @@ return deleted
 /// `keep` from now, and forgets the name's registrations that ran out. KEYS: the name's set.
 /// ARGV: the identity, keep (ms).
 pub(crate) static REGISTER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        now_ms!(),
         r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local keep = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local until_ms = now + keep
@@ -368,18 +374,17 @@ if redis.call('PTTL', KEYS[1]) < keep then
 end
 return 1
 ",
-    )
+    ))
 });
 
 /// The identities registered under a cache's name that have not run out. KEYS: the name's set.
 pub(crate) static SHAPES: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        now_ms!(),
         r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now), '+inf')
 ",
-    )
+    ))
 });
 
 /// Adds a key base to a tag's set, and keeps the set at least as long as the value it stands

@@ -184,8 +184,7 @@ where
         };
         self.register(&endpoint, config).await;
         // The name's other shapes keep no older value to serve after this one.
-        let message = feed::message(&config.name, &args);
-        let primed = match endpoint.invalidate_other_shapes(&keys, &message).await {
+        let primed = match endpoint.invalidate_other_shapes(&keys, &config.name).await {
             Ok(_) => flow::prime(&endpoint, &keys, handle, value, &payload).await,
             Err(failure) => {
                 handle.keep_loaded(Loaded::now(value), endpoint.trusted_for());

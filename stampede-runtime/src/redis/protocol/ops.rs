@@ -189,6 +189,18 @@ impl Endpoint {
         })
         .await
     }
+
+    /// Announces `message` on the invalidation channel, on its own (a tag's invalidation, or a
+    /// key's announced again): `PUBLISH`, or on a cluster `SPUBLISH` on the feed's master.
+    pub(in crate::redis) async fn announce(&self, message: &[u8]) -> Result<(), Failure> {
+        self.call(|mut connection| async move {
+            let channel =
+                invalidate::channel(&self.config.prefix, self.config.db(), connection.mode());
+            invalidate::publish(&mut connection, &channel, message).await
+        })
+        .await
+        .map(drop)
+    }
 }
 
 /// The one answer of a script run for one key (`grouped` answers each key it is given).

@@ -14,28 +14,38 @@ use crate::redis::protocol::scripts;
 use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::failure::Failure;
 use crate::redis::transport::feed;
-use crate::redis::transport::invalidate;
 
-/// When a cache's registration is to be renewed, and where it was made (the name's key and
-/// the database: a connection installed again may name another): a registration lasts twice
-/// the longest a value written now may live in Redis, and is renewed once half of it is gone,
-/// so it outlives every value its loads wrote.
+/// When a cache's registration is to be renewed, and where it was made (the prefix and the
+/// database: a connection installed again may name others): a registration lasts twice the
+/// longest a value written now may live in Redis, and is renewed once half of it is gone, so it
+/// outlives every value its loads wrote. Checked on every flow, so without an allocation.
 #[derive(Default)]
-pub(crate) struct Registration(std::sync::Mutex<Option<(String, Instant)>>);
+pub(crate) struct Registration(std::sync::Mutex<Option<Made>>);
+
+struct Made {
+    prefix: String,
+    db: i64,
+    renew_at: Instant,
+}
 
 impl Registration {
-    /// Whether the registration at `place` is due at `now` (never made there, or half gone).
-    fn due(&self, place: &str, now: Instant) -> bool {
-        let held = self.held();
-        held.as_ref()
-            .is_none_or(|(made_at, renew_at)| made_at != place || *renew_at <= now)
+    /// Whether the registration under `prefix` in database `db` is due at `now` (never made
+    /// there, or half gone).
+    fn due(&self, prefix: &str, db: i64, now: Instant) -> bool {
+        self.held()
+            .as_ref()
+            .is_none_or(|made| made.prefix != prefix || made.db != db || made.renew_at <= now)
     }
 
-    fn renewed(&self, place: String, renew_at: Instant) {
-        *self.held() = Some((place, renew_at));
+    fn renewed(&self, prefix: &str, db: i64, renew_at: Instant) {
+        *self.held() = Some(Made {
+            prefix: prefix.to_owned(),
+            db,
+            renew_at,
+        });
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, Option<(String, Instant)>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<Made>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -54,11 +64,11 @@ impl Endpoint {
         lifetime: Duration,
     ) {
         let now = Instant::now();
-        let key = keys::shapes_key(&self.config.prefix, name);
-        let place = format!("{key}@{}", self.config.db());
-        if !registration.due(&place, now) {
+        let (prefix, db) = (&self.config.prefix, self.config.db());
+        if !registration.due(prefix, db, now) {
             return;
         }
+        let key = keys::shapes_key(prefix, name);
         let keep = lifetime.saturating_mul(2);
         let registered: Result<i64, Failure> = self
             .call(|mut connection| async move {
@@ -71,7 +81,7 @@ impl Endpoint {
             })
             .await;
         if registered.is_ok() {
-            registration.renewed(place, now + lifetime);
+            registration.renewed(prefix, db, now + lifetime);
         }
     }
 
@@ -91,31 +101,25 @@ impl Endpoint {
         let Some(message) = message else {
             return Ok(held);
         };
-        let Some(other_held) = self.invalidate_other_shapes(keys, message).await? else {
+        let Some((name, _)) = feed::key_of(message) else {
             return Ok(held);
         };
-        self.call(|mut connection| async move {
-            let channel =
-                invalidate::channel(&self.config.prefix, self.config.db(), connection.mode());
-            invalidate::publish(&mut connection, &channel, message).await
-        })
-        .await?;
+        let Some(other_held) = self.invalidate_other_shapes(keys, name).await? else {
+            return Ok(held);
+        };
+        self.announce(message).await?;
         Ok(held || other_held)
     }
 
-    /// Drops the key of `keys` under every other identity registered for the cache name of
-    /// `message` (a key's invalidation message, see `feed::message`): `None` when there is
-    /// none, else whether Redis held a value under any. Says so when no process serves the name
-    /// under this prefix (and database): the invalidation reaches nobody's Redis copy, which is
-    /// almost always a wrong prefix.
+    /// Drops the key of `keys` under every other identity registered for the cache name
+    /// `name`: `None` when there is none, else whether Redis held a value under any. Says so
+    /// when no process serves the name under this prefix (and database): the invalidation
+    /// reaches nobody's Redis copy, which is almost always a wrong prefix.
     pub(crate) async fn invalidate_other_shapes(
         &self,
         keys: &RedisKeys,
-        message: &[u8],
+        name: &str,
     ) -> Result<Option<bool>, Failure> {
-        let Some((name, _)) = feed::key_of(message) else {
-            return Ok(None);
-        };
         let key = keys::shapes_key(&self.config.prefix, name);
         let shapes: Vec<String> = self
             .call(|mut connection| async move {
@@ -185,9 +189,18 @@ mod tests {
         let lifetime = Duration::from_millis(300);
         runtime.block_on(endpoint.register_shape(&long, "n", "n~long", lifetime * 10));
         runtime.block_on(endpoint.register_shape(&short, "n", "n~short", lifetime));
-        let place = format!("{key}@0");
-        assert!(!long.due(&place, Instant::now()), "renewed at half of it");
-        assert!(long.due("elsewhere", Instant::now()), "made elsewhere");
+        assert!(
+            !long.due("shapes", 0, Instant::now()),
+            "renewed at half of it"
+        );
+        assert!(
+            long.due("elsewhere", 0, Instant::now()),
+            "made under another prefix"
+        );
+        assert!(
+            long.due("shapes", 1, Instant::now()),
+            "made in another database"
+        );
         // Another process of the long one's identity registers for less: still the longer.
         runtime.block_on(endpoint.register_shape(
             &Registration::default(),

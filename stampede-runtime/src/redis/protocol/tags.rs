@@ -29,7 +29,6 @@ use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::failure::Failure;
 use crate::redis::transport::feed;
 use crate::redis::transport::installed::lookup;
-use crate::redis::transport::invalidate;
 
 /// How many key invalidations of one tag are in flight at once.
 const AT_ONCE: usize = 64;
@@ -153,13 +152,6 @@ impl Endpoint {
             })
             .await?;
         }
-        let message = feed::tag_message(tag);
-        let prefix = &self.config.prefix;
-        self.call(|mut connection| async move {
-            let channel = invalidate::channel(prefix, self.config.db(), connection.mode());
-            invalidate::publish(&mut connection, &channel, &message).await
-        })
-        .await?;
-        Ok(())
+        self.announce(&feed::tag_message(tag)).await
     }
 }

@@ -1036,8 +1036,6 @@ impl Oracle {
         if how != Attempt::Loaded {
             let rules = &self.rules[function as usize];
             history.breaker_may_skip_unwatched(rules, function, ended.process, now);
-        }
-        if how != Attempt::Loaded {
             history.note(
                 now,
                 format!("load {id} of f{function} k{key} ends: {how:?}"),

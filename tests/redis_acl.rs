@@ -20,7 +20,7 @@ use stampede_test_support::redis_cluster::{self, Cluster};
 /// client's `CLIENT SETINFO` (Redis 7.2 and later) may be refused, it is ignored.
 const TIER_COMMANDS: &str = "-@all +ping +evalsha +script|load +get +getrange +strlen +set +del \
      +exists +incr +pexpire +pttl +sadd +srem +smembers +sunionstore +zadd +zscore +zrangebyscore \
-     +zremrangebyscore +time +publish +spublish \
+     +zremrangebyscore +xadd +xlen +xrange +xrevrange +time +publish +spublish \
      +subscribe +unsubscribe +ssubscribe +sunsubscribe +cluster|slots";
 
 /// `ACL SETUSER name on >password keys channels TIER_COMMANDS`, as arguments.

@@ -154,20 +154,13 @@ impl<K: Key, V: Value> Core<K, V> {
     }
 
     /// `entry` as the cache's options have it kept: refreshed early past `refresh_after`, kept
-    /// for `fail_safe` past its stale deadline, then servable no longer than `trusted_for` (or
-    /// `memory_ttl`, if shorter) from `since` in any of its windows (memory is trusted only that
-    /// long while a shared tier's invalidation feed is not known to be live). The cap comes
-    /// last, so no option undoes it; past it the entry is still the last good value.
+    /// for `fail_safe` past its stale deadline, then servable no longer than `memory_ttl` from
+    /// `since` in any of its windows. The cap comes last, so no option undoes it; past it the
+    /// entry is still the last good value.
     ///
-    /// `since` is when the flight or read began, before the store or the source was read: an
-    /// invalidation missed after that may concern the value, so the bound counts from there,
-    /// not from when a long load ended.
-    pub(crate) fn kept(
-        &self,
-        entry: Entry<V>,
-        trusted_for: Option<Duration>,
-        since: Instant,
-    ) -> Entry<V> {
+    /// `since` is when the flight or read began, before the store or the source was read: the
+    /// memory lifetime counts from there, as the trust bound does ([`Begun::entry`]).
+    pub(crate) fn kept(&self, entry: Entry<V>, since: Instant) -> Entry<V> {
         let config = &self.config;
         let entry = match (config.refresh_after, config.xfetch) {
             (Some(refresh_after), _) => {
@@ -186,14 +179,8 @@ impl<K: Key, V: Value> Core<K, V> {
             true => entry,
             false => entry.failing_safe_for(fail_safe),
         };
-        // `memory_ttl` (a tiered cache) caps memory as the trust bound does, and the tighter
-        // of the two stands.
-        let cap = match (trusted_for, config.memory_ttl) {
-            (Some(bound), Some(memory)) => Some(bound.min(memory)),
-            (bound, memory) => bound.or(memory),
-        };
-        match cap {
-            Some(bound) => entry.capped(after(since, bound)),
+        match config.memory_ttl {
+            Some(memory) => entry.capped(after(since, memory)),
             None => entry,
         }
     }
@@ -241,11 +228,25 @@ impl<'a, K: Key, V: Value> Begun<'a, K, V> {
         self.stamp.as_ref().map_or(&[], |stamp| stamp.tags())
     }
 
-    /// `entry` as it is kept ([`Core::kept`]), stamped with the key's tags.
+    /// `entry` as it is kept ([`Core::kept`]), stamped with the key's tags, and servable no
+    /// longer than `trusted_for` from when this began (memory is trusted only that long while a
+    /// shared tier's invalidation feed is not known to be live: an invalidation missed after
+    /// this began may concern the value, so the bound counts from here, not from when a long
+    /// load ended). Past the cap it is still the last good value; and if the feed's log later
+    /// shows the key was not invalidated meanwhile, memory lifts the cap
+    /// ([`Memory::lift_later`](crate::memory::Memory::lift_later)).
     pub(crate) fn entry(&self, entry: Entry<V>, trusted_for: Option<Duration>) -> Entry<V> {
-        self.core
-            .kept(entry, trusted_for, self.began)
-            .stamped(self.stamp.as_ref())
+        let entry = self.core.kept(entry, self.began);
+        let entry = match trusted_for {
+            Some(bound) => {
+                let uncapped = entry.saved();
+                let capped = entry.capped(after(self.began, bound));
+                self.core.memory.lift_later(self.loading.key(), uncapped);
+                capped
+            }
+            None => entry,
+        };
+        entry.stamped(self.stamp.as_ref())
     }
 
     /// Whether neither the key nor one of its tags was invalidated since this began.

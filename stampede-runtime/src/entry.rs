@@ -177,6 +177,21 @@ impl Offset {
     }
 }
 
+/// An entry's deadlines as [`Entry::saved`] read them, to be put back by [`Entry::restore`]:
+/// what memory keeps of an entry it took out of service while a shared tier's invalidation feed
+/// was lost, in case the feed's log shows that no invalidation of it was missed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    /// Which value they are of: only an entry whose source was read at the same moment gets
+    /// them back.
+    read_at: Nanos,
+    refresh_at: Nanos,
+    filled_behind: Offset,
+    fresh_until: Offset,
+    stale_until: Offset,
+    fail_safe_until: Offset,
+}
+
 /// How an entry may be served at a given instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Freshness {
@@ -387,6 +402,32 @@ impl<V> Entry<V> {
             false => stale.min(until),
         };
         self.set_deadlines(refresh_at, fresh.min(until), stale.min(until), fail_safe);
+    }
+
+    /// Its deadlines, as they are now.
+    pub(crate) fn saved(&self) -> Saved {
+        Saved {
+            read_at: self.read_at,
+            refresh_at: self.refresh_at,
+            filled_behind: self.filled_behind,
+            fresh_until: self.fresh_until,
+            stale_until: self.stale_until,
+            fail_safe_until: self.fail_safe_until,
+        }
+    }
+
+    /// Puts back the deadlines `saved` holds if they are of this value (its source read at the
+    /// same moment); whether they were.
+    pub(crate) fn restore(&mut self, saved: &Saved) -> bool {
+        if saved.read_at != self.read_at {
+            return false;
+        }
+        self.refresh_at = saved.refresh_at;
+        self.filled_behind = saved.filled_behind;
+        self.fresh_until = saved.fresh_until;
+        self.stale_until = saved.stale_until;
+        self.fail_safe_until = saved.fail_safe_until;
+        true
     }
 
     /// Whether the entry may still be served, fresh or stale.

@@ -62,6 +62,7 @@ const REDIS_LAYERS: &[(&str, &str, u8)] = &[
     ("transport", "tls", 0),
     ("transport", "telemetry", 0),
     ("transport", "feed", 0),
+    ("transport", "log", 0),
     ("transport", "refusal", 1),
     ("transport", "mode", 1),
     ("transport", "pubsub", 1),

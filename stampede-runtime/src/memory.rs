@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
 use crate::clock::Nanos;
-use crate::entry::{Entry, Lean, LeanRead};
+use crate::entry::{Entry, Lean, LeanRead, Saved};
 use crate::kv::{Key, Value};
 use crate::order::{self, Stays};
 
@@ -37,6 +37,10 @@ pub(crate) struct Memory<K, V> {
     /// For a cache whose tier names its keys to other processes: each stored key by its name,
     /// so that an invalidation announced by name finds its key without a scan.
     names: Option<Names<K>>,
+    /// While a shared tier's invalidation feed is lost ([`Memory::suspend`]): the deadlines of
+    /// the entries taken out of service, to be put back if the feed's log shows that none of
+    /// their keys was invalidated meanwhile ([`Memory::resume`]). `None` otherwise.
+    suspended: Mutex<Option<HashMap<K, Saved>>>,
 }
 
 /// The keys of the store by the name the tier gives them. Every stored key is in it: a key is
@@ -137,6 +141,11 @@ pub(crate) struct Loading<'a, K: Key, V: Value> {
 }
 
 impl<K: Key, V: Value> Loading<'_, K, V> {
+    /// The key it loads.
+    pub(crate) fn key(&self) -> &K {
+        &self.key
+    }
+
     /// This load stores nothing: its flight was detached (an invalidation) before it
     /// registered, which the key's generation cannot say.
     pub(crate) fn detach(&mut self) {
@@ -180,6 +189,7 @@ impl<K: Key, V: Value> Memory<K, V> {
                 by_name: Mutex::new(HashMap::new()),
                 prune_above: items.saturating_mul(2).saturating_add(1024),
             }),
+            suspended: Mutex::new(None),
         }
     }
 
@@ -345,37 +355,83 @@ impl<K: Key, V: Value> Memory<K, V> {
                 .clear();
         }
         either!(self, store => store.clear());
+        *self.suspended() = None;
     }
 
     /// Takes every value out of service, keeping each as its key's last good value for the rest
-    /// of its fail-safe window (a shared tier's feed was lost: an invalidation may have been
-    /// missed, but none is known); loads running now will not store theirs. A lean store has no
-    /// fail-safe window, and is cleared. Each entry is capped in place under its shard's lock,
-    /// so a value a load stores meanwhile is at worst taken out of service too, never replaced
-    /// by an older one.
+    /// of its fail-safe window (a shared tier's feed was lost and its log cannot tell what was
+    /// missed: an invalidation may have been, none is known); loads running now will not store
+    /// theirs. A [`Memory::suspend`] that is never resumed.
     pub(crate) fn demote_all(&self, now: Instant) {
-        let Store::Full(store) = &self.store else {
-            return self.invalidate_all();
-        };
+        self.suspend(now);
+        *self.suspended() = None;
+    }
+
+    /// Takes every value out of service because a shared tier's invalidation feed was lost (an
+    /// invalidation may have been missed, none is known), keeping what [`Memory::resume`] needs
+    /// to put each back if the feed's log shows that its key was not invalidated meanwhile. A
+    /// value stays its key's last good value for the rest of its fail-safe window, as
+    /// [`Memory::demote_all`] leaves it; loads running now will not store theirs. Each entry is
+    /// capped in place under its shard's lock, as there.
+    pub(crate) fn suspend(&self, now: Instant) {
         for generation in self.loading().values_mut() {
             generation.bump();
         }
-        let keys = std::cell::RefCell::new(Vec::new());
-        store.retain(|key, _| {
-            keys.borrow_mut().push(key.clone());
-            true
-        });
-        for key in keys.into_inner() {
-            let demoted = store.entry(&key, None, |_, entry| match entry.fail_safe(now) {
-                true => {
-                    entry.cap(now);
-                    quick_cache::sync::EntryAction::Retain(())
-                }
-                false => quick_cache::sync::EntryAction::Remove,
+        let mut suspended = self.suspended();
+        let saved = suspended.get_or_insert_with(HashMap::new);
+        either!(self, store => {
+            let keys = std::cell::RefCell::new(Vec::new());
+            store.retain(|key, _| {
+                keys.borrow_mut().push(key.clone());
+                true
             });
-            // Gone meanwhile: the placeholder this left is dropped, and nothing stored.
-            drop(demoted);
+            for key in keys.into_inner() {
+                let held = store.entry(&key, None, |_, held| match held.suspend(now) {
+                    Some(deadlines) => {
+                        // Suspended twice before a resume: the first deadlines are the value's.
+                        saved.entry(key.clone()).or_insert(deadlines);
+                        quick_cache::sync::EntryAction::Retain(())
+                    }
+                    None => quick_cache::sync::EntryAction::Remove,
+                });
+                drop(held);
+            }
+        });
+    }
+
+    /// While a [`Memory::suspend`] waits for its resume: the deadlines `saved` of a value of
+    /// `key` kept capped by the trust bound (read while the feed is lost), to be put back by
+    /// the resume if memory then still holds that value. At most as many keys as the store
+    /// holds entries are remembered.
+    pub(crate) fn lift_later(&self, key: &K, saved: Saved) {
+        let mut suspended = self.suspended();
+        let Some(remembered) = suspended.as_mut() else {
+            return;
+        };
+        let room = either!(self, store => store.capacity());
+        if remembered.contains_key(key) || (remembered.len() as u64) < room {
+            remembered.insert(key.clone(), saved);
         }
+    }
+
+    /// The feed's log showed which keys were invalidated while it was lost, and they are
+    /// dropped: every value [`Memory::suspend`] took out of service and memory still holds (the
+    /// same value: not replaced, dropped or reloaded since) is served again as before, and
+    /// every value kept capped meanwhile ([`Memory::lift_later`]) for as long as it would have
+    /// been kept with the feed live.
+    pub(crate) fn resume(&self) {
+        let Some(saved) = self.suspended().take() else {
+            return;
+        };
+        either!(self, store => {
+            for (key, deadlines) in saved {
+                let held = store.entry(&key, None, |_, held| {
+                    held.resume(&deadlines);
+                    quick_cache::sync::EntryAction::Retain(())
+                });
+                drop(held);
+            }
+        });
     }
 
     /// How many entries the store holds.
@@ -389,9 +445,60 @@ impl<K: Key, V: Value> Memory<K, V> {
         self.loading().len()
     }
 
+    fn suspended(&self) -> MutexGuard<'_, Option<HashMap<K, Saved>>> {
+        self.suspended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn loading(&self) -> MutexGuard<'_, HashMap<K, Generation>> {
         // A panic in a user's `Hash` or `Eq` while the lock was held leaves the map consistent.
         self.loading.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// An entry as a store holds it, in either form: what a suspension does to it.
+trait Held {
+    /// Takes it out of service at `now`, past which it is only its key's last good value for
+    /// the rest of its fail-safe window; its deadlines before, or `None` when it is past every
+    /// use (to be dropped).
+    fn suspend(&mut self, now: Instant) -> Option<Saved>;
+    /// Puts back `saved`, if they are this value's deadlines.
+    fn resume(&mut self, saved: &Saved);
+}
+
+impl<V: Value> Held for Entry<V> {
+    fn suspend(&mut self, now: Instant) -> Option<Saved> {
+        let saved = self.saved();
+        let useful = self.fail_safe(now);
+        self.cap(now);
+        useful.then_some(saved)
+    }
+
+    fn resume(&mut self, saved: &Saved) {
+        self.restore(saved);
+    }
+}
+
+impl<V: Value, R: LeanRead> Held for Lean<V, R> {
+    fn suspend(&mut self, now: Instant) -> Option<Saved> {
+        let mut entry = self.clone().entry();
+        let saved = entry.suspend(now);
+        // A lean entry stays lean when capped: its refresh point stays its fresh deadline, and
+        // with no fail-safe window of its own it gets none.
+        if let Some(lean) = Lean::of(entry) {
+            *self = lean;
+        }
+        saved
+    }
+
+    fn resume(&mut self, saved: &Saved) {
+        let mut entry = self.clone().entry();
+        if entry.restore(saved)
+            && let Some(lean) = Lean::of(entry)
+        {
+            *self = lean;
+        }
     }
 }
 

@@ -33,8 +33,16 @@ pub(crate) trait AnyCache: Send + Sync {
     fn forget_tag(&self, tag: &str);
     /// Drops, in this process only, every value of a cache whose tier names its keys to other
     /// processes (its invalidations may have been missed), if it shares them `through` that
-    /// connection (`None`: through any); nothing for a local cache.
+    /// connection (`None`: through any); nothing for a local cache. With `fail_safe`, each
+    /// stays its key's last good value.
     fn forget_all_shared(&self, through: Option<&str>);
+    /// As [`AnyCache::forget_all_shared`], but each value is kept out of service rather than
+    /// dropped, to be served again by [`AnyCache::resume_shared`] (the feed was lost; its log
+    /// may tell what was missed).
+    fn suspend_shared(&self, through: Option<&str>);
+    /// Serves again what [`AnyCache::suspend_shared`] took out of service and memory still
+    /// holds: the feed is back, and the invalidations it missed were applied from its log.
+    fn resume_shared(&self, through: Option<&str>);
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -218,10 +218,11 @@ pub struct Flight {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Effect {
     /// It detaches every running load of the function's keys (README, "A lost invalidation is
-    /// never silent": a process "drops its memory of every Redis-backed cache when the
-    /// subscription is lost and again when it is back"; a server restarted empty): a load
-    /// running then is compared with no later one, and a call that overlapped it orders none
-    /// after it.
+    /// never silent": a process "takes its memory of every Redis-backed cache out of service
+    /// when the subscription is lost"; "What was missed is read back": when it is back, the
+    /// process "drops exactly the keys and tags invalidated meanwhile", or its memory "when the
+    /// log cannot say what was missed"; a server restarted empty): a load running then is
+    /// compared with no later one, and a call that overlapped it orders none after it.
     Detaches,
     /// While it lasts, loads of one key may run in several processes: the store is down (README,
     /// "When Redis is sick": "the cache falls back to local singleflight and the function's own
@@ -832,8 +833,9 @@ impl Oracle {
         // up (which detaches every load), may have got the value of a flight that detached:
         // ordered before it, not after (README, Invalidation: a load "that was running meanwhile
         // is detached ..., still answers the callers already waiting for it"; "A lost
-        // invalidation is never silent": a process "drops its memory of every Redis-backed cache
-        // when the subscription is lost and again when it is back"). A prime still running when
+        // invalidation is never silent": a process "takes its memory of every Redis-backed cache
+        // out of service when the subscription is lost", and when it is back drops what was
+        // invalidated meanwhile, or all of it). A prime still running when
         // the call ends may land after it: the primed value then follows, whatever its version
         // (seeds 1590120, 1990573; "`prime` is the latest write").
         // A value this process held from before another process's prime completed is a copy it

@@ -80,20 +80,46 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
     }
 
     fn forget_all_shared(&self, through: Option<&str>) {
-        if self.tier.key_name().is_none()
-            || through.is_some_and(|through| self.tier.shared_through() != Some(through))
-        {
+        if !self.shared_through(through) {
             return;
         }
-        for key in self.core.flights.keys() {
-            self.core.flights.forget(&key);
-        }
+        self.forget_flights();
         // No invalidation is known, only possible: with `fail_safe`, each value stays its key's
         // last good value, served only when a load fails (the double failure: Redis and the
         // source down).
         match self.core.config.fail_safe {
             Some(_) => self.core.memory.demote_all(tokio::time::Instant::now()),
             None => self.core.memory.invalidate_all(),
+        }
+    }
+
+    fn suspend_shared(&self, through: Option<&str>) {
+        if !self.shared_through(through) {
+            return;
+        }
+        self.forget_flights();
+        self.core.memory.suspend(tokio::time::Instant::now());
+    }
+
+    fn resume_shared(&self, through: Option<&str>) {
+        if self.shared_through(through) {
+            self.core.memory.resume();
+        }
+    }
+}
+
+impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
+    /// Whether the cache's tier names its keys to other processes through the connection
+    /// `through` (`None`: through any).
+    fn shared_through(&self, through: Option<&str>) -> bool {
+        self.tier.key_name().is_some()
+            && through.is_none_or(|through| self.tier.shared_through() == Some(through))
+    }
+
+    /// Ends every flight's sharing: a call after this does not join a load begun before.
+    fn forget_flights(&self) {
+        for key in self.core.flights.keys() {
+            self.core.flights.forget(&key);
         }
     }
 }

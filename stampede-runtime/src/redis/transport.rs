@@ -13,6 +13,7 @@ pub(in crate::redis) mod health;
 pub(in crate::redis) mod installed;
 pub(in crate::redis) mod invalidate;
 pub(in crate::redis) mod link;
+pub(in crate::redis) mod log;
 pub(in crate::redis) mod mode;
 pub(in crate::redis) mod pubsub;
 pub(in crate::redis) mod refusal;

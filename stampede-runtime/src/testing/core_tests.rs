@@ -260,6 +260,57 @@ async fn an_invalidation_reaches_the_other_processes_memory() {
     assert_eq!(source.loads(), 2);
 }
 
+/// Issue 36: while a process's feed is lost its memory serves nothing it held; once the feed
+/// is back and the invalidation log replayed, it serves again every value whose key was not
+/// invalidated meanwhile, and drops the one that was. When the log does not cover the gap, it
+/// drops them all.
+#[tokio::test(start_paused = true)]
+async fn a_feed_back_replays_what_it_missed_from_the_log_and_serves_the_rest_again() {
+    for logged in [true, false] {
+        let store = Store::new();
+        let name = match logged {
+            true => "core::replayed",
+            false => "core::not_replayed",
+        };
+        let (a, b) = (fake_tier::tier(&store), fake_tier::tier(&store));
+        let process = a.process;
+        let (a, b) = (shared(config(name), a), shared(config(name), b));
+        let source = Source::new(Duration::from_millis(10));
+        assert_eq!(within(source.get(a, 1)).await.unwrap(), "1 v1");
+        assert_eq!(within(source.get(a, 2)).await.unwrap(), "2 v2");
+        store.cut_feed(
+            process,
+            Duration::from_millis(10),
+            Duration::from_millis(500),
+            logged,
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(a.peek(&2), None, "out of service while the feed is lost");
+        within(b.invalidate(&1)).await.unwrap(); // announced while a hears nothing
+        // Loaded while the feed is lost: kept for the bound only, unless the log shows later
+        // that it was not invalidated meanwhile.
+        assert_eq!(within(source.get(a, 3)).await.unwrap(), "3 v3");
+        tokio::time::sleep(Duration::from_millis(500)).await; // the feed is back
+        assert_eq!(
+            a.peek(&1),
+            None,
+            "k1 was invalidated meanwhile (logged: {logged})"
+        );
+        let kept = a.peek(&2);
+        match logged {
+            true => assert_eq!(kept.as_deref(), Some("2 v2"), "k2 is served again"),
+            false => assert_eq!(kept, None, "the log does not cover the gap: memory dropped"),
+        }
+        tokio::time::sleep(store.bound).await;
+        let kept = a.peek(&3);
+        match logged {
+            true => assert_eq!(kept.as_deref(), Some("3 v3"), "k3 is kept past the bound"),
+            false => assert_eq!(kept, None, "the log does not cover the gap: memory dropped"),
+        }
+        assert_eq!(within(source.get(a, 1)).await.unwrap(), "1 v4");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failing_store_degrades_to_local_singleflight() {
     let store = Store::new();
@@ -1047,8 +1098,14 @@ async fn a_fill_fenced_off_by_a_later_load_retires_the_older_value_it_was_to_rep
     store.lock(5); // another process begins a load of the key, and is still loading
     tokio::time::sleep(Duration::from_millis(1600)).await; // the refresh.s fill is refused
     assert_eq!(within(source.get(cache, 5)).await.unwrap(), "5 v2");
-    store.cut_feed(0, Duration::from_millis(10), Duration::from_millis(20));
-    tokio::time::sleep(Duration::from_millis(50)).await; // memory dropped, twice
+    // The log does not cover the cut: memory is taken out of service, then dropped.
+    store.cut_feed(
+        0,
+        Duration::from_millis(10),
+        Duration::from_millis(20),
+        false,
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
     assert_ne!(
         store.value(&5).as_deref(),
         Some("5 v1"),
@@ -1077,19 +1134,12 @@ fn the_trust_cap_bounds_every_serving_window_and_leaves_the_last_good_value() {
         options.refresh_after = Some(Duration::from_secs(5));
         let core = crate::core::Core::<u64, String>::new(options, None, Values::NONE, None, false);
         let bound = Duration::from_secs(2);
-        let entry = core.kept(
-            core.loaded(Loaded::now("v".to_owned())),
-            Some(bound),
-            Instant::now(),
-        );
+        let begun = crate::core::Begun::new(&core, &1);
+        let entry = begun.entry(core.loaded(Loaded::now("v".to_owned())), Some(bound));
         let past = Instant::now() + bound;
         assert!(!entry.servable(past), "{entry:?}");
         assert!(entry.fail_safe(past + Duration::from_secs(60)), "{entry:?}");
-        let uncapped = core.kept(
-            core.loaded(Loaded::now("v".to_owned())),
-            None,
-            Instant::now(),
-        );
+        let uncapped = begun.entry(core.loaded(Loaded::now("v".to_owned())), None);
         assert!(uncapped.fail_safe(past + Duration::from_secs(60)));
     });
 }

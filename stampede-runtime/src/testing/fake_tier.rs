@@ -160,6 +160,47 @@ struct Feed {
     /// Nothing announced arrives before this: the feed is one connection, first in first out,
     /// so what was sent before a delay ended still holds back what is sent after it.
     clogged_until: Option<Instant>,
+    /// What was announced while it was cut: the invalidation log's entries past its position,
+    /// which it replays when its feed is back.
+    missed: Vec<(Space, String, String)>,
+    /// The log no longer covers what it missed (trimmed past its position, or the server
+    /// restarted empty): when its feed is back it drops its memory instead of replaying.
+    gap: bool,
+}
+
+/// The connection a cache of the store is shared through.
+fn through(connection: Option<&str>) -> &str {
+    connection.unwrap_or(DEFAULT_CONNECTION)
+}
+
+/// A process's caches, as its feed reaches them.
+struct Heard {
+    observer: Observer,
+    process: Process,
+    caches: Vec<(Space, Option<Arc<str>>, &'static dyn AnyCache)>,
+}
+
+impl Heard {
+    /// An invalidation of the key written `text` in the caches named `name` in `space` reaches
+    /// the process (its loads of the key detach).
+    fn deliver(&self, space: &Space, name: &str, text: &str) {
+        let mut caches = self
+            .caches
+            .iter()
+            .filter(|(at, _, cache)| at == space && &*cache.config().name == name)
+            .peekable();
+        if caches.peek().is_none() {
+            return;
+        }
+        (self.observer)(Event::Announced {
+            process: self.process,
+            space: space.clone(),
+            key: text.to_owned(),
+        });
+        for (_, _, cache) in caches {
+            cache.forget_named(text);
+        }
+    }
 }
 
 /// A process, as the store knows it.
@@ -172,7 +213,9 @@ pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
 #[derive(Clone, Debug)]
 #[cfg_attr(not(feature = "simulation"), allow(dead_code))] // read by the simulation's observer
 pub enum Event {
-    /// A process's feed went down (its memory dropped) or came back (dropped again).
+    /// A process's feed went down (its memory taken out of service) or came back (what it
+    /// missed replayed from the log and the rest served again, or, when the log does not cover
+    /// the gap, its memory dropped).
     Feed {
         /// Whose feed.
         process: Process,
@@ -314,11 +357,22 @@ impl<K: Key, V: Value> Store<K, V> {
         }
     }
 
-    /// Cuts `process`'s feed for `lasting`: it notices after `noticed` (at most the bound), drops
-    /// its memory and trusts it for the bound only, until the feed is back, when it drops its
-    /// memory again.
-    pub fn cut_feed(self: &Arc<Self>, process: Process, noticed: Duration, lasting: Duration) {
-        lock(&self.feeds)[process].cut = true;
+    /// Cuts `process`'s feed for `lasting`: it notices after `noticed` (at most the bound), takes
+    /// its memory out of service and trusts what it keeps for the bound only, until the feed is
+    /// back, when it replays what it missed from the log, or drops its memory when `logged` is
+    /// false (the log does not cover the gap).
+    pub fn cut_feed(
+        self: &Arc<Self>,
+        process: Process,
+        noticed: Duration,
+        lasting: Duration,
+        logged: bool,
+    ) {
+        {
+            let mut feeds = lock(&self.feeds);
+            feeds[process].cut = true;
+            feeds[process].gap |= !logged;
+        }
         let store = self.clone();
         tokio::spawn(async move {
             let started = Instant::now();
@@ -393,11 +447,11 @@ impl<K: Key, V: Value> Store<K, V> {
     /// The store is down for `lasting`: every operation fails, and every feed is cut (each
     /// process notices after `noticed`).
     #[cfg_attr(not(feature = "simulation"), allow(dead_code))] // the simulation's faults
-    pub fn outage(self: &Arc<Self>, noticed: Duration, lasting: Duration) {
+    pub fn outage(self: &Arc<Self>, noticed: Duration, lasting: Duration, logged: bool) {
         self.fail.store(true, Ordering::SeqCst);
         let processes = lock(&self.feeds).len();
         for process in 0..processes {
-            self.cut_feed(process, noticed, lasting);
+            self.cut_feed(process, noticed, lasting, logged);
         }
         let store = self.clone();
         tokio::spawn(async move {
@@ -423,6 +477,8 @@ impl<K: Key, V: Value> Store<K, V> {
             feeds[process].late = false;
             feeds[process].clogged_until = None;
             feeds[process].delay = Duration::ZERO;
+            // Its position was of the runtime that is gone: the new one cannot replay.
+            feeds[process].gap = true;
             drop(feeds);
             self.feed_down(process, false);
         }
@@ -448,15 +504,44 @@ impl<K: Key, V: Value> Store<K, V> {
 
     fn feed_down(&self, process: Process, down: bool) {
         self.tell(Event::Feed { process, down });
-        let caches = {
+        let (caches, missed, gap) = {
             let mut feeds = lock(&self.feeds);
-            feeds[process].down = down;
-            feeds[process].caches.clone()
+            let feed = &mut feeds[process];
+            feed.down = down;
+            let (missed, gap) = match down {
+                true => (Vec::new(), false),
+                false => (
+                    std::mem::take(&mut feed.missed),
+                    std::mem::take(&mut feed.gap),
+                ),
+            };
+            (feed.caches.clone(), missed, gap)
         };
-        // Each connection's caches, as the Redis tier drops them when that connection's
-        // subscription is lost or back.
-        for (_, connection, cache) in caches {
-            cache.forget_all_shared(Some(connection.as_deref().unwrap_or(DEFAULT_CONNECTION)));
+        // Each connection's caches, as the Redis tier suspends them when that connection's
+        // subscription is lost, and replays its log or drops them when it is back.
+        if down {
+            for (_, connection, cache) in &caches {
+                cache.suspend_shared(Some(through(connection.as_deref())));
+            }
+            return;
+        }
+        if gap {
+            for (_, connection, cache) in &caches {
+                cache.forget_all_shared(Some(through(connection.as_deref())));
+            }
+            return;
+        }
+        let heard = Heard {
+            observer: self.observer_handle(),
+            process,
+            caches,
+        };
+        for (space, name, text) in missed {
+            heard.deliver(&space, &name, &text);
+        }
+        let caches = heard.caches;
+        for (_, connection, cache) in &caches {
+            cache.resume_shared(Some(through(connection.as_deref())));
         }
     }
 
@@ -468,13 +553,11 @@ impl<K: Key, V: Value> Store<K, V> {
         }
         let now = Instant::now();
         let mut feeds = lock(&self.feeds);
+        for feed in feeds.iter_mut().filter(|feed| feed.cut) {
+            feed.missed
+                .push((space.clone(), name.to_owned(), text.clone()));
+        }
         for (process, feed) in feeds.iter_mut().enumerate().filter(|(_, feed)| !feed.cut) {
-            let caches: Vec<&'static dyn AnyCache> = feed
-                .caches
-                .iter()
-                .filter(|(at, _, cache)| at == space && &*cache.config().name == name)
-                .map(|&(_, _, cache)| cache)
-                .collect();
             // First in first out: not before what was sent earlier.
             let at = feed
                 .clogged_until
@@ -482,27 +565,18 @@ impl<K: Key, V: Value> Store<K, V> {
             if at > now {
                 feed.clogged_until = Some(at);
             }
-            let text = text.clone();
-            let observer = self.observer_handle();
-            let space = space.clone();
-            let deliver = move || {
-                if !caches.is_empty() {
-                    observer(Event::Announced {
-                        process,
-                        space,
-                        key: text.clone(),
-                    });
-                }
-                for cache in caches {
-                    cache.forget_named(&text);
-                }
+            let heard = Heard {
+                observer: self.observer_handle(),
+                process,
+                caches: feed.caches.clone(),
             };
+            let (space, name, text) = (space.clone(), name.to_owned(), text.clone());
             if at <= now {
-                deliver();
+                heard.deliver(&space, &name, &text);
             } else {
                 tokio::spawn(async move {
                     tokio::time::sleep_until(at).await;
-                    deliver();
+                    heard.deliver(&space, &name, &text);
                 });
             }
         }

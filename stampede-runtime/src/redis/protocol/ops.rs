@@ -166,24 +166,27 @@ impl Endpoint {
         keys: &RedisKeys,
         message: Option<&[u8]>,
     ) -> Result<bool, Failure> {
-        let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
-            let mode = connection.mode();
-            let channel = invalidate::channel(prefix, self.config.db(), mode);
+            let feed = self.feed_path(&connection);
+            let (channel, log, most) = (&feed.0, &feed.1, feed.2);
             let (in_script, after) = match message {
-                Some(message) if mode.is_cluster() => ("", Some(message)),
+                Some(message) if connection.mode().is_cluster() => ("", Some(message)),
                 Some(_) => (channel.as_str(), None),
                 None => ("", None),
             };
-            let deleted: i64 = scripts::INVALIDATE
-                .key(&keys.value)
-                .key(&keys.fence)
+            let mut script = scripts::INVALIDATE.key(&keys.value);
+            script.key(&keys.fence);
+            if !in_script.is_empty() {
+                script.key(log);
+            }
+            let deleted: i64 = script
                 .arg(in_script)
                 .arg(message.unwrap_or_default())
+                .arg(most)
                 .invoke_async(&mut connection)
                 .await?;
             if let Some(message) = after {
-                invalidate::publish(&mut connection, &channel, message).await?;
+                invalidate::announce(&mut connection, (channel, log, most), message).await?;
             }
             Ok(deleted == 1)
         })
@@ -194,12 +197,21 @@ impl Endpoint {
     /// key's announced again): `PUBLISH`, or on a cluster `SPUBLISH` on the feed's master.
     pub(in crate::redis) async fn announce(&self, message: &[u8]) -> Result<(), Failure> {
         self.call(|mut connection| async move {
-            let channel =
-                invalidate::channel(&self.config.prefix, self.config.db(), connection.mode());
-            invalidate::publish(&mut connection, &channel, message).await
+            let (channel, log, most) = self.feed_path(&connection);
+            invalidate::announce(&mut connection, (&channel, &log, most), message).await
         })
         .await
-        .map(drop)
+    }
+
+    /// The invalidation feed on `connection`'s server: its channel, its log and the log's
+    /// length.
+    fn feed_path(&self, connection: &CommandConnection) -> (String, String, usize) {
+        let (prefix, mode) = (&self.config.prefix, connection.mode());
+        (
+            invalidate::channel(prefix, self.config.db(), mode),
+            invalidate::log_key(prefix, mode),
+            self.config.log_len,
+        )
     }
 }
 

@@ -8,9 +8,9 @@
 //! 2. One script on a probe key of the cache's prefix runs every command the tier's scripts run
 //!    (`GET`, `GETRANGE`, `STRLEN`, `SET`, `PEXPIRE`, `PTTL`, `EXISTS`, `INCR`, `SADD`,
 //!    `SMEMBERS`, `SUNIONSTORE`, `SREM`, `ZADD`, `ZSCORE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`,
-//!    `DEL`, `TIME`, and the fill's `PUBLISH` or, on a
+//!    `XADD`, `XLEN`, `XREVRANGE`, `XRANGE` (the invalidation log), `DEL`, `TIME`, and the fill's `PUBLISH` or, on a
 //!    cluster, `SPUBLISH`), through `EVALSHA` and `SCRIPT LOAD` as the tier does; then a
-//!    heartbeat's publication, on a channel of the feed (`PUBLISH`, or on a cluster `SPUBLISH`
+//!    heartbeat's publication (with the invalidation log's `XLEN`, `XADD` and `XREVRANGE`), on a channel of the feed (`PUBLISH`, or on a cluster `SPUBLISH`
 //!    on the feed's master, see `invalidate`); then a subscription to the probe key's channel,
 //!    as a waiter's.
 //! 3. When the link does not come up and nothing said why, a subscription of the invalidation
@@ -34,7 +34,7 @@ use crate::redis::transport::refusal;
 /// that a refusal names its command: an ACL refusal inside a script is an `ERR The user executing
 /// the script can't ...` naming only a line of the script.
 ///
-/// KEYS: value, fence, a set, another set, a sorted set. ARGV: the publishing command, a
+/// KEYS: value, fence, a set, another set, a sorted set, a stream. ARGV: the publishing command, a
 /// channel.
 ///
 /// Returns 1, or the first refusal as a `NOPERM <COMMAND>: ...` error (another error as it came).
@@ -63,13 +63,18 @@ local steps = {
   {'ZSCORE', KEYS[5], 'probe'},
   {'ZRANGEBYSCORE', KEYS[5], 0, '+inf'},
   {'ZREMRANGEBYSCORE', KEYS[5], '-inf', 2},
-  {'DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]},
+  {'XADD', KEYS[6], 'MAXLEN', '~', 16, '*', 'm', ''},
+  {'PEXPIRE', KEYS[6], 10000},
+  {'XLEN', KEYS[6]},
+  {'XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1},
+  {'XRANGE', KEYS[6], '-', '+', 'COUNT', 1},
+  {'DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]},
   {ARGV[1], ARGV[2], ''},
 }
 for _, step in ipairs(steps) do
   local reply = redis.pcall(unpack(step))
   if type(reply) == 'table' and reply.err then
-    redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+    redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
     local refused = string.find(reply.err, 'NOPERM', 1, true)
       or string.find(reply.err, 'can\'t', 1, true)
       or string.find(reply.err, 'No permissions', 1, true)
@@ -103,10 +108,11 @@ impl Endpoint {
         let keys = RedisKeys::new(&self.config.prefix, db, "stampede~preflight", "probe");
         let base = keys.base().to_owned();
         let (value, fence, channel) = (&keys.value, &keys.fence, &keys.channel);
-        let (set, other, shapes) = (
+        let (set, other, shapes, log) = (
             format!("{base}:t"),
             format!("{base}:p"),
             format!("{base}:s"),
+            format!("{base}:l"),
         );
         self.call(|mut connection| async move {
             let publish = connection.publish_command();
@@ -116,17 +122,19 @@ impl Endpoint {
                 .key(&set)
                 .key(&other)
                 .key(&shapes)
+                .key(&log)
                 .arg(publish)
                 .arg(channel)
                 .invoke_async::<i64>(&mut connection)
                 .await
         })
         .await?;
-        let prefix = &self.config.prefix;
+        let (prefix, most) = (&self.config.prefix, self.config.log_len);
         self.call(|mut connection| async move {
-            let heartbeats =
-                invalidate::heartbeat_channel(prefix, db, connection.mode(), "preflight");
-            invalidate::publish(&mut connection, &heartbeats, b"").await
+            let mode = connection.mode();
+            let heartbeats = invalidate::heartbeat_channel(prefix, db, mode, "preflight");
+            let log = invalidate::log_key(prefix, mode);
+            invalidate::beat(&mut connection, (&heartbeats, &log, most), b"").await
         })
         .await?;
         drop(self.listen(&keys).await?);

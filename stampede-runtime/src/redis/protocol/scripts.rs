@@ -9,6 +9,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use crate::redis::transport::invalidate::announce_lua;
+
 // The fence of a key (`:f`) orders its fills (`order`). Every lock acquisition increments it in
 // the same script; every write moves it on to at least its stamp (when the value's source was
 // read, or a prime's moment), and an invalidation to at least its moment, when the fence
@@ -332,8 +334,10 @@ return kept
 
 /// Deletes the value, moves the fence on to at least now if the key has one (so a load that read
 /// the source before cannot write back; a key nobody fills gets no state), and announces the invalidation to every
-/// process. KEYS: value, fence. ARGV: the invalidation channel (empty: announce nothing, a
-/// tag's invalidation announces itself once), the message. Returns 1 if a value was deleted.
+/// process (`announce_lua!`). KEYS: value, fence, and when it announces, the feed's log. ARGV: the
+/// invalidation channel (empty: announce nothing: a tag's invalidation announces itself once,
+/// and on a cluster the announcement follows on the feed's master), the message, the log's
+/// length. Returns 1 if a value was deleted.
 pub(crate) static INVALIDATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
@@ -341,6 +345,7 @@ local t = redis.call('TIME')
 local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
 ",
         move_fence!(),
+        announce_lua!(),
         r"
 local deleted = redis.call('DEL', KEYS[1])
 local current = redis.call('GET', KEYS[2])
@@ -348,7 +353,7 @@ if current then
   move(KEYS[2], current, micros)
 end
 if ARGV[1] ~= '' then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  announce(KEYS[3], 'PUBLISH', ARGV[1], ARGV[2], ARGV[3])
 end
 return deleted
 ",

@@ -53,11 +53,16 @@ pub struct RedisConfig {
     /// How long memory is trusted while the feed is not live (`trust_while_deaf`); `None`: the
     /// staleness bound.
     pub(crate) deaf_trust: Option<Duration>,
+    /// About how many invalidations the feed's log keeps (`invalidation_log`).
+    pub(crate) log_len: usize,
     /// The largest value payload written to or read from Redis, in bytes.
     pub(crate) max_value_bytes: usize,
     /// The certificates for `rediss://` nodes (feature `tls`), see `tls`.
     pub(crate) tls: Tls,
 }
+
+/// How many invalidations the feed's log keeps by default.
+const DEFAULT_LOG_LEN: usize = 10_000;
 
 /// The longest any duration of a [`RedisConfig`] is taken to be (24h): longer ones are clamped
 /// to it, so that `Duration::MAX` is accepted and never overflows a deadline.
@@ -91,6 +96,7 @@ impl RedisConfig {
             connect_timeout: Duration::from_secs(1),
             heartbeat: Duration::from_secs(1),
             deaf_trust: None,
+            log_len: DEFAULT_LOG_LEN,
             max_value_bytes: envelope::DEFAULT_MAX_VALUE_BYTES,
             tls,
         })
@@ -222,9 +228,10 @@ impl RedisConfig {
     ///
     /// A process serves a value from memory at most `2 × heartbeat + op_timeout` after an
     /// invalidation it missed (2.25s with the defaults): a feed that was cut or went half-open
-    /// is noticed by then, and the memory of every Redis-backed cache of the process is dropped.
-    /// Until the feed is back (it is resubscribed in the background), values read from Redis are
-    /// kept in memory no longer than that bound. Clamped to [10ms, 24h].
+    /// is noticed by then, and the memory of every Redis-backed cache of the process is taken
+    /// out of service. Until the feed is back (it is resubscribed in the background, and what
+    /// it missed read from the [invalidation log](Self::invalidation_log)), values read from
+    /// Redis are kept in memory no longer than that bound. Clamped to [10ms, 24h].
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.heartbeat = clamp(every, Duration::from_millis(10));
         self
@@ -235,10 +242,26 @@ impl RedisConfig {
     /// staleness bound (`2 × heartbeat + op_timeout`, see [`heartbeat`](Self::heartbeat)), so
     /// that a missed invalidation is outlived by at most that, at the cost of a load per key
     /// and process every bound during an outage. A longer trust trades that bound for fewer
-    /// loads: an invalidation missed while deaf may be outlived by up to `trust` (the memory is
-    /// still dropped when the feed is lost and when it is back). Clamped to at most 24h.
+    /// loads: an invalidation missed while deaf may be outlived by up to `trust` (memory is
+    /// still taken out of service when the feed is lost, and when it is back the invalidations
+    /// missed are read from the [invalidation log](Self::invalidation_log), or memory is
+    /// dropped when the log cannot tell). Clamped to at most 24h.
     pub fn trust_while_deaf(mut self, trust: Duration) -> Self {
         self.deaf_trust = Some(clamp(trust, Duration::ZERO));
+        self
+    }
+
+    /// About how many invalidations the feed's log keeps (default 10,000; clamped to [16,
+    /// 10,000,000]). Every invalidation announced through this Redis is also appended to a
+    /// stream, `{prefix}:invalidations:log` (on a cluster, `{prefix}:{feed|{prefix}}:log`),
+    /// trimmed to about this length. A process whose feed was lost (a lost connection, a pause,
+    /// a quiet subscription) reads the invalidations it missed from there when it subscribes
+    /// again, drops exactly those keys and tags, and serves the rest of its memory again; when
+    /// the log no longer reaches back to its last position (trimmed past it, or the server
+    /// restarted), it drops its memory instead. A longer log covers longer gaps at a busier
+    /// writer's rate, for about 100 bytes an entry plus the message.
+    pub fn invalidation_log(mut self, entries: usize) -> Self {
+        self.log_len = entries.clamp(16, 10_000_000);
         self
     }
 

@@ -33,6 +33,7 @@ use crate::redis::transport::invalidate;
 use crate::redis::transport::link::{
     CommandConnection, Commands, Connecting, Link, LinkState, Ready,
 };
+use crate::redis::transport::log::{LogId, Position};
 use crate::redis::transport::mode::Mode;
 use crate::redis::transport::pubsub::{
     ClusterFeed, FeedOwner, Listener, Settings, Shards, Subscriber, Topology, Unheard,
@@ -57,6 +58,8 @@ pub(crate) struct Endpoint {
     /// and none came up since). A session that comes up after another is a recovery, whether
     /// the other's runtime is still there or not (see `pubsub`).
     feed: AtomicU8,
+    /// How far this process has handled the invalidation log, in every runtime.
+    position: Mutex<Option<Position>>,
     /// This connection, for the tasks it starts (which must not keep it alive).
     me: Weak<Endpoint>,
 }
@@ -71,6 +74,7 @@ impl Endpoint {
             health: Health::new(name),
             dirty: Dirty::default(),
             feed: AtomicU8::new(FEED_NEVER),
+            position: Mutex::new(None),
             me: me.clone(),
         })
     }
@@ -136,25 +140,43 @@ impl Endpoint {
     /// cool-down: it is the probe that ends it, and it replaces a command connection that stopped
     /// answering even when no cache calls Redis.
     /// Published the way invalidations are (see `invalidate`).
-    pub(crate) async fn heartbeat(&self, channel: &str, token: u64) {
+    pub(crate) async fn heartbeat(&self, channel: &str, token: u64) -> Option<LogId> {
         let token = token.to_string();
         let token = token.as_bytes();
-        let _ = self
-            .attempt(|mut connection| async move {
-                invalidate::publish(&mut connection, channel, token).await
-            })
-            .await;
+        let (prefix, most) = (&self.config.prefix, self.config.log_len);
+        self.attempt(|mut connection| async move {
+            let log = invalidate::log_key(prefix, connection.mode());
+            invalidate::beat(&mut connection, (channel, &log, most), token).await
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
-    /// A session of a runtime's invalidation feed ended (its subscriber dropped every cache's
-    /// memory): lost, and why, and resubscribing; or (`None`) ended with its runtime or its
+    /// A session of the server of run `run` handled everything its invalidation log held up to
+    /// `id`: the process's position, unless it knows a later one of that run.
+    fn heard_up_to(&self, run: &Arc<str>, id: LogId) {
+        let mut position = self.position.lock().unwrap_or_else(PoisonError::into_inner);
+        match &mut *position {
+            Some(known) if known.run == *run => known.id = known.id.max(id),
+            _ => {
+                *position = Some(Position {
+                    run: run.clone(),
+                    id,
+                });
+            }
+        }
+    }
+
+    /// A session of a runtime's invalidation feed ended (its subscriber took every cache's
+    /// memory out of service): lost, and why, and resubscribing; or (`None`) ended with its runtime or its
     /// subscriber, and nothing resubscribes.
     pub(crate) fn feed_lost(&self, reason: Option<&'static str>) {
         let Some(reason) = reason else {
             tracing::debug!(
                 redis = display_name(&self.name),
                 "stampede: a Redis invalidation feed ended with its runtime or connection; \
-                 memory of Redis-backed caches dropped"
+                 memory of Redis-backed caches out of service until a feed is back"
             );
             return;
         };
@@ -164,7 +186,7 @@ impl Endpoint {
                 redis = display_name(&self.name),
                 reason,
                 "stampede: the Redis invalidation feed was lost; memory of Redis-backed caches \
-                 dropped, resubscribing in the background"
+                 out of service until it is back, resubscribing in the background"
             );
         }
     }
@@ -184,18 +206,12 @@ impl Endpoint {
     /// A session of a runtime's invalidation feed is up. Returns whether it is a recovery: a
     /// session of this Redis was up before, in this runtime or another (gone, or idle: either
     /// way it may have heard nothing since, and an idle one still looks live for up to the
-    /// bound), so invalidations may have been missed; the subscriber drops the memory of the
-    /// caches that share values through this Redis.
+    /// bound), so invalidations may have been missed; the subscriber reads them from the log,
+    /// or drops the memory of the caches that share values through this Redis.
     pub(crate) fn feed_up(&self) -> bool {
         match self.feed.swap(FEED_HEARD, Ordering::AcqRel) {
             FEED_NEVER => false,
-            FEED_LOST => {
-                tracing::info!(
-                    redis = display_name(&self.name),
-                    "stampede: the Redis invalidation feed is back"
-                );
-                true
-            }
+            // Told by `recovered`, once the log has been read.
             _ => true,
         }
     }
@@ -386,6 +402,7 @@ impl Endpoint {
             nodes: self.config.nodes.clone(),
             cluster,
             invalidations: invalidate::channel(prefix, db, mode),
+            log: invalidate::log_key(prefix, mode),
             heartbeats: invalidate::heartbeat_channel(
                 prefix,
                 db,
@@ -415,8 +432,44 @@ impl FeedOwner for Endpoint {
         &'a self,
         channel: &'a str,
         token: u64,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Option<LogId>> + Send + 'a>> {
         Box::pin(Endpoint::heartbeat(self, channel, token))
+    }
+
+    fn position(&self) -> Option<Position> {
+        self.position
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn heard_up_to(&self, run: &Arc<str>, id: LogId) {
+        Endpoint::heard_up_to(self, run, id);
+    }
+
+    fn recovered(&self, replayed: Option<u64>) {
+        let redis = display_name(&self.name);
+        match replayed {
+            Some(count) => {
+                metrics::counter!("cache_feed_replayed_total", "redis" => redis.to_owned())
+                    .increment(count);
+                tracing::info!(
+                    redis,
+                    count,
+                    "stampede: the Redis invalidation feed is back; the invalidations it missed \
+                     were read from its log, the rest of memory is served again"
+                );
+            }
+            None => {
+                metrics::counter!("cache_feed_gap_total", "redis" => redis.to_owned()).increment(1);
+                tracing::info!(
+                    redis,
+                    "stampede: the Redis invalidation feed is back; its log does not reach back \
+                     to what this process last heard (the server restarted, the log was \
+                     trimmed, or INFO is refused), so memory of Redis-backed caches is dropped"
+                );
+            }
+        }
     }
 
     fn feed_up(&self) -> bool {

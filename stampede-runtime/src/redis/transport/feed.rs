@@ -45,9 +45,27 @@ pub(crate) fn on_message(payload: &[u8]) {
 
 /// Drops this process's memory of every cache whose keys are shared through the Redis
 /// connection named `connection` (`None`: through any; over-dropping costs reads, never a wrong
-/// value), because invalidations announced there may have been missed.
+/// value), because invalidations announced there may have been missed and the log cannot tell
+/// which.
 pub(crate) fn forget_all(connection: Option<&str>) {
     for cache in registry::all() {
         cache.forget_all_shared(connection);
+    }
+}
+
+/// Takes out of service this process's memory of every cache whose keys are shared through the
+/// Redis connection named `connection` (`None`: through any), because invalidations announced
+/// there may be missed from now on; [`resume_all`] serves it again, [`forget_all`] drops it.
+pub(crate) fn suspend_all(connection: Option<&str>) {
+    for cache in registry::all() {
+        cache.suspend_shared(connection);
+    }
+}
+
+/// Serves again what [`suspend_all`] took out of service and memory still holds: the
+/// invalidations missed meanwhile were handled (`on_message`) from the feed's log.
+pub(crate) fn resume_all(connection: Option<&str>) {
+    for cache in registry::all() {
+        cache.resume_shared(connection);
     }
 }

@@ -56,6 +56,7 @@ use super::settings::{FeedOwner, Settings};
 use super::{Control, Listener, Unheard, Waits};
 use crate::clock::after;
 use crate::redis::transport::feed;
+use crate::redis::transport::log::LogId;
 
 /// The first pause before opening a session again; doubled per failed attempt up to the most.
 const BACKOFF_LEAST: Duration = Duration::from_millis(20);
@@ -80,6 +81,13 @@ struct Feed {
     /// Heartbeat tokens of this session not heard yet, with when they were sent.
     sent: BTreeMap<u64, Instant>,
     next_token: u64,
+    /// The session's server's run, if it told.
+    run: Option<Arc<str>>,
+    /// The latest token of this session heard.
+    heard: Option<u64>,
+    /// The log's last entry when each token of this session was published, as Redis answered
+    /// the heartbeat, for the tokens not heard yet (a reply may come before or after its token).
+    logged: BTreeMap<u64, LogId>,
 }
 
 impl Subscriber {
@@ -144,7 +152,7 @@ impl Subscriber {
 
     /// Publishes the next heartbeat token from a task of its own, unless the last one is still
     /// being published.
-    fn beat(&self, settings: &Settings, publishing: &Arc<AtomicBool>) {
+    fn beat(self: &Arc<Self>, settings: &Settings, publishing: &Arc<AtomicBool>) {
         if publishing.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -162,16 +170,36 @@ impl Subscriber {
         let connection = settings.connection.clone();
         let channel = settings.heartbeats.clone();
         let publishing = publishing.clone();
+        let subscriber = Arc::downgrade(self);
         tokio::spawn(async move {
             if let Some(connection) = connection.upgrade() {
-                connection.heartbeat(&channel, token).await;
+                let logged = connection.heartbeat(&channel, token).await;
+                if let (Some(id), Some(subscriber)) = (logged, subscriber.upgrade()) {
+                    subscriber.logged(token, id, connection.as_ref());
+                }
             }
             publishing.store(false, Ordering::Release);
         });
     }
 
+    /// Redis answered the heartbeat `token`: its log's last entry was `id` when the token was
+    /// published, so once the token is heard, the log up to `id` has been handled here.
+    fn logged(&self, token: u64, id: LogId, connection: &dyn FeedOwner) {
+        let mut feed = self.feed();
+        match feed.heard >= Some(token) {
+            true => {
+                if let Some(run) = &feed.run {
+                    connection.heard_up_to(run, id);
+                }
+            }
+            false => {
+                feed.logged.insert(token, id);
+            }
+        }
+    }
+
     /// A heartbeat token came back: everything published before it was sent has been handled.
-    fn heard(&self, payload: &[u8]) {
+    fn heard(&self, payload: &[u8], connection: &Weak<dyn FeedOwner>) {
         let Some(token) = std::str::from_utf8(payload)
             .ok()
             .and_then(|text| text.parse::<u64>().ok())
@@ -183,15 +211,27 @@ impl Subscriber {
             feed.sent.retain(|other, _| *other > token);
             feed.verified = Some(feed.verified.map_or(sent, |verified| verified.max(sent)));
         }
+        feed.heard = feed.heard.max(Some(token));
+        let later = feed.logged.split_off(&token.saturating_add(1));
+        let handled = std::mem::replace(&mut feed.logged, later)
+            .into_values()
+            .max();
+        if let (Some(id), Some(run), Some(connection)) = (handled, &feed.run, connection.upgrade())
+        {
+            connection.heard_up_to(run, id);
+        }
     }
 
-    /// A session is up, subscribed since `sent`.
-    fn went_up(&self, sent: Instant) {
+    /// A session is up, subscribed since `sent`, on the server of run `run`.
+    fn went_up(&self, sent: Instant, run: Option<Arc<str>>) {
         {
             let mut feed = self.feed();
             feed.up = true;
             feed.verified = Some(sent);
             feed.sent.clear();
+            feed.run = run;
+            feed.heard = None;
+            feed.logged.clear();
         }
         self.up.send_replace(true);
     }
@@ -231,30 +271,31 @@ async fn supervise(
             _ = &mut closed => return,
             opened = tokio::time::timeout(settings.connect_timeout, opening) => opened,
         };
-        if let Ok(Some(session)) = opened {
+        if let Ok(Some(mut session)) = opened {
             backoff = BACKOFF_LEAST;
-            let Some(subscriber_now) = subscriber.upgrade() else {
-                return;
-            };
             // A session of this Redis was up before (this subscriber's, or another runtime's,
             // which may be gone or idle): invalidations announced since it heard were missed.
-            // Forgotten before this session counts as live, which a new link waits for: no call
-            // is served from that memory after it.
+            // They are read from the log, or when the log cannot tell, memory is dropped; either
+            // before this session counts as live, which a new link waits for: no call is served
+            // from that memory after it.
             let connection = settings.connection.upgrade();
             if connection
                 .as_ref()
                 .is_none_or(|connection| connection.feed_up())
             {
-                feed::forget_all(connection.as_ref().map(|c| c.name()));
+                recover(&mut session, &settings, connection.as_deref()).await;
             }
             drop(connection);
+            let Some(subscriber_now) = subscriber.upgrade() else {
+                return;
+            };
             // From here on, however the session ends, it is a loss (see `Up`).
             let mut up = Up {
                 subscriber: subscriber.clone(),
                 connection: settings.connection.clone(),
                 lost: None,
             };
-            subscriber_now.went_up(session.sent);
+            subscriber_now.went_up(session.sent, session.run.clone());
             drop(subscriber_now);
             let Some(reason) =
                 run(session, &subscriber, &settings, &mut commands, &mut closed).await
@@ -308,9 +349,60 @@ impl Drop for Up {
         if connection.as_ref().is_some_and(|c| c.feed_live()) {
             return;
         }
-        feed::forget_all(connection.as_ref().map(|c| c.name()));
+        feed::suspend_all(connection.as_ref().map(|c| c.name()));
         if let Some(connection) = connection {
             connection.feed_lost(self.lost);
+        }
+    }
+}
+
+/// How many of the log's entries one read of a replay takes.
+const REPLAY_BATCH: usize = 500;
+
+/// A session is up after another of this Redis: the invalidations announced since the process
+/// last heard are read from the feed's log, from its position, and handled as if heard, and
+/// then the memory taken out of service when the feed was lost is served again. When the log
+/// cannot tell what was missed (no position of this server's run: the server restarted, or
+/// `INFO` is refused; the log trimmed past the position; a read failed), memory is dropped.
+async fn recover(session: &mut Session, settings: &Settings, connection: Option<&dyn FeedOwner>) {
+    let name = connection.map(|c| c.name());
+    let replayed = match connection {
+        Some(connection) => replay(session, settings, connection).await,
+        None => None,
+    };
+    if let Some(connection) = connection {
+        connection.recovered(replayed);
+    }
+    match replayed {
+        Some(_) => feed::resume_all(name),
+        None => feed::forget_all(name),
+    }
+}
+
+/// Reads the log after the process's position on the session's server and hands each message
+/// to the feed, as if heard; how many, or `None` when the log cannot cover the gap.
+async fn replay(
+    session: &mut Session,
+    settings: &Settings,
+    connection: &dyn FeedOwner,
+) -> Option<u64> {
+    let run = session.run.clone()?;
+    let mut from = connection.position().filter(|at| at.run == run)?.id;
+    let mut count = 0;
+    loop {
+        let read = session.log_after(&settings.log, from, REPLAY_BATCH);
+        let entries = tokio::time::timeout(settings.op_timeout, read)
+            .await
+            .ok()
+            .flatten()?;
+        for (id, message) in &entries {
+            feed::on_message(message);
+            from = *id;
+        }
+        count += entries.len() as u64;
+        connection.heard_up_to(&run, from);
+        if entries.len() < REPLAY_BATCH {
+            return Some(count);
         }
     }
 }
@@ -340,7 +432,7 @@ async fn run(
                 if channel == settings.invalidations.as_bytes() {
                     feed::on_message(payload);
                 } else if channel == settings.heartbeats.as_bytes() {
-                    subscriber.upgrade()?.heard(payload);
+                    subscriber.upgrade()?.heard(payload, &settings.connection);
                 } else {
                     subscriber.upgrade()?.waits.deliver(channel, payload);
                 }

@@ -10,6 +10,7 @@
 //!   RESP3 connection `SSUBSCRIBE`s the feed there, and the master's own unsubscription (the slot
 //!   moved away) ends the session; before Redis 7, a plain connection `SUBSCRIBE`s it there.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -19,12 +20,19 @@ use tokio::time::Instant;
 
 use super::settings::Settings;
 use super::topology;
+use crate::redis::transport::log::{self, LogId};
 
 /// One pub/sub connection, subscribed to the feed and the channels listened to.
 pub(super) struct Session {
     /// When the feed's subscription was sent.
     pub(super) sent: Instant,
     connection: Connection,
+    /// The server's run (`INFO server`'s `run_id`), read before the feed was subscribed; `None`
+    /// if it could not be (an ACL that refuses `INFO`): its log's positions are then unknown.
+    pub(super) run: Option<Arc<str>>,
+    /// A connection to the session's server for commands (on a cluster of Redis 7 or later, the
+    /// session's own RESP3 connection): the invalidation log is read through it.
+    direct: Option<MultiplexedConnection>,
 }
 
 enum Connection {
@@ -141,6 +149,37 @@ impl Session {
             Connection::Sharded { connection, .. } => connection.unsubscribe(channel).await,
         }
     }
+
+    /// The invalidation log's messages after `from` on the session's server (see
+    /// [`log::read_after`]); `None` when the log does not hold `from` any more, or
+    /// cannot be read.
+    pub(super) async fn log_after(
+        &mut self,
+        log: &str,
+        from: LogId,
+        count: usize,
+    ) -> Option<Vec<(LogId, Vec<u8>)>> {
+        let direct = self.direct.as_mut()?;
+        log::read_after(direct, log, from, count)
+            .await
+            .inspect_err(|error| {
+                tracing::debug!(%error, "stampede: cannot read the invalidation log");
+            })
+            .ok()
+            .flatten()
+    }
+}
+
+/// The run id of the server `connection` reaches (`INFO server`), if it tells.
+async fn run_of(connection: &mut MultiplexedConnection) -> Option<Arc<str>> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(connection)
+        .await
+        .ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(|run| Arc::from(run.trim()))
 }
 
 /// A plain (RESP2) session on `node`.
@@ -156,6 +195,11 @@ async fn open_plain(
             return None;
         }
     };
+    let mut direct = node.get_multiplexed_async_connection().await.ok();
+    let run = match &mut direct {
+        Some(direct) => run_of(direct).await,
+        None => None,
+    };
     let (mut sink, stream) = pubsub.split();
     let sent = Instant::now();
     let feed = [
@@ -169,6 +213,8 @@ async fn open_plain(
     Some(Session {
         sent,
         connection: Connection::Plain { sink, stream },
+        run,
+        direct,
     })
 }
 
@@ -200,6 +246,7 @@ async fn open_sharded(
             return None;
         }
     };
+    let run = run_of(&mut connection).await;
     let sent = Instant::now();
     // One channel per command: each is confirmed by one reply.
     for channel in [&settings.invalidations, &settings.heartbeats] {
@@ -217,6 +264,8 @@ async fn open_sharded(
     }
     Some(Session {
         sent,
+        run,
+        direct: Some(connection.clone()),
         connection: Connection::Sharded { connection, pushes },
     })
 }

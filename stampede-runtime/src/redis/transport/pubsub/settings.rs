@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::topology::Topology;
+use crate::redis::transport::log::{LogId, Position};
 
 /// The connection a feed belongs to (the endpoint, which implements this): it publishes the
 /// heartbeats and hears of the feed being lost and back. A trait, so that the subscriber, below
@@ -14,12 +15,20 @@ use super::topology::Topology;
 pub(crate) trait FeedOwner: Send + Sync {
     /// The connection's name, as caches name it (`shared_through`).
     fn name(&self) -> &str;
-    /// Publishes a heartbeat token on `channel`, the way invalidations travel.
+    /// Publishes a heartbeat token on `channel`, the way invalidations travel; the id of the
+    /// invalidation log's last entry then, if Redis answered.
     fn heartbeat<'a>(
         &'a self,
         channel: &'a str,
         token: u64,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Option<LogId>> + Send + 'a>>;
+    /// How far this process has handled the invalidation log, if it knows.
+    fn position(&self) -> Option<Position>;
+    /// A session of the server of run `run` handled everything its log held up to `id`.
+    fn heard_up_to(&self, run: &Arc<str>, id: LogId);
+    /// A session is up after a lost one: `replayed` invalidations were read from the log, or
+    /// (`None`) the log could not cover the gap and memory is dropped.
+    fn recovered(&self, replayed: Option<u64>);
     /// A session is up; whether it is a recovery (see `Endpoint::feed_up`).
     fn feed_up(&self) -> bool;
     /// Whether a feed of this connection is live now, in any runtime.
@@ -43,6 +52,8 @@ pub(crate) struct Settings {
     /// On a cluster, how the feed's master is found and subscribed to (`nodes` are unused).
     pub(crate) cluster: Option<ClusterFeed>,
     pub(crate) invalidations: String,
+    /// The invalidation log (see `invalidate::log_key`).
+    pub(crate) log: String,
     /// This subscriber's own heartbeat channel.
     pub(crate) heartbeats: String,
     pub(crate) heartbeat: Duration,

@@ -73,6 +73,10 @@ async fn a_blackholed_link_is_replaced_and_calls_return_to_redis() {
 
     assert_eq!(within(reader(1)).await, "1 loaded by the reader");
     assert_eq!(stampede::stats("faults::links").unwrap().lock_acquired, 1);
+    // The writer's link is made now: made in the first round, on a loaded machine it could take
+    // longer than the reader needs to replace its blackholed link (two heartbeats timed out), so
+    // that the reader would never be seen degraded.
+    assert_eq!(within(writer(2)).await, "2 loaded by the writer");
     let connections = proxy.accepted();
     proxy.blackhole();
     let blackholed = Instant::now();

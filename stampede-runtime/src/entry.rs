@@ -416,10 +416,15 @@ impl<V> Entry<V> {
         }
     }
 
+    /// Whether `saved` are this value's deadlines (its source read at the same moment).
+    pub(crate) fn holds(&self, saved: &Saved) -> bool {
+        saved.read_at == self.read_at
+    }
+
     /// Puts back the deadlines `saved` holds if they are of this value (its source read at the
     /// same moment); whether they were.
     pub(crate) fn restore(&mut self, saved: &Saved) -> bool {
-        if saved.read_at != self.read_at {
+        if !self.holds(saved) {
             return false;
         }
         self.refresh_at = saved.refresh_at;

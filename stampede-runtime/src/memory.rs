@@ -341,37 +341,39 @@ impl<K: Key, V: Value> Memory<K, V> {
         }
     }
 
-    /// Drops every value; loads running now will not store theirs.
-    pub(crate) fn invalidate_all(&self) {
-        let mut loading = self.loading();
-        for generation in loading.values_mut() {
+    /// A shared tier's feed is back, and its log cannot tell what was missed while it was lost
+    /// (or memory is not known to have heard every invalidation): every value is dropped but
+    /// those kept while the feed was lost, each servable only until its trust bound as it was
+    /// kept ([`Memory::lift_later`]: an invalidation missed since its read is outlived by no
+    /// more than that); with `last_good` (`fail_safe`), a value dropped stays its key's last good
+    /// value for the rest of its fail-safe window. Loads running now will not store theirs.
+    pub(crate) fn abandon(&self, now: Instant, last_good: bool) {
+        for generation in self.loading().values_mut() {
             generation.bump();
         }
-        if let Some(names) = &self.names {
-            names
-                .by_name
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clear();
-        }
-        either!(self, store => store.clear());
-        *self.suspended() = None;
-    }
-
-    /// Takes every value out of service, keeping each as its key's last good value for the rest
-    /// of its fail-safe window (a shared tier's feed was lost and its log cannot tell what was
-    /// missed: an invalidation may have been, none is known); loads running now will not store
-    /// theirs. A [`Memory::suspend`] that is never resumed.
-    pub(crate) fn demote_all(&self, now: Instant) {
-        self.suspend(now);
-        *self.suspended() = None;
+        let saved = self.suspended().take().unwrap_or_default();
+        either!(self, store => {
+            for key in stored_keys(store) {
+                let held = store.entry(&key, None, |_, held| {
+                    let kept_while_deaf = saved.get(&key).is_some_and(|saved| held.holds(saved));
+                    if kept_while_deaf && held.servable(now) {
+                        return quick_cache::sync::EntryAction::Retain(());
+                    }
+                    match last_good && held.suspend(now).is_some() {
+                        true => quick_cache::sync::EntryAction::Retain(()),
+                        false => quick_cache::sync::EntryAction::Remove,
+                    }
+                });
+                drop(held);
+            }
+        });
     }
 
     /// Takes every value out of service because a shared tier's invalidation feed was lost (an
     /// invalidation may have been missed, none is known), keeping what [`Memory::resume`] needs
     /// to put each back if the feed's log shows that its key was not invalidated meanwhile. A
     /// value stays its key's last good value for the rest of its fail-safe window, as
-    /// [`Memory::demote_all`] leaves it; loads running now will not store theirs. Each entry is
+    /// [`Memory::abandon`] leaves it; loads running now will not store theirs. Each entry is
     /// capped in place under its shard's lock, as there.
     pub(crate) fn suspend(&self, now: Instant) {
         for generation in self.loading().values_mut() {
@@ -380,12 +382,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         let mut suspended = self.suspended();
         let saved = suspended.get_or_insert_with(HashMap::new);
         either!(self, store => {
-            let keys = std::cell::RefCell::new(Vec::new());
-            store.retain(|key, _| {
-                keys.borrow_mut().push(key.clone());
-                true
-            });
-            for key in keys.into_inner() {
+            for key in stored_keys(store) {
                 let held = store.entry(&key, None, |_, held| match held.suspend(now) {
                     Some(deadlines) => {
                         // Suspended twice before a resume: the first deadlines are the value's.
@@ -465,9 +462,21 @@ trait Held {
     fn suspend(&mut self, now: Instant) -> Option<Saved>;
     /// Puts back `saved`, if they are this value's deadlines.
     fn resume(&mut self, saved: &Saved);
+    /// Whether `saved` are this value's deadlines.
+    fn holds(&self, saved: &Saved) -> bool;
+    /// Whether it may be served at `now`, fresh or stale.
+    fn servable(&self, now: Instant) -> bool;
 }
 
 impl<V: Value> Held for Entry<V> {
+    fn holds(&self, saved: &Saved) -> bool {
+        Entry::holds(self, saved)
+    }
+
+    fn servable(&self, now: Instant) -> bool {
+        Entry::servable(self, now)
+    }
+
     fn suspend(&mut self, now: Instant) -> Option<Saved> {
         let saved = self.saved();
         let useful = self.fail_safe(now);
@@ -481,6 +490,14 @@ impl<V: Value> Held for Entry<V> {
 }
 
 impl<V: Value, R: LeanRead> Held for Lean<V, R> {
+    fn holds(&self, saved: &Saved) -> bool {
+        self.clone().entry().holds(saved)
+    }
+
+    fn servable(&self, now: Instant) -> bool {
+        self.clone().entry().servable(now)
+    }
+
     fn suspend(&mut self, now: Instant) -> Option<Saved> {
         let mut entry = self.clone().entry();
         let saved = entry.suspend(now);
@@ -500,6 +517,17 @@ impl<V: Value, R: LeanRead> Held for Lean<V, R> {
             *self = lean;
         }
     }
+}
+
+/// The keys `store` holds now (each to be visited under its shard's lock after).
+fn stored_keys<K: Key, E: Clone>(store: &quick_cache::sync::Cache<K, E>) -> Vec<K> {
+    // `retain` takes a `Fn`: the keys are gathered through a `RefCell`.
+    let keys = std::cell::RefCell::new(Vec::with_capacity(store.len()));
+    store.retain(|key, _| {
+        keys.borrow_mut().push(key.clone());
+        true
+    });
+    keys.into_inner()
 }
 
 /// Stores `entry` in a store of the lean form.

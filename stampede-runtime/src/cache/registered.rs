@@ -87,10 +87,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
         // No invalidation is known, only possible: with `fail_safe`, each value stays its key's
         // last good value, served only when a load fails (the double failure: Redis and the
         // source down).
-        match self.core.config.fail_safe {
-            Some(_) => self.core.memory.demote_all(tokio::time::Instant::now()),
-            None => self.core.memory.invalidate_all(),
-        }
+        let last_good = self.core.config.fail_safe.is_some();
+        self.core
+            .memory
+            .abandon(tokio::time::Instant::now(), last_good);
     }
 
     fn suspend_shared(&self, through: Option<&str>) {

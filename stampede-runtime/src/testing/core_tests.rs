@@ -299,13 +299,21 @@ async fn a_feed_back_replays_what_it_missed_from_the_log_and_serves_the_rest_aga
         let kept = a.peek(&2);
         match logged {
             true => assert_eq!(kept.as_deref(), Some("2 v2"), "k2 is served again"),
-            false => assert_eq!(kept, None, "the log does not cover the gap: memory dropped"),
+            false => assert_eq!(kept, None, "the log does not cover the gap: k2 dropped"),
         }
+        assert_eq!(
+            a.peek(&3).as_deref(),
+            Some("3 v3"),
+            "k3, loaded while deaf, is kept within its bound whatever the log says"
+        );
         tokio::time::sleep(store.bound).await;
         let kept = a.peek(&3);
         match logged {
             true => assert_eq!(kept.as_deref(), Some("3 v3"), "k3 is kept past the bound"),
-            false => assert_eq!(kept, None, "the log does not cover the gap: memory dropped"),
+            false => assert_eq!(
+                kept, None,
+                "the log does not cover the gap: k3's bound stands"
+            ),
         }
         assert_eq!(within(source.get(a, 1)).await.unwrap(), "1 v4");
     }

@@ -258,8 +258,9 @@ impl RedisConfig {
     /// a quiet subscription) reads the invalidations it missed from there when it subscribes
     /// again, drops exactly those keys and tags, and serves the rest of its memory again; when
     /// the log no longer reaches back to its last position (trimmed past it, or the server
-    /// restarted), it drops its memory instead. A longer log covers longer gaps at a busier
-    /// writer's rate, for about 100 bytes an entry plus the message.
+    /// restarted), it drops its memory instead, but for what it kept while deaf, bounded as it
+    /// was. A longer log covers longer gaps at a busier writer's rate, for about 100 bytes an
+    /// entry plus the message.
     pub fn invalidation_log(mut self, entries: usize) -> Self {
         self.log_len = entries.clamp(16, 10_000_000);
         self

@@ -466,7 +466,8 @@ impl FeedOwner for Endpoint {
                     redis,
                     "stampede: the Redis invalidation feed is back; its log does not reach back \
                      to what this process last heard (the server restarted, the log was \
-                     trimmed, or INFO is refused), so memory of Redis-backed caches is dropped"
+                     trimmed, or INFO is refused), so memory of Redis-backed caches is dropped but for \
+                     what was kept, bounded, while the feed was lost"
                 );
             }
         }

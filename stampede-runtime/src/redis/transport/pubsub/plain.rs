@@ -363,7 +363,8 @@ const REPLAY_BATCH: usize = 500;
 /// last heard are read from the feed's log, from its position, and handled as if heard, and
 /// then the memory taken out of service when the feed was lost is served again. When the log
 /// cannot tell what was missed (no position of this server's run: the server restarted, or
-/// `INFO` is refused; the log trimmed past the position; a read failed), memory is dropped.
+/// `INFO` is refused; the log trimmed past the position; a read failed), memory is dropped but
+/// for what was kept while deaf, which keeps its trust bound.
 async fn recover(session: &mut Session, settings: &Settings, connection: Option<&dyn FeedOwner>) {
     let name = connection.map(|c| c.name());
     let replayed = match connection {

@@ -38,19 +38,6 @@ fn install(url: &str, connection: &str) {
         .install_as(connection);
 }
 
-/// A loopback port nothing listens on.
-fn dead_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-/// Redis is unreachable through `proxy` until it is retargeted: open connections are cut and new
-/// ones refused.
-fn outage(proxy: &FaultProxy) {
-    proxy.retarget(dead_port());
-    proxy.cut();
-}
-
 /// Another process invalidated key `id` of the cache `name`: its value deleted, the message
 /// appended to the feed's log and published, as the runtime's `INVALIDATE` script does.
 fn invalidate_elsewhere(server: &RedisServer, name: &str, id: u64) {
@@ -97,7 +84,7 @@ async fn a_feed_back_reads_what_it_missed_from_the_log_and_serves_the_rest_again
     tokio::time::sleep(SETTLED).await;
 
     let replayed = telemetry::counter("cache_feed_replayed_total", &[("redis", "log_replay")]);
-    outage(&proxy);
+    proxy.outage();
     eventually("memory out of service once the feed is lost", || {
         item::peek(2).is_none()
     })
@@ -146,7 +133,7 @@ async fn a_log_trimmed_past_the_position_or_a_restarted_server_drops_memory() {
     assert_eq!(within(item(1)).await, "1 v1");
     tokio::time::sleep(SETTLED).await;
     let before = gaps();
-    outage(&proxy);
+    proxy.outage();
     invalidate_elsewhere(&server, "log::other", 9);
     let _: i64 = server.command(&["XTRIM", LOG, "MAXLEN", "0"]);
     invalidate_elsewhere(&server, "log::other", 10);
@@ -166,4 +153,54 @@ async fn a_log_trimmed_past_the_position_or_a_restarted_server_drops_memory() {
     invalidate_elsewhere(&server, "log::other", 11);
     feed_back("cache_feed_gap_total", "log_gap", before).await;
     assert_eq!(item::peek(1), None, "memory dropped: the server restarted");
+}
+
+/// A key a process loaded while Redis was down is dropped from Redis once it answers, and
+/// announced to every process only if Redis held a value of it (older than the one served): a
+/// server that restarted empty holds none, so no process drops what it loaded meanwhile, which
+/// it keeps for its trust while deaf. (Before, the announcement dropped it everywhere, and every
+/// instance of a fleet loaded its hot keys again at Redis's return.)
+#[tokio::test]
+async fn a_key_loaded_while_redis_was_down_is_not_announced_over_a_server_that_holds_none() {
+    let _serial = serial().await;
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "log_dirty", name = "log::dirty")]
+    async fn item(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("{id} v{n}")
+    }
+
+    telemetry::install();
+    let mut server = RedisServer::start();
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .heartbeat(HEARTBEAT)
+        .cooldown(Duration::from_millis(200), 1)
+        .trust_while_deaf(Duration::from_secs(60))
+        .install_as("log_dirty");
+    assert_eq!(within(item(0)).await, "0 v1");
+    tokio::time::sleep(SETTLED).await;
+
+    server.kill();
+    assert_eq!(
+        within(item(1)).await,
+        "1 v2",
+        "loaded here, Redis being down"
+    );
+    let before = telemetry::counter("cache_feed_gap_total", &[("redis", "log_dirty")]);
+    server.restart();
+    feed_back("cache_feed_gap_total", "log_dirty", before).await;
+    // Redis answers: the task that drops the key there tries once per operation timeout
+    // (250 ms), and an announcement would reach this process's feed at once; Redis keeps no
+    // trace of a key invalidated with no value, so the test gives it a second.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        item::peek(1).as_deref(),
+        Some("1 v2"),
+        "kept: Redis held no older value to announce"
+    );
+    assert_eq!(within(item(1)).await, "1 v2");
+    assert_eq!(LOADS.load(SeqCst), 2);
 }

@@ -43,19 +43,6 @@ fn install(url: &str, connection: &str) {
         .install_as(connection);
 }
 
-/// A loopback port nothing listens on.
-fn dead_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-/// Redis is unreachable through `proxy` until [`recover`]: open connections are cut and new ones
-/// refused.
-fn outage(proxy: &FaultProxy) {
-    proxy.retarget(dead_port());
-    proxy.cut();
-}
-
 fn recover(proxy: &FaultProxy, server: &RedisServer) {
     proxy.retarget(server.port());
 }
@@ -123,7 +110,7 @@ async fn a_value_loaded_while_redis_is_down_is_trusted_no_longer_than_the_bound(
     install(&proxy.url(), "rec_degraded");
     assert_eq!(within(item(1)).await, "1 v1");
 
-    outage(&proxy);
+    proxy.outage();
     // Past the bound, the process knows its feed is gone and has dropped its memory.
     tokio::time::sleep(STALENESS_BOUND + Duration::from_millis(500)).await;
     VERSION.store(2, SeqCst);
@@ -177,7 +164,7 @@ async fn with_fail_safe_a_value_kept_through_a_lost_feed_is_served_when_the_sour
     install(&proxy.url(), "rec_double");
     assert_eq!(within(item(1)).await.unwrap(), "1 v1");
 
-    outage(&proxy);
+    proxy.outage();
     // Past the bound, the process knows its feed is gone: the value is no longer served as is.
     tokio::time::sleep(STALENESS_BOUND + Duration::from_millis(500)).await;
     FAILING.store(true, SeqCst);
@@ -220,7 +207,7 @@ async fn redis_s_pre_outage_value_never_follows_a_newer_one_served_during_the_ou
     install(&proxy.url(), "rec_regress");
     assert_eq!(within(item(1)).await, "1 v1", "v1 is in Redis for 60 s");
 
-    outage(&proxy);
+    proxy.outage();
     tokio::time::sleep(STALENESS_BOUND + Duration::from_millis(500)).await;
     VERSION.store(2, SeqCst);
     assert_eq!(
@@ -280,7 +267,7 @@ async fn an_invalidation_that_failed_during_an_outage_is_applied_once_redis_answ
     install(&server.url(), "rec_late_direct");
     assert_eq!(within(admin(5)).await, "5 v1", "v1 is in Redis for 60 s");
 
-    outage(&proxy);
+    proxy.outage();
     VERSION.store(2, SeqCst);
     let refused = within(admin::invalidate(5)).await;
     assert!(

@@ -727,9 +727,10 @@ pub struct Fake<K, V> {
     pub busy_compute: bool,
     /// How long this process trusts what it keeps, whatever its feed says (a test's override).
     pub trusted_for: Option<Duration>,
-    /// The keys this process changed while the store was down: the store drops them before
-    /// this process reads them there again (the Redis tier's `dirty`).
-    dirty: Mutex<HashSet<K>>,
+    /// The keys this process changed while the store was down, each with whether it
+    /// invalidated it (else it stored a value the store does not have): the store drops them
+    /// before this process reads them there again (the Redis tier's `dirty`).
+    dirty: Mutex<HashMap<K, bool>>,
 }
 
 /// The tier of a new process over `store`.
@@ -748,7 +749,7 @@ pub fn tier_of<K: Key, V: Value>(store: &Arc<Store<K, V>>, process: Process) -> 
         busy_error: false,
         busy_compute: false,
         trusted_for: None,
-        dirty: Mutex::new(HashSet::new()),
+        dirty: Mutex::new(HashMap::new()),
     }
 }
 
@@ -790,7 +791,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         self.store.stall().await;
         if self.store.down() {
             handle.keep_loaded(Loaded::now(value), self.trusted());
-            lock(&self.dirty).insert(handle.key().clone());
+            self.changed_while_down(handle.key(), false);
             return Err(Error::invalid_config("the fake store is down"));
         }
         self.clean(handle.key(), &handle.config().name);
@@ -819,7 +820,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
     async fn invalidate(&self, config: &Config, key: &K) -> Result<bool, Error> {
         self.store.stall().await;
         if self.store.down() {
-            lock(&self.dirty).insert(key.clone());
+            self.changed_while_down(key, true);
             return Err(Error::invalid_config("the fake store is down"));
         }
         lock(&self.dirty).remove(key);
@@ -948,7 +949,7 @@ impl<K: Key, V: Value> Fake<K, V> {
         match loaded {
             Ok(loaded) => {
                 let value = handle.keep_loaded(loaded, trusted);
-                lock(&self.dirty).insert(handle.key().clone());
+                self.changed_while_down(handle.key(), false);
                 Fetched::Loaded(value)
             }
             Err(error) => Fetched::Failed(error),
@@ -1010,16 +1011,26 @@ impl<K: Key, V: Value> Fake<K, V> {
         }
     }
 
-    /// Drops `key` from the store (and announces it) if this process changed it while the
-    /// store was down.
+    /// This process invalidated `key` (`invalidated`), or stored a value of it that the store
+    /// does not have, while the store was down. An invalidation stays one.
+    fn changed_while_down(&self, key: &K, invalidated: bool) {
+        *lock(&self.dirty).entry(key.clone()).or_default() |= invalidated;
+    }
+
+    /// Drops `key` from the store if this process changed it while the store was down, and
+    /// announces it if it invalidated it or the store held a value (the Redis tier's
+    /// `Change`: a stored value is announced only over an older one).
     fn clean(&self, key: &K, name: &str) {
-        if !lock(&self.dirty).remove(key) {
+        let Some(invalidated) = lock(&self.dirty).remove(key) else {
             return;
-        }
+        };
         let mut state = self.state();
-        state.values.remove(key);
+        let held = state.values.remove(key).is_some();
         state.stamp(key, Instant::now());
         drop(state);
+        if !invalidated && !held {
+            return;
+        }
         let text = format!("{key:?}");
         self.store.tell(Event::Cleaned {
             process: self.process,
@@ -1195,13 +1206,13 @@ impl<K: Key, V: Value> Fake<K, V> {
         handle: &Handle<'_, K, V, L>,
         loaded: Loaded<V>,
     ) -> Fetched<V> {
-        lock(&self.dirty).insert(handle.key().clone());
+        self.changed_while_down(handle.key(), false);
         Fetched::Loaded(handle.keep_loaded(loaded, self.trusted()))
     }
 
     /// The fresh value the store holds for the key, read without a lock ([`Tier::read`]).
     fn read_now(&self, direct: &Direct<'_, K, V>) -> Option<Shared<V>> {
-        if self.store.down() || lock(&self.dirty).contains(direct.key()) {
+        if self.store.down() || lock(&self.dirty).contains_key(direct.key()) {
             return None;
         }
         let state = self.state();

@@ -96,6 +96,17 @@ impl FaultProxy {
         self.set_all(State::Cut);
     }
 
+    /// An outage: every connection established so far is closed, and new ones are sent to a
+    /// loopback port nothing listens on, until [`retarget`](Self::retarget) points the proxy at
+    /// a server again.
+    pub fn outage(&self) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        let dead = listener.local_addr().expect("its address").port();
+        drop(listener);
+        self.retarget(dead);
+        self.cut();
+    }
+
     /// Sends new connections to `127.0.0.1:upstream`; established ones stay where they are.
     pub fn retarget(&self, upstream: u16) {
         self.shared.upstream.store(upstream, Ordering::SeqCst);

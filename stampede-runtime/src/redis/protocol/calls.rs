@@ -16,6 +16,7 @@ use crate::redis::codec::keys::{self, RedisKeys};
 use crate::redis::protocol::flow;
 use crate::redis::protocol::tags;
 use crate::redis::protocol::tier::RedisTier;
+use crate::redis::transport::dirty::Change;
 use crate::redis::transport::feed;
 use crate::redis::transport::installed::{self, lookup};
 use crate::stats::{Identity, Stats};
@@ -65,7 +66,7 @@ where
             .map_err(|failure| {
                 // Done as soon as Redis answers again (a task tries until it does), and before
                 // this process reads the key there.
-                endpoint.mark_and_clean(&keys, message);
+                endpoint.mark_and_clean(&keys, message, Change::Invalidated);
                 Error::RedisUnavailable {
                     cache: config.name.clone(),
                     message: failure.to_string().into(),

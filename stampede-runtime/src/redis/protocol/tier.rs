@@ -16,6 +16,7 @@ use crate::redis::codec::keys::{self, RedisKeys};
 use crate::redis::codec::shape::{self, Shape, Untraceable};
 use crate::redis::protocol::shapes::Registration;
 use crate::redis::protocol::tags::set_lifetime;
+use crate::redis::transport::dirty::Change;
 use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::feed;
 use crate::redis::transport::telemetry::RedisTelemetry;
@@ -183,7 +184,7 @@ where
     ) {
         if let Ok(args) = keys::args_text(key) {
             let message = feed::message(&config.name, &args);
-            endpoint.mark_and_clean(&self.keys(endpoint, &args), message);
+            endpoint.mark_and_clean(&self.keys(endpoint, &args), message, Change::Stored);
         }
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::redis::codec::keys::RedisKeys;
+use crate::redis::transport::dirty::Change;
 use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::failure::Failure;
 
@@ -16,19 +17,31 @@ impl Endpoint {
     /// Drops the key of base `base` from Redis if it is remembered; `Err` when Redis failed
     /// (it stays remembered).
     pub(crate) async fn clean(&self, base: &str) -> Result<(), Failure> {
-        let Some(message) = self.dirty.message(base) else {
+        let Some((message, change)) = self.dirty.message(base) else {
             return Ok(());
         };
-        self.invalidate(&RedisKeys::of_base(base), Some(&message))
-            .await?;
+        let keys = RedisKeys::of_base(base);
+        // A stored value is announced only if Redis held an older one (see `Change::Stored`).
+        let announce = match change {
+            Change::Invalidated => true,
+            Change::Stored => self.invalidate(&keys, None).await?,
+        };
+        if announce {
+            self.invalidate(&keys, Some(&message)).await?;
+        }
         self.dirty.dropped(base);
         Ok(())
     }
 
     /// Remembers the key of `keys` (see `Dirty::mark`) and starts the task that drops the
     /// remembered keys as soon as Redis answers.
-    pub(crate) fn mark_and_clean(self: &Arc<Self>, keys: &RedisKeys, message: Vec<u8>) {
-        self.dirty.mark(keys, message);
+    pub(crate) fn mark_and_clean(
+        self: &Arc<Self>,
+        keys: &RedisKeys,
+        message: Vec<u8>,
+        change: Change,
+    ) {
+        self.dirty.mark(keys, message, change);
         self.clean_all();
     }
 

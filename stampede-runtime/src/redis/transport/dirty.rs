@@ -6,7 +6,8 @@
 //! read after it, a value older than the one this process served meanwhile, or one an
 //! invalidation meant to drop. So the keys loaded locally, invalidated or primed while Redis
 //! failed are remembered here, and each is dropped from Redis (value deleted, fence moved on,
-//! the invalidation announced) before this process reads it from Redis again; the rest are
+//! the invalidation announced: for a key loaded or primed, only if Redis held a value, see
+//! [`Change::Stored`]) before this process reads it from Redis again; the rest are
 //! dropped by a task that tries every operation timeout until Redis answers, whatever else the
 //! process does (a writer that only invalidates delivers its failed invalidations too).
 //!
@@ -23,10 +24,10 @@ use crate::redis::codec::keys::RedisKeys;
 /// The most keys one connection remembers.
 pub(crate) const MOST: usize = 100_000;
 
-/// Keys to drop from Redis, by their base, with the invalidation message to announce.
+/// Keys to drop from Redis, by their base, with the invalidation message to announce and why.
 #[derive(Default)]
 pub(crate) struct Dirty {
-    keys: Mutex<HashMap<String, Vec<u8>>>,
+    keys: Mutex<HashMap<String, (Vec<u8>, Change)>>,
     /// Whether any key is remembered: the read of a key checks this first.
     any: AtomicBool,
     /// A task drops the remembered keys now.
@@ -34,9 +35,22 @@ pub(crate) struct Dirty {
     warned: AtomicBool,
 }
 
+/// What this process did to a key while Redis could not be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// It loaded or primed a value that Redis does not have: Redis must drop the one it holds,
+    /// if any (older), and the processes that may have read that one must drop their copies.
+    /// When Redis holds none (it restarted empty, or the value expired), nobody read it since,
+    /// and nothing is announced: every process's own copy stands.
+    Stored,
+    /// It invalidated the key: announced whatever Redis holds.
+    Invalidated,
+}
+
 impl Dirty {
-    /// Remembers that the key of `keys` must be dropped from Redis, announcing `message`.
-    pub(crate) fn mark(&self, keys: &RedisKeys, message: Vec<u8>) {
+    /// Remembers that the key of `keys` must be dropped from Redis, announcing `message` as
+    /// `change` says. An invalidation stays one, whatever is stored after it.
+    pub(crate) fn mark(&self, keys: &RedisKeys, message: Vec<u8>, change: Change) {
         let mut dirty = self.lock();
         if dirty.len() >= MOST && !dirty.contains_key(keys.base()) {
             if !self.warned.swap(true, Ordering::Relaxed) {
@@ -48,7 +62,11 @@ impl Dirty {
             }
             return;
         }
-        dirty.insert(keys.base().to_owned(), message);
+        let change = match dirty.get(keys.base()) {
+            Some((_, Change::Invalidated)) => Change::Invalidated,
+            _ => change,
+        };
+        dirty.insert(keys.base().to_owned(), (message, change));
         self.any.store(true, Ordering::Release);
     }
 
@@ -57,8 +75,8 @@ impl Dirty {
         self.any.load(Ordering::Acquire) && self.lock().contains_key(keys_base)
     }
 
-    /// The invalidation message of the key of base `base`, if it is remembered.
-    pub(crate) fn message(&self, base: &str) -> Option<Vec<u8>> {
+    /// The invalidation message of the key of base `base` and why, if it is remembered.
+    pub(crate) fn message(&self, base: &str) -> Option<(Vec<u8>, Change)> {
         self.lock().get(base).cloned()
     }
 
@@ -87,7 +105,7 @@ impl Dirty {
         self.cleaning.store(false, Ordering::Release);
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<u8>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, (Vec<u8>, Change)>> {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -21,6 +21,10 @@ pub enum Contender {
     /// As `StampedeRedis`, with `max_loads = 8` (below the instance's pool of 10): a cold
     /// start's misses queue in the cache rather than on the pool.
     StampedeRedisCapped,
+    /// As `StampedeRedis`, its connection set to `trust_while_deaf(ttl)`: what an instance loads
+    /// while its invalidation feed is down (Redis away) is kept for the ttl, not the staleness
+    /// bound.
+    StampedeRedisTrusting,
     /// `#[stampede::cached(lock = "redis", refresh_after = ...)]`: a value read steadily is
     /// refreshed before it expires.
     StampedeRefresh,
@@ -28,13 +32,14 @@ pub enum Contender {
 
 impl Contender {
     /// Every contender, in the order of the report.
-    pub const ALL: [Contender; 7] = [
+    pub const ALL: [Contender; 8] = [
         Contender::NoCache,
         Contender::Moka,
         Contender::CachedRedis,
         Contender::StampedeLocal,
         Contender::StampedeRedis,
         Contender::StampedeRedisCapped,
+        Contender::StampedeRedisTrusting,
         Contender::StampedeRefresh,
     ];
 
@@ -47,6 +52,7 @@ impl Contender {
             Contender::StampedeLocal => "stampede-local",
             Contender::StampedeRedis => "stampede-redis",
             Contender::StampedeRedisCapped => "stampede-redis-max-loads",
+            Contender::StampedeRedisTrusting => "stampede-redis-trust",
             Contender::StampedeRefresh => "stampede-refresh",
         }
     }
@@ -60,6 +66,7 @@ impl Contender {
             Contender::StampedeLocal => "stampede lock=local",
             Contender::StampedeRedis => "stampede lock=redis + stale",
             Contender::StampedeRedisCapped => "stampede lock=redis + stale + max_loads=8",
+            Contender::StampedeRedisTrusting => "stampede lock=redis + stale + trust_while_deaf",
             Contender::StampedeRefresh => "stampede refresh_after",
         }
     }
@@ -70,6 +77,7 @@ impl Contender {
             Contender::StampedeLocal => Some("storm::local"),
             Contender::StampedeRedis => Some("storm::redis"),
             Contender::StampedeRedisCapped => Some("storm::redis_capped"),
+            Contender::StampedeRedisTrusting => Some("storm::redis_trusting"),
             Contender::StampedeRefresh => Some("storm::refresh"),
             _ => None,
         }
@@ -82,6 +90,7 @@ impl Contender {
             Contender::CachedRedis
                 | Contender::StampedeRedis
                 | Contender::StampedeRedisCapped
+                | Contender::StampedeRedisTrusting
                 | Contender::StampedeRefresh
         )
     }
@@ -91,7 +100,10 @@ impl Contender {
     pub fn serves_ahead(self) -> bool {
         matches!(
             self,
-            Contender::StampedeRedis | Contender::StampedeRedisCapped | Contender::StampedeRefresh
+            Contender::StampedeRedis
+                | Contender::StampedeRedisCapped
+                | Contender::StampedeRedisTrusting
+                | Contender::StampedeRefresh
         )
     }
 }

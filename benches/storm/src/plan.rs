@@ -26,8 +26,11 @@ pub enum Phase {
     Expiry,
     /// Every query is 10x slower (a sleep inside the query, at the database).
     SlowDb,
-    /// Redis is killed, and restarted empty some seconds later.
+    /// Redis is killed, and restarted empty some seconds later: from a second before the kill
+    /// to a second after it.
     RedisRestart,
+    /// The rest of the restart, from a second after the kill: Redis away, then back empty.
+    RedisAway,
 }
 
 impl Phase {
@@ -39,6 +42,7 @@ impl Phase {
             Phase::Expiry => "expiry",
             Phase::SlowDb => "slow db",
             Phase::RedisRestart => "redis restart",
+            Phase::RedisAway => "redis restart, after 1 s",
         }
     }
 }
@@ -82,7 +86,8 @@ impl Plan {
                 (Phase::Steady, s(cold), s(expiry)),
                 (Phase::Expiry, s(expiry), s(slow)),
                 (Phase::SlowDb, s(slow), s(redis)),
-                (Phase::RedisRestart, s(redis), s(end)),
+                (Phase::RedisRestart, s(redis), s(kill_at + 1.0)),
+                (Phase::RedisAway, s(kill_at + 1.0), s(end)),
             ],
             actions: vec![
                 (s(slow), Action::SlowDown(10)),

@@ -49,6 +49,8 @@ pub struct PhaseFigures {
     pub hot_max: u64,
     /// Hot keys queried at least once.
     pub hot_queried: usize,
+    /// The queries of each hot key across the instances in the phase.
+    pub hot_queries: Vec<u64>,
     /// Mean wait for a pool connection, microseconds.
     pub pool_wait_mean_us: f64,
     /// The longest wait for one, microseconds.
@@ -142,6 +144,7 @@ pub fn phase_figures(
         sent_queries: sum(|s| s.queries),
         hot_max: hot.iter().copied().max().unwrap_or(0),
         hot_queried: hot.iter().filter(|&&n| n > 0).count(),
+        hot_queries: hot.clone(),
         pool_wait_mean_us: if pool_waits == 0 {
             0.0
         } else {

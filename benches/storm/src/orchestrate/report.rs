@@ -155,7 +155,7 @@ pub fn markdown(setting: &Setting, runs: &[ContenderRun]) -> String {
         micros(setting.wait_threshold.as_micros() as u64)
     );
     counters(&mut out, runs);
-    goals(&mut out, runs);
+    goals(&mut out, runs, setting.instances);
     out
 }
 
@@ -213,11 +213,41 @@ fn hot_p99(run: &ContenderRun, phase: Phase) -> Option<u64> {
 /// Reads one p99 of a contender's phase.
 type P99 = fn(&ContenderRun, Phase) -> Option<u64>;
 
+/// Issue 36's goals for the Redis restart: no hot-key wait past its first second, and at most
+/// one query per hot key across the instances plus one per instance (a load each while Redis is
+/// away), counted per key over both of the restart's phases.
+fn restart_goals(out: &mut String, run: &ContenderRun, instances: usize) {
+    let (Some(first), Some(after)) = (run.phase(Phase::RedisRestart), run.phase(Phase::RedisAway))
+    else {
+        return;
+    };
+    let label = run.contender.label();
+    let waits = after.waits.1;
+    let _ = writeln!(
+        out,
+        "| {label}: Redis restart, no hot-key wait after its first second | {waits} | {} |",
+        verdict(waits == 0),
+    );
+    let most = first
+        .hot_queries
+        .iter()
+        .zip(&after.hot_queries)
+        .map(|(first, after)| first + after)
+        .max()
+        .unwrap_or(0);
+    let allowed = 1 + instances as u64;
+    let _ = writeln!(
+        out,
+        "| {label}: Redis restart, at most {allowed} queries per hot key (one across the instances, one per instance) | {most} | {} |",
+        verdict(most <= allowed),
+    );
+}
+
 fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "missed" }
 }
 
-fn goals(out: &mut String, runs: &[ContenderRun]) {
+fn goals(out: &mut String, runs: &[ContenderRun], instances: usize) {
     let find = |contender| runs.iter().find(|run| run.contender == contender);
     let Some(redis) = find(Contender::StampedeRedis) else {
         let _ = writeln!(out, "(The goals need the stampede-redis contender.)");
@@ -301,6 +331,9 @@ fn goals(out: &mut String, runs: &[ContenderRun]) {
                 "missed"
             },
         );
+    }
+    for run in runs.iter().filter(|run| run.contender.serves_ahead()) {
+        restart_goals(out, run, instances);
     }
     for run in runs.iter().filter(|run| run.contender.serves_ahead()) {
         for (whose, read) in [("all requests", p99 as P99), ("hot keys", hot_p99 as P99)] {

@@ -65,6 +65,7 @@ pub async fn product(contender: Contender, id: i32) -> Result<Option<Product>, L
         Contender::StampedeLocal => stampede_local(id).await,
         Contender::StampedeRedis => stampede_redis(id).await,
         Contender::StampedeRedisCapped => stampede_redis_capped(id).await,
+        Contender::StampedeRedisTrusting => stampede_redis_trusting(id).await,
         Contender::StampedeRefresh => stampede_refresh(id).await,
     }
 }
@@ -149,6 +150,35 @@ async fn stampede_redis(id: i32) -> Result<Option<Product>, LookupError> {
 )]
 async fn stampede_redis_capped(id: i32) -> Result<Option<Product>, LookupError> {
     query(id).await
+}
+
+/// As `stampede_redis`, through the connection `trusting` ([`install_trusting`]): what an
+/// instance loads while its invalidation feed is down is kept for the ttl, not the bound.
+#[stampede::cached(
+    name = "storm::redis_trusting",
+    ttl = "10s",
+    jitter = 0,
+    stale = "60s",
+    fail_safe = "5m",
+    lock = "redis",
+    redis = "trusting",
+    capacity = 100_000,
+    timeout = "5s"
+)]
+async fn stampede_redis_trusting(id: i32) -> Result<Option<Product>, LookupError> {
+    query(id).await
+}
+
+/// The connection of [`stampede_redis_trusting`]: the Redis of `STAMPEDE_REDIS_URL`, with
+/// `trust_while_deaf` of the ttl.
+pub fn install_trusting() -> Result<(), String> {
+    let url = std::env::var(stampede::REDIS_URL_VAR)
+        .map_err(|_| format!("{} is not set", stampede::REDIS_URL_VAR))?;
+    stampede::RedisConfig::new(&url)
+        .map_err(|error| error.to_string())?
+        .trust_while_deaf(TTL)
+        .install_as("trusting");
+    Ok(())
 }
 
 /// As `stampede_redis` without the stale window: refresh-ahead instead, a hit past 5 s starts

@@ -70,6 +70,9 @@ fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, String> {
 /// Runs the instance until it is killed.
 pub async fn run(args: ServiceArgs) -> Result<(), String> {
     let db = lookup::install(db::Db::connect(args.db_port, args.pool).await?);
+    if args.contender == Contender::StampedeRedisTrusting {
+        lookup::install_trusting()?;
+    }
     let app = Arc::new(http::App {
         contender: args.contender,
         db,

@@ -20,6 +20,10 @@ use common::{eventually, telemetry, within};
 use stampede::{RedisConfig, cached};
 
 const HEARTBEAT: Duration = Duration::from_millis(300);
+/// `2 × heartbeat + op_timeout` (250 ms by default), as `RedisConfig::heartbeat` documents: what
+/// a process held when its feed was lost is served no longer than that after the last heartbeat
+/// it heard, which was before the loss.
+const STALENESS_BOUND: Duration = Duration::from_millis(2 * 300 + 250);
 /// Long enough for a few heartbeats to come back: the process knows its position in the log.
 const SETTLED: Duration = Duration::from_millis(1_500);
 const LOG: &str = "test:invalidations:log";
@@ -133,12 +137,15 @@ async fn a_log_trimmed_past_the_position_or_a_restarted_server_drops_memory() {
     assert_eq!(within(item(1)).await, "1 v1");
     tokio::time::sleep(SETTLED).await;
     let before = gaps();
+    let lost = tokio::time::Instant::now();
     proxy.outage();
     invalidate_elsewhere(&server, "log::other", 9);
     let _: i64 = server.command(&["XTRIM", LOG, "MAXLEN", "0"]);
     invalidate_elsewhere(&server, "log::other", 10);
     proxy.retarget(server.port());
     feed_back("cache_feed_gap_total", "log_gap", before).await;
+    // What it held stays servable until the bound after the last heartbeat it heard, no later.
+    tokio::time::sleep_until(lost + STALENESS_BOUND).await;
     assert_eq!(
         item::peek(1),
         None,
@@ -149,9 +156,11 @@ async fn a_log_trimmed_past_the_position_or_a_restarted_server_drops_memory() {
     assert_eq!(within(item(1)).await, "1 v1");
     tokio::time::sleep(SETTLED).await;
     let before = gaps();
+    let lost = tokio::time::Instant::now();
     server.restart();
     invalidate_elsewhere(&server, "log::other", 11);
     feed_back("cache_feed_gap_total", "log_gap", before).await;
+    tokio::time::sleep_until(lost + STALENESS_BOUND).await;
     assert_eq!(item::peek(1), None, "memory dropped: the server restarted");
 }
 
@@ -184,6 +193,13 @@ async fn a_key_loaded_while_redis_was_down_is_not_announced_over_a_server_that_h
     tokio::time::sleep(SETTLED).await;
 
     server.kill();
+    // The feed's loss is noticed (key 0 out of service, at the latest the bound after the last
+    // heartbeat heard) before key 1 is loaded: a value loaded before that is taken out of
+    // service with the rest.
+    eventually("key 0 out of service once the feed is lost", || {
+        item::peek(0).is_none()
+    })
+    .await;
     assert_eq!(
         within(item(1)).await,
         "1 v2",

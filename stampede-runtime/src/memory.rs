@@ -343,10 +343,11 @@ impl<K: Key, V: Value> Memory<K, V> {
 
     /// A shared tier's feed is back, and its log cannot tell what was missed while it was lost
     /// (or memory is not known to have heard every invalidation): every value is dropped but
-    /// those kept while the feed was lost, each servable only until its trust bound as it was
-    /// kept ([`Memory::lift_later`]: an invalidation missed since its read is outlived by no
-    /// more than that); with `last_good` (`fail_safe`), a value dropped stays its key's last good
-    /// value for the rest of its fail-safe window. Loads running now will not store theirs.
+    /// those the suspension remembers and that are still servable within the cap they were
+    /// kept or suspended with (the trust bound from their read, [`Memory::lift_later`], or the
+    /// feed's deadline, [`Memory::suspend`]: an invalidation missed is outlived by no more than
+    /// that); with `last_good` (`fail_safe`), a value dropped stays its key's last good value for
+    /// the rest of its fail-safe window. Loads running now will not store theirs.
     pub(crate) fn abandon(&self, now: Instant, last_good: bool) {
         for generation in self.loading().values_mut() {
             generation.bump();
@@ -359,7 +360,7 @@ impl<K: Key, V: Value> Memory<K, V> {
                     if kept_while_deaf && held.servable(now) {
                         return quick_cache::sync::EntryAction::Retain(());
                     }
-                    match last_good && held.suspend(now).is_some() {
+                    match last_good && held.suspend(now, now).is_some() {
                         true => quick_cache::sync::EntryAction::Retain(()),
                         false => quick_cache::sync::EntryAction::Remove,
                     }
@@ -369,13 +370,14 @@ impl<K: Key, V: Value> Memory<K, V> {
         });
     }
 
-    /// Takes every value out of service because a shared tier's invalidation feed was lost (an
-    /// invalidation may have been missed, none is known), keeping what [`Memory::resume`] needs
+    /// Takes every value out of service from `until` on (at the earliest `now`) because a shared
+    /// tier's invalidation feed was lost (an invalidation may have been missed, none is known),
+    /// keeping what [`Memory::resume`] needs
     /// to put each back if the feed's log shows that its key was not invalidated meanwhile. A
     /// value stays its key's last good value for the rest of its fail-safe window, as
     /// [`Memory::abandon`] leaves it; loads running now will not store theirs. Each entry is
     /// capped in place under its shard's lock, as there.
-    pub(crate) fn suspend(&self, now: Instant) {
+    pub(crate) fn suspend(&self, now: Instant, until: Instant) {
         for generation in self.loading().values_mut() {
             generation.bump();
         }
@@ -383,7 +385,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         let saved = suspended.get_or_insert_with(HashMap::new);
         either!(self, store => {
             for key in stored_keys(store) {
-                let held = store.entry(&key, None, |_, held| match held.suspend(now) {
+                let held = store.entry(&key, None, |_, held| match held.suspend(now, until) {
                     Some(deadlines) => {
                         // Suspended twice before a resume: the first deadlines are the value's.
                         saved.entry(key.clone()).or_insert(deadlines);
@@ -456,10 +458,10 @@ impl<K: Key, V: Value> Memory<K, V> {
 
 /// An entry as a store holds it, in either form: what a suspension does to it.
 trait Held {
-    /// Takes it out of service at `now`, past which it is only its key's last good value for
-    /// the rest of its fail-safe window; its deadlines before, or `None` when it is past every
-    /// use (to be dropped).
-    fn suspend(&mut self, now: Instant) -> Option<Saved>;
+    /// Takes it out of service from `until` on, past which it is only its key's last good value
+    /// for the rest of its fail-safe window; its deadlines before, or `None` when it is past
+    /// every use at `now` (to be dropped).
+    fn suspend(&mut self, now: Instant, until: Instant) -> Option<Saved>;
     /// Puts back `saved`, if they are this value's deadlines.
     fn resume(&mut self, saved: &Saved);
     /// Whether `saved` are this value's deadlines.
@@ -477,10 +479,10 @@ impl<V: Value> Held for Entry<V> {
         Entry::servable(self, now)
     }
 
-    fn suspend(&mut self, now: Instant) -> Option<Saved> {
+    fn suspend(&mut self, now: Instant, until: Instant) -> Option<Saved> {
         let saved = self.saved();
         let useful = self.fail_safe(now);
-        self.cap(now);
+        self.cap(until);
         useful.then_some(saved)
     }
 
@@ -498,9 +500,9 @@ impl<V: Value, R: LeanRead> Held for Lean<V, R> {
         self.clone().entry().servable(now)
     }
 
-    fn suspend(&mut self, now: Instant) -> Option<Saved> {
+    fn suspend(&mut self, now: Instant, until: Instant) -> Option<Saved> {
         let mut entry = self.clone().entry();
-        let saved = entry.suspend(now);
+        let saved = entry.suspend(now, until);
         // A lean entry stays lean when capped: its refresh point stays its fresh deadline, and
         // with no fail-safe window of its own it gets none.
         if let Some(lean) = Lean::of(entry) {

@@ -36,10 +36,10 @@ pub(crate) trait AnyCache: Send + Sync {
     /// connection (`None`: through any); nothing for a local cache. With `fail_safe`, each
     /// stays its key's last good value.
     fn forget_all_shared(&self, through: Option<&str>);
-    /// As [`AnyCache::forget_all_shared`], but each value is kept out of service rather than
-    /// dropped, to be served again by [`AnyCache::resume_shared`] (the feed was lost; its log
-    /// may tell what was missed).
-    fn suspend_shared(&self, through: Option<&str>);
+    /// As [`AnyCache::forget_all_shared`], but each value is kept, out of service from `until`
+    /// on, rather than dropped, to be served again by [`AnyCache::resume_shared`] (the feed was
+    /// lost; its log may tell what was missed).
+    fn suspend_shared(&self, through: Option<&str>, until: tokio::time::Instant);
     /// Serves again what [`AnyCache::suspend_shared`] took out of service and memory still
     /// holds: the feed is back, and the invalidations it missed were applied from its log.
     fn resume_shared(&self, through: Option<&str>);

@@ -93,12 +93,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
             .abandon(tokio::time::Instant::now(), last_good);
     }
 
-    fn suspend_shared(&self, through: Option<&str>) {
+    fn suspend_shared(&self, through: Option<&str>, until: tokio::time::Instant) {
         if !self.shared_through(through) {
             return;
         }
         self.forget_flights();
-        self.core.memory.suspend(tokio::time::Instant::now());
+        self.core.memory.suspend(tokio::time::Instant::now(), until);
     }
 
     fn resume_shared(&self, through: Option<&str>) {

@@ -260,10 +260,10 @@ async fn an_invalidation_reaches_the_other_processes_memory() {
     assert_eq!(source.loads(), 2);
 }
 
-/// Issue 36: while a process's feed is lost its memory serves nothing it held; once the feed
-/// is back and the invalidation log replayed, it serves again every value whose key was not
-/// invalidated meanwhile, and drops the one that was. When the log does not cover the gap, it
-/// drops them all.
+/// Issue 36: while a process's feed is lost its memory serves what it held until the bound after
+/// the last it heard, then nothing; once the feed is back and the invalidation log replayed, it
+/// serves again every value whose key was not invalidated meanwhile, and drops the one that
+/// was. When the log does not cover the gap, it drops them all but what it loaded while deaf.
 #[tokio::test(start_paused = true)]
 async fn a_feed_back_replays_what_it_missed_from_the_log_and_serves_the_rest_again() {
     for logged in [true, false] {
@@ -278,19 +278,22 @@ async fn a_feed_back_replays_what_it_missed_from_the_log_and_serves_the_rest_aga
         let source = Source::new(Duration::from_millis(10));
         assert_eq!(within(source.get(a, 1)).await.unwrap(), "1 v1");
         assert_eq!(within(source.get(a, 2)).await.unwrap(), "2 v2");
-        store.cut_feed(
-            process,
-            Duration::from_millis(10),
-            Duration::from_millis(500),
-            logged,
-        );
+        let lasting = store.bound + Duration::from_millis(700);
+        store.cut_feed(process, Duration::from_millis(10), lasting, logged);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(a.peek(&2), None, "out of service while the feed is lost");
         within(b.invalidate(&1)).await.unwrap(); // announced while a hears nothing
+        assert_eq!(
+            a.peek(&2).as_deref(),
+            Some("2 v2"),
+            "served until the bound after the last it heard"
+        );
+        tokio::time::sleep(store.bound).await;
+        assert_eq!(a.peek(&2), None, "out of service past the bound");
+        assert_eq!(a.peek(&1), None, "out of service past the bound");
         // Loaded while the feed is lost: kept for the bound only, unless the log shows later
         // that it was not invalidated meanwhile.
         assert_eq!(within(source.get(a, 3)).await.unwrap(), "3 v3");
-        tokio::time::sleep(Duration::from_millis(500)).await; // the feed is back
+        tokio::time::sleep(Duration::from_millis(700)).await; // the feed is back
         assert_eq!(
             a.peek(&1),
             None,

@@ -148,6 +148,10 @@ struct Feed {
     caches: Vec<(Space, Option<Arc<str>>, &'static dyn AnyCache)>,
     /// Its announcements are lost.
     cut: bool,
+    /// Since when they are (the last it heard was announced before): what it holds stays
+    /// servable until the bound after that, as the Redis tier's feed vouches for its memory
+    /// until the bound after the last heartbeat it heard.
+    cut_since: Option<Instant>,
     /// It noticed the loss: memory is trusted only for the bound, until the feed is back.
     down: bool,
     /// Its announcements arrive this late.
@@ -370,8 +374,10 @@ impl<K: Key, V: Value> Store<K, V> {
     ) {
         {
             let mut feeds = lock(&self.feeds);
-            feeds[process].cut = true;
-            feeds[process].gap |= !logged;
+            let feed = &mut feeds[process];
+            feed.cut = true;
+            feed.cut_since.get_or_insert_with(Instant::now);
+            feed.gap |= !logged;
         }
         let store = self.clone();
         tokio::spawn(async move {
@@ -382,6 +388,7 @@ impl<K: Key, V: Value> Store<K, V> {
             tokio::time::sleep_until(started + lasting.max(noticed)).await;
             let mut feeds = lock(&store.feeds);
             feeds[process].cut = false;
+            feeds[process].cut_since = None;
             feeds[process].cut_noticed = false;
             drop(feeds);
             store.feed_changed(process);
@@ -473,6 +480,7 @@ impl<K: Key, V: Value> Store<K, V> {
         for process in 0..processes {
             let mut feeds = lock(&self.feeds);
             feeds[process].cut = false;
+            feeds[process].cut_since = None;
             feeds[process].cut_noticed = false;
             feeds[process].late = false;
             feeds[process].clogged_until = None;
@@ -504,10 +512,13 @@ impl<K: Key, V: Value> Store<K, V> {
 
     fn feed_down(&self, process: Process, down: bool) {
         self.tell(Event::Feed { process, down });
-        let (caches, missed, gap) = {
+        let (caches, missed, gap, until) = {
             let mut feeds = lock(&self.feeds);
             let feed = &mut feeds[process];
             feed.down = down;
+            // A late feed is noticed at its deadline; a cut one may be noticed earlier.
+            let now = Instant::now();
+            let until = feed.cut_since.map_or(now, |since| since + self.bound);
             let (missed, gap) = match down {
                 true => (Vec::new(), false),
                 false => (
@@ -515,13 +526,13 @@ impl<K: Key, V: Value> Store<K, V> {
                     std::mem::take(&mut feed.gap),
                 ),
             };
-            (feed.caches.clone(), missed, gap)
+            (feed.caches.clone(), missed, gap, until)
         };
         // Each connection's caches, as the Redis tier suspends them when that connection's
         // subscription is lost, and replays its log or drops them when it is back.
         if down {
             for (_, connection, cache) in &caches {
-                cache.suspend_shared(Some(through(connection.as_deref())));
+                cache.suspend_shared(Some(through(connection.as_deref())), until);
             }
             return;
         }

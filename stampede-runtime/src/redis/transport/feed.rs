@@ -53,12 +53,14 @@ pub(crate) fn forget_all(connection: Option<&str>) {
     }
 }
 
-/// Takes out of service this process's memory of every cache whose keys are shared through the
-/// Redis connection named `connection` (`None`: through any), because invalidations announced
-/// there may be missed from now on; [`resume_all`] serves it again, [`forget_all`] drops it.
-pub(crate) fn suspend_all(connection: Option<&str>) {
+/// Takes out of service, from `until` on (at the latest the feed's own deadline: the last
+/// heartbeat heard was sent less than the staleness bound before), this process's memory of
+/// every cache whose keys are shared through the Redis connection named `connection` (`None`:
+/// through any), because invalidations announced there may be missed from now on;
+/// [`resume_all`] serves it again, [`forget_all`] drops it.
+pub(crate) fn suspend_all(connection: Option<&str>, until: tokio::time::Instant) {
     for cache in registry::all() {
-        cache.suspend_shared(connection);
+        cache.suspend_shared(connection, until);
     }
 }
 

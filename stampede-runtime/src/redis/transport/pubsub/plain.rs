@@ -338,10 +338,21 @@ struct Up {
 
 impl Drop for Up {
     fn drop(&mut self) {
-        // Not live first, then forget: a flow that keeps a value after this caps it.
-        if let Some(subscriber) = self.subscriber.upgrade() {
-            subscriber.went_down();
-        }
+        // Not live first, then forget: a flow that keeps a value after this caps it. A lost
+        // session's feed vouches for what it held until the deadline it would have been lost
+        // at (an invalidation missed was announced after the last heartbeat heard was sent),
+        // and the next session reads the log; a feed that ended with its runtime or subscriber
+        // vouches for nothing more: no session of it follows to hear what comes next.
+        let until = match self.subscriber.upgrade() {
+            Some(subscriber) => {
+                subscriber.went_down();
+                match self.lost {
+                    Some(_) => subscriber.deadline(),
+                    None => Instant::now(),
+                }
+            }
+            None => Instant::now(),
+        };
         let connection = self.connection.upgrade();
         // Another runtime's session of this Redis still live (a test's runtime beside another,
         // or a second runtime of a service) hears what comes next; what came before it was
@@ -349,7 +360,7 @@ impl Drop for Up {
         if connection.as_ref().is_some_and(|c| c.feed_live()) {
             return;
         }
-        feed::suspend_all(connection.as_ref().map(|c| c.name()));
+        feed::suspend_all(connection.as_ref().map(|c| c.name()), until);
         if let Some(connection) = connection {
             connection.feed_lost(self.lost);
         }

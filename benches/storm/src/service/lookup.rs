@@ -169,7 +169,7 @@ async fn stampede_redis_trusting(id: i32) -> Result<Option<Product>, LookupError
     query(id).await
 }
 
-/// The connection of [`stampede_redis_trusting`]: the Redis of `STAMPEDE_REDIS_URL`, with
+/// The connection of [`stampede_redis_trusting()`]: the Redis of `STAMPEDE_REDIS_URL`, with
 /// `trust_while_deaf` of the ttl.
 pub fn install_trusting() -> Result<(), String> {
     let url = std::env::var(stampede::REDIS_URL_VAR)

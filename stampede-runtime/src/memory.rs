@@ -370,13 +370,14 @@ impl<K: Key, V: Value> Memory<K, V> {
         });
     }
 
-    /// Takes every value out of service from `until` on (at the earliest `now`) because a shared
-    /// tier's invalidation feed was lost (an invalidation may have been missed, none is known),
-    /// keeping what [`Memory::resume`] needs
-    /// to put each back if the feed's log shows that its key was not invalidated meanwhile. A
-    /// value stays its key's last good value for the rest of its fail-safe window, as
-    /// [`Memory::abandon`] leaves it; loads running now will not store theirs. Each entry is
-    /// capped in place under its shard's lock, as there.
+    /// Takes every value out of service from `until` on because a shared tier's invalidation
+    /// feed was lost (an invalidation may have been missed, none is known), keeping what
+    /// [`Memory::resume`] needs to put each back if the feed's log shows that its key was not
+    /// invalidated meanwhile; a value past every use at `now` is dropped. A value stays its
+    /// key's last good value for the rest of its fail-safe window, as [`Memory::abandon`]
+    /// leaves it; loads running now will not store theirs. Each entry is capped in place under
+    /// its shard's lock, so a value a load stores meanwhile is at worst taken out of service
+    /// too, never replaced by an older one.
     pub(crate) fn suspend(&self, now: Instant, until: Instant) {
         for generation in self.loading().values_mut() {
             generation.bump();

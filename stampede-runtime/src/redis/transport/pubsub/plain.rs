@@ -286,6 +286,7 @@ async fn supervise(
                 recover(&mut session, &settings, connection.as_deref()).await;
             }
             drop(connection);
+            session.up();
             let Some(subscriber_now) = subscriber.upgrade() else {
                 return;
             };

@@ -31,7 +31,8 @@ pub(super) struct Session {
     /// if it could not be (an ACL that refuses `INFO`): its log's positions are then unknown.
     pub(super) run: Option<Arc<str>>,
     /// A connection to the session's server for commands (on a cluster of Redis 7 or later, the
-    /// session's own RESP3 connection): the invalidation log is read through it.
+    /// session's own RESP3 connection): the invalidation log is read through it when the session
+    /// is a recovery, and it is closed once the session is up ([`Session::up`]).
     direct: Option<MultiplexedConnection>,
 }
 
@@ -148,6 +149,12 @@ impl Session {
             Connection::Plain { sink, .. } => sink.unsubscribe(channel).await,
             Connection::Sharded { connection, .. } => connection.unsubscribe(channel).await,
         }
+    }
+
+    /// The session is up (and its recovery, if any, done): the connection the log was read
+    /// through is closed, so that a session holds one connection of its own.
+    pub(super) fn up(&mut self) {
+        self.direct = None;
     }
 
     /// The invalidation log's messages after `from` on the session's server (see

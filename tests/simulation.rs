@@ -142,6 +142,8 @@ const FOUND: &[u64] = &[
     143_922_967,
     147_459_162,
     140_877_845,
+    186_110_297,
+    186_449_956,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

@@ -516,9 +516,18 @@ impl<K: Key, V: Value> Store<K, V> {
             let mut feeds = lock(&self.feeds);
             let feed = &mut feeds[process];
             feed.down = down;
-            // A late feed is noticed at its deadline; a cut one may be noticed earlier.
+            // A cut is noticed up to the bound after it began, and what was heard before it vouches
+            // until then. A delayed or late feed heard its last announcement earlier than the
+            // cut (what was sent before it may still be in flight): it vouches for nothing past
+            // now, as the Redis tier's deadline (the last heartbeat heard plus the bound) has
+            // passed when a late feed is noticed.
             let now = Instant::now();
-            let until = feed.cut_since.map_or(now, |since| since + self.bound);
+            let delayed =
+                feed.late || !feed.delay.is_zero() || feed.clogged_until.is_some_and(|at| at > now);
+            let until = match (feed.cut_since, delayed) {
+                (Some(since), false) => since + self.bound,
+                _ => now,
+            };
             let (missed, gap) = match down {
                 true => (Vec::new(), false),
                 false => (

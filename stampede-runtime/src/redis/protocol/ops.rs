@@ -167,8 +167,7 @@ impl Endpoint {
         message: Option<&[u8]>,
     ) -> Result<bool, Failure> {
         self.call(|mut connection| async move {
-            let feed = self.feed_path(&connection);
-            let (channel, log, most) = (&feed.0, &feed.1, feed.2);
+            let (channel, log, most) = self.feed_path(&connection);
             let (in_script, after) = match message {
                 Some(message) if connection.mode().is_cluster() => ("", Some(message)),
                 Some(_) => (channel.as_str(), None),
@@ -177,7 +176,7 @@ impl Endpoint {
             let mut script = scripts::INVALIDATE.key(&keys.value);
             script.key(&keys.fence);
             if !in_script.is_empty() {
-                script.key(log);
+                script.key(&log);
             }
             let deleted: i64 = script
                 .arg(in_script)
@@ -186,7 +185,7 @@ impl Endpoint {
                 .invoke_async(&mut connection)
                 .await?;
             if let Some(message) = after {
-                invalidate::announce(&mut connection, (channel, log, most), message).await?;
+                invalidate::announce(&mut connection, (&channel, &log, most), message).await?;
             }
             Ok(deleted == 1)
         })
@@ -206,11 +205,12 @@ impl Endpoint {
     /// The invalidation feed on `connection`'s server: its channel, its log and the log's
     /// length.
     fn feed_path(&self, connection: &CommandConnection) -> (String, String, usize) {
-        let (prefix, mode) = (&self.config.prefix, connection.mode());
+        let mode = connection.mode();
+        let (log, most) = self.log_of(mode);
         (
-            invalidate::channel(prefix, self.config.db(), mode),
-            invalidate::log_key(prefix, mode),
-            self.config.log_len,
+            invalidate::channel(&self.config.prefix, self.config.db(), mode),
+            log,
+            most,
         )
     }
 }

@@ -129,11 +129,11 @@ impl Endpoint {
                 .await
         })
         .await?;
-        let (prefix, most) = (&self.config.prefix, self.config.log_len);
+        let prefix = &self.config.prefix;
         self.call(|mut connection| async move {
             let mode = connection.mode();
             let heartbeats = invalidate::heartbeat_channel(prefix, db, mode, "preflight");
-            let log = invalidate::log_key(prefix, mode);
+            let (log, most) = self.log_of(mode);
             invalidate::beat(&mut connection, (&heartbeats, &log, most), b"").await
         })
         .await?;

@@ -143,14 +143,21 @@ impl Endpoint {
     pub(crate) async fn heartbeat(&self, channel: &str, token: u64) -> Option<LogId> {
         let token = token.to_string();
         let token = token.as_bytes();
-        let (prefix, most) = (&self.config.prefix, self.config.log_len);
         self.attempt(|mut connection| async move {
-            let log = invalidate::log_key(prefix, connection.mode());
+            let (log, most) = self.log_of(connection.mode());
             invalidate::beat(&mut connection, (channel, &log, most), token).await
         })
         .await
         .ok()
         .flatten()
+    }
+
+    /// The invalidation feed's log on a server of `mode`, and how many entries it keeps.
+    pub(crate) fn log_of(&self, mode: Mode) -> (String, usize) {
+        (
+            invalidate::log_key(&self.config.prefix, mode),
+            self.config.log_len,
+        )
     }
 
     /// A session of the server of run `run` handled everything its invalidation log held up to

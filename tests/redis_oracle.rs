@@ -337,6 +337,7 @@ fn rules() -> Vec<Rules> {
         // load per key across every process sharing the Redis".
         one_load_everywhere: redis_lock,
         lock_wait: LOCK_WAIT,
+        refreshes_early: false,
     };
     vec![
         rule(700, false, true),

@@ -117,6 +117,10 @@ const FIRST_SEED: u64 = 1;
 /// waiting for a free load, met it: their keys' last good values stood for the throttle, and
 /// a call 1.4 s later was served them. The oracle now grants the throttle to a dropped call's
 /// keys when a load of their cache fails while their flight may still be waiting to start.
+/// 187461879 (the oracle's; tiered, `lock = "redis"`, `breaker = 2`, `fail_safe`): a call was
+/// served a stale value, and its refresh in the background waited for the breaker's probe and
+/// was skipped; the value stood for the throttle, and a call 1.1 s later was served it. A
+/// background refresh is a flight no caller watches, as a dropped call's is.
 const FOUND: &[u64] = &[
     11_882,
     35_827,
@@ -144,6 +148,7 @@ const FOUND: &[u64] = &[
     140_877_845,
     186_110_297,
     186_449_956,
+    187_461_879,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;
@@ -1062,6 +1067,7 @@ impl Function {
                 || (config.backend == Backend::Redis && (!redis_lock || unlocked_waiters)),
             one_load_everywhere: redis_lock && plan.busy != Busy::Compute,
             lock_wait: plan.lock_wait,
+            refreshes_early: config.refresh_after.is_some() || config.xfetch.is_some(),
         }
     }
 

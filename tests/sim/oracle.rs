@@ -122,6 +122,8 @@ pub struct Rules {
     pub one_load_everywhere: bool,
     /// The connection's `lock_wait`: a flight that waited this long loads beside the holder.
     pub lock_wait: Duration,
+    /// `refresh_after` or `early = "xfetch"`: a fresh value's call may start a refresh.
+    pub refreshes_early: bool,
 }
 
 /// A function's fail-safe options: when a value past its stale deadline may still be served.
@@ -614,17 +616,8 @@ impl Oracle {
     pub fn unwatched_call(&self, function: u8, process: usize, key: u16, breaker_open: bool) {
         let call = self.call(function, process, key, breaker_open);
         let rules = &self.rules[function as usize];
-        let lock_wait = match rules.one_load_everywhere {
-            true => rules.lock_wait,
-            false => Duration::ZERO,
-        };
-        let until = call.began + rules.slack + lock_wait;
-        let mut history = self.history();
-        let pending = history
-            .unwatched
-            .entry((function, process, key))
-            .or_default();
-        *pending = until.max(*pending);
+        self.history()
+            .unwatched_flight(rules, (function, process, key), call.began);
     }
 
     /// What a call returned.
@@ -790,7 +783,15 @@ impl Oracle {
         // a batch may have been given it while the call's other keys were still out (seed
         // 3141513: an open breaker's probe running): its age now, not at the call's beginning,
         // says whether it may have been.
-        let past_stale = aged > own_ttl.mul_f64(1.0 - f64::from(rules.jitter) / 100.0) + stale;
+        let fresh_least = own_ttl.mul_f64(1.0 - f64::from(rules.jitter) / 100.0);
+        let past_stale = aged > fresh_least + stale;
+        // A value served past its fresh time (or any, where a refresh may come early) may have
+        // started a refresh in the background, which no caller watches: an open breaker may skip
+        // it, and the value then stands for the throttle (sim seed 187461879: a stale value's
+        // refresh waited for the breaker's probe and met it half-open).
+        if !not_cached && (rules.refreshes_early || aged > fresh_least) {
+            history.unwatched_flight(rules, (function, process, key), now);
+        }
         if grant == Some(Grant::Failure) && past_stale {
             history
                 .fail_safe_served
@@ -1173,6 +1174,19 @@ impl History {
             (false, true) => Some(Grant::Throttle),
             (false, false) => None,
         }
+    }
+
+    /// A flight of `key` begun at `began` that no caller watches (a dropped call's, a refresh
+    /// in the background) may start its load until the time a load of the function may take,
+    /// and a wait for the Redis lock's holder, have passed.
+    fn unwatched_flight(&mut self, rules: &Rules, key: (u8, usize, u16), began: Duration) {
+        let lock_wait = match rules.one_load_everywhere {
+            true => rules.lock_wait,
+            false => Duration::ZERO,
+        };
+        let until = began + rules.slack + lock_wait;
+        let pending = self.unwatched.entry(key).or_default();
+        *pending = until.max(*pending);
     }
 
     /// A load of `function` failed in `process` at `now`: with `breaker`, the breaker may open

@@ -9,7 +9,9 @@
 //! `batch_window`; and `redis`, named connections: a function's processes on connections
 //! named apart, and a twin of a function, with its name, on another database or prefix of its
 //! server; `max_loads` and `max_loads_full`, low caps that queue, time out and shed loads of
-//! distinct keys; those not yet simulated are in [`NOT_SIMULATED`],
+//! distinct keys; and every load is a conditional read of the previous value it is given
+//! (`previous`, `previous_of`), answered "unchanged" when the source still holds its version;
+//! those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
 //! with a lease and a fence, values with deadlines, an invalidation feed per process), a
@@ -46,7 +48,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use sim::oracle::{Attempt, Effect, FailSafe, Flight, Oracle, Reach, Rules, Seen, Val};
 use stampede_runtime::sim::{Call, Event, Fake, Local, SimCache, Space, Store, Values, tier_of};
-use stampede_runtime::{Backend, Config, LoadsFull, Lock};
+use stampede_runtime::{Backend, Config, LoadsFull, Lock, previous, previous_of};
 
 type Key = u16;
 /// What a cache holds: a function's value, or for a batch function a key its map left out
@@ -901,7 +903,8 @@ impl Source {
             .oracle
             .load_started(self.function, process, key, flight);
         let ended = Ended(&self, vec![(key, id)], Attempt::Dropped);
-        self.attempt(format!("k{key}"), ended, || self.read(key))
+        let previous = previous::<Held>().flatten();
+        self.attempt(format!("k{key}"), ended, || self.read_since(key, previous))
             .await
     }
 
@@ -926,13 +929,41 @@ impl Source {
             })
             .collect();
         let ended = Ended(&self, ids, Attempt::Dropped);
+        let previous: Vec<_> = keys
+            .iter()
+            .map(|key| previous_of::<Key, Held>(key).flatten())
+            .collect();
         self.attempt(format!("k{keys:?}"), ended, || {
             keys.iter()
-                .map(|&key| (key, self.read(key)))
+                .zip(previous)
+                .map(|(&key, previous)| (key, self.read_since(key, previous)))
                 .filter(|(_, value)| !sim::oracle::absent(self.function, value.key, value.version))
                 .collect()
         })
         .await
+    }
+
+    /// A conditional read of `key` by a load given `previous` (`stampede::previous`): the
+    /// previous value itself when the source still holds its version ("unchanged", as of now),
+    /// else what the source holds. The oracle checks what the load was given.
+    fn read_since(&self, key: Key, previous: Option<Val>) -> Val {
+        let read = self.read(key);
+        match previous {
+            Some(previous) => {
+                self.oracle
+                    .previous_given(self.function, key, &previous, read.version);
+                match (previous.function, previous.key, previous.version)
+                    == (read.function, read.key, read.version)
+                {
+                    true => Val {
+                        read_at: read.read_at,
+                        ..previous
+                    },
+                    false => read,
+                }
+            }
+            None => read,
+        }
     }
 
     /// What the source holds for `key` when a load reads it.

@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("random", 0),
     ("budget", 0),
     ("order", 0),
+    ("previous", 0),
     ("config", 1),
     ("tags", 1),
     ("breaker", 1),

@@ -19,8 +19,8 @@
 //! redis (a Tier)                                        a shared tier, beside the cache
 //! tier (Tier, Handle, Direct, Fetched, Local)           what a tier reports, and is lent
 //! core (Core, Begun, Tags, Values)                      the state lent to tiers
-//! registry, memory, flight, load, breaker, budget, hot, telemetry, entry, tags, stats,
-//! checks, clock, config, error, kv                      the leaves
+//! registry, memory, flight, load, previous, breaker, budget, hot, telemetry, entry, tags,
+//! stats, checks, clock, config, error, kv               the leaves
 //! ```
 
 // Without the Redis tier, the parts of the core that only a shared tier calls (a stale value
@@ -51,6 +51,7 @@ mod memory;
 // The one ordering: memory applies it, the fake tier too, and the Redis scripts' tests check
 // the Lua side against it.
 mod order;
+mod previous;
 mod random;
 #[cfg(feature = "redis")]
 mod redis;
@@ -71,6 +72,7 @@ pub use api::{caches, invalidate, invalidate_tag, stats};
 pub use budget::{MAX_REFRESHES_VAR, set_max_refreshes};
 pub use config::{Backend, Config, LoadsFull, Lock};
 pub use error::{Error, LoadError, UpstreamError};
+pub use previous::{previous, previous_of};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{Busy, REDIS_URL_VAR, RedisConfig, require_redis};

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Error, LoadError, UpstreamError};
+use crate::previous::{self, Lent};
 use crate::telemetry::Telemetry;
 
 /// The body of a cached function, turned by `#[cached]` into a function of the key: called once
@@ -141,20 +142,22 @@ impl<V> Loaded<V> {
 }
 
 /// Runs `load` for `key`: each attempt bounded by the cache's timeout, failed or timed-out ones
-/// retried up to `retries` times after a jittered backoff.
+/// retried up to `retries` times after a jittered backoff, and lent `previous` (what
+/// [`previous`](crate::previous) reads in it).
 pub(crate) async fn attempts<K, V, L: Load<K, V>>(
     config: &Config,
     telemetry: &Telemetry,
     key: &K,
     load: &L,
+    previous: Lent,
 ) -> Result<Loaded<V>, Error> {
     let started = Instant::now();
     let mut retry = 0;
     let outcome = loop {
         telemetry.loads.bump();
         let read_from = Instant::now();
-        let (error, retryable) = match tokio::time::timeout(config.timeout, load.attempt(key)).await
-        {
+        let attempt = previous::lend(&previous, || load.attempt(key));
+        let (error, retryable) = match tokio::time::timeout(config.timeout, attempt).await {
             Ok(Ok(value)) => break Ok(Loaded { value, read_from }),
             Ok(Err(error)) => {
                 let retryable = load.retryable(&error);

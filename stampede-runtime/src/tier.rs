@@ -356,8 +356,25 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// in the load is an `Error::LoadPanicked`.
     pub(crate) async fn load(&self) -> Result<Loaded<V>, Error> {
         let core = self.core;
-        let attempts = crate::load::attempts(&core.config, &core.telemetry, self.key, self.load);
+        let previous = crate::previous::one(self.previous());
+        let attempts =
+            crate::load::attempts(&core.config, &core.telemetry, self.key, self.load, previous);
         admitted(core, || self.started(), attempts).await
+    }
+
+    /// The value the load replaces, lent to it ([`previous`](crate::previous)): memory's, while
+    /// it may still stand for a failed load; else the stale or last good value the tier read
+    /// for this flight. Nothing invalidated since: memory drops such a value, and a tier
+    /// offers only what it read for this flight.
+    pub(crate) fn previous(&self) -> Option<V> {
+        let now = Instant::now();
+        let held = match self.core.config.in_memory() {
+            true => self.core.entry(self.key).filter(|held| held.fail_safe(now)),
+            false => None,
+        };
+        held.or_else(|| lock(&self.served).clone())
+            .or_else(|| lock(&self.last_good).clone())
+            .map(|entry| entry.value)
     }
 
     /// The load has started: `cache_refresh_total` counts it, once per flight.

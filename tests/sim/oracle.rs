@@ -1017,6 +1017,20 @@ impl Oracle {
         id
     }
 
+    /// A load of `key` of `function` was given `previous` (`stampede::previous`) and read the
+    /// source at `version`: the value it replaces, so one of that key, never of a version the
+    /// source did not hold yet (README, Features: "`stampede::previous::<T>()` is the value the
+    /// cache holds for the key being loaded").
+    pub fn previous_given(&self, function: u8, key: u16, previous: &Val, version: u64) {
+        let now = self.now();
+        let mut history = self.history();
+        if (previous.function, previous.key) != (function, key) || previous.version > version {
+            history.violate(now, format!(
+                "a load of f{function} k{key} was given another's value, or a later one, as its previous (the source at v{version}): {previous:?}"
+            ));
+        }
+    }
+
     /// An attempt of a load ended (finished, failed or dropped).
     pub fn load_ended(&self, function: u8, key: u16, id: u64, how: Attempt) {
         let now = self.now();

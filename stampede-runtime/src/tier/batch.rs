@@ -169,7 +169,16 @@ impl<K: Key, V: Value, L: BatchLoad<K, V>> Group<K, V> for Batch<'_, K, V, L> {
                 self.handles[at].started();
             }
         };
-        let attempts = crate::load::attempts(&core.config, &core.telemetry, &keys, self.load);
+        let previous = indices
+            .iter()
+            .filter_map(|&at| {
+                let handle = &self.handles[at];
+                Some((handle.key().clone(), handle.previous()?))
+            })
+            .collect();
+        let previous = crate::previous::many(previous);
+        let attempts =
+            crate::load::attempts(&core.config, &core.telemetry, &keys, self.load, previous);
         match admitted(core, started, attempts).await {
             Ok(Loaded {
                 value: values,

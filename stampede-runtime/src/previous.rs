@@ -28,7 +28,8 @@ tokio::task_local! {
 /// an early refresh (`refresh_after`, `xfetch`) and the companion's `refresh` are given the
 /// value they replace; a load after the stale window is given the last good value where one is
 /// kept (`fail_safe`); with `backend = "redis"`, the value this load read from Redis (stale, or
-/// the last good one). A value invalidated (by key, by tag) is never given.
+/// the last good one). A value invalidated (by key, by tag) before the load starts is never
+/// given (another process's invalidation: once this process has heard it).
 ///
 /// To answer "unchanged", return it: it is stored as if loaded now (fresh again for `ttl`,
 /// jittered, then `stale`), and written to Redis again with a tier.

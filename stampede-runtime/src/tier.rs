@@ -364,9 +364,12 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
 
     /// The value the load replaces, lent to it ([`previous`](crate::previous)): memory's, while
     /// it may still stand for a failed load; else the stale or last good value the tier read
-    /// for this flight. Nothing invalidated since: memory drops such a value, and a tier
-    /// offers only what it read for this flight.
+    /// for this flight. Nothing once the key was invalidated (or detached) since the flight
+    /// began: memory drops such a value, but what the tier read before may be it.
     pub(crate) fn previous(&self) -> Option<V> {
+        if !self.current() {
+            return None;
+        }
         let now = Instant::now();
         let held = match self.core.config.in_memory() {
             true => self.core.entry(self.key).filter(|held| held.fail_safe(now)),

@@ -25,6 +25,8 @@ use crate::tls::TestCerts;
 const SLOTS: u16 = 16_384;
 /// The bound on the cluster coming up.
 const UP_WITHIN: Duration = Duration::from_secs(60);
+/// How many times a cluster is started before its start fails (see [`Cluster::start`]).
+const STARTS: usize = 4;
 
 /// How a [`Cluster`] is made: how many masters, replicas per master, plain or TLS.
 #[derive(Clone)]
@@ -79,15 +81,36 @@ impl Cluster {
     /// Starts the nodes, gives each master an equal share of the slots, joins them and makes
     /// the replicas. Returns once every node reports `cluster_state:ok`, sees every master and
     /// replica, and every replica is synced with its master.
+    ///
+    /// The ports are free when probed, but one (or its bus port, 10,000 above it) may be taken
+    /// before its node binds it (another test's client socket): when a node exits before it
+    /// answers, every node is stopped and the cluster started again on other ports, a few times.
     pub fn start(options: Options) -> Cluster {
+        let began = Instant::now();
+        let mut exits = Vec::new();
+        for _ in 0..STARTS {
+            match Cluster::spawn(options.clone()) {
+                Ok(mut cluster) => {
+                    cluster.join();
+                    cluster.ready_in = began.elapsed();
+                    return cluster;
+                }
+                Err(exit) => exits.push(exit),
+            }
+        }
+        panic!("the cluster did not start in {STARTS} tries: {exits:?}");
+    }
+
+    /// Spawns the nodes on free ports and waits until each answers; a node's exit before it
+    /// answers (its port taken meanwhile), said.
+    fn spawn(options: Options) -> Result<Cluster, String> {
         let dir = crate::temp_dir("stampede-cluster");
         let ports = free_ports(options.nodes());
-        let began = Instant::now();
         let children = ports
             .iter()
             .map(|port| spawn_node(&dir, *port, options.tls.as_deref()))
             .collect();
-        let mut cluster = Cluster {
+        let cluster = Cluster {
             ports,
             dir,
             options,
@@ -96,14 +119,22 @@ impl Cluster {
             ready_in: Duration::ZERO,
         };
         cluster.watchdog();
-        for port in &cluster.ports {
+        for (index, port) in cluster.ports.iter().enumerate() {
+            let mut exited = None;
             wait_for(&format!("node {port} to answer"), || {
+                let mut children = cluster.children.lock().unwrap_or_else(|e| e.into_inner());
+                if let Ok(Some(status)) = children[index].try_wait() {
+                    exited = Some(status);
+                    return true;
+                }
+                drop(children);
                 cluster.try_command::<String>(*port, &["PING"]).is_ok()
             });
+            if let Some(status) = exited {
+                return Err(format!("node {port} exited ({status}) before it answered"));
+            }
         }
-        cluster.join();
-        cluster.ready_in = began.elapsed();
-        cluster
+        Ok(cluster)
     }
 
     /// Makes a cluster of the started nodes, as `redis-cli --cluster create` does: a config

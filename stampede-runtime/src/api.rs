@@ -5,6 +5,7 @@
 use std::any::{Any, type_name};
 
 use crate::error::Error;
+use crate::memory::Invalidation;
 use crate::registry::{self, AnyCache};
 use crate::stats::{CacheInfo, Stats};
 
@@ -74,11 +75,42 @@ pub fn caches() -> Vec<CacheInfo> {
 /// compile error): `product::invalidate(id, region).await?` (`Type::method_invalidate` for a
 /// method with `companion = true`).
 pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Error> {
-    if invalidate_in(registry::named(name), &key).await? {
+    invalidate_named(name, &key, Invalidation::Drop).await
+}
+
+/// Ends the freshness of one key of the cache called `name`, in this process and, for a cache
+/// backed by Redis, in Redis and in every other process's memory, without dropping its value:
+/// the next call gets it as a stale value (for the cache's `stale` at most, counted from now)
+/// while one refresh runs, and with `fail_safe` it stays the key's last good value. A cache
+/// without `stale` loads at the next call, and keeps the value only as the last good one. A
+/// load of the key that was running meanwhile does not store its value (it read the source
+/// before).
+///
+/// `key`, the errors and where it reaches are as for [`invalidate`]; prefer the companion's
+/// typed `product::expire(id).await?`. A process of an earlier version of this crate ignores
+/// the announcement: its copy stays fresh for the rest of its `ttl`.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), stampede::Error> {
+/// // the row changed; serve the old one a little longer while it reloads
+/// stampede::expire("shop::product", (42u64,)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn expire<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Error> {
+    invalidate_named(name, &key, Invalidation::Expire).await
+}
+
+/// [`invalidate`] or [`expire`], as `how` says.
+async fn invalidate_named<K: Any + Send + Sync>(
+    name: &str,
+    key: &K,
+    how: Invalidation,
+) -> Result<(), Error> {
+    if invalidate_in(registry::named(name), key, how).await? {
         return Ok(());
     }
     // Not called yet in this process: build the caches of the linked functions of that name.
-    if registry::build_linked(name) && invalidate_in(registry::named(name), &key).await? {
+    if registry::build_linked(name) && invalidate_in(registry::named(name), key, how).await? {
         return Ok(());
     }
     Err(Error::invalid_config(format!(
@@ -87,14 +119,16 @@ pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), 
     )))
 }
 
-/// Invalidates `key` in those of `caches` whose key type it is; whether any was.
+/// Invalidates `key` (as `how` says) in those of `caches` whose key type it is; whether any
+/// was.
 async fn invalidate_in(
     caches: Vec<&'static dyn AnyCache>,
     key: &(dyn Any + Send + Sync),
+    how: Invalidation,
 ) -> Result<bool, Error> {
     let mut found = false;
     for cache in caches {
-        if let Some(invalidation) = cache.invalidate(key) {
+        if let Some(invalidation) = cache.invalidate(key, how) {
             found = true;
             invalidation.await?;
         }

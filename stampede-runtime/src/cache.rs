@@ -19,7 +19,7 @@ use crate::error::{Error, LoadError};
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
 use crate::load::{Erased, ErasedPrepare, Load, erased};
-use crate::memory::Kept;
+use crate::memory::{Invalidation, Kept};
 use crate::telemetry::Reason;
 use crate::tier::{Direct, Run, Shared, Start, Tier};
 
@@ -405,7 +405,19 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// (which stores nothing): after this returns, no call here returns a value whose load began
     /// before it.
     pub(crate) fn forget(&self, key: &K) -> bool {
+        self.forget_as(key, Invalidation::Drop)
+    }
+
+    /// [`Cache::forget`], or with [`Invalidation::Expire`] the value kept but no longer fresh
+    /// (stale for `stale` at most, then its last good value); whether a value was held.
+    pub(crate) fn forget_as(&self, key: &K, how: Invalidation) -> bool {
         self.core.flights.forget(key);
-        self.core.memory.invalidate(key)
+        match how {
+            Invalidation::Drop => self.core.memory.invalidate(key),
+            Invalidation::Expire => {
+                let stale = self.core.config.stale;
+                self.core.memory.expire(key, Instant::now(), stale)
+            }
+        }
     }
 }

@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -83,6 +84,16 @@ macro_rules! either {
             Store::Full($store) => $body,
         }
     };
+}
+
+/// What an invalidation does to a key's value, here and (with a shared tier) everywhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invalidation {
+    /// Drops it (`invalidate`).
+    Drop,
+    /// Ends its fresh time (`expire`): stale for the cache's `stale` at most, then its key's
+    /// last good value for the rest of its fail-safe window.
+    Expire,
 }
 
 struct Generation {
@@ -305,6 +316,34 @@ impl<K: Key, V: Value> Memory<K, V> {
         either!(self, store => store.remove(key).is_some())
     }
 
+    /// The key's value is no longer fresh from `now` on ([`Entry::expire`]: stale for `stale`
+    /// at most, then its last good value); loads of it running now will not store theirs (they
+    /// read the source before). A suspension's saved deadlines of it are forgotten, so that a
+    /// resume leaves it as capped. Whether a value was held.
+    pub(crate) fn expire(&self, key: &K, now: Instant, stale: Duration) -> bool {
+        self.expire_in(&mut self.loading(), key, now, stale)
+    }
+
+    fn expire_in(
+        &self,
+        loading: &mut HashMap<K, Generation>,
+        key: &K,
+        now: Instant,
+        stale: Duration,
+    ) -> bool {
+        Self::detach_in(loading, key);
+        if let Some(saved) = self.suspended().as_mut() {
+            saved.remove(key);
+        }
+        either!(self, store => {
+            let held = store.entry(key, None, |_, held| match Held::expire(held, now, stale) {
+                true => quick_cache::sync::EntryAction::Retain(()),
+                false => quick_cache::sync::EntryAction::Remove,
+            });
+            !matches!(held, quick_cache::sync::EntryResult::Vacant(_))
+        })
+    }
+
     /// Loads of the key running now will not store their value; the value stored stays.
     pub(crate) fn detach(&self, key: &K) {
         Self::detach_in(&mut self.loading(), key);
@@ -316,10 +355,11 @@ impl<K: Key, V: Value> Memory<K, V> {
         }
     }
 
-    /// Drops the value of the key named `name` (an invalidation another process announced); a
-    /// load of it running now will not store its value. A lookup in the index of names, not a
-    /// scan of the store; nothing for a store built without names.
-    pub(crate) fn invalidate_named(&self, name: &str) {
+    /// Drops the value of the key named `name` (an invalidation another process announced), or
+    /// ends its fresh time ([`Memory::expire`], stale for `stale` at most); a load of it
+    /// running now will not store its value. A lookup in the index of names, not a scan of the
+    /// store; nothing for a store built without names.
+    pub(crate) fn invalidate_named(&self, name: &str, how: Invalidation, stale: Duration) {
         let Some(names) = &self.names else {
             return;
         };
@@ -329,15 +369,22 @@ impl<K: Key, V: Value> Memory<K, V> {
                 generation.bump();
             }
         }
-        let key = names
-            .by_name
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name);
-        if let Some(key) = key {
-            either!(self, store => {
+        let mut by_name = names.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = match how {
+            Invalidation::Expire => by_name.get(name).cloned(),
+            Invalidation::Drop => by_name.remove(name),
+        };
+        drop(by_name);
+        let Some(key) = key else {
+            return;
+        };
+        match how {
+            Invalidation::Expire => {
+                self.expire_in(&mut loading, &key, Instant::now(), stale);
+            }
+            Invalidation::Drop => either!(self, store => {
                 store.remove(&key);
-            });
+            }),
         }
     }
 
@@ -469,6 +516,8 @@ trait Held {
     fn holds(&self, saved: &Saved) -> bool;
     /// Whether it may be served at `now`, fresh or stale.
     fn servable(&self, now: Instant) -> bool;
+    /// [`Entry::expire`]; whether it can still be held in this form (else it is dropped).
+    fn expire(&mut self, now: Instant, stale: Duration) -> bool;
 }
 
 impl<V: Value> Held for Entry<V> {
@@ -489,6 +538,11 @@ impl<V: Value> Held for Entry<V> {
 
     fn resume(&mut self, saved: &Saved) {
         self.restore(saved);
+    }
+
+    fn expire(&mut self, now: Instant, stale: Duration) -> bool {
+        Entry::expire(self, now, stale);
+        true
     }
 }
 
@@ -518,6 +572,18 @@ impl<V: Value, R: LeanRead> Held for Lean<V, R> {
             && let Some(lean) = Lean::of(entry)
         {
             *self = lean;
+        }
+    }
+
+    fn expire(&mut self, now: Instant, stale: Duration) -> bool {
+        let mut entry = self.clone().entry();
+        entry.expire(now, stale);
+        match Lean::of(entry) {
+            Some(lean) => {
+                *self = lean;
+                true
+            }
+            None => false,
         }
     }
 }
@@ -627,7 +693,11 @@ mod tests {
         let memory = Memory::<u32, u32>::new(100, Form::Lean, Some(named), None);
         for key in 0..1_000 {
             let load = memory.begin(&key);
-            memory.invalidate_named(&format!("k{}", key / 2 * 2));
+            memory.invalidate_named(
+                &format!("k{}", key / 2 * 2),
+                Invalidation::Drop,
+                Duration::ZERO,
+            );
             memory.keep(&load, entry(key));
         }
         assert_eq!(memory.loading_count(), 0);
@@ -651,12 +721,12 @@ mod tests {
             memory.keep(&memory.begin(&key), entry(key));
         }
         let running = memory.begin(&4);
-        memory.invalidate_named("k4");
+        memory.invalidate_named("k4", Invalidation::Drop, Duration::ZERO);
         assert!(
             !memory.keep(&running, entry(4)).current(),
             "its load stores nothing"
         );
-        memory.invalidate_named("k7");
+        memory.invalidate_named("k7", Invalidation::Drop, Duration::ZERO);
         assert_eq!(memory.entry_count(), 8);
         assert!((0..10).all(|key| memory.get(&key).is_some() == (key != 4 && key != 7)));
     }
@@ -677,7 +747,7 @@ mod tests {
             .collect();
         assert!(!stored.is_empty());
         for key in stored {
-            memory.invalidate_named(&format!("k{key}"));
+            memory.invalidate_named(&format!("k{key}"), Invalidation::Drop, Duration::ZERO);
             assert!(
                 memory.get(&key).is_none(),
                 "key {key} was stored but not indexed"

@@ -9,6 +9,7 @@ use std::sync::{PoisonError, RwLock};
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::memory::Invalidation;
 use crate::stats::Stats;
 
 /// A cache as the registry holds it, whatever its key, value and tier types: what stats read
@@ -18,15 +19,17 @@ pub(crate) trait AnyCache: Send + Sync {
     fn config(&self) -> &Config;
     /// Its counters now.
     fn stats(&self) -> Stats;
-    /// Drops `key` from the cache, here and in its tier; `None` when `key` is not of the
-    /// cache's key type.
+    /// Drops `key` from the cache (or expires it, as `how` says), here and in its tier; `None`
+    /// when `key` is not of the cache's key type.
     fn invalidate<'a>(
         &'a self,
         key: &'a (dyn Any + Send + Sync),
+        how: Invalidation,
     ) -> Option<BoxFuture<'a, Result<(), Error>>>;
-    /// Drops, in this process only, the key that the cache's tier names `name` (an
-    /// invalidation another process announced); nothing for a tier that names no keys.
-    fn forget_named(&self, name: &str);
+    /// Drops (or expires, as `how` says), in this process only, the key that the cache's tier
+    /// names `name` (an invalidation another process announced); nothing for a tier that names
+    /// no keys.
+    fn forget_named(&self, name: &str, how: Invalidation);
     /// Detaches, in this process only, the running loads of keys tagged `tag` (a tag's
     /// invalidation; stored entries are checked against it on read); nothing for an untagged
     /// cache.

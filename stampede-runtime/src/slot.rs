@@ -11,6 +11,7 @@ use crate::core::{Tags, Values};
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
 use crate::load::RetryIf;
+use crate::memory::Invalidation;
 use crate::registry;
 use crate::tier::Tier;
 
@@ -255,6 +256,21 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     {
         let (cache, ()) = self.cache::<T>();
         cache.invalidate(&key).await
+    }
+
+    /// A companion's `expire`: `key`'s value is no longer fresh, here, in the tier and in every
+    /// other process's memory (see `stampede::expire`); whether a value was held for it, here
+    /// or in the tier. Builds the cache if this process never called it.
+    pub async fn expire<T>(self, key: K) -> Result<bool, Error>
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        let (cache, ()) = self.cache::<T>();
+        cache.invalidate_as(&key, Invalidation::Expire).await
     }
 
     /// A companion's `prime`: stores `value` for `key` as if it had been loaded now.

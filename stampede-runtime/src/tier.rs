@@ -37,7 +37,7 @@ use crate::error::Error;
 use crate::flight::Leader;
 use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
-use crate::memory::Kept;
+use crate::memory::{Invalidation, Kept};
 use crate::order;
 use crate::stats::{Identity, Stats};
 use crate::telemetry::Reason;
@@ -70,12 +70,14 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         std::future::ready(Ok(()))
     }
 
-    /// Drops `key` from the shared store and from every other process's memory (this process's
-    /// memory has dropped it already); whether the shared store held a value for it.
+    /// Drops `key` (or expires it, as `how` says) from the shared store and from every other
+    /// process's memory (this process's memory has done so already); whether the shared store
+    /// held a value for it.
     fn invalidate(
         &self,
         config: &Config,
         key: &K,
+        how: Invalidation,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
     /// Gets the values of many keys this process has no usable value for, as [`Tier::fetch`]
@@ -194,7 +196,7 @@ impl<K: Key, V: Value> Tier<K, V> for Local {
         handle.load_here(None).await
     }
 
-    async fn invalidate(&self, _config: &Config, _key: &K) -> Result<bool, Error> {
+    async fn invalidate(&self, _: &Config, _: &K, _: Invalidation) -> Result<bool, Error> {
         Ok(false)
     }
 }

@@ -94,6 +94,22 @@ impl<V: Value> Companion<V> {
         recipe.invalidate::<T>(key)
     }
 
+    /// Calls [`Recipe::expire`].
+    #[inline(always)]
+    pub fn expire<C, S, K, T>(
+        self,
+        recipe: Recipe<C, S, K, V>,
+        key: K,
+    ) -> impl Future<Output = Result<bool, Error>>
+    where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        recipe.expire::<T>(key)
+    }
+
     /// Calls [`Recipe::prime`].
     #[inline(always)]
     pub fn prime<C, S, K, T>(

@@ -12,6 +12,7 @@ use crate::error::{Error, LoadError};
 use crate::flight::Joined;
 use crate::kv::{Key, Value};
 use crate::load::{ErasedPrepare, Load, erased};
+use crate::memory::Invalidation;
 use crate::tier::{Handle, Run, Start, Tier};
 
 /// The load of a flight that loads nothing: [`Cache::prime`] lends its tier a [`Handle`] to keep
@@ -100,16 +101,21 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         waiter.wait(&core.config.name).await
     }
 
-    /// Drops this process's copy of `key` and detaches its running load (which stores
-    /// nothing); then drops it from the tier. Whether a value was held for it, here or in the
-    /// shared tier.
+    /// [`Cache::invalidate_as`] with [`Invalidation::Drop`].
     pub(crate) async fn invalidate(&self, key: &K) -> Result<bool, Error> {
-        let here = self.forget(key);
-        let dropped = self.tier.invalidate(&self.core.config, key).await;
+        self.invalidate_as(key, Invalidation::Drop).await
+    }
+
+    /// Drops this process's copy of `key` (or with [`Invalidation::Expire`] ends its fresh
+    /// time) and detaches its running load (which stores nothing); then does the same in the
+    /// tier. Whether a value was held for it, here or in the shared tier.
+    pub(crate) async fn invalidate_as(&self, key: &K, how: Invalidation) -> Result<bool, Error> {
+        let here = self.forget_as(key, how);
+        let dropped = self.tier.invalidate(&self.core.config, key, how).await;
         // A call meanwhile may have read the old value from a shared tier before it was dropped
         // there, and kept it: forget again, rather than wait for the announcement's echo.
         if self.tier.key_name().is_some() {
-            self.forget(key);
+            self.forget_as(key, how);
         }
         dropped.map(|shared| here || shared)
     }

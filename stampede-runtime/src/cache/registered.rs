@@ -8,6 +8,7 @@ use crate::breaker::Breaker;
 use crate::config::Config;
 use crate::error::Error;
 use crate::kv::{Key, Value};
+use crate::memory::Invalidation;
 use crate::registry::{AnyCache, BoxFuture};
 use crate::stats::Stats;
 use crate::tier::Tier;
@@ -48,14 +49,15 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
     fn invalidate<'a>(
         &'a self,
         key: &'a (dyn Any + Send + Sync),
+        how: Invalidation,
     ) -> Option<BoxFuture<'a, Result<(), Error>>> {
         let key = key.downcast_ref::<K>()?;
         Some(Box::pin(async move {
-            Cache::invalidate(self, key).await.map(|_found| ())
+            Cache::invalidate_as(self, key, how).await.map(|_found| ())
         }))
     }
 
-    fn forget_named(&self, name: &str) {
+    fn forget_named(&self, name: &str, how: Invalidation) {
         let Some(name_of) = self.tier.key_name() else {
             return;
         };
@@ -64,7 +66,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
                 self.core.flights.forget(&key);
             }
         }
-        self.core.memory.invalidate_named(name);
+        let stale = self.core.config.stale;
+        self.core.memory.invalidate_named(name, how, stale);
     }
 
     fn forget_tag(&self, tag: &str) {

@@ -16,6 +16,7 @@ use crate::core::Values;
 use crate::entry::Entry;
 use crate::error::Error;
 use crate::load::Loaded;
+use crate::memory::Invalidation;
 use crate::registry;
 use crate::testing::fake_tier::{self, Store};
 use crate::tier::{Local, Tier};
@@ -258,6 +259,119 @@ async fn an_invalidation_reaches_the_other_processes_memory() {
     assert_eq!(within(source.get(b, 9)).await.unwrap(), "9 v2");
     assert_eq!(within(source.get(a, 9)).await.unwrap(), "9 v2");
     assert_eq!(source.loads(), 2);
+}
+
+/// Issue 37: `expire` ends a value's freshness without dropping it: the next call gets it stale
+/// at once while one refresh runs (for `stale` at most from the expiry), and a load running
+/// when it came stores nothing (it read the source before).
+#[tokio::test(start_paused = true)]
+async fn an_expired_value_is_served_stale_while_one_refresh_runs_and_a_running_load_is_detached() {
+    let cache = leak(config("core::expire"), Local);
+    let source = Source::new(Duration::from_secs(1));
+    assert_eq!(within(source.get(cache, 6)).await.unwrap(), "6 v1");
+    let refresh = tokio::spawn(source.refresh(cache, 6)); // loads "6 v2" for 1 s
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        within(cache.invalidate_as(&6, Invalidation::Expire))
+            .await
+            .unwrap()
+    );
+    // Stale at once: served without a wait, and one refresh starts.
+    let started = Instant::now();
+    for _ in 0..10 {
+        assert_eq!(within(source.get(cache, 6)).await.unwrap(), "6 v1");
+    }
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(within(refresh).await.unwrap().unwrap(), "6 v2");
+    assert_eq!(
+        within(source.get(cache, 6)).await.unwrap(),
+        "6 v1",
+        "the load running at the expiry stored nothing"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(source.loads(), 3, "the detached load, then one refresh");
+    assert_eq!(within(source.get(cache, 6)).await.unwrap(), "6 v3");
+    // Its stale window counts from the expiry, never past the value's own.
+    within(cache.invalidate_as(&6, Invalidation::Expire))
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(11)).await; // past `stale` (10 s) from the expiry
+    let waited = Instant::now();
+    assert_eq!(within(source.get(cache, 6)).await.unwrap(), "6 v4");
+    assert_eq!(
+        waited.elapsed(),
+        Duration::from_secs(1),
+        "past its window: a load, waited for"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_stale_an_expired_value_is_only_the_last_good_one() {
+    let cache = leak(
+        Config {
+            stale: Duration::ZERO,
+            fail_safe: Some(Duration::from_secs(60)),
+            ..config("core::expire_fail_safe")
+        },
+        Local,
+    );
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loads = Arc::new(AtomicUsize::new(0));
+    let get = |cache: &'static Cache<u64, String, Local>| {
+        let (failing, loads) = (failing.clone(), loads.clone());
+        cache.get(1, move || {
+            move |_: &u64| {
+                loads.fetch_add(1, SeqCst);
+                let failing = failing.load(SeqCst);
+                async move {
+                    match failing {
+                        true => Err("down".to_owned()),
+                        false => Ok("1 ok".to_owned()),
+                    }
+                }
+            }
+        })
+    };
+    assert_eq!(within(get(cache)).await.unwrap(), "1 ok");
+    within(cache.invalidate_as(&1, Invalidation::Expire))
+        .await
+        .unwrap();
+    failing.store(true, SeqCst);
+    // No stale window: the call loads; the load fails and the expired value stands in for it.
+    assert_eq!(within(get(cache)).await.unwrap(), "1 ok");
+    assert_eq!(
+        loads.load(SeqCst),
+        2,
+        "the expired value was not served without a load"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expiry_reaches_the_store_and_the_other_processes_memory() {
+    let store = Store::new();
+    let name = "core::remote_expire";
+    let (a, b, c) = (
+        shared(locked(name), fake_tier::tier(&store)),
+        shared(locked(name), fake_tier::tier(&store)),
+        shared(locked(name), fake_tier::tier(&store)),
+    );
+    let source = Source::new(Duration::from_secs(1));
+    assert_eq!(within(source.get(a, 2)).await.unwrap(), "2 v1");
+    assert_eq!(within(source.get(b, 2)).await.unwrap(), "2 v1"); // read from the store
+    assert!(
+        within(a.invalidate_as(&2, Invalidation::Expire))
+            .await
+            .unwrap()
+    );
+    // b's memory holds it stale: served at once, and b refreshes it.
+    let started = Instant::now();
+    assert_eq!(within(source.get(b, 2)).await.unwrap(), "2 v1");
+    // c holds nothing and reads the store's copy, stale too: served at once, no second load.
+    assert_eq!(within(source.get(c, 2)).await.unwrap(), "2 v1");
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(within(source.get(c, 2)).await.unwrap(), "2 v2");
+    assert_eq!(source.loads(), 2, "one refresh across the processes");
 }
 
 /// Issue 36: while a process's feed is lost its memory serves what it held until the bound after

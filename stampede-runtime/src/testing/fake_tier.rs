@@ -34,6 +34,7 @@ use crate::entry::Entry;
 use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
+use crate::memory::Invalidation;
 use crate::order;
 use crate::registry::AnyCache;
 use crate::tier::{Batch, BatchLoad, Direct, Fetched, Group, Handle, Shared, Single, Tier};
@@ -166,7 +167,7 @@ struct Feed {
     clogged_until: Option<Instant>,
     /// What was announced while it was cut: the invalidation log's entries past its position,
     /// which it replays when its feed is back.
-    missed: Vec<(Space, String, String)>,
+    missed: Vec<(Space, String, String, Invalidation)>,
     /// The log no longer covers what it missed (trimmed past its position, or the server
     /// restarted empty): when its feed is back it drops its memory instead of replaying.
     gap: bool,
@@ -185,9 +186,9 @@ struct Heard {
 }
 
 impl Heard {
-    /// An invalidation of the key written `text` in the caches named `name` in `space` reaches
-    /// the process (its loads of the key detach).
-    fn deliver(&self, space: &Space, name: &str, text: &str) {
+    /// An invalidation (`how`) of the key written `text` in the caches named `name` in `space`
+    /// reaches the process (its loads of the key detach).
+    fn deliver(&self, space: &Space, name: &str, text: &str, how: Invalidation) {
         let mut caches = self
             .caches
             .iter()
@@ -200,9 +201,10 @@ impl Heard {
             process: self.process,
             space: space.clone(),
             key: text.to_owned(),
+            expired: how == Invalidation::Expire,
         });
         for (_, _, cache) in caches {
-            cache.forget_named(text);
+            cache.forget_named(text, how);
         }
     }
 }
@@ -234,6 +236,8 @@ pub enum Event {
         space: Space,
         /// The key, as its `Debug` output writes it.
         key: String,
+        /// Expired (`expire`), not dropped.
+        expired: bool,
     },
     /// A process dropped from the store a key it changed while the store was down, announcing
     /// it: a deferred invalidation.
@@ -556,8 +560,8 @@ impl<K: Key, V: Value> Store<K, V> {
             process,
             caches,
         };
-        for (space, name, text) in missed {
-            heard.deliver(&space, &name, &text);
+        for (space, name, text, how) in missed {
+            heard.deliver(&space, &name, &text, how);
         }
         let caches = heard.caches;
         for (_, connection, cache) in &caches {
@@ -565,9 +569,9 @@ impl<K: Key, V: Value> Store<K, V> {
         }
     }
 
-    /// Announces an invalidation of the key named `text` in the caches called `name` on
+    /// Announces an invalidation (`how`) of the key named `text` in the caches called `name` on
     /// namespace `space`, to every process through its feed.
-    fn announce(&self, space: &Space, name: &str, text: String) {
+    fn announce(&self, space: &Space, name: &str, text: String, how: Invalidation) {
         if self.lose_messages.load(Ordering::SeqCst) {
             return;
         }
@@ -575,7 +579,7 @@ impl<K: Key, V: Value> Store<K, V> {
         let mut feeds = lock(&self.feeds);
         for feed in feeds.iter_mut().filter(|feed| feed.cut) {
             feed.missed
-                .push((space.clone(), name.to_owned(), text.clone()));
+                .push((space.clone(), name.to_owned(), text.clone(), how));
         }
         for (process, feed) in feeds.iter_mut().enumerate().filter(|(_, feed)| !feed.cut) {
             // First in first out: not before what was sent earlier.
@@ -592,11 +596,11 @@ impl<K: Key, V: Value> Store<K, V> {
             };
             let (space, name, text) = (space.clone(), name.to_owned(), text.clone());
             if at <= now {
-                heard.deliver(&space, &name, &text);
+                heard.deliver(&space, &name, &text, how);
             } else {
                 tokio::spawn(async move {
                     tokio::time::sleep_until(at).await;
-                    heard.deliver(&space, &name, &text);
+                    heard.deliver(&space, &name, &text, how);
                 });
             }
         }
@@ -714,6 +718,13 @@ impl<V: Clone> Stored<V> {
     /// Whether it is still in the store (Redis's key has not expired).
     fn kept(&self, now: Instant) -> bool {
         now < self.kept_until
+    }
+
+    /// No longer fresh from `now` on, stale for `stale` at most (`expire_lua!`): its time to
+    /// live stays.
+    fn expire(&mut self, now: Instant, stale: Duration) {
+        self.fresh_until = self.fresh_until.min(now);
+        self.stale_until = self.stale_until.min(crate::clock::after(now, stale));
     }
 
     fn entry(&self) -> Entry<V> {
@@ -837,19 +848,29 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         Ok(())
     }
 
-    async fn invalidate(&self, config: &Config, key: &K) -> Result<bool, Error> {
+    async fn invalidate(&self, config: &Config, key: &K, how: Invalidation) -> Result<bool, Error> {
         self.store.stall().await;
         if self.store.down() {
+            // An expiry is cleaned up as an invalidation, as the Redis tier does.
             self.changed_while_down(key, true);
             return Err(Error::invalid_config("the fake store is down"));
         }
         lock(&self.dirty).remove(key);
+        let now = Instant::now();
         let mut state = self.state();
-        let held = state.values.remove(key).is_some();
-        state.stamp(key, Instant::now());
+        let held = match how {
+            Invalidation::Drop => state.values.remove(key).is_some(),
+            Invalidation::Expire => state
+                .values
+                .get_mut(key)
+                .filter(|stored| stored.kept(now))
+                .map(|stored| stored.expire(now, config.stale))
+                .is_some(),
+        };
+        state.stamp(key, now);
         drop(state);
         self.store
-            .announce(&self.space, &config.name, format!("{key:?}"));
+            .announce(&self.space, &config.name, format!("{key:?}"), how);
         Ok(held)
     }
 
@@ -1057,7 +1078,8 @@ impl<K: Key, V: Value> Fake<K, V> {
             space: self.space.clone(),
             key: text.clone(),
         });
-        self.store.announce(&self.space, name, text);
+        self.store
+            .announce(&self.space, name, text, Invalidation::Drop);
     }
 
     /// The state of its namespace, locked.

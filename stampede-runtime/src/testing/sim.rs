@@ -13,6 +13,7 @@ use crate::core::Tags;
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
 use crate::load::RetryIf;
+use crate::memory::Invalidation;
 use crate::registry::{self, AnyCache as _};
 use crate::stats::Stats;
 use crate::tier::{One, Tier};
@@ -77,6 +78,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
     /// The companion's `invalidate`; whether a value was held for the key.
     pub async fn invalidate(self, key: K) -> Result<bool, Error> {
         self.cache.invalidate(&key).await
+    }
+
+    /// The companion's `expire`; whether a value was held for the key.
+    pub async fn expire(self, key: K) -> Result<bool, Error> {
+        self.cache.invalidate_as(&key, Invalidation::Expire).await
     }
 
     /// The companion's `prime`.

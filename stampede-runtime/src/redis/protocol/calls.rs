@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
+use crate::memory::Invalidation;
 use crate::redis::codec::envelope::{self, Decoded};
 use crate::redis::codec::keys::{self, RedisKeys};
 use crate::redis::protocol::flow;
@@ -42,7 +43,7 @@ where
         self.prime_value(handle, value).await
     }
 
-    async fn invalidate(&self, config: &Config, key: &K) -> Result<bool, Error> {
+    async fn invalidate(&self, config: &Config, key: &K, how: Invalidation) -> Result<bool, Error> {
         self.shared()?;
         let Some(endpoint) = lookup(self.connection.as_deref()) else {
             // The local copy is gone, but no other process heard of it: an admin tool that
@@ -59,13 +60,16 @@ where
         let args =
             keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
         let keys = self.keys(&endpoint, &args);
-        let message = feed::message(&config.name, &args);
+        let message = feed::message(&config.name, &args, how);
+        let expire = (how == Invalidation::Expire).then_some(config.stale);
         endpoint
-            .invalidate(&keys, Some(&message))
+            .invalidate_as(&keys, Some(&message), expire)
             .await
             .map_err(|failure| {
                 // Done as soon as Redis answers again (a task tries until it does), and before
-                // this process reads the key there.
+                // this process reads the key there; an expiry as an invalidation, which leaves
+                // no value fresher than it would.
+                let message = feed::message(&config.name, &args, Invalidation::Drop);
                 endpoint.mark_and_clean(&keys, message, Change::Invalidated);
                 Error::RedisUnavailable {
                     cache: config.name.clone(),
@@ -185,7 +189,10 @@ where
         };
         self.register(&endpoint, config).await;
         // The name's other shapes keep no older value to serve after this one.
-        let primed = match endpoint.invalidate_other_shapes(&keys, &config.name).await {
+        let primed = match endpoint
+            .invalidate_other_shapes(&keys, &config.name, None)
+            .await
+        {
             Ok(_) => flow::prime(&endpoint, &keys, handle, value, &payload).await,
             Err(failure) => {
                 handle.keep_loaded(Loaded::now(value), endpoint.trusted_for());

@@ -332,12 +332,39 @@ return kept
     )
 });
 
-/// Deletes the value, moves the fence on to at least now if the key has one (so a load that read
-/// the source before cannot write back; a key nobody fills gets no state), and announces the invalidation to every
-/// process (`announce_lua!`). KEYS: value, fence, and when it announces, the feed's log. ARGV: the
-/// invalidation channel (empty: announce nothing: a tag's invalidation announces itself once,
-/// and on a cluster the announcement follows on the feed's master), the message, the log's
-/// length. Returns 1 if a value was deleted.
+/// `expire(vk, now, stale)` in Lua: the envelope under `vk` (see `envelope`) is no longer fresh
+/// from `now` (ms on the server's clock) on, and stale until `now + stale` at most; its payload,
+/// the rest of its header and its time to live stay. Returns 1 if it held an envelope.
+macro_rules! expire_lua {
+    () => {
+        r"
+local function expire(vk, now, stale_ms)
+  local value = redis.call('GET', vk)
+  local fresh, stale, rest = string.match(value or '', '^S3 (%d+) (%d+)( .*)$')
+  if not fresh then
+    return 0
+  end
+  local pttl = redis.call('PTTL', vk)
+  fresh = math.min(tonumber(fresh), now)
+  stale = math.min(tonumber(stale), now + stale_ms)
+  redis.call('SET', vk, string.format('S3 %.0f %.0f', fresh, stale) .. rest)
+  if pttl > 0 then
+    redis.call('PEXPIRE', vk, pttl)
+  end
+  return 1
+end
+"
+    };
+}
+
+/// Deletes the value, or with a stale window given only ends its fresh time (`expire_lua!`: the
+/// companion's `expire`), moves the fence on to at least now if the key has one (so a load that
+/// read the source before cannot write back; a key nobody fills gets no state), and announces
+/// the invalidation to every process (`announce_lua!`). KEYS: value, fence, and when it
+/// announces, the feed's log. ARGV: the invalidation channel (empty: announce nothing: a tag's
+/// invalidation announces itself once, and on a cluster the announcement follows on the feed's
+/// master), the message, the log's length, the stale window in ms (empty: delete). Returns 1 if
+/// a value was deleted (or expired).
 pub(crate) static INVALIDATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
@@ -346,8 +373,14 @@ local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
 ",
         move_fence!(),
         announce_lua!(),
+        expire_lua!(),
         r"
-local deleted = redis.call('DEL', KEYS[1])
+local deleted
+if ARGV[4] == '' then
+  deleted = redis.call('DEL', KEYS[1])
+else
+  deleted = expire(KEYS[1], math.floor(micros / 1000), tonumber(ARGV[4]))
+end
 local current = redis.call('GET', KEYS[2])
 if current then
   move(KEYS[2], current, micros)

@@ -13,7 +13,7 @@ use crate::redis::protocol::ops::millis;
 use crate::redis::protocol::scripts;
 use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::failure::Failure;
-use crate::redis::transport::feed;
+use crate::redis::transport::feed::Heard;
 
 /// When a cache's registration is to be renewed, and where it was made (the prefix and the
 /// database: a connection installed again may name others): a registration lasts twice the
@@ -97,14 +97,25 @@ impl Endpoint {
         keys: &RedisKeys,
         message: Option<&[u8]>,
     ) -> Result<bool, Failure> {
-        let held = self.invalidate_one(keys, message).await?;
+        self.invalidate_as(keys, message, None).await
+    }
+
+    /// [`Endpoint::invalidate`], or with `expire` (the cache's stale window) the value only no
+    /// longer fresh, under every shape: the companion's `expire`.
+    pub(crate) async fn invalidate_as(
+        &self,
+        keys: &RedisKeys,
+        message: Option<&[u8]>,
+        expire: Option<Duration>,
+    ) -> Result<bool, Failure> {
+        let held = self.invalidate_one(keys, message, expire).await?;
         let Some(message) = message else {
             return Ok(held);
         };
-        let Some((name, _)) = feed::key_of(message) else {
+        let Some(Heard::Key { name, .. }) = Heard::parse(message) else {
             return Ok(held);
         };
-        let Some(other_held) = self.invalidate_other_shapes(keys, name).await? else {
+        let Some(other_held) = self.invalidate_other_shapes(keys, name, expire).await? else {
             return Ok(held);
         };
         self.announce(message).await?;
@@ -119,6 +130,7 @@ impl Endpoint {
         &self,
         keys: &RedisKeys,
         name: &str,
+        expire: Option<Duration>,
     ) -> Result<Option<bool>, Failure> {
         let key = keys::shapes_key(&self.config.prefix, name);
         let shapes: Vec<String> = self
@@ -145,7 +157,7 @@ impl Endpoint {
         let mut others = None;
         for shape in &shapes {
             if let Some(other) = keys.in_identity(&self.config.prefix, shape) {
-                let held = self.invalidate_one(&other, None).await?;
+                let held = self.invalidate_one(&other, None, expire).await?;
                 others = Some(others.unwrap_or(false) || held);
             }
         }

@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
+use crate::memory::Invalidation;
 use crate::redis::Busy;
 use crate::redis::codec::keys::{self, RedisKeys};
 use crate::redis::codec::shape::{self, Shape, Untraceable};
@@ -183,7 +184,7 @@ where
         config: &Config,
     ) {
         if let Ok(args) = keys::args_text(key) {
-            let message = feed::message(&config.name, &args);
+            let message = feed::message(&config.name, &args, Invalidation::Drop);
             endpoint.mark_and_clean(&self.keys(endpoint, &args), message, Change::Stored);
         }
     }

@@ -1,45 +1,71 @@
-//! The invalidation feed's messages: their form (`{cache name}\n{argument text}`, or
-//! `\0tag\n{tag}` for a tag), and what this process does with what it hears, or with the news
-//! that it may have missed some. Below both the publishing side (`invalidate`) and the
-//! subscriber (`pubsub`), which names no connection.
+//! The invalidation feed's messages: their form (`{cache name}\n{argument text}` for a key,
+//! `\0expire\n{cache name}\n{argument text}` for a key's expiry, `\0tag\n{tag}` for a tag), and
+//! what this process does with what it hears, or with the news that it may have missed some.
+//! Below both the publishing side (`invalidate`) and the subscriber (`pubsub`), which names no
+//! connection. A process of an earlier version ignores an expiry (no cache name starts with a
+//! NUL): its copy stays fresh for the rest of its `ttl`.
 
+use crate::memory::Invalidation;
 use crate::registry;
 
-/// The message of an invalidation of the key written as `args` in the caches named `name`.
-pub(crate) fn message(name: &str, args: &str) -> Vec<u8> {
-    format!("{name}\n{args}").into_bytes()
+/// The message of an invalidation (`how`) of the key written as `args` in the caches named
+/// `name`.
+pub(crate) fn message(name: &str, args: &str, how: Invalidation) -> Vec<u8> {
+    match how {
+        Invalidation::Drop => format!("{name}\n{args}").into_bytes(),
+        Invalidation::Expire => format!("{EXPIRE}\n{name}\n{args}").into_bytes(),
+    }
 }
 
 /// The message of a tag's invalidation: `\0tag\n{tag}` (no cache name starts with a NUL).
 pub(crate) fn tag_message(tag: &str) -> Vec<u8> {
-    message(TAG, tag)
+    format!("{TAG}\n{tag}").into_bytes()
 }
 
 const TAG: &str = "\0tag";
+const EXPIRE: &str = "\0expire";
 
-/// The cache name and argument text of a key's invalidation message; `None` for a tag's, or
-/// a message not of this form.
-pub(crate) fn key_of(payload: &[u8]) -> Option<(&str, &str)> {
-    parse(payload).filter(|(name, _)| *name != TAG)
+/// What a message of the feed says.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Heard<'a> {
+    /// The key written as `args` in the caches named `name`.
+    Key {
+        name: &'a str,
+        args: &'a str,
+        how: Invalidation,
+    },
+    /// Every entry tagged so.
+    Tag(&'a str),
 }
 
-fn parse(payload: &[u8]) -> Option<(&str, &str)> {
-    std::str::from_utf8(payload)
-        .ok()
-        .and_then(|text| text.split_once('\n'))
+impl<'a> Heard<'a> {
+    /// The message's meaning; `None` for a message not of these forms (an empty one: a log's
+    /// first entry; another version's).
+    pub(crate) fn parse(payload: &'a [u8]) -> Option<Heard<'a>> {
+        let (first, rest) = std::str::from_utf8(payload).ok()?.split_once('\n')?;
+        let (name, args, how) = match first {
+            TAG => return Some(Heard::Tag(rest)),
+            EXPIRE => {
+                let (name, args) = rest.split_once('\n')?;
+                (name, args, Invalidation::Expire)
+            }
+            name if name.starts_with('\0') => return None,
+            name => (name, rest, Invalidation::Drop),
+        };
+        Some(Heard::Key { name, args, how })
+    }
 }
 
 /// Handles one message of the invalidation channel.
 pub(crate) fn on_message(payload: &[u8]) {
-    let Some((name, args)) = parse(payload) else {
-        return;
-    };
-    if name == TAG {
-        crate::registry::forget_tag(args);
-        return;
-    }
-    for cache in registry::named(name) {
-        cache.forget_named(args);
+    match Heard::parse(payload) {
+        Some(Heard::Tag(tag)) => crate::registry::forget_tag(tag),
+        Some(Heard::Key { name, args, how }) => {
+            for cache in registry::named(name) {
+                cache.forget_named(args, how);
+            }
+        }
+        None => {}
     }
 }
 

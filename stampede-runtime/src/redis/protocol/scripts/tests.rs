@@ -10,6 +10,7 @@ use stampede_test_support::redis_server::RedisServer;
 
 use crate::config::Lifetime;
 use crate::order;
+use crate::redis::codec::envelope::Envelope;
 use crate::redis::codec::keys::RedisKeys;
 use crate::redis::protocol::ops::{Fill, ReadState};
 use crate::redis::transport::config::RedisConfig;
@@ -126,6 +127,9 @@ enum Step {
     /// The value expires (its fence lives on, as the longest load that may still fill keeps
     /// it).
     Expire,
+    /// The companion's `expire`: the value stays, no longer fresh; the fence moves as an
+    /// invalidation's.
+    StaleNow,
 }
 
 /// A load of the sequence: its token if it holds the lock, and the fence its read gave.
@@ -187,6 +191,7 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
             Step::Fill { load, read_off } => run.fill(at, load, read_off),
             Step::Prime => run.prime(at),
             Step::Invalidate => run.invalidate(at),
+            Step::StaleNow => run.stale_now(at),
             Step::Expire => {
                 let _: () = server.command(&["DEL", &run.keys.value]);
                 run.model.stored = None;
@@ -337,6 +342,39 @@ impl Sequence<'_> {
         self.model.stored = None;
     }
 
+    /// The companion's `expire` with a stale window of 5 s: the value, its source read and its
+    /// time to live stay; its fresh deadline is at most the moment, its stale one at most 5 s
+    /// after; the fence moved as an invalidation's.
+    fn stale_now(&mut self, at: usize) {
+        let ttl_before: i64 = self.server.command(&["PTTL", &self.keys.value]);
+        let before = server_micros(self.server);
+        let stale = Duration::from_secs(5);
+        self.runtime
+            .block_on(self.endpoint.invalidate_as(&self.keys, None, Some(stale)))
+            .expect("redis-server answers");
+        let after = server_micros(self.server) / 1_000;
+        let moment = before..server_micros(self.server) + 1;
+        self.model.fence = moved_at(self.server, &self.keys, self.model.fence, moment, at);
+        let held: Option<Vec<u8>> = self.server.command(&["GET", &self.keys.value]);
+        let Some(held) = held else {
+            return;
+        };
+        let envelope = Envelope::parse(&held).expect("still an envelope");
+        assert!(
+            envelope.fresh_until <= after,
+            "step {at}: fresh past the expiry"
+        );
+        assert!(
+            envelope.stale_until <= after + 5_000,
+            "step {at}: stale past the window"
+        );
+        let ttl_after: i64 = self.server.command(&["PTTL", &self.keys.value]);
+        assert!(
+            ttl_after <= ttl_before && ttl_after > ttl_before - 1_000,
+            "step {at}: the time to live {ttl_before} became {ttl_after}"
+        );
+    }
+
     /// Redis and the model agree on the fence, the lock and what is stored after `step`.
     fn agree(&self, at: usize, step: &Step) {
         let (server, keys, model) = (self.server, &self.keys, &self.model);
@@ -384,6 +422,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Prime),
         1 => Just(Step::Invalidate),
         1 => Just(Step::Expire),
+        1 => Just(Step::StaleNow),
     ]
 }
 

@@ -575,6 +575,92 @@ async fn invalidation_drops_the_key_from_redis_and_from_every_process() {
     );
 }
 
+/// `expire` (issue 37): the value stays in Redis and in every process's memory, no longer
+/// fresh: each process serves it stale at once while one refresh (across them, under the Redis
+/// lock) replaces it, and a process that reads Redis only does the same.
+#[tokio::test]
+async fn an_expiry_keeps_the_value_everywhere_stale_while_one_refresh_replaces_it() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    async fn load(id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        format!("profile {id} v{n}")
+    }
+    #[cached(
+        ttl = "60s",
+        stale = "1m",
+        lock = "redis",
+        redis = "expire",
+        name = "red::expire"
+    )]
+    async fn in_a(id: u64) -> String {
+        load(id).await
+    }
+    #[cached(
+        ttl = "60s",
+        stale = "1m",
+        lock = "redis",
+        redis = "expire",
+        name = "red::expire"
+    )]
+    async fn in_b(id: u64) -> String {
+        load(id).await
+    }
+    #[cached(
+        ttl = "60s",
+        stale = "1m",
+        lock = "redis",
+        backend = "redis",
+        redis = "expire",
+        name = "red::expire"
+    )]
+    async fn in_c(id: u64) -> String {
+        load(id).await
+    }
+
+    let server = RedisServer::start();
+    install(&server, "expire");
+    assert_eq!(within(in_a(5)).await, "profile 5 v1");
+    assert_eq!(within(in_b(5)).await, "profile 5 v1"); // now in both memories
+    in_a::expire(5).await.unwrap();
+    let key = server
+        .key("test:{red::expire~*|5}:v")
+        .expect("the value stays in Redis");
+    let envelope: Vec<u8> = server.command(&["GET", &key]);
+    let header = String::from_utf8_lossy(&envelope);
+    let fresh_until: u64 = header.split(' ').nth(1).unwrap().parse().unwrap();
+    let (seconds, micros): (u64, u64) = server.command(&["TIME"]);
+    assert!(
+        fresh_until <= seconds * 1_000 + micros / 1_000,
+        "no longer fresh in Redis: {header:.60}"
+    );
+    let ttl: i64 = server.command(&["PTTL", &key]);
+    assert!(
+        ttl > 100_000,
+        "its time to live stays (ttl + stale): {ttl} ms"
+    );
+    // Every process serves it stale at once, and one refresh replaces it.
+    let started = Instant::now();
+    for _ in 0..5 {
+        assert_eq!(within(in_b(5)).await, "profile 5 v1");
+        assert_eq!(within(in_c(5)).await, "profile 5 v1");
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "nobody waited for the load"
+    );
+    eventually("the refresh to land", || LOADS.load(SeqCst) == 2).await;
+    within(async {
+        let v2 = || "profile 5 v2".to_owned();
+        while (in_a(5).await, in_b(5).await, in_c(5).await) != (v2(), v2(), v2()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(LOADS.load(SeqCst), 2, "one refresh across the processes");
+}
+
 /// An admin process that never called the function tells whether its invalidation reached a
 /// value in Redis, under its shape or another of the name.
 #[tokio::test]

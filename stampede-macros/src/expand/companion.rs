@@ -1,5 +1,6 @@
 //! The companion of a cached function: the operations on its cache (`invalidate`,
-//! `invalidate_found`, `refresh`, `read_through`, `prime`, `peek`, `uncached`) with the key's arguments as the function takes them, and the
+//! `invalidate_found`, `expire`, `refresh`, `read_through`, `prime`, `peek`, `uncached`) with
+//! the key's arguments as the function takes them, and the
 //! hidden items they share with the function (its slot, its options, its body). For a free
 //! function they are associated functions of a type of the function's name; for a method with
 //! `companion = true`, associated functions named after it in its impl, or for a method of a
@@ -13,9 +14,10 @@ use super::{Call, Expansion, Holder, with_elided_lifetimes};
 use crate::func::{Arg, Returns};
 
 /// The operations of a companion, by the name they end in.
-const OPERATIONS: [&str; 7] = [
+const OPERATIONS: [&str; 8] = [
     "invalidate",
     "invalidate_found",
+    "expire",
     "refresh",
     "read_through",
     "prime",
@@ -43,9 +45,9 @@ impl Expansion<'_> {
         let fn_name = self.function.sig.ident.to_string();
         let doc = format!(
             "The cache of [`{fn_name}()`](fn@{fn_name}), reachable without calling it (generated \
-             by `#[stampede::cached]`): `{fn_name}::invalidate`, `invalidate_found`, `refresh`, \
-             `read_through`, `prime`, `peek` and `uncached`, which take the arguments of the key as the function \
-             does."
+             by `#[stampede::cached]`): `{fn_name}::invalidate`, `invalidate_found`, `expire`, \
+             `refresh`, `read_through`, `prime`, `peek` and `uncached`, which take the arguments \
+             of the key as the function does."
         );
         // Named at the attribute: the name is the function's, in the style of a function, and
         // the lints of type names are for the types a user writes.
@@ -192,6 +194,7 @@ impl Expansion<'_> {
         let [
             invalidate,
             invalidate_found,
+            expire,
             refresh_fn,
             read_through_fn,
             prime,
@@ -201,6 +204,7 @@ impl Expansion<'_> {
         let [
             doc_invalidate,
             doc_invalidate_found,
+            doc_expire,
             doc_refresh,
             doc_read_through,
             doc_prime,
@@ -218,6 +222,12 @@ impl Expansion<'_> {
             #attrs
             #vis async fn #invalidate_found #generics (#(#key_inputs),*) -> ::core::result::Result<bool, #krate::Error> #where_clause {
                 #on.invalidate(#recipe, #key).await
+            }
+
+            #[doc = #doc_expire]
+            #attrs
+            #vis async fn #expire #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #on.expire(#recipe, #key).await.map(|_found| ())
             }
 
             #[doc = #doc_refresh]
@@ -292,7 +302,7 @@ impl Expansion<'_> {
     }
 
     /// The operations' doc comments, in the order of [`OPERATIONS`].
-    fn docs(&self, companion: &Holder) -> [String; 7] {
+    fn docs(&self, companion: &Holder) -> [String; 8] {
         let fn_name = self.function.sig.ident.to_string();
         let shown = match (companion, &self.settings.trait_path) {
             (Holder::Type(_), _) => format!("[`{fn_name}()`](fn@{fn_name})"),
@@ -317,6 +327,13 @@ impl Expansion<'_> {
                  value for these arguments: in this process's memory, or in Redis for a cache \
                  backed by it. `false` means the invalidation reached no value, which an admin \
                  tool can check (a wrong key, or another cache's name or value shape)."
+            ),
+            format!(
+                "Ends the freshness of the value {shown} holds for these arguments without \
+                 dropping it, in this process and, for a cache backed by Redis, in Redis and in \
+                 every other process's memory: the next call gets it stale at once (for the \
+                 cache's `stale` at most, from now) while one refresh runs, and with `fail_safe` \
+                 it stays the last good value. A load running meanwhile does not store its value."
             ),
             format!(
                 "Loads the value of {shown} for these arguments now, whatever value is held, \

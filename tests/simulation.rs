@@ -158,6 +158,8 @@ const READ_THROUGH_SALT: u64 = 0x7e4d_0780;
 const MEMORY_TTL_SALT: u64 = 0x3e3_0007;
 /// The salt of `xfetch`'s draws (see `xfetch`).
 const XFETCH_SALT: u64 = 0xf37c_009c;
+/// The salt of the draws of `expire` operations (see `expiring`).
+const EXPIRE_SALT: u64 = 0x0e70_1430;
 /// The salt of `max_loads`' draws (see `max_loads`).
 const MAX_LOADS_SALT: u64 = 0x3a7_0472;
 /// No operation of a run may take longer (virtual time): past it, it hung.
@@ -342,6 +344,8 @@ enum Op {
     /// The source changes, nothing is invalidated.
     Write(u8, Key),
     WriteInvalidate(u8, usize, Key),
+    /// The source changes, and the key's value is expired (`expire`) rather than dropped.
+    WriteExpire(u8, usize, Key),
     WritePrime(u8, usize, Key),
     WriteInvalidateTag(u8, Key),
     Refresh(u8, usize, Key),
@@ -458,6 +462,7 @@ impl Plan {
                 batched(&mut drawn, &functions, seed, client);
                 windowed(&mut drawn, &functions, seed, client);
                 read_through(&mut drawn, &functions, seed, client);
+                expiring(&mut drawn, seed, client);
                 drawn.truncate(ops.saturating_mul(2));
                 drawn
             })
@@ -677,6 +682,7 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             | Op::Peek(f, ..)
             | Op::Write(f, _)
             | Op::WriteInvalidate(f, ..)
+            | Op::WriteExpire(f, ..)
             | Op::WritePrime(f, ..)
             | Op::WriteInvalidateTag(f, _)
             | Op::Refresh(f, ..)
@@ -709,6 +715,7 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             Op::Peek(f, p, k) => Op::Peek(f, p, wide(k)),
             Op::Write(f, k) => Op::Write(f, wide(k)),
             Op::WriteInvalidate(f, p, k) => Op::WriteInvalidate(f, p, wide(k)),
+            Op::WriteExpire(f, p, k) => Op::WriteExpire(f, p, wide(k)),
             Op::WritePrime(f, p, k) => Op::WritePrime(f, p, wide(k)),
             other => other,
         };
@@ -729,6 +736,23 @@ fn read_through(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: u
             && chance(rng, 200)
         {
             *op = Op::ReadThrough(f, p, k);
+        }
+    }
+}
+
+/// Turns some invalidations into expiries (`expire`), in some seeds only (a salt with which no
+/// seed of `FOUND` is one: they run as they did), from generators of their own so that the
+/// other operations stay as drawn.
+fn expiring(ops: &mut [Op], seed: u64, client: usize) {
+    if !chance(&mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT), 300) {
+        return;
+    }
+    let rng = &mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT ^ (client as u64 + 1));
+    for op in ops.iter_mut() {
+        if let Op::WriteInvalidate(f, p, k) = *op
+            && chance(rng, 500)
+        {
+            *op = Op::WriteExpire(f, p, k);
         }
     }
 }
@@ -1337,6 +1361,13 @@ impl Cache {
         }
     }
 
+    async fn expire(self, key: Key) -> Result<bool, stampede::Error> {
+        match self {
+            Cache::Local(cache) => cache.expire(key).await,
+            Cache::Shared(cache) => cache.expire(key).await,
+        }
+    }
+
     async fn prime(self, key: Key, value: Held) -> Result<(), stampede::Error> {
         match self {
             Cache::Local(cache) => cache.prime(key, value).await,
@@ -1477,11 +1508,11 @@ impl World {
                             process,
                             space,
                             key,
+                            expired,
                         } => {
                             let function = of(&space);
-                            oracle.note(format!(
-                                "f{function} k{key}: p{process} hears it invalidated"
-                            ));
+                            let what = if expired { "expired" } else { "invalidated" };
+                            oracle.note(format!("f{function} k{key}: p{process} hears it {what}"));
                             oracle.detaching(function, key.parse().unwrap());
                         }
                     }));
@@ -1592,6 +1623,18 @@ impl World {
                 oracle.detaching(f, k);
                 if let Some(Ok(_found)) = done {
                     oracle.invalidated(f, k, version, Reach::From(p));
+                }
+            }
+            Op::WriteExpire(f, p, k) => {
+                oracle.write(f, k);
+                let began = oracle.now();
+                oracle.detaching(f, k);
+                let done = self
+                    .bounded(self.functions[f as usize].cache(p).expire(k))
+                    .await;
+                oracle.detaching(f, k);
+                if let Some(Ok(_found)) = done {
+                    oracle.expired(f, k, p, began);
                 }
             }
             Op::WritePrime(f, p, k) => {

@@ -35,7 +35,9 @@ pub(crate) fn may_be_newer<T: Ord>(stored_read_at: T, read_from: T) -> bool {
 
 /// Whether a load's fill lands, as `FILL` decides it once source versions allow it, given
 /// whether the key's fence is still the one the load read (`fenced`), the fence now, when the
-/// source of the value stored was read (`None`: nothing stored) and when the load's was.
+/// source of the value stored was read (`None`: nothing stored, or a value expired since it
+/// was written: `expire` moves the fence as an invalidation does, and keeps the value only to
+/// serve it stale) and when the load's was.
 ///
 /// Over a stored value: exactly when that value is older, whatever the fence (a stored value
 /// was read after the last invalidation, which deleted what was there, so a value read later

@@ -173,6 +173,17 @@ struct Floor {
     seq: u64,
 }
 
+/// An expiry of a key (`expire`) that completed: a value read before it began is no longer
+/// fresh from its end on (in another process, once the bound has passed).
+#[derive(Clone, Copy, Debug)]
+struct Expiry {
+    process: usize,
+    began: Duration,
+    done: Duration,
+    /// Its place in the run's order of events.
+    seq: u64,
+}
+
 #[derive(Clone, Debug)]
 struct Running {
     id: u64,
@@ -262,6 +273,8 @@ struct History {
     /// Per (function, key): when each version from 1 on was written (version `v` at `v - 1`).
     written: HashMap<(u8, u16), Vec<Duration>>,
     floors: HashMap<(u8, u16), Vec<Floor>>,
+    /// Per (function, key): the expiries (`expire`) that completed.
+    expiries: HashMap<(u8, u16), Vec<Expiry>>,
     /// Per (function, key): bumped when something detaches the key's running loads.
     detach: HashMap<(u8, u16), u64>,
     /// Per function: bumped by every beginning and end of a fault that reaches its cache
@@ -458,6 +471,24 @@ impl Oracle {
                 version,
                 prime: false,
                 reach,
+                done,
+                seq,
+            });
+    }
+
+    /// An expiry (`expire`) of a key, begun at `began` in `process`, completed.
+    pub fn expired(&self, function: u8, key: u16, process: usize, began: Duration) {
+        let done = self.now();
+        let mut history = self.history();
+        history.note(done, format!("expired f{function} k{key} in p{process}"));
+        let seq = history.next_seq();
+        history
+            .expiries
+            .entry((function, key))
+            .or_default()
+            .push(Expiry {
+                process,
+                began,
                 done,
                 seq,
             });
@@ -796,6 +827,26 @@ impl Oracle {
             history
                 .fail_safe_served
                 .insert((function, process, key), now);
+        }
+        if let Seen::Value(value) = seen
+            && let Some(deadline) =
+                history.expired_by(call, value.read_at, rules.shared, self.bound)
+        {
+            // README, `expire`: the value "is no longer fresh from now on: stale for the cache's
+            // `stale` at most", then its last good value (`fail_safe`). A key of a batch call
+            // was found when the call began.
+            let at = if call.among_others { began } else { now };
+            let deadline = deadline + stale + rules.slack;
+            let granted = rules.fail_safe.filter(|_| grant.is_some());
+            let most = granted.map_or(deadline, |fail_safe| deadline + fail_safe.keep);
+            if at > most {
+                history.violate(now, format!(
+                    "{what} of p{process} f{function} k{key} returned v{version} read at {:?}, {:?} past its expiry's stale window (to {deadline:?}{})",
+                    value.read_at,
+                    at - deadline,
+                    if granted.is_some() { ", and fail-safe's" } else { "" },
+                ));
+            }
         }
         if age > servable {
             let granted = rules.fail_safe.filter(|_| grant.is_some());
@@ -1302,6 +1353,29 @@ impl History {
                 })
         };
         self.floor_where(call, shared, bound, heard)
+    }
+
+    /// When the earliest expiry that binds `call` made a value read at `read_at` (before the
+    /// expiry began) no longer fresh: its end in the call's process, the bound after it in
+    /// another (through a shared tier only), as an invalidation's floor binds.
+    fn expired_by(
+        &self,
+        call: &Call,
+        read_at: Duration,
+        shared: bool,
+        bound: Duration,
+    ) -> Option<Duration> {
+        self.expiries
+            .get(&(call.function, call.key))?
+            .iter()
+            .filter(|expiry| read_at < expiry.began)
+            .filter_map(|expiry| match expiry.process == call.process {
+                true => (expiry.seq < call.seq).then_some(expiry.done),
+                false => {
+                    (shared && expiry.done + bound <= call.began).then_some(expiry.done + bound)
+                }
+            })
+            .min()
     }
 
     fn floor_where(

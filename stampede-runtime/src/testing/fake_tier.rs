@@ -135,6 +135,8 @@ struct Stored<V> {
     stale_until: Instant,
     /// Kept past `stale_until` for `fail_safe`.
     kept_until: Instant,
+    /// Expired (`expire`) since it was written: a fill orders over it as over nothing.
+    expired: bool,
 }
 
 struct Lock {
@@ -316,6 +318,7 @@ impl<K: Key, V: Value> Store<K, V> {
             stale_until: entry.stale_until(),
             kept_until: entry.stale_until(),
             value: entry.value,
+            expired: false,
         };
         state.values.insert(key, stored);
     }
@@ -705,7 +708,10 @@ impl<K: Key, V> State<K, V> {
 /// which `FILL` mirrors).
 fn lands<K: Key, V: Clone>(state: &State<K, V>, key: &K, fence: u64, read_from: Instant) -> bool {
     let now = Instant::now();
-    let stored = state.values.get(key).filter(|stored| stored.kept(now));
+    let stored = state
+        .values
+        .get(key)
+        .filter(|stored| stored.kept(now) && !stored.expired);
     order::fill_lands(
         state.fence(key) == fence,
         state.fence(key),
@@ -725,6 +731,7 @@ impl<V: Clone> Stored<V> {
     fn expire(&mut self, now: Instant, stale: Duration) {
         self.fresh_until = self.fresh_until.min(now);
         self.stale_until = self.stale_until.min(crate::clock::after(now, stale));
+        self.expired = true;
     }
 
     fn entry(&self) -> Entry<V> {
@@ -1113,6 +1120,7 @@ impl<K: Key, V: Value> Fake<K, V> {
             fresh_until,
             stale_until,
             kept_until: crate::clock::after(stale_until, lifetime.fail_safe),
+            expired: false,
         }
     }
 

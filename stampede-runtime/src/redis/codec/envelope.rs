@@ -40,6 +40,13 @@ pub(crate) const HEADER_ROOM: usize = 128;
 /// The header's first word. A reader refuses any other.
 pub(crate) const FORMAT: &str = "S3";
 
+/// The fence a stored envelope carries once its value was expired (`expire`): no fill writes
+/// it (fences start from the server's clock in µs), and `FILL` orders a fill over such a value
+/// as over nothing. A waiter never takes it for the fill it waits for. (The scripts write the
+/// number itself; their tests check it is this.)
+#[cfg(test)]
+pub(crate) const EXPIRED: u64 = 0;
+
 /// A parsed envelope; the payload still encoded.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Envelope<'a> {

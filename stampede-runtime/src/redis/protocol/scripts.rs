@@ -204,10 +204,13 @@ for i = 0, #KEYS / 3 - 1 do
   local current = redis.call('GET', fk)
   if not refused and fence ~= '' then
     -- `order::fill_lands`: over a stored value, exactly when that value's source was read
-    -- before this load's; over nothing, under the fence read, or when this load's source was
-    -- read after the fence's stamp (every write and invalidation of the key since).
+    -- before this load's; over nothing (or a value expired since it was written), under the
+    -- fence read, or when this load's source was read after the fence's stamp (every write,
+    -- invalidation and expiry of the key since).
+    -- A value expired (`expire`) carries the fence 0: ordered as nothing stored.
     local from = tonumber(ARGV[a + 10])
-    local stored = tonumber(string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ (%d+) '))
+    local stored, carried = string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ (%d+) (%d+) ')
+    stored = carried ~= '0' and tonumber(stored)
     if stored then
       if stored >= from then
         refused = 0
@@ -334,20 +337,25 @@ return kept
 
 /// `expire(vk, now, stale)` in Lua: the envelope under `vk` (see `envelope`) is no longer fresh
 /// from `now` (ms on the server's clock) on, and stale until `now + stale` at most; its payload,
-/// the rest of its header and its time to live stay. Returns 1 if it held an envelope.
+/// its source read and its time to live stay, and the fence it carries becomes 0
+/// ([`envelope::EXPIRED`]): `FILL` orders a fill over it as over nothing (`order::fill_lands`),
+/// so that a load that read the source before the expiry does not replace it. Returns 1 if it
+/// held an envelope.
 macro_rules! expire_lua {
     () => {
         r"
 local function expire(vk, now, stale_ms)
   local value = redis.call('GET', vk)
-  local fresh, stale, rest = string.match(value or '', '^S3 (%d+) (%d+)( .*)$')
+  local fresh, stale, written, read, rest =
+    string.match(value or '', '^S3 (%d+) (%d+) (%d+) (%d+) %d+( .*)$')
   if not fresh then
     return 0
   end
   local pttl = redis.call('PTTL', vk)
   fresh = math.min(tonumber(fresh), now)
   stale = math.min(tonumber(stale), now + stale_ms)
-  redis.call('SET', vk, string.format('S3 %.0f %.0f', fresh, stale) .. rest)
+  local header = string.format('S3 %.0f %.0f %s %s 0', fresh, stale, written, read)
+  redis.call('SET', vk, header .. rest)
   if pttl > 0 then
     redis.call('PEXPIRE', vk, pttl)
   end

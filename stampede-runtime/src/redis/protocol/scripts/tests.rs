@@ -10,7 +10,7 @@ use stampede_test_support::redis_server::RedisServer;
 
 use crate::config::Lifetime;
 use crate::order;
-use crate::redis::codec::envelope::Envelope;
+use crate::redis::codec::envelope::{EXPIRED, Envelope};
 use crate::redis::codec::keys::RedisKeys;
 use crate::redis::protocol::ops::{Fill, ReadState};
 use crate::redis::transport::config::RedisConfig;
@@ -144,6 +144,9 @@ struct Model {
     fence: u64,
     lock: Option<String>,
     stored: Option<(u64, String)>,
+    /// The value stored was expired (`expire`) since it was written: a fill orders over it as
+    /// over nothing.
+    expired: bool,
 }
 
 /// The payload and source read (`read_at`) of an envelope Redis holds.
@@ -182,6 +185,7 @@ fn sequence(endpoint: &Endpoint, server: &RedisServer, case: usize, steps: &[Ste
             fence: 1_000,
             lock: None,
             stored: None,
+            expired: false,
         },
         loads: Vec::new(),
     };
@@ -278,7 +282,11 @@ impl Sequence<'_> {
         let lands = order::fill_lands(
             model.fence == load.fence,
             model.fence,
-            model.stored.as_ref().map(|(read_at, _)| read_at * 1_000),
+            model
+                .stored
+                .as_ref()
+                .filter(|_| !model.expired)
+                .map(|(read_at, _)| read_at * 1_000),
             read_from * 1_000,
         );
         assert_eq!(
@@ -293,6 +301,7 @@ impl Sequence<'_> {
             let read_at = read_from.min(written.now_ms);
             model.fence = order::moved_fence(model.fence, read_at * 1_000);
             model.stored = Some((read_at, payload));
+            model.expired = false;
             return;
         }
         let handed = written.stored.map(|bytes| {
@@ -329,6 +338,7 @@ impl Sequence<'_> {
         let moment = written.now_ms * 1_000..(written.now_ms + 1) * 1_000;
         self.model.fence = moved_at(self.server, &self.keys, self.model.fence, moment, at);
         self.model.stored = Some((written.now_ms, payload));
+        self.model.expired = false;
     }
 
     /// An invalidation: the value deleted, the fence moved to its moment.
@@ -359,7 +369,9 @@ impl Sequence<'_> {
         let Some(held) = held else {
             return;
         };
+        self.model.expired = true;
         let envelope = Envelope::parse(&held).expect("still an envelope");
+        assert_eq!(envelope.fence, EXPIRED, "step {at}: marked expired");
         assert!(
             envelope.fresh_until <= after,
             "step {at}: fresh past the expiry"

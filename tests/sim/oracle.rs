@@ -832,9 +832,11 @@ impl Oracle {
             && let Some(deadline) =
                 history.expired_by(call, value.read_at, rules.shared, self.bound)
         {
-            // README, `expire`: the value "is no longer fresh from now on: stale for the cache's
-            // `stale` at most", then its last good value (`fail_safe`). A key of a batch call
-            // was found when the call began.
+            // README, Invalidation, `expire`: "the next call gets it stale at once while one
+            // refresh runs, for the cache's `stale` at most from the expiry ..., and with
+            // `fail_safe` it stays the key's last good value"; in another process "once the
+            // announcement arrives, as for `invalidate`" (the bound). A key of a batch call was
+            // found when the call began.
             let at = if call.among_others { began } else { now };
             let deadline = deadline + stale + rules.slack;
             let granted = rules.fail_safe.filter(|_| grant.is_some());

@@ -409,15 +409,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     }
 
     /// [`Cache::forget`], or with [`Invalidation::Expire`] the value kept but no longer fresh
-    /// (stale for `stale` at most, then its last good value); whether a value was held.
+    /// (stale for its stale window at most, then its last good value); whether a value was held.
     pub(crate) fn forget_as(&self, key: &K, how: Invalidation) -> bool {
         self.core.flights.forget(key);
         match how {
             Invalidation::Drop => self.core.memory.invalidate(key),
-            Invalidation::Expire => {
-                let stale = self.core.config.stale;
-                self.core.memory.expire(key, Instant::now(), stale)
-            }
+            Invalidation::Expire => self.core.memory.expire(key, Instant::now()),
         }
     }
 }

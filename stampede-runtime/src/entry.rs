@@ -404,14 +404,16 @@ impl<V> Entry<V> {
         self.set_deadlines(refresh_at, fresh.min(until), stale.min(until), fail_safe);
     }
 
-    /// The value is no longer fresh from `now` on (`expire`): stale for `stale` at most (never
-    /// past its own stale deadline), then its key's last good value for the rest of its
-    /// fail-safe window, which an entry without one does not gain.
-    pub(crate) fn expire(&mut self, now: Instant, stale: Duration) {
+    /// The value is no longer fresh from `now` on (`expire`): stale for its own stale window
+    /// at most (its stale deadline less its fresh one: the cache's `stale`, or less), never
+    /// past its stale deadline, then its key's last good value for the rest of its fail-safe
+    /// window, which an entry without one does not gain. The Redis tier's `expire_lua!` is
+    /// this rule in Lua.
+    pub(crate) fn expire(&mut self, now: Instant) {
         let now = Nanos::of(now);
         let (fresh, stale_until, fail_safe) = self.deadlines();
-        let stale_nanos = u64::try_from(stale.as_nanos()).unwrap_or(u64::MAX);
-        let stale_until = stale_until.min(now.plus(stale_nanos));
+        let window = stale_until.since(fresh);
+        let stale_until = stale_until.min(now.plus(window));
         let fail_safe = match fail_safe > self.at(self.stale_until) {
             true => fail_safe,
             false => stale_until,

@@ -20,7 +20,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -316,27 +315,21 @@ impl<K: Key, V: Value> Memory<K, V> {
         either!(self, store => store.remove(key).is_some())
     }
 
-    /// The key's value is no longer fresh from `now` on ([`Entry::expire`]: stale for `stale`
-    /// at most, then its last good value); loads of it running now will not store theirs (they
+    /// The key's value is no longer fresh from `now` on ([`Entry::expire`]: stale for its stale
+    /// window at most, then its last good value); loads of it running now will not store theirs (they
     /// read the source before). A suspension's saved deadlines of it are forgotten, so that a
     /// resume leaves it as capped. Whether a value was held.
-    pub(crate) fn expire(&self, key: &K, now: Instant, stale: Duration) -> bool {
-        self.expire_in(&mut self.loading(), key, now, stale)
+    pub(crate) fn expire(&self, key: &K, now: Instant) -> bool {
+        self.expire_in(&mut self.loading(), key, now)
     }
 
-    fn expire_in(
-        &self,
-        loading: &mut HashMap<K, Generation>,
-        key: &K,
-        now: Instant,
-        stale: Duration,
-    ) -> bool {
+    fn expire_in(&self, loading: &mut HashMap<K, Generation>, key: &K, now: Instant) -> bool {
         Self::detach_in(loading, key);
         if let Some(saved) = self.suspended().as_mut() {
             saved.remove(key);
         }
         either!(self, store => {
-            let held = store.entry(key, None, |_, held| match Held::expire(held, now, stale) {
+            let held = store.entry(key, None, |_, held| match Held::expire(held, now) {
                 true => quick_cache::sync::EntryAction::Retain(()),
                 false => quick_cache::sync::EntryAction::Remove,
             });
@@ -356,10 +349,10 @@ impl<K: Key, V: Value> Memory<K, V> {
     }
 
     /// Drops the value of the key named `name` (an invalidation another process announced), or
-    /// ends its fresh time ([`Memory::expire`], stale for `stale` at most); a load of it
-    /// running now will not store its value. A lookup in the index of names, not a scan of the
-    /// store; nothing for a store built without names.
-    pub(crate) fn invalidate_named(&self, name: &str, how: Invalidation, stale: Duration) {
+    /// ends its fresh time ([`Memory::expire`]); a load of it running now will not store its
+    /// value. A lookup in the index of names, not a scan of the store; nothing for a store
+    /// built without names.
+    pub(crate) fn invalidate_named(&self, name: &str, how: Invalidation) {
         let Some(names) = &self.names else {
             return;
         };
@@ -380,7 +373,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         };
         match how {
             Invalidation::Expire => {
-                self.expire_in(&mut loading, &key, Instant::now(), stale);
+                self.expire_in(&mut loading, &key, Instant::now());
             }
             Invalidation::Drop => either!(self, store => {
                 store.remove(&key);
@@ -517,7 +510,7 @@ trait Held {
     /// Whether it may be served at `now`, fresh or stale.
     fn servable(&self, now: Instant) -> bool;
     /// [`Entry::expire`]; whether it can still be held in this form (else it is dropped).
-    fn expire(&mut self, now: Instant, stale: Duration) -> bool;
+    fn expire(&mut self, now: Instant) -> bool;
 }
 
 impl<V: Value> Held for Entry<V> {
@@ -540,8 +533,8 @@ impl<V: Value> Held for Entry<V> {
         self.restore(saved);
     }
 
-    fn expire(&mut self, now: Instant, stale: Duration) -> bool {
-        Entry::expire(self, now, stale);
+    fn expire(&mut self, now: Instant) -> bool {
+        Entry::expire(self, now);
         true
     }
 }
@@ -575,9 +568,9 @@ impl<V: Value, R: LeanRead> Held for Lean<V, R> {
         }
     }
 
-    fn expire(&mut self, now: Instant, stale: Duration) -> bool {
+    fn expire(&mut self, now: Instant) -> bool {
         let mut entry = self.clone().entry();
-        entry.expire(now, stale);
+        entry.expire(now);
         match Lean::of(entry) {
             Some(lean) => {
                 *self = lean;
@@ -693,11 +686,7 @@ mod tests {
         let memory = Memory::<u32, u32>::new(100, Form::Lean, Some(named), None);
         for key in 0..1_000 {
             let load = memory.begin(&key);
-            memory.invalidate_named(
-                &format!("k{}", key / 2 * 2),
-                Invalidation::Drop,
-                Duration::ZERO,
-            );
+            memory.invalidate_named(&format!("k{}", key / 2 * 2), Invalidation::Drop);
             memory.keep(&load, entry(key));
         }
         assert_eq!(memory.loading_count(), 0);
@@ -721,12 +710,12 @@ mod tests {
             memory.keep(&memory.begin(&key), entry(key));
         }
         let running = memory.begin(&4);
-        memory.invalidate_named("k4", Invalidation::Drop, Duration::ZERO);
+        memory.invalidate_named("k4", Invalidation::Drop);
         assert!(
             !memory.keep(&running, entry(4)).current(),
             "its load stores nothing"
         );
-        memory.invalidate_named("k7", Invalidation::Drop, Duration::ZERO);
+        memory.invalidate_named("k7", Invalidation::Drop);
         assert_eq!(memory.entry_count(), 8);
         assert!((0..10).all(|key| memory.get(&key).is_some() == (key != 4 && key != 7)));
     }
@@ -747,7 +736,7 @@ mod tests {
             .collect();
         assert!(!stored.is_empty());
         for key in stored {
-            memory.invalidate_named(&format!("k{key}"), Invalidation::Drop, Duration::ZERO);
+            memory.invalidate_named(&format!("k{key}"), Invalidation::Drop);
             assert!(
                 memory.get(&key).is_none(),
                 "key {key} was stored but not indexed"

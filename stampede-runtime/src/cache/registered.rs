@@ -66,8 +66,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
                 self.core.flights.forget(&key);
             }
         }
-        let stale = self.core.config.stale;
-        self.core.memory.invalidate_named(name, how, stale);
+        self.core.memory.invalidate_named(name, how);
     }
 
     fn forget_tag(&self, tag: &str) {

@@ -726,11 +726,12 @@ impl<V: Clone> Stored<V> {
         now < self.kept_until
     }
 
-    /// No longer fresh from `now` on, stale for `stale` at most (`expire_lua!`): its time to
-    /// live stays.
-    fn expire(&mut self, now: Instant, stale: Duration) {
+    /// No longer fresh from `now` on, stale for its stale window at most (`expire_lua!`): its
+    /// time to live stays.
+    fn expire(&mut self, now: Instant) {
+        let window = self.stale_until.saturating_duration_since(self.fresh_until);
         self.fresh_until = self.fresh_until.min(now);
-        self.stale_until = self.stale_until.min(crate::clock::after(now, stale));
+        self.stale_until = self.stale_until.min(crate::clock::after(now, window));
         self.expired = true;
     }
 
@@ -871,7 +872,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
                 .values
                 .get_mut(key)
                 .filter(|stored| stored.kept(now))
-                .map(|stored| stored.expire(now, config.stale))
+                .map(|stored| stored.expire(now))
                 .is_some(),
         };
         state.stamp(key, now);

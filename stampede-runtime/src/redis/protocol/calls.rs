@@ -61,7 +61,7 @@ where
             keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
         let keys = self.keys(&endpoint, &args);
         let message = feed::message(&config.name, &args, how);
-        let expire = (how == Invalidation::Expire).then_some(config.stale);
+        let expire = how == Invalidation::Expire;
         endpoint
             .invalidate_as(&keys, Some(&message), expire)
             .await
@@ -190,7 +190,7 @@ where
         self.register(&endpoint, config).await;
         // The name's other shapes keep no older value to serve after this one.
         let primed = match endpoint
-            .invalidate_other_shapes(&keys, &config.name, None)
+            .invalidate_other_shapes(&keys, &config.name, false)
             .await
         {
             Ok(_) => flow::prime(&endpoint, &keys, handle, value, &payload).await,

@@ -156,8 +156,8 @@ impl Endpoint {
         one(self.fill_many(std::slice::from_ref(fill)).await?)
     }
 
-    /// Drops one identity's key: its value deleted (or with `expire`, a stale window, only no
-    /// longer fresh: `expire_lua!`) and its fence moved on; announces `message` on the
+    /// Drops one identity's key: its value deleted (or with `expire` only no longer fresh:
+    /// `expire_lua!`) and its fence moved on; announces `message` on the
     /// invalidation channel, unless `None`. On a standalone server the script announces it (one
     /// round trip); on a cluster the announcement follows on the feed's master (see
     /// `invalidate`), once the value is changed. Whether Redis held a value for the key. (A
@@ -166,7 +166,7 @@ impl Endpoint {
         &self,
         keys: &RedisKeys,
         message: Option<&[u8]>,
-        expire: Option<Duration>,
+        expire: bool,
     ) -> Result<bool, Failure> {
         self.call(|mut connection| async move {
             let (channel, log, most) = self.feed_path(&connection);
@@ -180,12 +180,11 @@ impl Endpoint {
             if !in_script.is_empty() {
                 script.key(&log);
             }
-            let stale = expire.map_or(String::new(), |stale| millis(stale).to_string());
             let deleted: i64 = script
                 .arg(in_script)
                 .arg(message.unwrap_or_default())
                 .arg(most)
-                .arg(stale)
+                .arg(if expire { "1" } else { "" })
                 .invoke_async(&mut connection)
                 .await?;
             if let Some(message) = after {

@@ -335,8 +335,9 @@ return kept
     )
 });
 
-/// `expire(vk, now, stale)` in Lua: the envelope under `vk` (see `envelope`) is no longer fresh
-/// from `now` (ms on the server's clock) on, and stale until `now + stale` at most; its payload,
+/// `expire(vk, now)` in Lua (`Entry::expire`'s rule): the envelope under `vk` (see `envelope`)
+/// is no longer fresh from `now` (ms on the server's clock) on, and stale for its own stale
+/// window at most (its stale deadline less its fresh one), never past its stale deadline; its payload,
 /// its source read and its time to live stay, and the fence it carries becomes 0
 /// ([`envelope::EXPIRED`]): `FILL` orders a fill over it as over nothing (`order::fill_lands`),
 /// so that a load that read the source before the expiry does not replace it. Returns 1 if it
@@ -344,7 +345,7 @@ return kept
 macro_rules! expire_lua {
     () => {
         r"
-local function expire(vk, now, stale_ms)
+local function expire(vk, now)
   local value = redis.call('GET', vk)
   local fresh, stale, written, read, rest =
     string.match(value or '', '^S3 (%d+) (%d+) (%d+) (%d+) %d+( .*)$')
@@ -352,8 +353,9 @@ local function expire(vk, now, stale_ms)
     return 0
   end
   local pttl = redis.call('PTTL', vk)
-  fresh = math.min(tonumber(fresh), now)
-  stale = math.min(tonumber(stale), now + stale_ms)
+  fresh, stale = tonumber(fresh), tonumber(stale)
+  stale = math.min(stale, now + math.max(0, stale - fresh))
+  fresh = math.min(fresh, now)
   local header = string.format('S3 %.0f %.0f %s %s 0', fresh, stale, written, read)
   redis.call('SET', vk, header .. rest)
   if pttl > 0 then
@@ -365,14 +367,13 @@ end
     };
 }
 
-/// Deletes the value, or with a stale window given only ends its fresh time (`expire_lua!`: the
-/// companion's `expire`), moves the fence on to at least now if the key has one (so a load that
+/// Deletes the value, or only ends its fresh time (`expire_lua!`: the companion's `expire`), moves the fence on to at least now if the key has one (so a load that
 /// read the source before cannot write back; a key nobody fills gets no state), and announces
 /// the invalidation to every process (`announce_lua!`). KEYS: value, fence, and when it
 /// announces, the feed's log. ARGV: the invalidation channel (empty: announce nothing: a tag's
 /// invalidation announces itself once, and on a cluster the announcement follows on the feed's
-/// master), the message, the log's length, the stale window in ms (empty: delete). Returns 1 if
-/// a value was deleted (or expired).
+/// master), the message, the log's length, whether to expire (empty: delete). Returns 1 if a
+/// value was deleted (or expired).
 pub(crate) static INVALIDATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
@@ -387,7 +388,7 @@ local deleted
 if ARGV[4] == '' then
   deleted = redis.call('DEL', KEYS[1])
 else
-  deleted = expire(KEYS[1], math.floor(micros / 1000), tonumber(ARGV[4]))
+  deleted = expire(KEYS[1], math.floor(micros / 1000))
 end
 local current = redis.call('GET', KEYS[2])
 if current then

@@ -97,16 +97,16 @@ impl Endpoint {
         keys: &RedisKeys,
         message: Option<&[u8]>,
     ) -> Result<bool, Failure> {
-        self.invalidate_as(keys, message, None).await
+        self.invalidate_as(keys, message, false).await
     }
 
-    /// [`Endpoint::invalidate`], or with `expire` (the cache's stale window) the value only no
-    /// longer fresh, under every shape: the companion's `expire`.
+    /// [`Endpoint::invalidate`], or with `expire` the value only no longer fresh, under every
+    /// shape: the companion's `expire`.
     pub(crate) async fn invalidate_as(
         &self,
         keys: &RedisKeys,
         message: Option<&[u8]>,
-        expire: Option<Duration>,
+        expire: bool,
     ) -> Result<bool, Failure> {
         let held = self.invalidate_one(keys, message, expire).await?;
         let Some(message) = message else {
@@ -130,7 +130,7 @@ impl Endpoint {
         &self,
         keys: &RedisKeys,
         name: &str,
-        expire: Option<Duration>,
+        expire: bool,
     ) -> Result<Option<bool>, Failure> {
         let key = keys::shapes_key(&self.config.prefix, name);
         let shapes: Vec<String> = self

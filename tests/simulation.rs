@@ -123,6 +123,12 @@ const FIRST_SEED: u64 = 1;
 /// served a stale value, and its refresh in the background waited for the breaker's probe and
 /// was skipped; the value stood for the throttle, and a call 1.1 s later was served it. A
 /// background refresh is a flight no caller watches, as a dropped call's is.
+/// 188002401 (`expire`, tiered, `lock = "local"`): a refresh that read the source between a
+/// value's read and its expiry filled over the expired value, which the store ordered as any
+/// older value; an expired value now orders a fill as nothing stored does (`envelope::EXPIRED`).
+/// 188023196 (`expire`, Redis only, an outage): the fake tier's expiry forgot that the process
+/// had served a newer value while the store was down, and the older stored value was served
+/// after it; an expiry, unlike an invalidation, leaves that key's cleaning to do.
 const FOUND: &[u64] = &[
     11_882,
     35_827,
@@ -151,6 +157,8 @@ const FOUND: &[u64] = &[
     186_110_297,
     186_449_956,
     187_461_879,
+    188_002_401,
+    188_023_196,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

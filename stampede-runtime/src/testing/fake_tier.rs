@@ -863,7 +863,12 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             self.changed_while_down(key, true);
             return Err(Error::invalid_config("the fake store is down"));
         }
-        lock(&self.dirty).remove(key);
+        // Dropped, the key needs no cleaning; expired, a value this process served while the
+        // store was down (newer than the one expired) still has the stored one dropped, as the
+        // Redis tier's cleaning does.
+        if how == Invalidation::Drop {
+            lock(&self.dirty).remove(key);
+        }
         let now = Instant::now();
         let mut state = self.state();
         let held = match how {

@@ -749,8 +749,8 @@ fn read_through(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: u
 }
 
 /// Turns some invalidations into expiries (`expire`), in some seeds only (a salt with which no
-/// seed of `FOUND` is one: they run as they did), from generators of their own so that the
-/// other operations stay as drawn.
+/// seed found before it draws them: they run as they did), from generators of their own so
+/// that the other operations stay as drawn.
 fn expiring(ops: &mut [Op], seed: u64, client: usize) {
     if !chance(&mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT), 300) {
         return;

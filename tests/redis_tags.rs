@@ -274,3 +274,61 @@ async fn tagged_and_queued(server: &RedisServer, lock: &str, set: &str) {
     })
     .await;
 }
+
+/// `expire_tag` (issue 37): each tagged value stays in Redis, no longer fresh; every process
+/// serves it stale while one refresh replaces it, and values of other tags stay fresh.
+#[tokio::test]
+async fn a_tags_expiry_keeps_its_values_in_redis_stale_while_one_refresh_replaces_each() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", stale = "1m", lock = "redis", redis = "tags", name = "tags::invoice", tags = ["payer:{payer}"])]
+    async fn invoice(payer: u64, id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("invoice {payer}/{id} #{n}")
+    }
+    #[cached(ttl = "60s", stale = "1m", lock = "redis", redis = "tags", name = "tags::invoice", tags = ["payer:{payer}"])]
+    async fn invoice_elsewhere(payer: u64, id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("invoice {payer}/{id} #{n} elsewhere")
+    }
+
+    let _turn = TURN.lock().await;
+    let server = RedisServer::start();
+    install(&server);
+    assert_eq!(within(invoice(1, 10)).await, "invoice 1/10 #1");
+    assert_eq!(within(invoice(2, 10)).await, "invoice 2/10 #2");
+    // In the other process's memory too.
+    assert_eq!(within(invoice_elsewhere(1, 10)).await, "invoice 1/10 #1");
+
+    within(stampede::expire_tag("payer:1")).await.unwrap();
+    let key = server
+        .key("tags:{tags::invoice~*|1:10}:v")
+        .expect("kept in Redis");
+    let envelope: Vec<u8> = server.command(&["GET", &key]);
+    let fresh_until: u64 = String::from_utf8_lossy(&envelope)
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (seconds, micros): (u64, u64) = server.command(&["TIME"]);
+    assert!(
+        fresh_until <= seconds * 1_000 + micros / 1_000,
+        "no longer fresh in Redis"
+    );
+    // Stale in both processes: served at once, and one refresh replaces it.
+    assert_eq!(within(invoice_elsewhere(1, 10)).await, "invoice 1/10 #1");
+    assert_eq!(within(invoice(1, 10)).await, "invoice 1/10 #1");
+    within(async {
+        while within(invoice(1, 10)).await == "invoice 1/10 #1"
+            || within(invoice_elsewhere(1, 10)).await == "invoice 1/10 #1"
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(LOADS.load(SeqCst), 3, "one refresh, across the processes");
+    // Another tag's value stays fresh.
+    assert_eq!(within(invoice(2, 10)).await, "invoice 2/10 #2");
+    assert_eq!(LOADS.load(SeqCst), 3);
+}

@@ -356,6 +356,8 @@ enum Op {
     WriteExpire(u8, usize, Key),
     WritePrime(u8, usize, Key),
     WriteInvalidateTag(u8, Key),
+    /// The source changes, and the tag's entries are expired (`expire_tag`).
+    WriteExpireTag(u8, Key),
     Refresh(u8, usize, Key),
     /// The companion's `read_through`: a call that skips this process's memory.
     ReadThrough(u8, usize, Key),
@@ -693,6 +695,7 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             | Op::WriteExpire(f, ..)
             | Op::WritePrime(f, ..)
             | Op::WriteInvalidateTag(f, _)
+            | Op::WriteExpireTag(f, _)
             | Op::Refresh(f, ..)
             | Op::ReadThrough(f, ..)
             | Op::Dropped(f, ..)
@@ -756,12 +759,14 @@ fn expiring(ops: &mut [Op], seed: u64, client: usize) {
         return;
     }
     let rng = &mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT ^ (client as u64 + 1));
+    // Tags' from a generator apart from keys', so that each draws as it did alone.
+    let tags = &mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT ^ ((client as u64 + 1) << 32));
     for op in ops.iter_mut() {
-        if let Op::WriteInvalidate(f, p, k) = *op
-            && chance(rng, 500)
-        {
-            *op = Op::WriteExpire(f, p, k);
-        }
+        *op = match *op {
+            Op::WriteInvalidate(f, p, k) if chance(rng, 500) => Op::WriteExpire(f, p, k),
+            Op::WriteInvalidateTag(f, k) if chance(tags, 500) => Op::WriteExpireTag(f, k),
+            other => other,
+        };
     }
 }
 
@@ -1642,7 +1647,7 @@ impl World {
                     .await;
                 oracle.detaching(f, k);
                 if let Some(Ok(_found)) = done {
-                    oracle.expired(f, k, p, began);
+                    oracle.expired(f, k, Some(p), began);
                 }
             }
             Op::WritePrime(f, p, k) => {
@@ -1668,7 +1673,8 @@ impl World {
                     oracle.primed(f, k, version, p, began);
                 }
             }
-            Op::WriteInvalidateTag(f, k) => self.invalidate_tag(f, k),
+            Op::WriteInvalidateTag(f, k) => self.invalidate_tag(f, k, false),
+            Op::WriteExpireTag(f, k) => self.invalidate_tag(f, k, true),
             Op::Dropped(f, p, k, after) => {
                 let world = self.clone();
                 let call = tokio::spawn(async move {
@@ -1772,8 +1778,11 @@ impl World {
 
     /// Writes every key that has the tag of `k`'s parity, then invalidates the tag as
     /// `stampede::invalidate_tag` does: marked here, dropped from the stores, marked again.
-    fn invalidate_tag(&self, f: u8, k: Key) {
+    /// A tag's invalidation, or with `expire` its expiry (`expire_tag`), after a write of
+    /// every key it tags.
+    fn invalidate_tag(&self, f: u8, k: Key, expire: bool) {
         let oracle = &self.oracle;
+        let began = oracle.now();
         let tag = tags_of(&k).remove(0);
         let written: Vec<(u8, Key, u64)> = self
             .functions
@@ -1789,16 +1798,26 @@ impl World {
         for &(function, key, _) in &written {
             oracle.detaching(function, key);
         }
-        stampede_runtime::sim::forget_tag(&tag);
+        let here = |tag: &str| match expire {
+            true => stampede_runtime::sim::expire_tag(tag),
+            false => stampede_runtime::sim::forget_tag(tag),
+        };
+        here(&tag);
         for store in self.stores() {
-            store.invalidate_tag(&tag);
+            match expire {
+                true => store.expire_tag(&tag),
+                false => store.invalidate_tag(&tag),
+            }
         }
-        stampede_runtime::sim::forget_tag(&tag);
+        here(&tag);
         for &(function, key, _) in &written {
             oracle.detaching(function, key);
         }
         for (function, key, version) in written {
-            oracle.invalidated(function, key, version, Reach::Everywhere);
+            match expire {
+                true => oracle.expired(function, key, None, began),
+                false => oracle.invalidated(function, key, version, Reach::Everywhere),
+            }
         }
         let _ = f;
     }

@@ -159,3 +159,40 @@ async fn methods_take_tags_too() {
     assert_eq!(within(repo.row(3)).await, 3_001);
     assert_eq!(within(dynamic.other_row(3)).await, 3_501);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tags_expiry_serves_its_entries_stale_while_each_is_refreshed() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", jitter = 0, stale = "30s", tags = ["shelf:{shelf}"])]
+    async fn book(shelf: u64, id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        format!("book {shelf}/{id} #{n}")
+    }
+    #[cached(ttl = "60s", jitter = 0, tags = ["shelf:{shelf}"])]
+    async fn shelf_name(shelf: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("shelf {shelf}")
+    }
+
+    assert_eq!(within(book(1, 1)).await, "book 1/1 #1");
+    assert_eq!(within(book(2, 1)).await, "book 2/1 #2");
+    assert_eq!(within(shelf_name(1)).await, "shelf 1");
+    within(stampede::expire_tag("shelf:1")).await.unwrap();
+    let started = tokio::time::Instant::now();
+    assert_eq!(within(book(1, 1)).await, "book 1/1 #1", "stale, at once");
+    assert_eq!(started.elapsed(), std::time::Duration::ZERO);
+    // No `stale`: the other function's entry loads at the next call, waited for.
+    assert_eq!(within(shelf_name(1)).await, "shelf 1");
+    assert_eq!(
+        LOADS.load(SeqCst),
+        5,
+        "book 1/1's refresh and shelf 1's load"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(within(book(1, 1)).await, "book 1/1 #4");
+    // Another tag's entry stays fresh.
+    assert_eq!(within(book(2, 1)).await, "book 2/1 #2");
+    assert_eq!(LOADS.load(SeqCst), 5);
+}

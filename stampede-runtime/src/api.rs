@@ -158,13 +158,39 @@ async fn invalidate_in(
 /// a tagged method's, once called); this process's entries, and the other connections', are
 /// dropped all the same.
 pub async fn invalidate_tag(tag: &str) -> Result<(), Error> {
-    registry::forget_tag(tag);
+    invalidate_tag_as(tag, Invalidation::Drop).await
+}
+
+/// Ends the freshness of every entry tagged `tag`, of every cached function, without dropping
+/// them, as [`expire`] does for one key: in this process and, for caches backed by Redis, in
+/// Redis and in every other process's memory. Each is then served stale at once while one
+/// refresh runs (for its cache's `stale` at most, from now), and with `fail_safe` stays its
+/// key's last good value; a load of a tagged key running meanwhile stores nothing.
+///
+/// Unlike [`invalidate_tag`], which marks the tag and checks entries on read, each process
+/// visits the keys its tagged caches hold and load (a scan of their memory); Redis keeps, per
+/// tag, the set of keys loaded with it, as for an invalidation. The errors are
+/// [`invalidate_tag`]'s. A process of an earlier version ignores the announcement.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), stampede::Error> {
+/// // the catalog was re-imported: serve the old pages while each is reloaded
+/// stampede::expire_tag("catalog").await?;
+/// # Ok(()) }
+/// ```
+pub async fn expire_tag(tag: &str) -> Result<(), Error> {
+    invalidate_tag_as(tag, Invalidation::Expire).await
+}
+
+/// [`invalidate_tag`] or [`expire_tag`], as `how` says.
+async fn invalidate_tag_as(tag: &str, how: Invalidation) -> Result<(), Error> {
+    registry::forget_tag_as(tag, how);
     #[cfg(feature = "redis")]
     {
-        let dropped = crate::redis::invalidate_tag(tag).await;
+        let dropped = crate::redis::invalidate_tag(tag, how).await;
         // A call meanwhile may have read an old value from Redis before it was dropped there,
         // and kept it: mark the tag again, rather than wait for the announcement's echo.
-        registry::forget_tag(tag);
+        registry::forget_tag_as(tag, how);
         dropped?;
     }
     Ok(())

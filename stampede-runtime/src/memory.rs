@@ -474,6 +474,14 @@ impl<K: Key, V: Value> Memory<K, V> {
         });
     }
 
+    /// The keys the store holds and those loading now: what a tag's expiry visits (an expiry
+    /// keeps each value, so it is capped where it is, not checked against a mark on read).
+    pub(crate) fn keys(&self) -> Vec<K> {
+        let mut keys: Vec<K> = self.loading().keys().cloned().collect();
+        either!(self, store => keys.extend(stored_keys(store)));
+        keys
+    }
+
     /// How many entries the store holds.
     pub(crate) fn entry_count(&self) -> u64 {
         either!(self, store => store.len()) as u64

@@ -34,6 +34,10 @@ pub(crate) trait AnyCache: Send + Sync {
     /// invalidation; stored entries are checked against it on read); nothing for an untagged
     /// cache.
     fn forget_tag(&self, tag: &str);
+    /// Ends, in this process only, the freshness of every value tagged `tag` (a tag's expiry)
+    /// and detaches the running loads of such keys; nothing for an untagged cache. A scan of
+    /// the keys the cache holds and loads.
+    fn expire_tag(&self, tag: &str);
     /// Drops, in this process only, every value of a cache whose tier names its keys to other
     /// processes (its invalidations may have been missed), if it shares them `through` that
     /// connection (`None`: through any); nothing for a local cache. With `fail_safe`, each
@@ -127,6 +131,19 @@ pub(crate) fn forget_tag(tag: &str) {
     crate::tags::mark(tag);
     for cache in all() {
         cache.forget_tag(tag);
+    }
+}
+
+/// Drops (or, as `how` says, expires) in this process every entry tagged `tag`
+/// ([`forget_tag`], [`AnyCache::expire_tag`]).
+pub(crate) fn forget_tag_as(tag: &str, how: Invalidation) {
+    match how {
+        Invalidation::Drop => forget_tag(tag),
+        Invalidation::Expire => {
+            for cache in all() {
+                cache.expire_tag(tag);
+            }
+        }
     }
 }
 

@@ -177,7 +177,8 @@ struct Floor {
 /// fresh from its end on (in another process, once the bound has passed).
 #[derive(Clone, Copy, Debug)]
 struct Expiry {
-    process: usize,
+    /// Where it was made (`None`: in every process at once, a tag's).
+    process: Option<usize>,
     began: Duration,
     done: Duration,
     /// Its place in the run's order of events.
@@ -476,11 +477,12 @@ impl Oracle {
             });
     }
 
-    /// An expiry (`expire`) of a key, begun at `began` in `process`, completed.
-    pub fn expired(&self, function: u8, key: u16, process: usize, began: Duration) {
+    /// An expiry (`expire`) of a key, begun at `began` in `process` (`None`: a tag's, in every
+    /// process at once), completed.
+    pub fn expired(&self, function: u8, key: u16, process: Option<usize>, began: Duration) {
         let done = self.now();
         let mut history = self.history();
-        history.note(done, format!("expired f{function} k{key} in p{process}"));
+        history.note(done, format!("expired f{function} k{key} in {process:?}"));
         let seq = history.next_seq();
         history
             .expiries
@@ -1371,11 +1373,11 @@ impl History {
             .get(&(call.function, call.key))?
             .iter()
             .filter(|expiry| read_at < expiry.began)
-            .filter_map(|expiry| match expiry.process == call.process {
-                true => (expiry.seq < call.seq).then_some(expiry.done),
-                false => {
+            .filter_map(|expiry| match expiry.process {
+                Some(process) if process != call.process => {
                     (shared && expiry.done + bound <= call.began).then_some(expiry.done + bound)
                 }
+                _ => (expiry.seq < call.seq).then_some(expiry.done),
             })
             .min()
     }

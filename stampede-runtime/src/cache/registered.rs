@@ -69,6 +69,20 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
         self.core.memory.invalidate_named(name, how);
     }
 
+    fn expire_tag(&self, tag: &str) {
+        let Some(render) = self.core.tags else {
+            return;
+        };
+        let mut keys = self.core.memory.keys();
+        keys.extend(self.core.flights.keys());
+        let keys: std::collections::HashSet<K> = keys.into_iter().collect();
+        for key in keys {
+            if render(&key).iter().any(|own| own == tag) {
+                self.forget_as(&key, Invalidation::Expire);
+            }
+        }
+    }
+
     fn forget_tag(&self, tag: &str) {
         let Some(render) = self.core.tags else {
             return;

@@ -357,13 +357,34 @@ impl<K: Key, V: Value> Store<K, V> {
     /// `stampede::invalidate_tag` reaches every connection.
     #[cfg_attr(not(feature = "simulation"), allow(dead_code))] // the simulation's faults
     pub fn invalidate_tag(&self, tag: &str) {
+        self.tagged_keys(tag, Invalidation::Drop);
+    }
+
+    /// Ends the freshness of every key loaded with `tag` (`expire_lua!` on each, its fence moved
+    /// on as an invalidation's), as a tag's expiry does in Redis.
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))] // the simulation's faults
+    pub fn expire_tag(&self, tag: &str) {
+        self.tagged_keys(tag, Invalidation::Expire);
+    }
+
+    fn tagged_keys(&self, tag: &str, how: Invalidation) {
+        let now = Instant::now();
         for state in lock(&self.state).values_mut() {
             // The set keeps its members (Redis's `TAKE_TAGGED`): a load tagged before may read
             // its source after this, and write its value.
             let tagged = state.tagged.get(tag).cloned().unwrap_or_default();
             for key in tagged {
-                state.values.remove(&key);
-                state.stamp(&key, Instant::now());
+                match how {
+                    Invalidation::Drop => {
+                        state.values.remove(&key);
+                    }
+                    Invalidation::Expire => {
+                        if let Some(stored) = state.values.get_mut(&key) {
+                            stored.expire(now);
+                        }
+                    }
+                }
+                state.stamp(&key, now);
             }
         }
     }

@@ -233,6 +233,11 @@ pub fn forget_tag(tag: &str) {
     registry::forget_tag(tag);
 }
 
+/// A tag's expiry in this process's memory (`stampede::expire_tag` without Redis).
+pub fn expire_tag(tag: &str) {
+    registry::forget_tag_as(tag, Invalidation::Expire);
+}
+
 /// How many background refreshes hold a turn in the process's refresh budget now.
 pub fn refresh_turns_taken() -> usize {
     crate::budget::turns_taken()

@@ -22,6 +22,7 @@ use futures_util::future::try_join_all;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::memory::Invalidation;
 use crate::redis::codec::keys::{RedisKeys, TagKeys};
 use crate::redis::protocol::ops::millis;
 use crate::redis::protocol::scripts;
@@ -54,7 +55,7 @@ pub(crate) fn used_by_tags(connection: Option<Arc<str>>) {
 /// process, does not keep the others from it; then the error returned is the first connection
 /// not configured (an admin tool that forgot its `RedisConfig` reached nobody through it, and
 /// must not be told `Ok`), else the first Redis that failed.
-pub(crate) async fn invalidate_tag(tag: &str) -> Result<(), Error> {
+pub(crate) async fn invalidate_tag(tag: &str, how: Invalidation) -> Result<(), Error> {
     crate::registry::build_tagged();
     let names: Vec<Option<Arc<str>>> = TAGGED
         .lock()
@@ -65,12 +66,20 @@ pub(crate) async fn invalidate_tag(tag: &str) -> Result<(), Error> {
     let (mut unconfigured, mut failed) = (None, None);
     for name in &names {
         let Some(connection) = lookup(name.as_deref()) else {
-            let what =
-                format!(", so the invalidation of tag `{tag}` reached no other process through it");
+            let what = match how {
+                Invalidation::Drop => {
+                    format!(
+                        ", so the invalidation of tag `{tag}` reached no other process through it"
+                    )
+                }
+                Invalidation::Expire => {
+                    format!(", so the expiry of tag `{tag}` reached no other process through it")
+                }
+            };
             unconfigured.get_or_insert(crate::redis::not_configured(name.as_deref(), &what));
             continue;
         };
-        if let Err(failure) = connection.invalidate_tag(tag).await {
+        if let Err(failure) = connection.invalidate_tag(tag, how).await {
             failed.get_or_insert(Error::RedisUnavailable {
                 cache: format!("tag `{tag}`").into(),
                 message: failure.to_string().into(),
@@ -122,10 +131,11 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Reads the keys loaded with `tag`, drops each (value deleted, fence moved on), then
-    /// announces the tag on the invalidation channel. A key is taken off the pending set only
-    /// once dropped, so an invalidation that fails midway leaves the rest to the next one.
-    async fn invalidate_tag(&self, tag: &str) -> Result<(), Failure> {
+    /// Reads the keys loaded with `tag`, drops each (value deleted, fence moved on; or with
+    /// [`Invalidation::Expire`] only no longer fresh, under every shape), then announces the tag
+    /// on the invalidation channel. A key is taken off the pending set only once done, so an
+    /// invalidation that fails midway leaves the rest to the next one.
+    async fn invalidate_tag(&self, tag: &str, how: Invalidation) -> Result<(), Failure> {
         let tag_keys = &TagKeys::new(&self.config.prefix, tag);
         let bases: Vec<String> = self
             .call(|mut connection| async move {
@@ -139,7 +149,9 @@ impl Endpoint {
         for chunk in bases.chunks(AT_ONCE) {
             try_join_all(chunk.iter().map(|base| async move {
                 // No announcement per key: the tag's one announcement follows.
-                self.invalidate(&RedisKeys::of_base(base), None).await
+                let expire = how == Invalidation::Expire;
+                self.invalidate_as(&RedisKeys::of_base(base), None, expire)
+                    .await
             }))
             .await?;
             let pending = &tag_keys.pending;
@@ -152,6 +164,6 @@ impl Endpoint {
             })
             .await?;
         }
-        self.announce(&feed::tag_message(tag)).await
+        self.announce(&feed::tag_message(tag, how)).await
     }
 }

@@ -1,5 +1,6 @@
 //! The invalidation feed's messages: their form (`{cache name}\n{argument text}` for a key,
-//! `\0expire\n{cache name}\n{argument text}` for a key's expiry, `\0tag\n{tag}` for a tag), and
+//! `\0expire\n{cache name}\n{argument text}` for a key's expiry, `\0tag\n{tag}` for a tag,
+//! `\0expiretag\n{tag}` for a tag's expiry), and
 //! what this process does with what it hears, or with the news that it may have missed some.
 //! Below both the publishing side (`invalidate`) and the subscriber (`pubsub`), which names no
 //! connection. A process of an earlier version ignores an expiry (no cache name starts with a
@@ -17,13 +18,18 @@ pub(crate) fn message(name: &str, args: &str, how: Invalidation) -> Vec<u8> {
     }
 }
 
-/// The message of a tag's invalidation: `\0tag\n{tag}` (no cache name starts with a NUL).
-pub(crate) fn tag_message(tag: &str) -> Vec<u8> {
-    format!("{TAG}\n{tag}").into_bytes()
+/// The message of a tag's invalidation (`how`): `\0tag\n{tag}`, `\0expiretag\n{tag}` (no cache
+/// name starts with a NUL).
+pub(crate) fn tag_message(tag: &str, how: Invalidation) -> Vec<u8> {
+    match how {
+        Invalidation::Drop => format!("{TAG}\n{tag}").into_bytes(),
+        Invalidation::Expire => format!("{EXPIRE_TAG}\n{tag}").into_bytes(),
+    }
 }
 
 const TAG: &str = "\0tag";
 const EXPIRE: &str = "\0expire";
+const EXPIRE_TAG: &str = "\0expiretag";
 
 /// What a message of the feed says.
 #[derive(Debug, PartialEq, Eq)]
@@ -35,7 +41,7 @@ pub(crate) enum Heard<'a> {
         how: Invalidation,
     },
     /// Every entry tagged so.
-    Tag(&'a str),
+    Tag(&'a str, Invalidation),
 }
 
 impl<'a> Heard<'a> {
@@ -44,7 +50,8 @@ impl<'a> Heard<'a> {
     pub(crate) fn parse(payload: &'a [u8]) -> Option<Heard<'a>> {
         let (first, rest) = std::str::from_utf8(payload).ok()?.split_once('\n')?;
         let (name, args, how) = match first {
-            TAG => return Some(Heard::Tag(rest)),
+            TAG => return Some(Heard::Tag(rest, Invalidation::Drop)),
+            EXPIRE_TAG => return Some(Heard::Tag(rest, Invalidation::Expire)),
             EXPIRE => {
                 let (name, args) = rest.split_once('\n')?;
                 (name, args, Invalidation::Expire)
@@ -59,7 +66,7 @@ impl<'a> Heard<'a> {
 /// Handles one message of the invalidation channel.
 pub(crate) fn on_message(payload: &[u8]) {
     match Heard::parse(payload) {
-        Some(Heard::Tag(tag)) => crate::registry::forget_tag(tag),
+        Some(Heard::Tag(tag, how)) => crate::registry::forget_tag_as(tag, how),
         Some(Heard::Key { name, args, how }) => {
             for cache in registry::named(name) {
                 cache.forget_named(args, how);

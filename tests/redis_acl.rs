@@ -231,6 +231,17 @@ async fn an_acl_user_restricted_to_the_cache_prefix_and_channels_runs_the_whole_
     assert_eq!(within(in_b(7)).await, "price 7 v2 loaded by b");
     assert_eq!(within(in_a(7)).await, "price 7 v2 loaded by b");
     assert_eq!(stampede::stats("acl::restricted").unwrap().degraded, 0);
+
+    // A clear needs `SCAN`, which the request path does not: refused, an error that says so;
+    // with `+scan`, done.
+    let refused = within(stampede::clear("acl::restricted"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("scan"), "{refused}");
+    let _: String = server.command(&["ACL", "SETUSER", "cache", "+scan"]);
+    within(stampede::clear("acl::restricted")).await.unwrap();
+    assert_eq!(server.key("stampede:{acl::restricted~*|7}:v"), None);
+    assert_eq!(within(in_b(7)).await, "price 7 v3 loaded by b");
 }
 
 #[tokio::test]

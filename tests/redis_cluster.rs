@@ -892,3 +892,52 @@ async fn a_tag_drops_its_keys_on_every_master() {
         owners.len()
     );
 }
+
+/// `clear` (issue 37) on a cluster: the keys of the cache's name are found by `SCAN` on every
+/// master, and dropped there; another cache's stay.
+#[tokio::test]
+async fn a_clear_drops_the_caches_keys_on_every_master() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "clear", name = "clu::cleared")]
+    async fn row(id: u64) -> String {
+        format!("row {id} load {}", LOADS.fetch_add(1, SeqCst) + 1)
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "clear", name = "clu::kept")]
+    async fn kept(id: u64) -> String {
+        format!("kept {id} load {}", LOADS.fetch_add(1, SeqCst) + 1)
+    }
+
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    install(&cluster.urls(), "clear");
+    for id in 0..30_u64 {
+        within(row(id)).await;
+        within(kept(id)).await;
+    }
+    let values = cluster.keys("test:{clu::cleared~*}:v");
+    let owners: BTreeSet<u16> = values.iter().map(|key| cluster.owner(key)).collect();
+    assert_eq!(values.len(), 30);
+    assert_eq!(owners.len(), 3, "the cache's keys are on every master");
+
+    within(row::clear()).await.unwrap();
+    assert!(
+        cluster.keys("test:{clu::cleared~*}:v").is_empty(),
+        "gone from every master"
+    );
+    assert_eq!(
+        cluster.keys("test:{clu::kept~*}:v").len(),
+        30,
+        "another cache: kept"
+    );
+    let loads = LOADS.load(SeqCst);
+    for id in 0..30_u64 {
+        within(row(id)).await;
+        within(kept(id)).await;
+    }
+    assert_eq!(
+        LOADS.load(SeqCst),
+        loads + 30,
+        "only the cleared cache loaded again"
+    );
+}

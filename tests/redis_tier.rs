@@ -661,6 +661,52 @@ async fn an_expiry_keeps_the_value_everywhere_stale_while_one_refresh_replaces_i
     assert_eq!(LOADS.load(SeqCst), 2, "one refresh across the processes");
 }
 
+/// `clear` (issue 37): every key of the cache's name leaves Redis and every process's memory;
+/// a cache whose name only begins like it keeps its own.
+#[tokio::test]
+async fn a_clear_drops_every_key_of_the_name_from_redis_and_from_every_process() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    async fn load(id: u64) -> String {
+        format!("row {id} #{}", LOADS.fetch_add(1, SeqCst) + 1)
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "clear", name = "red::clear")]
+    async fn in_a(id: u64) -> String {
+        load(id).await
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "clear", name = "red::clear")]
+    async fn in_b(id: u64) -> String {
+        load(id).await
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "clear", name = "red::clear~more")]
+    async fn neighbour(id: u64) -> String {
+        load(id).await
+    }
+
+    let server = RedisServer::start();
+    install(&server, "clear");
+    for id in 0..30 {
+        within(in_a(id)).await;
+    }
+    assert_eq!(within(in_b(7)).await, "row 7 #8", "read from Redis");
+    assert_eq!(within(neighbour(7)).await, "row 7 #31");
+    in_a::clear().await.unwrap();
+    // The values go; the fences stay, moved on, as an invalidation leaves them.
+    let left: Vec<String> = server.command(&["KEYS", "test:{red::clear~*:v"]);
+    assert_eq!(
+        left,
+        vec![server.key("test:{red::clear~more~*|7}:v").unwrap()],
+        "only the neighbour's value stays"
+    );
+    eventually("b to drop its memory", || {
+        stampede::stats("red::clear").unwrap().entries == 0
+    })
+    .await;
+    assert_eq!(within(in_b(7)).await, "row 7 #32", "loaded again");
+    assert_eq!(within(in_a(7)).await, "row 7 #32", "from Redis");
+    assert_eq!(within(neighbour(7)).await, "row 7 #31", "untouched");
+}
+
 /// An admin process that never called the function tells whether its invalidation reached a
 /// value in Redis, under its shape or another of the name.
 #[tokio::test]

@@ -358,6 +358,8 @@ enum Op {
     WriteInvalidateTag(u8, Key),
     /// The source changes, and the tag's entries are expired (`expire_tag`).
     WriteExpireTag(u8, Key),
+    /// Every key of the function changes, and its cache is cleared (`clear`) in a process.
+    WriteClear(u8, usize),
     Refresh(u8, usize, Key),
     /// The companion's `read_through`: a call that skips this process's memory.
     ReadThrough(u8, usize, Key),
@@ -696,6 +698,7 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             | Op::WritePrime(f, ..)
             | Op::WriteInvalidateTag(f, _)
             | Op::WriteExpireTag(f, _)
+            | Op::WriteClear(f, _)
             | Op::Refresh(f, ..)
             | Op::ReadThrough(f, ..)
             | Op::Dropped(f, ..)
@@ -751,19 +754,21 @@ fn read_through(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: u
     }
 }
 
-/// Turns some invalidations into expiries (`expire`), in some seeds only (a salt with which no
-/// seed found before it draws them: they run as they did), from generators of their own so
-/// that the other operations stay as drawn.
+/// Turns some invalidations into expiries (`expire`, `expire_tag`) and a few into clears
+/// (`clear`), in some seeds only (a salt with which no seed found before it draws them: they
+/// run as they did), from generators of their own so that the other operations stay as drawn.
 fn expiring(ops: &mut [Op], seed: u64, client: usize) {
     if !chance(&mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT), 300) {
         return;
     }
     let rng = &mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT ^ (client as u64 + 1));
-    // Tags' from a generator apart from keys', so that each draws as it did alone.
+    // Tags' and clears' from generators apart from keys', so that each draws as it did alone.
     let tags = &mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT ^ ((client as u64 + 1) << 32));
+    let clears = &mut SmallRng::seed_from_u64(seed ^ EXPIRE_SALT ^ ((client as u64 + 1) << 40));
     for op in ops.iter_mut() {
         *op = match *op {
             Op::WriteInvalidate(f, p, k) if chance(rng, 500) => Op::WriteExpire(f, p, k),
+            Op::WriteInvalidate(f, p, _) if chance(clears, 100) => Op::WriteClear(f, p),
             Op::WriteInvalidateTag(f, k) if chance(tags, 500) => Op::WriteExpireTag(f, k),
             other => other,
         };
@@ -1374,6 +1379,13 @@ impl Cache {
         }
     }
 
+    async fn clear(self) -> Result<(), stampede::Error> {
+        match self {
+            Cache::Local(cache) => cache.clear().await,
+            Cache::Shared(cache) => cache.clear().await,
+        }
+    }
+
     async fn expire(self, key: Key) -> Result<bool, stampede::Error> {
         match self {
             Cache::Local(cache) => cache.expire(key).await,
@@ -1508,6 +1520,15 @@ impl World {
                                     Some(function),
                                 );
                             }
+                        }
+                        Event::Cleared { process, space } => {
+                            let function = of(&space);
+                            oracle.fault(
+                                format!("f{function}: p{process} hears it cleared"),
+                                true,
+                                Effect::Detaches,
+                                Some(function),
+                            );
                         }
                         Event::Cleaned {
                             process,
@@ -1675,6 +1696,24 @@ impl World {
             }
             Op::WriteInvalidateTag(f, k) => self.invalidate_tag(f, k, false),
             Op::WriteExpireTag(f, k) => self.invalidate_tag(f, k, true),
+            Op::WriteClear(f, p) => {
+                let function = &self.functions[f as usize];
+                let written: Vec<(Key, u64)> = (0..function.keys(&self.plan))
+                    .map(|k| (k, oracle.write(f, k)))
+                    .collect();
+                for &(k, _) in &written {
+                    oracle.detaching(f, k);
+                }
+                let done = self.bounded(function.cache(p).clear()).await;
+                for &(k, _) in &written {
+                    oracle.detaching(f, k);
+                }
+                if let Some(Ok(())) = done {
+                    for (k, version) in written {
+                        oracle.invalidated(f, k, version, Reach::From(p));
+                    }
+                }
+            }
             Op::Dropped(f, p, k, after) => {
                 let world = self.clone();
                 let call = tokio::spawn(async move {

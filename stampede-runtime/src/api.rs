@@ -100,6 +100,42 @@ pub async fn expire<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Erro
     invalidate_named(name, &key, Invalidation::Expire).await
 }
 
+/// Drops every value of the cache called `name`, in this process and, for a cache backed by
+/// Redis, in Redis (every key of every shape of the name under the connection's prefix) and in
+/// every other process's memory. A load of the cache that was running meanwhile stores nothing.
+///
+/// In Redis the keys are found with `SCAN` (on each master of a cluster): a walk of the
+/// keyspace, for an admin tool or a deploy step, not a request's path; an ACL user needs
+/// `SCAN` for it. Fails as [`invalidate`] does when no cache has that name, its Redis
+/// connection is not configured here, or Redis does not answer (then this process's memory is
+/// cleared all the same; call it again). A process of an earlier version ignores the
+/// announcement. Prefer the companion's `product::clear()`.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), stampede::Error> {
+/// // the prices were recomputed in bulk
+/// stampede::clear("shop::price").await?;
+/// # Ok(()) }
+/// ```
+pub async fn clear(name: &str) -> Result<(), Error> {
+    let mut caches = registry::named(name);
+    if caches.is_empty() && registry::build_linked(name) {
+        caches = registry::named(name);
+    }
+    if caches.is_empty() {
+        return Err(Error::invalid_config(format!(
+            "no cache is named `{name}` (see `stampede::caches()` for the names in this process)"
+        )));
+    }
+    let mut failed = None;
+    for cache in caches {
+        if let Err(error) = cache.clear().await {
+            failed.get_or_insert(error);
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
 /// [`invalidate`] or [`expire`], as `how` says.
 async fn invalidate_named<K: Any + Send + Sync>(
     name: &str,

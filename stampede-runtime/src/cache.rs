@@ -408,6 +408,14 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         self.forget_as(key, Invalidation::Drop)
     }
 
+    /// Drops every value this process holds and detaches every running load (`clear`).
+    pub(crate) fn clear_here(&self) {
+        for key in self.core.flights.keys() {
+            self.core.flights.forget(&key);
+        }
+        self.core.memory.clear();
+    }
+
     /// [`Cache::forget`], or with [`Invalidation::Expire`] the value kept but no longer fresh
     /// (stale for its stale window at most, then its last good value); whether a value was held.
     pub(crate) fn forget_as(&self, key: &K, how: Invalidation) -> bool {

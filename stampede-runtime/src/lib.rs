@@ -68,7 +68,7 @@ mod testing;
 mod tier;
 mod witness;
 
-pub use api::{caches, expire, expire_tag, invalidate, invalidate_tag, stats};
+pub use api::{caches, clear, expire, expire_tag, invalidate, invalidate_tag, stats};
 pub use budget::{MAX_REFRESHES_VAR, set_max_refreshes};
 pub use config::{Backend, Config, LoadsFull, Lock};
 pub use error::{Error, LoadError, UpstreamError};

@@ -337,6 +337,23 @@ impl<K: Key, V: Value> Memory<K, V> {
         })
     }
 
+    /// Drops every value (`clear`); loads running now will not store theirs.
+    pub(crate) fn clear(&self) {
+        let mut loading = self.loading();
+        for generation in loading.values_mut() {
+            generation.bump();
+        }
+        self.suspended().take();
+        if let Some(names) = &self.names {
+            names
+                .by_name
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+        }
+        either!(self, store => store.clear());
+    }
+
     /// Loads of the key running now will not store their value; the value stored stays.
     pub(crate) fn detach(&self, key: &K) {
         Self::detach_in(&mut self.loading(), key);

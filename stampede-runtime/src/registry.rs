@@ -38,6 +38,12 @@ pub(crate) trait AnyCache: Send + Sync {
     /// and detaches the running loads of such keys; nothing for an untagged cache. A scan of
     /// the keys the cache holds and loads.
     fn expire_tag(&self, tag: &str);
+    /// Drops every value of the cache, here and in its tier, and every other process's memory
+    /// of it (`clear`).
+    fn clear(&self) -> BoxFuture<'_, Result<(), Error>>;
+    /// Drops, in this process only, every value of the cache (a clear another process
+    /// announced) and detaches its running loads.
+    fn clear_here(&self);
     /// Drops, in this process only, every value of a cache whose tier names its keys to other
     /// processes (its invalidations may have been missed), if it shares them `through` that
     /// connection (`None`: through any); nothing for a local cache. With `fail_safe`, each

@@ -258,6 +258,21 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
         cache.invalidate(&key).await
     }
 
+    /// A companion's `clear`: drops every value of the cache, here, in the tier (every key of
+    /// its name) and in every other process's memory (see `stampede::clear`). Builds the cache
+    /// if this process never called it.
+    pub async fn clear<T>(self) -> Result<(), Error>
+    where
+        K: Key,
+        V: Value,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        let (cache, ()) = self.cache::<T>();
+        cache.clear().await
+    }
+
     /// A companion's `expire`: `key`'s value is no longer fresh, here, in the tier and in every
     /// other process's memory (see `stampede::expire`); whether a value was held for it, here
     /// or in the tier. Builds the cache if this process never called it.

@@ -80,6 +80,10 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         how: Invalidation,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
+    /// Drops every key of the cache's name from the shared store, and every other process's
+    /// memory of the cache (this process's memory has dropped it already).
+    fn clear(&self, config: &Config) -> impl Future<Output = Result<(), Error>> + Send;
+
     /// Gets the values of many keys this process has no usable value for, as [`Tier::fetch`]
     /// does for one, with one load of the keys it must load here: a batch function's call, or
     /// a window of single-key calls (`batch_window`). Reports each key's outcome through
@@ -198,6 +202,10 @@ impl<K: Key, V: Value> Tier<K, V> for Local {
 
     async fn invalidate(&self, _: &Config, _: &K, _: Invalidation) -> Result<bool, Error> {
         Ok(false)
+    }
+
+    async fn clear(&self, _: &Config) -> Result<(), Error> {
+        Ok(())
     }
 }
 

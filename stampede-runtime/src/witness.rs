@@ -94,6 +94,23 @@ impl<V: Value> Companion<V> {
         recipe.invalidate::<T>(key)
     }
 
+    /// Calls [`Recipe::clear`]. `key_of` is never called: its type names the key's.
+    #[inline(always)]
+    pub fn clear<C, S, K, T, A>(
+        self,
+        recipe: Recipe<C, S, K, V>,
+        key_of: impl FnOnce(A) -> K,
+    ) -> impl Future<Output = Result<(), Error>>
+    where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        drop(key_of);
+        recipe.clear::<T>()
+    }
+
     /// Calls [`Recipe::expire`].
     #[inline(always)]
     pub fn expire<C, S, K, T>(

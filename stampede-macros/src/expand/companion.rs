@@ -1,6 +1,6 @@
 //! The companion of a cached function: the operations on its cache (`invalidate`,
-//! `invalidate_found`, `expire`, `refresh`, `read_through`, `prime`, `peek`, `uncached`) with
-//! the key's arguments as the function takes them, and the
+//! `invalidate_found`, `expire`, `clear`, `refresh`, `read_through`, `prime`, `peek`,
+//! `uncached`) with the key's arguments as the function takes them, and the
 //! hidden items they share with the function (its slot, its options, its body). For a free
 //! function they are associated functions of a type of the function's name; for a method with
 //! `companion = true`, associated functions named after it in its impl, or for a method of a
@@ -14,10 +14,11 @@ use super::{Call, Expansion, Holder, with_elided_lifetimes};
 use crate::func::{Arg, Returns};
 
 /// The operations of a companion, by the name they end in.
-const OPERATIONS: [&str; 8] = [
+const OPERATIONS: [&str; 9] = [
     "invalidate",
     "invalidate_found",
     "expire",
+    "clear",
     "refresh",
     "read_through",
     "prime",
@@ -46,8 +47,8 @@ impl Expansion<'_> {
         let doc = format!(
             "The cache of [`{fn_name}()`](fn@{fn_name}), reachable without calling it (generated \
              by `#[stampede::cached]`): `{fn_name}::invalidate`, `invalidate_found`, `expire`, \
-             `refresh`, `read_through`, `prime`, `peek` and `uncached`, which take the arguments \
-             of the key as the function does."
+             `clear`, `refresh`, `read_through`, `prime`, `peek` and `uncached`, which take the \
+             arguments of the key as the function does (`clear` none)."
         );
         // Named at the attribute: the name is the function's, in the style of a function, and
         // the lints of type names are for the types a user writes.
@@ -189,12 +190,14 @@ impl Expansion<'_> {
             primed,
             peeked,
             one,
+            key_of,
         } = self.one_key(companion);
         let body = companion.path("body");
         let [
             invalidate,
             invalidate_found,
             expire,
+            clear,
             refresh_fn,
             read_through_fn,
             prime,
@@ -205,6 +208,7 @@ impl Expansion<'_> {
             doc_invalidate,
             doc_invalidate_found,
             doc_expire,
+            doc_clear,
             doc_refresh,
             doc_read_through,
             doc_prime,
@@ -228,6 +232,12 @@ impl Expansion<'_> {
             #attrs
             #vis async fn #expire #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
                 #on.expire(#recipe, #key).await.map(|_found| ())
+            }
+
+            #[doc = #doc_clear]
+            #attrs
+            #vis async fn #clear #generics () -> ::core::result::Result<(), #krate::Error> #where_clause {
+                #on.clear(#recipe, #key_of).await
             }
 
             #[doc = #doc_refresh]
@@ -284,6 +294,7 @@ impl Expansion<'_> {
                     quote!(::core::option::Option<#value>)
                 },
                 one: TokenStream::new(),
+                key_of: key_closure(self.key_args.iter().copied(), &self.key()),
             },
             Some(_) => OneKey {
                 inputs: self.element_args().iter().map(typed).collect(),
@@ -297,12 +308,13 @@ impl Expansion<'_> {
                 primed: self.primed(),
                 peeked: self.peeked(),
                 one: self.one_operation(companion),
+                key_of: key_closure(&self.element_args(), &self.element_key()),
             },
         }
     }
 
     /// The operations' doc comments, in the order of [`OPERATIONS`].
-    fn docs(&self, companion: &Holder) -> [String; 8] {
+    fn docs(&self, companion: &Holder) -> [String; 9] {
         let fn_name = self.function.sig.ident.to_string();
         let shown = match (companion, &self.settings.trait_path) {
             (Holder::Type(_), _) => format!("[`{fn_name}()`](fn@{fn_name})"),
@@ -334,6 +346,12 @@ impl Expansion<'_> {
                  every other process's memory: the next call gets it stale at once (for the \
                  cache's `stale` at most, from now) while one refresh runs, and with `fail_safe` \
                  it stays the last good value. A load running meanwhile does not store its value."
+            ),
+            format!(
+                "Drops every value {shown} holds, in this process and, for a cache backed by \
+                 Redis, in Redis (every key of its name, found by `SCAN`: an admin tool's \
+                 operation) and in every other process's memory. Loads running meanwhile store \
+                 nothing."
             ),
             format!(
                 "Loads the value of {shown} for these arguments now, whatever value is held, \
@@ -460,6 +478,16 @@ struct OneKey {
     peeked: TokenStream,
     /// The operation only a batch function's companion has, or nothing.
     one: TokenStream,
+    /// A closure from the key's arguments (as one tuple) to the key, never called: what tells
+    /// `clear`, which takes no key, the key's type, through the key's checks.
+    key_of: TokenStream,
+}
+
+/// `|(a, b,): (A, B,)| key`: the closure of [`OneKey::key_of`] over `args`.
+fn key_closure<'a>(args: impl IntoIterator<Item = &'a Arg>, key: &TokenStream) -> TokenStream {
+    let (idents, types): (Vec<_>, Vec<_>) =
+        args.into_iter().map(|arg| (&arg.ident, &arg.ty)).unzip();
+    quote!(|(#(#idents,)*): (#(#types,)*)| #key)
 }
 
 /// An argument as a parameter of an operation: `ident: ty` (without its `mut`, which is the

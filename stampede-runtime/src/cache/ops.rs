@@ -101,6 +101,19 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         waiter.wait(&core.config.name).await
     }
 
+    /// Drops every value of the cache here and detaches its running loads; then in the tier,
+    /// every key of the cache's name there and every other process's memory of it (`clear`).
+    pub(crate) async fn clear(&self) -> Result<(), Error> {
+        self.clear_here();
+        let cleared = self.tier.clear(&self.core.config).await;
+        // A call meanwhile may have read an old value from a shared tier before it was dropped
+        // there, and kept it: clear again, rather than wait for the announcement's echo.
+        if self.tier.key_name().is_some() {
+            self.clear_here();
+        }
+        cleared
+    }
+
     /// [`Cache::invalidate_as`] with [`Invalidation::Drop`].
     pub(crate) async fn invalidate(&self, key: &K) -> Result<bool, Error> {
         self.invalidate_as(key, Invalidation::Drop).await

@@ -69,6 +69,14 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
         self.core.memory.invalidate_named(name, how);
     }
 
+    fn clear(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(Cache::clear(self))
+    }
+
+    fn clear_here(&self) {
+        Cache::clear_here(self);
+    }
+
     fn expire_tag(&self, tag: &str) {
         let Some(render) = self.core.tags else {
             return;

@@ -169,7 +169,7 @@ struct Feed {
     clogged_until: Option<Instant>,
     /// What was announced while it was cut: the invalidation log's entries past its position,
     /// which it replays when its feed is back.
-    missed: Vec<(Space, String, String, Invalidation)>,
+    missed: Vec<(Space, String, Told)>,
     /// The log no longer covers what it missed (trimmed past its position, or the server
     /// restarted empty): when its feed is back it drops its memory instead of replaying.
     gap: bool,
@@ -187,10 +187,19 @@ struct Heard {
     caches: Vec<(Space, Option<Arc<str>>, &'static dyn AnyCache)>,
 }
 
+/// What the feed carries to the processes of caches named so.
+#[derive(Clone, Debug)]
+enum Told {
+    /// An invalidation (`how`) of the key its `Debug` output writes so.
+    Key(String, Invalidation),
+    /// A clear of the cache.
+    Clear,
+}
+
 impl Heard {
-    /// An invalidation (`how`) of the key written `text` in the caches named `name` in `space`
-    /// reaches the process (its loads of the key detach).
-    fn deliver(&self, space: &Space, name: &str, text: &str, how: Invalidation) {
+    /// What was `told` of the caches named `name` in `space` reaches the process (the loads it
+    /// concerns detach).
+    fn deliver(&self, space: &Space, name: &str, told: &Told) {
         let mut caches = self
             .caches
             .iter()
@@ -199,14 +208,21 @@ impl Heard {
         if caches.peek().is_none() {
             return;
         }
-        (self.observer)(Event::Announced {
-            process: self.process,
-            space: space.clone(),
-            key: text.to_owned(),
-            expired: how == Invalidation::Expire,
+        let (process, space) = (self.process, space.clone());
+        (self.observer)(match told {
+            Told::Key(text, how) => Event::Announced {
+                process,
+                space,
+                key: text.clone(),
+                expired: *how == Invalidation::Expire,
+            },
+            Told::Clear => Event::Cleared { process, space },
         });
         for (_, _, cache) in caches {
-            cache.forget_named(text, how);
+            match told {
+                Told::Key(text, how) => cache.forget_named(text, *how),
+                Told::Clear => cache.clear_here(),
+            }
         }
     }
 }
@@ -240,6 +256,13 @@ pub enum Event {
         key: String,
         /// Expired (`expire`), not dropped.
         expired: bool,
+    },
+    /// A process heard a cache's clear (every load of it detaches).
+    Cleared {
+        /// The process.
+        process: Process,
+        /// The namespace of the cache.
+        space: Space,
     },
     /// A process dropped from the store a key it changed while the store was down, announcing
     /// it: a deferred invalidation.
@@ -584,8 +607,8 @@ impl<K: Key, V: Value> Store<K, V> {
             process,
             caches,
         };
-        for (space, name, text, how) in missed {
-            heard.deliver(&space, &name, &text, how);
+        for (space, name, told) in missed {
+            heard.deliver(&space, &name, &told);
         }
         let caches = heard.caches;
         for (_, connection, cache) in &caches {
@@ -596,6 +619,15 @@ impl<K: Key, V: Value> Store<K, V> {
     /// Announces an invalidation (`how`) of the key named `text` in the caches called `name` on
     /// namespace `space`, to every process through its feed.
     fn announce(&self, space: &Space, name: &str, text: String, how: Invalidation) {
+        self.tell_feeds(space, name, Told::Key(text, how));
+    }
+
+    /// Announces a clear of the caches called `name` on namespace `space`.
+    fn announce_clear(&self, space: &Space, name: &str) {
+        self.tell_feeds(space, name, Told::Clear);
+    }
+
+    fn tell_feeds(&self, space: &Space, name: &str, told: Told) {
         if self.lose_messages.load(Ordering::SeqCst) {
             return;
         }
@@ -603,7 +635,7 @@ impl<K: Key, V: Value> Store<K, V> {
         let mut feeds = lock(&self.feeds);
         for feed in feeds.iter_mut().filter(|feed| feed.cut) {
             feed.missed
-                .push((space.clone(), name.to_owned(), text.clone(), how));
+                .push((space.clone(), name.to_owned(), told.clone()));
         }
         for (process, feed) in feeds.iter_mut().enumerate().filter(|(_, feed)| !feed.cut) {
             // First in first out: not before what was sent earlier.
@@ -618,13 +650,13 @@ impl<K: Key, V: Value> Store<K, V> {
                 process,
                 caches: feed.caches.clone(),
             };
-            let (space, name, text) = (space.clone(), name.to_owned(), text.clone());
+            let (space, name, told) = (space.clone(), name.to_owned(), told.clone());
             if at <= now {
-                heard.deliver(&space, &name, &text, how);
+                heard.deliver(&space, &name, &told);
             } else {
                 tokio::spawn(async move {
                     tokio::time::sleep_until(at).await;
-                    heard.deliver(&space, &name, &text, how);
+                    heard.deliver(&space, &name, &told);
                 });
             }
         }
@@ -906,6 +938,27 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         self.store
             .announce(&self.space, &config.name, format!("{key:?}"), how);
         Ok(held)
+    }
+
+    async fn clear(&self, config: &Config) -> Result<(), Error> {
+        self.store.stall().await;
+        if self.store.down() {
+            return Err(Error::invalid_config("the fake store is down"));
+        }
+        let now = Instant::now();
+        let mut state = self.state();
+        let keys: Vec<K> = (state.values.keys())
+            .chain(state.fences.keys())
+            .chain(state.locks.keys())
+            .cloned()
+            .collect();
+        state.values.clear();
+        for key in keys {
+            state.stamp(&key, now);
+        }
+        drop(state);
+        self.store.announce_clear(&self.space, &config.name);
+        Ok(())
     }
 
     fn reads(&self) -> bool {

@@ -80,6 +80,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
         self.cache.invalidate(&key).await
     }
 
+    /// The companion's `clear`.
+    pub async fn clear(self) -> Result<(), Error> {
+        self.cache.clear().await
+    }
+
     /// The companion's `expire`; whether a value was held for the key.
     pub async fn expire(self, key: K) -> Result<bool, Error> {
         self.cache.invalidate_as(&key, Invalidation::Expire).await

@@ -78,8 +78,8 @@ impl RedisKeys {
     pub(crate) fn of_base(base: &str) -> Self {
         RedisKeys {
             value: format!("{base}{VALUE}"),
-            lock: format!("{base}:l"),
-            fence: format!("{base}:f"),
+            lock: format!("{base}{LOCK}"),
+            fence: format!("{base}{FENCE}"),
             channel: format!("{base}:c"),
         }
     }
@@ -113,6 +113,46 @@ impl RedisKeys {
 
 /// What ends a cache key's value key, after the part its keys share.
 const VALUE: &str = ":v";
+/// What ends its lock's key.
+const LOCK: &str = ":l";
+/// What ends its fence's key.
+const FENCE: &str = ":f";
+/// The characters of an identity's fingerprint.
+const FINGERPRINT: usize = 12;
+
+/// The `SCAN MATCH` pattern of every key of every shape of the cache name `name` under
+/// `prefix`: an identity is the escaped name, `~` and a fingerprint of 12 characters, then `|`
+/// (which no escaped name holds), so no other name's keys match.
+pub(crate) fn name_pattern(prefix: &str, name: &str) -> String {
+    let mut escaped = String::new();
+    escape_into(&mut escaped, name);
+    format!(
+        "{}:{{{}~{}|*",
+        glob(prefix),
+        glob(&escaped),
+        "?".repeat(FINGERPRINT)
+    )
+}
+
+/// `text` with the characters a glob gives a meaning to (`*`, `?`, `[`, `]`, `\`) escaped.
+fn glob(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The part every Redis key of one cache key shares, from one of them (its value, lock or
+/// fence); `None` for another key.
+pub(crate) fn base_of_key(key: &str) -> Option<&str> {
+    [VALUE, LOCK, FENCE]
+        .iter()
+        .find_map(|suffix| key.strip_suffix(suffix))
+}
 
 /// The part every Redis key of one cache key shares.
 fn base(prefix: &str, identity: &str, args: &str) -> String {
@@ -178,8 +218,8 @@ pub(crate) fn fingerprint(parts: &[&str]) -> String {
         digest.update((part.len() as u64).to_le_bytes());
         digest.update(part.as_bytes());
     }
-    let mut out = String::with_capacity(12);
-    for byte in &digest.finalize()[..6] {
+    let mut out = String::with_capacity(FINGERPRINT);
+    for byte in &digest.finalize()[..FINGERPRINT / 2] {
         let _ = write!(out, "{byte:02x}");
     }
     out

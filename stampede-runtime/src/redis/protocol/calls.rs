@@ -78,6 +78,28 @@ where
             })
     }
 
+    async fn clear(&self, config: &Config) -> Result<(), Error> {
+        self.shared()?;
+        let Some(endpoint) = lookup(self.connection.as_deref()) else {
+            let what = format!(
+                ", so the clear of cache `{}` reached no other process",
+                config.name
+            );
+            return Err(crate::redis::not_configured(
+                self.connection.as_deref(),
+                &what,
+            ));
+        };
+        endpoint
+            .clear(&config.name, &feed::clear_message(&config.name))
+            .await
+            .map(drop)
+            .map_err(|failure| Error::RedisUnavailable {
+                cache: config.name.clone(),
+                message: failure.to_string().into(),
+            })
+    }
+
     /// The keys of a batch through Redis in a few round trips for all of them (see `flow`).
     async fn fetch_many<L: BatchLoad<K, V>>(&self, batch: &Batch<'_, K, V, L>) {
         self.fetch_group(batch).await

@@ -1,6 +1,6 @@
 //! The invalidation feed's messages: their form (`{cache name}\n{argument text}` for a key,
 //! `\0expire\n{cache name}\n{argument text}` for a key's expiry, `\0tag\n{tag}` for a tag,
-//! `\0expiretag\n{tag}` for a tag's expiry), and
+//! `\0expiretag\n{tag}` for a tag's expiry, `\0clear\n{cache name}` for a cache's clear), and
 //! what this process does with what it hears, or with the news that it may have missed some.
 //! Below both the publishing side (`invalidate`) and the subscriber (`pubsub`), which names no
 //! connection. A process of an earlier version ignores an expiry (no cache name starts with a
@@ -27,7 +27,13 @@ pub(crate) fn tag_message(tag: &str, how: Invalidation) -> Vec<u8> {
     }
 }
 
+/// The message of a clear of the caches named `name`: `\0clear\n{name}`.
+pub(crate) fn clear_message(name: &str) -> Vec<u8> {
+    format!("{CLEAR}\n{name}").into_bytes()
+}
+
 const TAG: &str = "\0tag";
+const CLEAR: &str = "\0clear";
 const EXPIRE: &str = "\0expire";
 const EXPIRE_TAG: &str = "\0expiretag";
 
@@ -42,6 +48,8 @@ pub(crate) enum Heard<'a> {
     },
     /// Every entry tagged so.
     Tag(&'a str, Invalidation),
+    /// Every entry of the caches named so.
+    Clear(&'a str),
 }
 
 impl<'a> Heard<'a> {
@@ -52,6 +60,7 @@ impl<'a> Heard<'a> {
         let (name, args, how) = match first {
             TAG => return Some(Heard::Tag(rest, Invalidation::Drop)),
             EXPIRE_TAG => return Some(Heard::Tag(rest, Invalidation::Expire)),
+            CLEAR => return Some(Heard::Clear(rest)),
             EXPIRE => {
                 let (name, args) = rest.split_once('\n')?;
                 (name, args, Invalidation::Expire)
@@ -67,6 +76,11 @@ impl<'a> Heard<'a> {
 pub(crate) fn on_message(payload: &[u8]) {
     match Heard::parse(payload) {
         Some(Heard::Tag(tag, how)) => crate::registry::forget_tag_as(tag, how),
+        Some(Heard::Clear(name)) => {
+            for cache in registry::named(name) {
+                cache.clear_here();
+            }
+        }
         Some(Heard::Key { name, args, how }) => {
             for cache in registry::named(name) {
                 cache.forget_named(args, how);

@@ -18,11 +18,12 @@ use std::time::Duration;
 use futures_util::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use tokio::time::Instant;
 
 use crate::redis::transport::failure::{Failure, Scope, scope};
 use crate::redis::transport::mode::{self, Mode};
-use crate::redis::transport::pubsub::{Shards, Subscriber};
+use crate::redis::transport::pubsub::{Shards, Subscriber, master_slots};
 use crate::redis::transport::tls::{self, Tls};
 
 /// Timeouts in a row after which a command connection is replaced.
@@ -121,6 +122,49 @@ impl CommandConnection {
         } else {
             "PUBLISH"
         }
+    }
+
+    /// Where a scan of every key goes: the server (`None`), or one slot of each master of a
+    /// cluster (`CLUSTER SLOTS`, asked of any node).
+    pub(in crate::redis) async fn scan_targets(&mut self) -> redis::RedisResult<Vec<Option<u16>>> {
+        match self {
+            CommandConnection::Single(_) => Ok(vec![None]),
+            CommandConnection::Cluster { connection, .. } => {
+                let slots = redis::cmd("CLUSTER").arg("SLOTS").clone();
+                let reply = connection
+                    .route_command(
+                        slots,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                    )
+                    .await?;
+                Ok(master_slots(&reply).into_iter().map(Some).collect())
+            }
+        }
+    }
+
+    /// One page of `SCAN cursor MATCH pattern` on the node `target` names (see
+    /// [`CommandConnection::scan_targets`]): the next cursor (0 when done) and the keys found.
+    pub(in crate::redis) async fn scan_page(
+        &mut self,
+        target: Option<u16>,
+        cursor: u64,
+        pattern: &str,
+    ) -> redis::RedisResult<(u64, Vec<String>)> {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1_000);
+        let reply = match (self, target) {
+            (CommandConnection::Cluster { connection, .. }, Some(slot)) => {
+                let route = Route::new(slot, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                connection.route_command(scan, routing).await?
+            }
+            (connection, _) => scan.query_async::<redis::Value>(connection).await?,
+        };
+        Ok(redis::from_redis_value(reply)?)
     }
 
     /// Whether wake-ups go through sharded pub/sub.

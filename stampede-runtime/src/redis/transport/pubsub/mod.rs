@@ -35,7 +35,7 @@ pub(crate) enum Unheard {
 pub(crate) use plain::Subscriber;
 pub(crate) use settings::{ClusterFeed, FeedOwner, Settings};
 pub(crate) use shards::Shards;
-pub(crate) use topology::Topology;
+pub(crate) use topology::{Topology, master_slots};
 
 /// The waits on each subscribed channel, by listener id.
 type Listeners = HashMap<String, Vec<(u64, mpsc::UnboundedSender<Vec<u8>>)>>;

@@ -144,6 +144,19 @@ fn is_at(node: &redis::Client, address: &Address) -> bool {
     }
 }
 
+/// One slot of each master a `CLUSTER SLOTS` reply names: where a scan of every key goes.
+pub(crate) fn master_slots(reply: &redis::Value) -> Vec<u16> {
+    let mut masters: Vec<(Address, u16)> = Vec::new();
+    for range in ranges(reply, "") {
+        if let Some(master) = range.nodes.first()
+            && !masters.iter().any(|(known, _)| known == master)
+        {
+            masters.push((master.clone(), range.first));
+        }
+    }
+    masters.into_iter().map(|(_, slot)| slot).collect()
+}
+
 /// The ranges of a `CLUSTER SLOTS` reply (`[first, last, [host, port, id, ...], ...]` each, the
 /// master first); a node named by an empty host is at `asked`, the host that answered, and one
 /// whose host is unknown (`?`) is left out.

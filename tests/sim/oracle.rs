@@ -836,19 +836,18 @@ impl Oracle {
         {
             // README, Invalidation, `expire`: "the next call gets it stale at once while one
             // refresh runs, for the cache's `stale` at most from the expiry ..., and with
-            // `fail_safe` it stays the key's last good value"; in another process "once the
-            // announcement arrives, as for `invalidate`" (the bound). A key of a batch call was
-            // found when the call began.
+            // `fail_safe` it stays the key's last good value" (for its own fail-safe window,
+            // which the age rule below bounds); in another process "once the announcement
+            // arrives, as for `invalidate`" (the bound). A key of a batch call was found when
+            // the call began.
             let at = if call.among_others { began } else { now };
             let deadline = deadline + stale + rules.slack;
-            let granted = rules.fail_safe.filter(|_| grant.is_some());
-            let most = granted.map_or(deadline, |fail_safe| deadline + fail_safe.keep);
-            if at > most {
+            let last_good = rules.fail_safe.is_some() && grant.is_some();
+            if at > deadline && !last_good {
                 history.violate(now, format!(
-                    "{what} of p{process} f{function} k{key} returned v{version} read at {:?}, {:?} past its expiry's stale window (to {deadline:?}{})",
+                    "{what} of p{process} f{function} k{key} returned v{version} read at {:?}, {:?} past its expiry's stale window (to {deadline:?})",
                     value.read_at,
                     at - deadline,
-                    if granted.is_some() { ", and fail-safe's" } else { "" },
                 ));
             }
         }

@@ -2,6 +2,7 @@
 //! the protocol's flow (`flow`: a batch, or a key's flight as a group of one) or one script,
 //! and a local load when Redis cannot be used.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -18,6 +19,7 @@ use crate::redis::protocol::flow;
 use crate::redis::protocol::tags;
 use crate::redis::protocol::tier::RedisTier;
 use crate::redis::transport::dirty::Change;
+use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::feed;
 use crate::redis::transport::installed::{self, lookup};
 use crate::stats::{Identity, Stats};
@@ -44,19 +46,7 @@ where
     }
 
     async fn invalidate(&self, config: &Config, key: &K, how: Invalidation) -> Result<bool, Error> {
-        self.shared()?;
-        let Some(endpoint) = lookup(self.connection.as_deref()) else {
-            // The local copy is gone, but no other process heard of it: an admin tool that
-            // forgot its RedisConfig must not be told it invalidated the fleet's copies.
-            let what = format!(
-                ", so the invalidation of cache `{}` reached no other process",
-                config.name
-            );
-            return Err(crate::redis::not_configured(
-                self.connection.as_deref(),
-                &what,
-            ));
-        };
+        let endpoint = self.reaching(config, "the invalidation")?;
         let args =
             keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
         let keys = self.keys(&endpoint, &args);
@@ -79,17 +69,7 @@ where
     }
 
     async fn clear(&self, config: &Config) -> Result<(), Error> {
-        self.shared()?;
-        let Some(endpoint) = lookup(self.connection.as_deref()) else {
-            let what = format!(
-                ", so the clear of cache `{}` reached no other process",
-                config.name
-            );
-            return Err(crate::redis::not_configured(
-                self.connection.as_deref(),
-                &what,
-            ));
-        };
+        let endpoint = self.reaching(config, "the clear")?;
         endpoint
             .clear(&config.name, &feed::clear_message(&config.name))
             .await
@@ -174,6 +154,21 @@ where
     /// it in memory. The write takes a new fence, so that a load that read the key before
     /// cannot write its value over it. When Redis cannot be reached the value is kept here only
     /// (no longer than memory is trusted), and the error returned.
+    /// The endpoint through which `operation` (an invalidation, a clear) of the cache reaches
+    /// the other processes: an error when the cache shares nothing, or when its connection is
+    /// not configured here (this process's copy is gone, but no other process heard of it: an
+    /// admin tool that forgot its RedisConfig must not be told it reached the fleet).
+    fn reaching(&self, config: &Config, operation: &str) -> Result<Arc<Endpoint>, Error> {
+        self.shared()?;
+        lookup(self.connection.as_deref()).ok_or_else(|| {
+            let what = format!(
+                ", so {operation} of cache `{}` reached no other process",
+                config.name
+            );
+            crate::redis::not_configured(self.connection.as_deref(), &what)
+        })
+    }
+
     async fn prime_value<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,

@@ -129,6 +129,10 @@ const FIRST_SEED: u64 = 1;
 /// 188023196 (`expire`, Redis only, an outage): the fake tier's expiry forgot that the process
 /// had served a newer value while the store was down, and the older stored value was served
 /// after it; an expiry, unlike an invalidation, leaves that key's cleaning to do.
+/// 190001203 (`clear`, Redis only, `lock = "none"`, a batch refresh): the fake store's clear
+/// moved only the fences it had, and a key read but not filled has none there (in Redis a read
+/// makes one, which the clear's `SCAN` finds): the refresh's older values landed after the
+/// clear. A clear now moves every key's fence (`State::cleared`).
 const FOUND: &[u64] = &[
     11_882,
     35_827,
@@ -159,6 +163,7 @@ const FOUND: &[u64] = &[
     187_461_879,
     188_002_401,
     188_023_196,
+    190_001_203,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

@@ -83,6 +83,10 @@ struct State<K, V> {
     /// Per tag, the keys loaded with it: added before their load reads the source, so that a
     /// tag's invalidation fences off a load running meanwhile (Redis's tag sets).
     tagged: HashMap<Box<str>, HashSet<K>>,
+    /// The fence every key has at least: a clear's moment. In Redis every key a load reads
+    /// has a fence (a read makes one), which a clear's `SCAN` finds and moves on; here a key
+    /// read but not filled has none of its own.
+    cleared: u64,
     next_token: u64,
     /// The origin of the store's clock: fences and reads compare in µs since it, as Redis's do
     /// on its `TIME` (`order`).
@@ -96,6 +100,7 @@ impl<K, V> Default for State<K, V> {
             locks: HashMap::new(),
             fences: HashMap::new(),
             tagged: HashMap::new(),
+            cleared: 0,
             next_token: 0,
             epoch: Instant::now(),
         }
@@ -733,22 +738,22 @@ impl<K: Key, V> State<K, V> {
     }
 
     fn fence(&self, key: &K) -> u64 {
-        self.fences.get(key).copied().unwrap_or(0)
+        self.fences.get(key).copied().unwrap_or(0).max(self.cleared)
     }
 
     /// Takes the key's lock's turn of its fence: moved on by one.
     fn lock_fence(&mut self, key: &K) -> u64 {
-        let fence = self.fences.entry(key.clone()).or_default();
-        *fence += 1;
-        *fence
+        let moved = self.fence(key) + 1;
+        self.fences.insert(key.clone(), moved);
+        moved
     }
 
     /// Moves the key's fence on past a write or an invalidation at `at` (a fill's: when its
     /// source was read): `order::moved_fence`, as `FILL` and `INVALIDATE` move it.
     fn stamp(&mut self, key: &K, at: Instant) {
         let stamp = self.micros(at);
-        let fence = self.fences.entry(key.clone()).or_default();
-        *fence = order::moved_fence(*fence, stamp);
+        let moved = order::moved_fence(self.fence(key), stamp);
+        self.fences.insert(key.clone(), moved);
     }
 
     /// `at` on the store's clock, in µs.
@@ -956,6 +961,8 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         for key in keys {
             state.stamp(&key, now);
         }
+        // Every other key's fence, as the keys a load has read are found in Redis.
+        state.cleared = state.cleared.max(state.micros(now));
         drop(state);
         self.store.announce_clear(&self.space, &config.name);
         Ok(())

@@ -118,3 +118,45 @@ pub(crate) fn resume_all(connection: Option<&str>) {
         cache.resume_shared(connection);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_message_reads_back_as_what_it_says_and_an_unknown_kind_as_nothing() {
+        let key = message("shop::price", "7:eu", Invalidation::Drop);
+        let expired = message("shop::price", "7:eu", Invalidation::Expire);
+        let tag = tag_message("user:42", Invalidation::Drop);
+        let expired_tag = tag_message("user:42", Invalidation::Expire);
+        let clear = clear_message("shop::price");
+        let key_of = |how| Heard::Key {
+            name: "shop::price",
+            args: "7:eu",
+            how,
+        };
+        assert_eq!(Heard::parse(&key), Some(key_of(Invalidation::Drop)));
+        assert_eq!(Heard::parse(&expired), Some(key_of(Invalidation::Expire)));
+        assert_eq!(
+            Heard::parse(&tag),
+            Some(Heard::Tag("user:42", Invalidation::Drop))
+        );
+        assert_eq!(
+            Heard::parse(&expired_tag),
+            Some(Heard::Tag("user:42", Invalidation::Expire))
+        );
+        assert_eq!(Heard::parse(&clear), Some(Heard::Clear("shop::price")));
+        // A later version's kind, and the log's first (empty) entry, say nothing.
+        assert_eq!(Heard::parse(b"\0later\nshop::price"), None);
+        assert_eq!(Heard::parse(b""), None);
+        // Arguments may hold a newline: only the first one ends the name.
+        assert_eq!(
+            Heard::parse(b"shop::price\na\nb"),
+            Some(Heard::Key {
+                name: "shop::price",
+                args: "a\nb",
+                how: Invalidation::Drop
+            })
+        );
+    }
+}

@@ -781,6 +781,85 @@ async fn a_failed_invalidation_is_delivered_once_redis_answers_without_another_c
     .await;
 }
 
+/// An expiry that failed because Redis could not be reached is delivered, as soon as Redis
+/// answers, as an invalidation (the stronger of the two, which leaves no value fresher than the
+/// expiry would): the value leaves Redis and the other process's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_expiry_is_delivered_as_an_invalidation_once_redis_answers() {
+    let _serial = serial().await;
+    static VERSION: AtomicUsize = AtomicUsize::new(1);
+
+    #[cached(
+        ttl = "60s",
+        stale = "1h",
+        lock = "redis",
+        redis = "expire_writer",
+        name = "faults::expire_resend"
+    )]
+    async fn writer(id: u64) -> String {
+        format!("{id} v{}", VERSION.load(SeqCst))
+    }
+    #[cached(
+        ttl = "60s",
+        stale = "1h",
+        lock = "redis",
+        redis = "expire_reader",
+        name = "faults::expire_resend"
+    )]
+    async fn reader(id: u64) -> String {
+        format!("{id} v{}", VERSION.load(SeqCst))
+    }
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(200))
+        .cooldown(Duration::from_millis(300), 3)
+        .install_as("expire_writer");
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .install_as("expire_reader");
+    stampede::require_redis(Some("expire_writer"))
+        .await
+        .unwrap();
+    stampede::require_redis(Some("expire_reader"))
+        .await
+        .unwrap();
+
+    assert_eq!(within(reader(1)).await, "1 v1");
+    assert_eq!(within(writer(1)).await, "1 v1", "read from Redis");
+    proxy.cut();
+    VERSION.store(2, SeqCst);
+    assert!(
+        matches!(
+            within(writer::expire(1)).await,
+            Err(stampede::Error::RedisUnavailable { .. })
+        ),
+        "the writer cannot reach Redis"
+    );
+    proxy.pass();
+    until(
+        "the value to leave Redis, dropped rather than expired",
+        Duration::from_secs(10),
+        || async {
+            server
+                .key("test:{faults::expire_resend~*|1}:v")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    until(
+        "the reader to drop its copy",
+        Duration::from_secs(10),
+        || async { (reader(1).await == "1 v2").then_some(()) },
+    )
+    .await;
+}
+
 /// While Redis is down, a value loaded here is kept for the staleness bound by default (a load
 /// per key every bound), or for the connection's `trust_while_deaf`, which trades that bound for
 /// fewer loads.

@@ -291,6 +291,11 @@ async fn a_tags_expiry_keeps_its_values_in_redis_stale_while_one_refresh_replace
         let n = LOADS.fetch_add(1, SeqCst) + 1;
         format!("invoice {payer}/{id} #{n} elsewhere")
     }
+    #[cached(ttl = "60s", stale = "1m", lock = "redis", backend = "redis", redis = "tags", name = "tags::invoice", tags = ["payer:{payer}"])]
+    async fn invoice_in_redis(payer: u64, id: u64) -> String {
+        let n = LOADS.fetch_add(1, SeqCst) + 1;
+        format!("invoice {payer}/{id} #{n} in redis")
+    }
 
     let _turn = TURN.lock().await;
     let server = RedisServer::start();
@@ -316,6 +321,8 @@ async fn a_tags_expiry_keeps_its_values_in_redis_stale_while_one_refresh_replace
         fresh_until <= seconds * 1_000 + micros / 1_000,
         "no longer fresh in Redis"
     );
+    // A process that keeps nothing in memory reads it stale from Redis.
+    assert_eq!(within(invoice_in_redis(1, 10)).await, "invoice 1/10 #1");
     // Stale in both processes: served at once, and one refresh replaces it.
     assert_eq!(within(invoice_elsewhere(1, 10)).await, "invoice 1/10 #1");
     assert_eq!(within(invoice(1, 10)).await, "invoice 1/10 #1");

@@ -678,6 +678,16 @@ async fn a_clear_drops_every_key_of_the_name_from_redis_and_from_every_process()
     async fn in_b(id: u64) -> String {
         load(id).await
     }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        redis = "clear",
+        name = "red::clear"
+    )]
+    async fn in_redis(id: u64) -> String {
+        load(id).await
+    }
     #[cached(ttl = "60s", lock = "redis", redis = "clear", name = "red::clear~more")]
     async fn neighbour(id: u64) -> String {
         load(id).await
@@ -704,6 +714,11 @@ async fn a_clear_drops_every_key_of_the_name_from_redis_and_from_every_process()
     .await;
     assert_eq!(within(in_b(7)).await, "row 7 #32", "loaded again");
     assert_eq!(within(in_a(7)).await, "row 7 #32", "from Redis");
+    assert_eq!(
+        within(in_redis(8)).await,
+        "row 8 #33",
+        "nothing left in Redis: a load"
+    );
     assert_eq!(within(neighbour(7)).await, "row 7 #31", "untouched");
 }
 

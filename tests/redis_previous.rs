@@ -63,7 +63,7 @@ async fn redis_only_a_refresh_is_given_the_stale_value_redis_holds_and_unchanged
     static SOURCE: Source = Source::new();
 
     #[cached(
-        ttl = "300ms",
+        ttl = "1s",
         jitter = 0,
         stale = "1h",
         long_windows = true,
@@ -75,7 +75,7 @@ async fn redis_only_a_refresh_is_given_the_stale_value_redis_holds_and_unchanged
         SOURCE.load(id)
     }
     #[cached(
-        ttl = "300ms",
+        ttl = "1s",
         jitter = 0,
         stale = "1h",
         long_windows = true,
@@ -90,7 +90,7 @@ async fn redis_only_a_refresh_is_given_the_stale_value_redis_holds_and_unchanged
     let server = RedisServer::start();
     install(&server, "previous_redis");
     assert_eq!(within(in_a(5)).await.unwrap(), "row 5 v1");
-    tokio::time::sleep(Duration::from_millis(400)).await; // stale in Redis
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // stale in Redis
     // b holds nothing in memory: its refresh is given the stale value it read from Redis.
     assert_eq!(within(in_b(5)).await.unwrap(), "row 5 v1");
     eventually("b's refresh ran", || SOURCE.given().len() == 2).await;

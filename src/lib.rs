@@ -66,9 +66,9 @@
 
 pub use stampede_macros::{cached, companions};
 pub use stampede_runtime::{
-    Backend, CacheInfo, Config, Error, HotKey, Identity, LoadError, Lock, MAX_REFRESHES_VAR, Stats,
-    UpstreamError, caches, clear, expire, expire_tag, invalidate, invalidate_tag, previous,
-    previous_of, set_max_refreshes, stats,
+    Backend, CacheInfo, Config, Configure, Error, HotKey, Identity, LoadError, Lock,
+    MAX_REFRESHES_VAR, Stats, UpstreamError, caches, clear, configure, expire, expire_tag,
+    invalidate, invalidate_tag, previous, previous_of, set_max_refreshes, stats,
 };
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

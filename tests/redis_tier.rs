@@ -718,6 +718,49 @@ async fn a_clear_drops_every_key_of_the_name_from_redis_and_from_every_process()
     assert_eq!(within(neighbour(7)).await, "row 7 #31", "untouched");
 }
 
+/// Options set at run time (`stampede::configure`) reach what a fill writes to Redis: the
+/// envelope's windows are the new ones.
+#[tokio::test]
+async fn a_ttl_set_at_run_time_is_the_one_a_fill_writes_to_redis() {
+    #[cached(
+        ttl = "1h",
+        jitter = 0,
+        stale = "1h",
+        lock = "redis",
+        redis = "tuned",
+        name = "red::tuned"
+    )]
+    async fn tuned(id: u64) -> u64 {
+        id
+    }
+
+    let server = RedisServer::start();
+    install(&server, "tuned");
+    stampede::configure("red::tuned")
+        .ttl(Duration::from_secs(20))
+        .stale(Duration::from_secs(10))
+        .apply()
+        .unwrap();
+    assert_eq!(within(tuned(3)).await, 3);
+    let key = server.key("test:{red::tuned~*|3}:v").expect("filled");
+    let envelope: Vec<u8> = server.command(&["GET", &key]);
+    let header = String::from_utf8_lossy(&envelope);
+    let numbers: Vec<u64> = header
+        .split(' ')
+        .skip(1)
+        .take(3)
+        .map(|word| word.parse().unwrap())
+        .collect();
+    let (fresh_until, stale_until, written_at) = (numbers[0], numbers[1], numbers[2]);
+    assert_eq!(fresh_until - written_at, 20_000, "{header:.60}");
+    assert_eq!(stale_until - fresh_until, 10_000, "{header:.60}");
+    let ttl: i64 = server.command(&["PTTL", &key]);
+    assert!(
+        ttl <= 30_000,
+        "kept for the new windows, not an hour's: {ttl} ms"
+    );
+}
+
 /// An admin process that never called the function tells whether its invalidation reached a
 /// value in Redis, under its shape or another of the name.
 #[tokio::test]

@@ -11,6 +11,7 @@
 //! server; `max_loads` and `max_loads_full`, low caps that queue, time out and shed loads of
 //! distinct keys; and every load is a conditional read of the previous value it is given
 //! (`previous`, `previous_of`), answered "unchanged" when the source still holds its version;
+//! options set at run time (`configure`: `ttl`, `stale`, `timeout` shortened);
 //! those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
@@ -173,6 +174,8 @@ const MEMORY_TTL_SALT: u64 = 0x3e3_0007;
 const XFETCH_SALT: u64 = 0xf37c_009c;
 /// The salt of the draws of `expire` operations (see `expiring`).
 const EXPIRE_SALT: u64 = 0x0e70_1430;
+/// The salt of the draws of options set at run time (see `configuring`).
+const CONFIGURE_SALT: u64 = 0x0c0f_0371;
 /// The salt of `max_loads`' draws (see `max_loads`).
 const MAX_LOADS_SALT: u64 = 0x3a7_0472;
 /// No operation of a run may take longer (virtual time): past it, it hung.
@@ -365,6 +368,10 @@ enum Op {
     WriteExpireTag(u8, Key),
     /// Every key of the function changes, and its cache is cleared (`clear`) in a process.
     WriteClear(u8, usize),
+    /// The options of the function's name are set at run time (`stampede::configure`): its
+    /// `ttl`, `stale` and `timeout` shortened to this many per mille of the plan's (never
+    /// longer, so the oracle's rules, drawn from the plan, stay bounds).
+    Configure(u8, u16),
     Refresh(u8, usize, Key),
     /// The companion's `read_through`: a call that skips this process's memory.
     ReadThrough(u8, usize, Key),
@@ -480,6 +487,7 @@ impl Plan {
                 windowed(&mut drawn, &functions, seed, client);
                 read_through(&mut drawn, &functions, seed, client);
                 expiring(&mut drawn, seed, client);
+                configuring(&mut drawn, seed, client);
                 drawn.truncate(ops.saturating_mul(2));
                 drawn
             })
@@ -704,6 +712,7 @@ fn batched(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: usize)
             | Op::WriteInvalidateTag(f, _)
             | Op::WriteExpireTag(f, _)
             | Op::WriteClear(f, _)
+            | Op::Configure(f, _)
             | Op::Refresh(f, ..)
             | Op::ReadThrough(f, ..)
             | Op::Dropped(f, ..)
@@ -755,6 +764,22 @@ fn read_through(ops: &mut [Op], functions: &[FunctionPlan], seed: u64, client: u
             && chance(rng, 200)
         {
             *op = Op::ReadThrough(f, p, k);
+        }
+    }
+}
+
+/// Turns some of the source's writes into options set at run time (`configure`), in some seeds
+/// only (a salt with which no seed found before draws them), from a generator of its own.
+fn configuring(ops: &mut [Op], seed: u64, client: usize) {
+    if !chance(&mut SmallRng::seed_from_u64(seed ^ CONFIGURE_SALT), 300) {
+        return;
+    }
+    let rng = &mut SmallRng::seed_from_u64(seed ^ CONFIGURE_SALT ^ (client as u64 + 1));
+    for op in ops.iter_mut() {
+        if let Op::Write(f, _) = *op
+            && chance(rng, 300)
+        {
+            *op = Op::Configure(f, rng.random_range(200..=1000));
         }
     }
 }
@@ -1651,6 +1676,7 @@ impl World {
             Op::Write(f, k) => {
                 oracle.write(f, k);
             }
+            Op::Configure(f, per_mille) => self.configure(f, per_mille),
             Op::WriteInvalidate(f, p, k) => {
                 let version = oracle.write(f, k);
                 oracle.detaching(f, k);
@@ -1822,6 +1848,59 @@ impl World {
 
     /// Writes every key that has the tag of `k`'s parity, then invalidates the tag as
     /// `stampede::invalidate_tag` does: marked here, dropped from the stores, marked again.
+    /// Shortens the options of `f`'s name (its twin's too) to `per_mille` of the shortest the
+    /// plan gives them, within what the attribute allows (`ttl` above `refresh_after`, at least
+    /// `memory_ttl`): the runtime must accept it.
+    fn configure(&self, f: u8, per_mille: u16) {
+        let name = &self.functions[f as usize].plan.config.name;
+        let twins: Vec<&Function> = (self.functions.iter())
+            .filter(|function| &function.plan.config.name == name)
+            .collect();
+        let named: Vec<&Config> = twins.iter().map(|function| &function.plan.config).collect();
+        let scale = |of: fn(&Config) -> Duration| {
+            let least = named
+                .iter()
+                .map(|config| of(config))
+                .min()
+                .unwrap_or_default();
+            least.mul_f64(f64::from(per_mille) / 1000.0)
+        };
+        let floor = (named.iter())
+            .flat_map(|config| {
+                let after = config.refresh_after.map(|at| at + Duration::from_millis(1));
+                after.into_iter().chain(config.memory_ttl)
+            })
+            .max()
+            .unwrap_or(Duration::from_millis(1));
+        // Never above any twin's own `ttl`: where the floor is, `ttl` stays the plan's.
+        let shortest = named
+            .iter()
+            .map(|config| config.ttl)
+            .min()
+            .unwrap_or_default();
+        let ttl = scale(|config| config.ttl).max(floor);
+        let ttl = (ttl <= shortest).then_some(ttl);
+        let timeout = scale(|config| config.timeout).max(Duration::from_millis(1));
+        let stale = scale(|config| config.stale);
+        let mut configure = stampede_runtime::configure(name)
+            .stale(stale)
+            .timeout(timeout);
+        if let Some(ttl) = ttl {
+            configure = configure.ttl(ttl);
+        }
+        match configure.apply() {
+            Ok(()) => {
+                for twin in &twins {
+                    let ttl = ttl.unwrap_or(twin.plan.config.ttl);
+                    self.oracle.configured(twin.index, ttl, stale);
+                }
+            }
+            Err(error) => self.oracle.violation(format!(
+                "configure of f{f} (ttl {ttl:?}, stale {stale:?}, timeout {timeout:?}) refused: {error}"
+            )),
+        }
+    }
+
     /// A tag's invalidation, or with `expire` its expiry (`expire_tag`), after a write of
     /// every key it tags.
     fn invalidate_tag(&self, f: u8, k: Key, expire: bool) {
@@ -2052,6 +2131,10 @@ fn run(plan: &Plan) -> (Vec<String>, Arc<Oracle>) {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     RUN.with(|run| run.set(plan.seed));
     stampede_runtime::sim::seed(Some(plan.seed));
+    // Options set at run time are the process's, by name: a replay of the seed starts anew.
+    for function in &plan.functions {
+        stampede_runtime::sim::forget_configured(&function.config.name);
+    }
     let first = runtime();
     let world = first.block_on(async { Arc::new(World::build(plan)) });
     let split = plan.restart_after;

@@ -8,6 +8,8 @@ use crate::error::Error;
 use crate::memory::Invalidation;
 use crate::registry::{self, AnyCache};
 use crate::stats::{CacheInfo, Stats};
+use crate::tuning::Overrides;
+use std::time::Duration;
 
 /// The counters of the cache called `name`, or `None` before its function was first called.
 ///
@@ -43,7 +45,7 @@ pub fn caches() -> Vec<CacheInfo> {
         .map(|cache| {
             let stats = cache.stats();
             CacheInfo {
-                config: cache.config().clone(),
+                config: (*cache.options()).clone(),
                 identity: stats.identity.clone(),
                 stats,
             }
@@ -134,6 +136,127 @@ pub async fn clear(name: &str) -> Result<(), Error> {
         }
     }
     failed.map_or(Ok(()), Err)
+}
+
+/// Sets options of the caches called `name` at run time: what their new fills and loads read
+/// (a value already held keeps the deadlines it was stored with). Each setter overrides the
+/// attribute's value (and one set before); [`Configure::apply`] checks them against every cache
+/// of the name, as the attribute checks a literal, and applies them to all or none.
+///
+/// ```
+/// # use std::time::Duration;
+/// #[stampede::cached(ttl = "60s", stale = "30s", name = "shop::price")]
+/// async fn price(id: u64) -> u64 { id }
+///
+/// # #[tokio::main] async fn main() -> Result<(), stampede::Error> {
+/// // at start-up, from the environment's settings
+/// stampede::configure("shop::price")
+///     .ttl(Duration::from_secs(5))
+///     .stale(Duration::from_secs(60))
+///     .apply()?;
+/// # assert_eq!(price(1).await, 1);
+/// # Ok(()) }
+/// ```
+///
+/// The numbers a fill or a load reads can be set: `ttl`, `stale`, `jitter`, `timeout`,
+/// `retries`, `backoff`, and where the attribute turns `fail_safe` on, its window and
+/// `fail_safe_throttle`; what shapes the cache (its backend, lock, capacity, which options are
+/// on) is the attribute's. With Redis, each process sets its own: set them alike in every
+/// process that shares the cache (from one configuration), or each fills Redis with its own
+/// windows.
+pub fn configure(name: &str) -> Configure {
+    Configure {
+        name: name.to_owned(),
+        overrides: Overrides::default(),
+    }
+}
+
+/// Options of a cache set at run time ([`configure`]).
+#[must_use = "nothing is set until `apply`"]
+pub struct Configure {
+    name: String,
+    overrides: Overrides,
+}
+
+impl Configure {
+    /// How long a value is fresh, before jitter.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.overrides.ttl = Some(ttl);
+        self
+    }
+
+    /// How long after its fresh time a value is served while one refresh runs.
+    pub fn stale(mut self, stale: Duration) -> Self {
+        self.overrides.stale = Some(stale);
+        self
+    }
+
+    /// Percent (0..=100) by which a fill may shorten `ttl`.
+    pub fn jitter(mut self, percent: u8) -> Self {
+        self.overrides.jitter = Some(percent);
+        self
+    }
+
+    /// The bound on one load attempt.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.overrides.timeout = Some(timeout);
+        self
+    }
+
+    /// Extra attempts after a failed or timed-out attempt.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.overrides.retries = Some(retries);
+        self
+    }
+
+    /// The base delay before a retry.
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.overrides.backoff = Some(backoff);
+        self
+    }
+
+    /// How long past its stale deadline the last good value stands in for a failed load (the
+    /// attribute must turn `fail_safe` on).
+    pub fn fail_safe(mut self, fail_safe: Duration) -> Self {
+        self.overrides.fail_safe = Some(fail_safe);
+        self
+    }
+
+    /// How long a served last good value stands before the source is asked again (the
+    /// attribute must turn `fail_safe` on).
+    pub fn fail_safe_throttle(mut self, throttle: Duration) -> Self {
+        self.overrides.fail_safe_throttle = Some(throttle);
+        self
+    }
+
+    /// Checks the options against every cache called so (building a linked free function's
+    /// cache that was not called yet) and applies them to all of them, for their new fills and
+    /// loads, and to caches of the name built later; or changes nothing and fails with
+    /// [`Error::InvalidConfig`] naming the cache, the option and why (a value the attribute
+    /// would refuse as a literal, an option it does not turn on), or that no cache has the
+    /// name in this process yet (a method's cache is built at its first call).
+    pub fn apply(self) -> Result<(), Error> {
+        let mut caches = registry::named(&self.name);
+        if caches.is_empty() && registry::build_linked(&self.name) {
+            caches = registry::named(&self.name);
+        }
+        if caches.is_empty() {
+            return Err(Error::invalid_config(format!(
+                "no cache is named `{}` in this process yet, so nothing was configured (a method's cache is built at its first call)",
+                self.name
+            )));
+        }
+        let overrides = crate::tuning::merged(&self.name, &self.overrides);
+        let options = caches
+            .iter()
+            .map(|cache| overrides.applied_to(cache.config()))
+            .collect::<Result<Vec<_>, Error>>()?;
+        crate::tuning::set(&self.name, &self.overrides);
+        for (cache, options) in caches.into_iter().zip(options) {
+            cache.retune(options);
+        }
+        Ok(())
+    }
 }
 
 /// [`invalidate`] or [`expire`], as `how` says.

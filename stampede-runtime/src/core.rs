@@ -3,7 +3,7 @@
 //! flight's hold on its key ([`Begun`]). Below `tier`, which lends it, and `cache`, which owns
 //! it: this module depends only on the leaves.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -58,7 +58,12 @@ impl<V> Values<V> {
 /// What every tier's flights use of a cache. A tier reaches it only through the handle it is
 /// lent (`tier::Handle`, `tier::Direct`).
 pub(crate) struct Core<K: Key, V: Value> {
+    /// The options as the attribute built them: what shapes the cache (its name, backend,
+    /// lock, which options are on) never changes; the numbers a fill or a load reads are
+    /// [`Core::options`]'.
     pub(crate) config: Config,
+    /// The options now: the attribute's with those set at run time (`stampede::configure`).
+    options: RwLock<Arc<Config>>,
     pub(crate) memory: Memory<K, V>,
     pub(crate) flights: Flights<K, V>,
     pub(crate) telemetry: Telemetry,
@@ -83,8 +88,9 @@ impl<K: Key, V: Value> Core<K, V> {
         key_name: Option<fn(&K) -> Option<String>>,
         shares: bool,
     ) -> Self {
+        let options = crate::tuning::options_of(&config);
         if tags.is_some() {
-            crate::tags::keep_marks_for(config.longest_use());
+            crate::tags::keep_marks_for(options.longest_use().max(config.longest_use()));
         }
         // Only these options give an entry a tag stamp, a refresh point before its fresh
         // deadline or a fail-safe deadline past its stale one: without them, the lean form,
@@ -106,12 +112,30 @@ impl<K: Key, V: Value> Core<K, V> {
             }),
             telemetry: Telemetry::new(&config),
             limit: Limit::of(&config),
+            options: RwLock::new(Arc::new(options)),
             config,
             flights: Flights::new(),
             hot: HotKeys::new(),
             tags,
             values,
         }
+    }
+
+    /// The options a fill or a load reads now: the attribute's, with those set at run time.
+    pub(crate) fn options(&self) -> Arc<Config> {
+        self.options
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// New fills and loads run with `options` (the attribute's with run-time overrides, checked
+    /// already). Tag marks are kept as long as the longest a value may now live.
+    pub(crate) fn retune(&self, options: Config) {
+        if self.tags.is_some() {
+            crate::tags::keep_marks_for(options.longest_use());
+        }
+        *self.options.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(options);
     }
 
     /// How `entry` may be served at `now`: `Early` (a refresh is due) only past `refresh_after`
@@ -146,9 +170,10 @@ impl<K: Key, V: Value> Core<K, V> {
     /// The windows of `value`'s life, loaded now ([`Config::lifetime_of`]): its fresh time
     /// jittered. Every tier keeps a value for these.
     pub(crate) fn lifetime(&self, value: &V) -> Lifetime {
-        let lifetime = self.config.lifetime_of(value);
+        let options = self.options();
+        let lifetime = options.lifetime_of(value);
         Lifetime {
-            fresh: jittered_ttl(lifetime.fresh, self.config.jitter),
+            fresh: jittered_ttl(lifetime.fresh, options.jitter),
             ..lifetime
         }
     }
@@ -161,7 +186,7 @@ impl<K: Key, V: Value> Core<K, V> {
     /// `since` is when the flight or read began, before the store or the source was read: the
     /// memory lifetime counts from there, as the trust bound does ([`Begun::entry`]).
     pub(crate) fn kept(&self, entry: Entry<V>, since: Instant) -> Entry<V> {
-        let config = &self.config;
+        let config = &*self.options();
         let entry = match (config.refresh_after, config.xfetch) {
             (Some(refresh_after), _) => {
                 let at = after(

@@ -66,9 +66,12 @@ mod telemetry;
 #[cfg(any(test, feature = "simulation"))]
 mod testing;
 mod tier;
+mod tuning;
 mod witness;
 
-pub use api::{caches, clear, expire, expire_tag, invalidate, invalidate_tag, stats};
+pub use api::{
+    Configure, caches, clear, configure, expire, expire_tag, invalidate, invalidate_tag, stats,
+};
 pub use budget::{MAX_REFRESHES_VAR, set_max_refreshes};
 pub use config::{Backend, Config, LoadsFull, Lock};
 pub use error::{Error, LoadError, UpstreamError};

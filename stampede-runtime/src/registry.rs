@@ -15,8 +15,12 @@ use crate::stats::Stats;
 /// A cache as the registry holds it, whatever its key, value and tier types: what stats read
 /// and what invalidations, by key, by name or by tag, do to it.
 pub(crate) trait AnyCache: Send + Sync {
-    /// Its options.
+    /// Its options as the attribute built them.
     fn config(&self) -> &Config;
+    /// Its options now, with those set at run time (`stampede::configure`).
+    fn options(&self) -> std::sync::Arc<Config>;
+    /// Runs its new fills and loads with `options` (checked already).
+    fn retune(&self, options: Config);
     /// Its counters now.
     fn stats(&self) -> Stats;
     /// Drops `key` from the cache (or expires it, as `how` says), here and in its tier; `None`

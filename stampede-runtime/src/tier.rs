@@ -24,7 +24,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -338,9 +338,14 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         self.begun.tags()
     }
 
-    /// The cache's options.
+    /// The cache's options as the attribute built them (its shape; see [`Core::config`]).
     pub(crate) fn config(&self) -> &Config {
         &self.core.config
+    }
+
+    /// The cache's options now, with those set at run time: what a fill reads.
+    pub(crate) fn options(&self) -> Arc<Config> {
+        self.core.options()
     }
 
     /// The windows of `value`'s life, loaded now: its fresh time (`ttl` or `ttl_from`)
@@ -367,8 +372,9 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     pub(crate) async fn load(&self) -> Result<Loaded<V>, Error> {
         let core = self.core;
         let previous = crate::previous::one(self.previous());
+        let options = core.options();
         let attempts =
-            crate::load::attempts(&core.config, &core.telemetry, self.key, self.load, previous);
+            crate::load::attempts(&options, &core.telemetry, self.key, self.load, previous);
         admitted(core, || self.started(), attempts).await
     }
 
@@ -559,7 +565,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         if !entry.current() {
             return false;
         }
-        let throttled = entry.throttled(now, self.core.config.fail_safe_throttle);
+        let throttled = entry.throttled(now, self.core.options().fail_safe_throttle);
         self.begun.keep(throttled).current() && self.begun.current()
     }
 }
@@ -575,7 +581,7 @@ async fn admitted<K: Key, V: Value, T>(
 ) -> Result<T, Error> {
     // Held until the load ends; taken before the breaker's ticket, whose probe must run.
     let _free = match &core.limit {
-        Some(limit) => Some(limit.enter(&core.config, &core.telemetry).await?),
+        Some(limit) => Some(limit.enter(&core.options(), &core.telemetry).await?),
         None => None,
     };
     let ticket = match &core.breaker {

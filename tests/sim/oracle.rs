@@ -276,6 +276,11 @@ struct History {
     floors: HashMap<(u8, u16), Vec<Floor>>,
     /// Per (function, key): the expiries (`expire`) that completed.
     expiries: HashMap<(u8, u16), Vec<Expiry>>,
+    /// Per function: the shortest `ttl` and `stale` set at run time (`configure`), which a
+    /// fill may have had: what may have made a value stale, or past it, sooner than the plan's.
+    least: HashMap<u8, (Duration, Duration)>,
+    /// Per function: each setting of `ttl` and `stale` at run time, and when.
+    configured: HashMap<u8, Vec<(Duration, Duration, Duration)>>,
     /// Per (function, key): bumped when something detaches the key's running loads.
     detach: HashMap<(u8, u16), u64>,
     /// Per function: bumped by every beginning and end of a fault that reaches its cache
@@ -475,6 +480,24 @@ impl Oracle {
                 done,
                 seq,
             });
+    }
+
+    /// The options of `function`'s name were set at run time: its fills are fresh for `ttl` and
+    /// stale for `stale` from now on (never longer than the plan's, which bound every age).
+    pub fn configured(&self, function: u8, ttl: Duration, stale: Duration) {
+        let now = self.now();
+        let mut history = self.history();
+        history.note(
+            now,
+            format!("f{function} configured: ttl {ttl:?}, stale {stale:?}"),
+        );
+        let least = history.least.entry(function).or_insert((ttl, stale));
+        *least = (least.0.min(ttl), least.1.min(stale));
+        history
+            .configured
+            .entry(function)
+            .or_default()
+            .push((now, ttl, stale));
     }
 
     /// An expiry (`expire`) of a key, begun at `began` in `process` (`None`: a tag's, in every
@@ -806,6 +829,18 @@ impl Oracle {
             rules.stale
         };
         let servable = own_ttl + stale + rules.slack;
+        // Options set at run time bound what was filled with them (README, Options at run time:
+        // "to the new fills and loads of every cache of that name"): a value read after a
+        // setting was filled under it or under one set later still.
+        let servable = match seen {
+            Seen::Value(value) => history.configured_for(function, value.read_at, now).map_or(
+                servable,
+                |(ttl, configured_stale)| {
+                    servable.min(own_ttl.min(ttl) + configured_stale + rules.slack)
+                },
+            ),
+            _ => servable,
+        };
         let grant = rules
             .fail_safe
             .filter(|_| !not_cached)
@@ -816,8 +851,13 @@ impl Oracle {
         // a batch may have been given it while the call's other keys were still out (seed
         // 3141513: an open breaker's probe running): its age now, not at the call's beginning,
         // says whether it may have been.
-        let fresh_least = own_ttl.mul_f64(1.0 - f64::from(rules.jitter) / 100.0);
-        let past_stale = aged > fresh_least + stale;
+        // With options set at run time, a fill may have been fresh and stale shorter.
+        let (own_ttl_least, stale_least) = match history.least.get(&function) {
+            Some(&(ttl, least_stale)) => (own_ttl.min(ttl), stale.min(least_stale)),
+            None => (own_ttl, stale),
+        };
+        let fresh_least = own_ttl_least.mul_f64(1.0 - f64::from(rules.jitter) / 100.0);
+        let past_stale = aged > fresh_least + stale_least;
         // A value served past its fresh time (or any, where a refresh may come early) may have
         // started a refresh in the background, which no caller watches: an open breaker may skip
         // it, and the value then stands for the throttle (sim seed 187461879: a stale value's
@@ -1356,6 +1396,26 @@ impl History {
                 })
         };
         self.floor_where(call, shared, bound, heard)
+    }
+
+    /// The longest `ttl` and `stale` a value of `function` read at `read_at` may have been
+    /// filled with by `now`, when options set at run time were in force at its read: the
+    /// setting then, or any set since. `None` when none was (the plan's apply).
+    fn configured_for(
+        &self,
+        function: u8,
+        read_at: Duration,
+        now: Duration,
+    ) -> Option<(Duration, Duration)> {
+        let settings = self.configured.get(&function)?;
+        let in_force = settings.iter().rev().find(|(at, ..)| *at <= read_at)?;
+        let later = settings
+            .iter()
+            .filter(|(at, ..)| read_at < *at && *at <= now);
+        std::iter::once(in_force)
+            .chain(later)
+            .map(|&(_, ttl, stale)| (ttl, stale))
+            .reduce(|a, b| (a.0.max(b.0), a.1.max(b.1)))
     }
 
     /// When the earliest expiry that binds `call` made a value read at `read_at` (before the

@@ -18,6 +18,14 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
         &self.core.config
     }
 
+    fn options(&self) -> std::sync::Arc<Config> {
+        self.core.options()
+    }
+
+    fn retune(&self, options: Config) {
+        self.core.retune(options);
+    }
+
     fn stats(&self) -> Stats {
         let core = &self.core;
         let t = &core.telemetry;

@@ -233,6 +233,11 @@ pub fn seed(seed: Option<u64>) {
     crate::random::seed(seed);
 }
 
+/// Forgets the options set at run time for the caches named `name` (a run replayed anew).
+pub fn forget_configured(name: &str) {
+    crate::tuning::forget(name);
+}
+
 /// A tag's invalidation in this process's memory (`stampede::invalidate_tag` without Redis).
 pub fn forget_tag(tag: &str) {
     registry::forget_tag(tag);

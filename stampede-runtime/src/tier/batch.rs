@@ -177,8 +177,8 @@ impl<K: Key, V: Value, L: BatchLoad<K, V>> Group<K, V> for Batch<'_, K, V, L> {
             })
             .collect();
         let previous = crate::previous::many(previous);
-        let attempts =
-            crate::load::attempts(&core.config, &core.telemetry, &keys, self.load, previous);
+        let options = core.options();
+        let attempts = crate::load::attempts(&options, &core.telemetry, &keys, self.load, previous);
         match admitted(core, started, attempts).await {
             Ok(Loaded {
                 value: values,

@@ -204,7 +204,7 @@ where
             cache: config.name.clone(),
             message: message.into(),
         };
-        self.register(&endpoint, config).await;
+        self.register(&endpoint, &handle.options()).await;
         // The name's other shapes keep no older value to serve after this one.
         let primed = match endpoint
             .invalidate_other_shapes(&keys, &config.name, false)

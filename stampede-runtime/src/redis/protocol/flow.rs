@@ -149,7 +149,7 @@ where
                 return;
             }
         };
-        self.register(&endpoint, config).await;
+        self.register(&endpoint, &handles[0].options()).await;
         let token = (config.lock == Lock::Redis).then(lock::token);
         let mut parts = Vec::with_capacity(handles.len());
         for handle in handles {
@@ -898,7 +898,7 @@ async fn tag<K: Key, V: Value, L: Load<K, V>>(
     if tags.is_empty() {
         return true;
     }
-    let lifetime = set_lifetime(handle.config(), endpoint.config.lease);
+    let lifetime = set_lifetime(&handle.options(), endpoint.config.lease);
     endpoint.tag(keys, tags, lifetime).await.is_ok()
 }
 

@@ -157,7 +157,8 @@ where
 
     /// Registers the cache's identity under its name on `endpoint` before its loads write
     /// there (when the last registration is half gone), so that another shape's invalidation
-    /// of a key reaches this one's value (see `shapes`).
+    /// of a key reaches this one's value (see `shapes`), for as long as a value written with
+    /// `config` (the options now) may live.
     pub(in crate::redis) async fn register(&self, endpoint: &Endpoint, config: &Config) {
         let lifetime = set_lifetime(config, endpoint.config.lease);
         endpoint

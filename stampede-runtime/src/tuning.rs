@@ -1,0 +1,156 @@
+//! Options set at run time (`stampede::configure`): overrides of a cache's numbers, by name,
+//! kept for the caches built later and applied to those built already, for their new fills and
+//! loads. What can change is what a fill or a load reads (`ttl`, `stale`, `jitter`, `timeout`,
+//! `retries`, `backoff`, and the values of `fail_safe` and `fail_safe_throttle` where the
+//! attribute turned `fail_safe` on); what shapes the cache (its backend, lock, capacity,
+//! breaker, which options are on) is the attribute's.
+
+use std::collections::HashMap;
+use std::sync::{PoisonError, RwLock};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::error::Error;
+
+/// The run-time overrides of one cache name's options; `None`: the attribute's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Overrides {
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) stale: Option<Duration>,
+    pub(crate) jitter: Option<u8>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) retries: Option<u32>,
+    pub(crate) backoff: Option<Duration>,
+    pub(crate) fail_safe: Option<Duration>,
+    pub(crate) fail_safe_throttle: Option<Duration>,
+}
+
+/// The overrides set so far, by cache name.
+static SET: RwLock<Option<HashMap<String, Overrides>>> = RwLock::new(None);
+
+impl Overrides {
+    /// These overrides on top of `earlier` (set before for the same name): the later value of
+    /// each option wins.
+    pub(crate) fn over(&self, earlier: &Overrides) -> Overrides {
+        Overrides {
+            ttl: self.ttl.or(earlier.ttl),
+            stale: self.stale.or(earlier.stale),
+            jitter: self.jitter.or(earlier.jitter),
+            timeout: self.timeout.or(earlier.timeout),
+            retries: self.retries.or(earlier.retries),
+            backoff: self.backoff.or(earlier.backoff),
+            fail_safe: self.fail_safe.or(earlier.fail_safe),
+            fail_safe_throttle: self.fail_safe_throttle.or(earlier.fail_safe_throttle),
+        }
+    }
+
+    /// `built` (the options as the attribute gave them) with these overrides, or an error that
+    /// names the cache, the option and why: the attribute's checks of a literal, made of the
+    /// value given here.
+    pub(crate) fn applied_to(&self, built: &Config) -> Result<Config, Error> {
+        let name = &built.name;
+        let refuse = |option: &str, why: String| {
+            Err(Error::invalid_config(format!(
+                "cache `{name}`: `{option}` cannot be set so at run time: {why}"
+            )))
+        };
+        let mut config = built.clone();
+        config.ttl = self.ttl.unwrap_or(config.ttl);
+        config.stale = self.stale.unwrap_or(config.stale);
+        config.jitter = self.jitter.unwrap_or(config.jitter);
+        config.timeout = self.timeout.unwrap_or(config.timeout);
+        config.retries = self.retries.unwrap_or(config.retries);
+        config.backoff = self.backoff.unwrap_or(config.backoff);
+        config.fail_safe_throttle = self.fail_safe_throttle.unwrap_or(config.fail_safe_throttle);
+        if config.ttl.is_zero() {
+            return refuse("ttl", "it must be above zero".into());
+        }
+        if config.timeout.is_zero() {
+            return refuse("timeout", "it must be above zero".into());
+        }
+        if config.jitter > 100 {
+            return refuse(
+                "jitter",
+                format!("{} is not a percent (0..=100)", config.jitter),
+            );
+        }
+        if let Some(refresh_after) = config.refresh_after
+            && refresh_after >= config.ttl
+        {
+            return refuse(
+                "ttl",
+                format!("it must stay above the cache's `refresh_after` ({refresh_after:?})"),
+            );
+        }
+        if let Some(memory_ttl) = config.memory_ttl
+            && memory_ttl > config.ttl
+        {
+            return refuse(
+                "ttl",
+                format!("it must stay at least the cache's `memory_ttl` ({memory_ttl:?})"),
+            );
+        }
+        match (self.fail_safe, built.fail_safe) {
+            (None, _) => {}
+            (Some(_), None) => {
+                return refuse(
+                    "fail_safe",
+                    "the attribute does not turn `fail_safe` on, which run time cannot".into(),
+                );
+            }
+            (Some(keep), Some(_)) if keep.is_zero() => {
+                return refuse("fail_safe", "it must be above zero".into());
+            }
+            (Some(keep), Some(_)) => config.fail_safe = Some(keep),
+        }
+        if self.fail_safe_throttle.is_some() && built.fail_safe.is_none() {
+            return refuse(
+                "fail_safe_throttle",
+                "the attribute does not turn `fail_safe` on, which run time cannot".into(),
+            );
+        }
+        Ok(config)
+    }
+}
+
+/// Records `overrides` for the caches named `name`, on top of those set before; returns them
+/// all.
+pub(crate) fn set(name: &str, overrides: &Overrides) -> Overrides {
+    let mut set = SET.write().unwrap_or_else(PoisonError::into_inner);
+    let all = set.get_or_insert_with(HashMap::new);
+    let merged = overrides.over(all.get(name).unwrap_or(&Overrides::default()));
+    all.insert(name.to_owned(), merged.clone());
+    merged
+}
+
+/// Forgets what was set for the caches named `name` (the simulation's replay of a run).
+#[cfg(feature = "simulation")]
+pub(crate) fn forget(name: &str) {
+    if let Some(all) = SET.write().unwrap_or_else(PoisonError::into_inner).as_mut() {
+        all.remove(name);
+    }
+}
+
+/// What has been set for the caches named `name`, on top of `earlier` (not yet recorded).
+pub(crate) fn merged(name: &str, overrides: &Overrides) -> Overrides {
+    let set = SET.read().unwrap_or_else(PoisonError::into_inner);
+    let earlier = set.as_ref().and_then(|all| all.get(name)).cloned();
+    overrides.over(&earlier.unwrap_or_default())
+}
+
+/// The options a cache built now runs with: `built` with the overrides set for its name, or
+/// `built` alone (with an error logged) when they do not fit it (a method's cache of a name
+/// another cache validated them against).
+pub(crate) fn options_of(built: &Config) -> Config {
+    let set = SET.read().unwrap_or_else(PoisonError::into_inner);
+    let Some(overrides) = set.as_ref().and_then(|all| all.get(&*built.name)) else {
+        return built.clone();
+    };
+    match overrides.applied_to(built) {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::error!(cache = %built.name, %error, "stampede: the options set at run time do not fit this cache; it runs with its attribute's");
+            built.clone()
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Options at run time (`stampede::configure`): set at start-up or while the service runs, for
+//! new fills and loads; a bad value is an error that names the cache and the option. On a
+//! paused clock.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::{AppError, within};
+use stampede::cached;
+
+#[tokio::test(start_paused = true)]
+async fn a_ttl_set_at_start_up_applies_to_the_first_fill() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "1h", jitter = 0, name = "configure::start")]
+    async fn rate(id: u64) -> usize {
+        LOADS.fetch_add(1, SeqCst) + id as usize
+    }
+
+    stampede::configure("configure::start")
+        .ttl(Duration::from_secs(2))
+        .apply()
+        .unwrap();
+    assert_eq!(within(rate(0)).await, 0);
+    tokio::time::sleep(Duration::from_millis(1_900)).await;
+    assert_eq!(within(rate(0)).await, 0, "fresh for the 2 s set");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(within(rate(0)).await, 1, "expired after 2 s, not an hour");
+    let shown = stampede::caches()
+        .into_iter()
+        .find(|cache| &*cache.config.name == "configure::start")
+        .unwrap();
+    assert_eq!(
+        shown.config.ttl,
+        Duration::from_secs(2),
+        "caches() shows it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_at_run_time_applies_to_new_fills_and_leaves_held_values_as_they_were() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", jitter = 0, name = "configure::running")]
+    async fn page(id: u64) -> usize {
+        LOADS.fetch_add(1, SeqCst) + id as usize
+    }
+
+    assert_eq!(within(page(0)).await, 0);
+    stampede::configure("configure::running")
+        .ttl(Duration::from_secs(1))
+        .apply()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(within(page(0)).await, 0, "held with its 60 s");
+    assert_eq!(within(page(10)).await, 11, "a new fill");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(within(page(10)).await, 12, "the new fill lived 1 s");
+    // Set again later: the latest value of each option wins, the others stay.
+    stampede::configure("configure::running")
+        .stale(Duration::from_secs(30))
+        .apply()
+        .unwrap();
+    let shown = stampede::caches()
+        .into_iter()
+        .find(|cache| &*cache.config.name == "configure::running")
+        .unwrap();
+    assert_eq!(
+        (shown.config.ttl, shown.config.stale),
+        (Duration::from_secs(1), Duration::from_secs(30))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_set_at_run_time_bounds_the_next_load() {
+    #[cached(ttl = "60s", timeout = "10s", name = "configure::slow")]
+    async fn slow(id: u64) -> Result<u64, AppError> {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(id)
+    }
+
+    assert_eq!(within(slow(1)).await.unwrap(), 1);
+    stampede::configure("configure::slow")
+        .timeout(Duration::from_millis(100))
+        .apply()
+        .unwrap();
+    let error = within(slow(2)).await.unwrap_err();
+    assert!(
+        error.to_string().contains("timed out after 100ms"),
+        "{error}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bad_value_is_an_error_naming_the_cache_and_the_option_and_changes_nothing() {
+    #[cached(ttl = "60s", refresh_after = "30s", name = "configure::checked")]
+    async fn checked(id: u64) -> u64 {
+        id
+    }
+
+    let error = |configure: stampede::Configure| configure.apply().unwrap_err().to_string();
+    let jitter = error(stampede::configure("configure::checked").jitter(101));
+    assert!(
+        jitter.contains("configure::checked") && jitter.contains("`jitter`"),
+        "{jitter}"
+    );
+    let ttl = error(stampede::configure("configure::checked").ttl(Duration::from_secs(10)));
+    assert!(
+        ttl.contains("`ttl`") && ttl.contains("refresh_after"),
+        "{ttl}"
+    );
+    let zero = error(stampede::configure("configure::checked").timeout(Duration::ZERO));
+    assert!(zero.contains("`timeout`"), "{zero}");
+    let off = error(stampede::configure("configure::checked").fail_safe(Duration::from_secs(1)));
+    assert!(
+        off.contains("`fail_safe`") && off.contains("does not turn"),
+        "{off}"
+    );
+    let nobody = error(stampede::configure("configure::nobody").ttl(Duration::from_secs(1)));
+    assert!(nobody.contains("configure::nobody"), "{nobody}");
+    // All or nothing: a bad value next to a good one sets neither.
+    let _ = error(
+        stampede::configure("configure::checked")
+            .stale(Duration::from_secs(5))
+            .jitter(200),
+    );
+    let shown = stampede::caches()
+        .into_iter()
+        .find(|cache| &*cache.config.name == "configure::checked")
+        .unwrap();
+    assert_eq!(shown.config.stale, Duration::ZERO);
+    assert_eq!(within(checked(3)).await, 3);
+}

@@ -134,6 +134,10 @@ const FIRST_SEED: u64 = 1;
 /// moved only the fences it had, and a key read but not filled has none there (in Redis a read
 /// makes one, which the clear's `SCAN` finds): the refresh's older values landed after the
 /// clear. A clear now moves every key's fence (`State::cleared`).
+/// 191415049 (the same, at the store's first instant): the clear's stamp was 0 µs on the
+/// store's clock, which moved no fence; it now moves on by one at least (`order::moved_fence`).
+/// 191422771 (the oracle's; a tag's expiry while a prime of the key stalled): the prime landed
+/// after the expiry, the latest write, and the oracle aged it by the expiry.
 const FOUND: &[u64] = &[
     11_882,
     35_827,
@@ -165,6 +169,8 @@ const FOUND: &[u64] = &[
     188_002_401,
     188_023_196,
     190_001_203,
+    191_415_049,
+    191_422_771,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

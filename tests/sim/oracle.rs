@@ -175,10 +175,13 @@ struct Floor {
 
 /// An expiry of a key (`expire`) that completed: a value read before it began is no longer
 /// fresh from its end on (in another process, once the bound has passed).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Expiry {
     /// Where it was made (`None`: in every process at once, a tag's).
     process: Option<usize>,
+    /// The versions of primes running when it completed: one may land after it, the latest
+    /// write ("`prime` is the latest write"), which it does not age.
+    racing: Vec<u64>,
     began: Duration,
     done: Duration,
     /// Its place in the run's order of events.
@@ -507,11 +510,17 @@ impl Oracle {
         let mut history = self.history();
         history.note(done, format!("expired f{function} k{key} in {process:?}"));
         let seq = history.next_seq();
+        let racing = history
+            .priming
+            .get(&(function, key))
+            .cloned()
+            .unwrap_or_default();
         history
             .expiries
             .entry((function, key))
             .or_default()
             .push(Expiry {
+                racing,
                 process,
                 began,
                 done,
@@ -871,8 +880,7 @@ impl Oracle {
                 .insert((function, process, key), now);
         }
         if let Seen::Value(value) = seen
-            && let Some(deadline) =
-                history.expired_by(call, value.read_at, rules.shared, self.bound)
+            && let Some(deadline) = history.expired_by(call, value, rules.shared, self.bound)
         {
             // README, Invalidation, `expire`: "the next call gets it stale at once while one
             // refresh runs, for the cache's `stale` at most from the expiry ..., and with
@@ -1424,14 +1432,16 @@ impl History {
     fn expired_by(
         &self,
         call: &Call,
-        read_at: Duration,
+        value: &Val,
         shared: bool,
         bound: Duration,
     ) -> Option<Duration> {
         self.expiries
             .get(&(call.function, call.key))?
             .iter()
-            .filter(|expiry| read_at < expiry.began)
+            .filter(|expiry| {
+                value.read_at < expiry.began && !expiry.racing.contains(&value.version)
+            })
             .filter_map(|expiry| match expiry.process {
                 Some(process) if process != call.process => {
                     (shared && expiry.done + bound <= call.began).then_some(expiry.done + bound)

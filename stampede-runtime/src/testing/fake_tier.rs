@@ -962,7 +962,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
             state.stamp(&key, now);
         }
         // Every other key's fence, as the keys a load has read are found in Redis.
-        state.cleared = state.cleared.max(state.micros(now));
+        state.cleared = order::moved_fence(state.cleared, state.micros(now));
         drop(state);
         self.store.announce_clear(&self.space, &config.name);
         Ok(())

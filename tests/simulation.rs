@@ -138,6 +138,11 @@ const FIRST_SEED: u64 = 1;
 /// store's clock, which moved no fence; it now moves on by one at least (`order::moved_fence`).
 /// 191422771 (the oracle's; a tag's expiry while a prime of the key stalled): the prime landed
 /// after the expiry, the latest write, and the oracle aged it by the expiry.
+/// 191516300 (Redis only, `fail_safe`, a delayed feed and lost wake-ups; older than this
+/// session): a refresh detached by the feed's loss answered v1; the key's newer flight, which
+/// had served v0 stale, stopped serving it, but its load then failed and its stale-if-error
+/// answer gave v0 to a call that joined it after v1 was returned. A flight overtaken so
+/// (`Leader::overtaken`) no longer answers a failure with the stale or last good value it read.
 const FOUND: &[u64] = &[
     11_882,
     35_827,
@@ -171,6 +176,7 @@ const FOUND: &[u64] = &[
     190_001_203,
     191_415_049,
     191_422_771,
+    191_516_300,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

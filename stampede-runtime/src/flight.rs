@@ -56,6 +56,10 @@ struct Shared<V> {
     urgent: Notify,
     /// A last good value the flight's tier found (`fail_safe`), for a waiter's soft timeout.
     last_good: Mutex<Option<Entry<V>>>,
+    /// Another flight of the key (begun before this one, and detached) answered since this one
+    /// read what it serves: the stale and last good values it read are older than that answer,
+    /// and stand in for nothing any more.
+    overtaken: AtomicBool,
 }
 
 /// The loads in flight for one cache, by key.
@@ -137,6 +141,8 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
     fn stop_serving(&self, key: &K) {
         let map = self.lock();
         if let Some(flight) = map.get(key) {
+            flight.shared.overtaken.store(true, Ordering::Release);
+            *lock(&flight.shared.last_good) = None;
             let mut outcome = lock(&flight.shared.outcome);
             if matches!(*outcome, Outcome::Serving(_)) {
                 *outcome = Outcome::Running;
@@ -169,6 +175,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Flights<K, V> {
             handoff: Mutex::new(None),
             urgent: Notify::new(),
             last_good: Mutex::new(None),
+            overtaken: AtomicBool::new(false),
         });
         map.insert(
             key.clone(),
@@ -250,9 +257,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Leader<'_, K, V> {
     }
 
     /// Offers the waiters a last good value, which a soft timeout may give them (`None`: none
-    /// any more).
+    /// any more), unless the flight was overtaken.
     pub(crate) fn offer(&self, entry: Option<Entry<V>>) {
-        *lock(&self.shared.last_good) = entry;
+        let mut last_good = lock(&self.shared.last_good);
+        *last_good = entry.filter(|_| !self.overtaken());
+    }
+
+    /// Whether another flight of the key answered since this one read the stale or last good
+    /// value it holds (see [`Flights::stop_serving`]): those stand in for no failure now.
+    pub(crate) fn overtaken(&self) -> bool {
+        self.shared.overtaken.load(Ordering::Acquire)
     }
 
     /// Releases the key, then hands the outcome to every waiter (the first outcome only: a

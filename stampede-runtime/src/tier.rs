@@ -546,7 +546,15 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// when the load fails.
     pub(crate) fn served_at(&self, now: Instant) -> Option<V> {
         let entry = lock(&self.served).take()?;
-        entry.servable(now).then_some(entry.value)
+        (entry.servable(now) && !self.overtaken()).then_some(entry.value)
+    }
+
+    /// Whether another flight of the key answered with a value since this flight read the
+    /// stale or last good value it holds (sim seed 191516300: a detached refresh answered with
+    /// a newer value, then this flight's load failed, and a caller that joined it after that
+    /// answer was given its older stale value).
+    fn overtaken(&self) -> bool {
+        self.leader.is_some_and(Leader::overtaken)
     }
 
     /// The key's last good value at `now`, for a failed load: the memory's entry where values
@@ -554,7 +562,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     pub(crate) fn last_good_at(&self, now: Instant) -> Option<Entry<V>> {
         let entry = match self.core.config.in_memory() {
             true => self.core.entry(self.key),
-            false => lock(&self.last_good).take(),
+            false => lock(&self.last_good).take().filter(|_| !self.overtaken()),
         };
         entry.filter(|entry| entry.fail_safe(now))
     }

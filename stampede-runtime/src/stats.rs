@@ -141,7 +141,8 @@ pub struct Identity {
 #[derive(Clone, Debug, serde::Serialize)]
 #[non_exhaustive]
 pub struct CacheInfo {
-    /// The options it was declared with.
+    /// Its options in force: those it was declared with, and those set at run time
+    /// ([`configure`](crate::configure())).
     pub config: Config,
     /// How it is known in Redis, for a cache backed by Redis.
     pub identity: Option<Identity>,

@@ -705,6 +705,26 @@ async fn a_lock_given_back_during_a_pause_is_released_once_redis_answers() {
     );
 }
 
+/// A Redis, a writer's connection to it through a fault proxy (short bounds, so that a cut is
+/// noticed at once) and a reader's straight to it, both checked.
+async fn writer_and_reader(writer: &str, reader: &str) -> (RedisServer, FaultProxy) {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    RedisConfig::new(&proxy.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(200))
+        .cooldown(Duration::from_millis(300), 3)
+        .install_as(writer);
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .install_as(reader);
+    stampede::require_redis(Some(writer)).await.unwrap();
+    stampede::require_redis(Some(reader)).await.unwrap();
+    (server, proxy)
+}
+
 /// An invalidation that failed because Redis could not be reached is delivered as soon as Redis
 /// answers again, by a task of its own: a writer that only invalidates (and never reads the key
 /// again) still reaches the other processes, which then stop serving the old value.
@@ -732,24 +752,7 @@ async fn a_failed_invalidation_is_delivered_once_redis_answers_without_another_c
         format!("{id} v{}", VERSION.load(SeqCst))
     }
 
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    RedisConfig::new(&proxy.url())
-        .unwrap()
-        .prefix("test")
-        .op_timeout(Duration::from_millis(200))
-        .cooldown(Duration::from_millis(300), 3)
-        .install_as("resend_writer");
-    RedisConfig::new(&server.url())
-        .unwrap()
-        .prefix("test")
-        .install_as("resend_reader");
-    stampede::require_redis(Some("resend_writer"))
-        .await
-        .unwrap();
-    stampede::require_redis(Some("resend_reader"))
-        .await
-        .unwrap();
+    let (_server, proxy) = writer_and_reader("resend_writer", "resend_reader").await;
 
     assert_eq!(
         within(reader(1)).await,
@@ -810,24 +813,7 @@ async fn a_failed_expiry_is_delivered_as_an_invalidation_once_redis_answers() {
         format!("{id} v{}", VERSION.load(SeqCst))
     }
 
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    RedisConfig::new(&proxy.url())
-        .unwrap()
-        .prefix("test")
-        .op_timeout(Duration::from_millis(200))
-        .cooldown(Duration::from_millis(300), 3)
-        .install_as("expire_writer");
-    RedisConfig::new(&server.url())
-        .unwrap()
-        .prefix("test")
-        .install_as("expire_reader");
-    stampede::require_redis(Some("expire_writer"))
-        .await
-        .unwrap();
-    stampede::require_redis(Some("expire_reader"))
-        .await
-        .unwrap();
+    let (server, proxy) = writer_and_reader("expire_writer", "expire_reader").await;
 
     assert_eq!(within(reader(1)).await, "1 v1");
     assert_eq!(within(writer(1)).await, "1 v1", "read from Redis");

@@ -1416,10 +1416,12 @@ impl History {
         now: Duration,
     ) -> Option<(Duration, Duration)> {
         let settings = self.configured.get(&function)?;
-        let in_force = settings.iter().rev().find(|(at, ..)| *at <= read_at)?;
+        // At one instant the order of a setting and a fill is not known: a value read then may
+        // have been filled before it.
+        let in_force = settings.iter().rev().find(|(at, ..)| *at < read_at)?;
         let later = settings
             .iter()
-            .filter(|(at, ..)| read_at < *at && *at <= now);
+            .filter(|(at, ..)| read_at <= *at && *at <= now);
         std::iter::once(in_force)
             .chain(later)
             .map(|&(_, ttl, stale)| (ttl, stale))

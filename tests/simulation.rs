@@ -143,6 +143,10 @@ const FIRST_SEED: u64 = 1;
 /// had served v0 stale, stopped serving it, but its load then failed and its stale-if-error
 /// answer gave v0 to a call that joined it after v1 was returned. A flight overtaken so
 /// (`Leader::overtaken`) no longer answers a failure with the stale or last good value it read.
+/// 195572659 (`expire`, Redis only, `lock = "redis"`, `fail_safe`): a load read before an
+/// expiry was fenced off by it and its value, handed to its callers, was kept nowhere; a later
+/// failed load was answered with the expired, older value. A fill newer than an expired value
+/// now replaces it, expired too (`order::Landing::Expired`).
 const FOUND: &[u64] = &[
     11_882,
     35_827,
@@ -177,6 +181,7 @@ const FOUND: &[u64] = &[
     191_415_049,
     191_422_771,
     191_516_300,
+    195_572_659,
 ];
 /// The salt of the draws of `read_through` operations (see `read_through`).
 const READ_THROUGH_SALT: u64 = 0x7e4d_0780;

@@ -85,8 +85,8 @@ pub async fn invalidate<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), 
 /// the next call gets it as a stale value (for the cache's `stale` at most, counted from now)
 /// while one refresh runs, and with `fail_safe` it stays the key's last good value. A cache
 /// without `stale` loads at the next call, and keeps the value only as the last good one. A
-/// load of the key that was running meanwhile does not store its value (it read the source
-/// before).
+/// load of the key that was running meanwhile (it read the source before) stores no fresh
+/// value (in Redis, one newer than the expired value replaces it, expired too).
 ///
 /// `key`, the errors and where it reaches are as for [`invalidate`]; prefer the companion's
 /// typed `product::expire(id).await?`. A process of an earlier version of this crate ignores

@@ -44,17 +44,39 @@ pub(crate) fn may_be_newer<T: Ord>(stored_read_at: T, read_from: T) -> bool {
 /// is too). Over nothing: under the fence the load read, or when its source was read after the
 /// fence's stamp (after every write and invalidation since). Refused, its callers are handed
 /// what is stored (or, with nothing stored, their own value, kept nowhere shared).
+///
+/// Over a value expired since it was written (`expired`), a fill that may not land as over
+/// nothing (its source read before the expiry) but is newer than that value lands all the same,
+/// expired too ([`Landing::Expired`]): the key's last good value is then the newest read, and
+/// nothing read before the expiry is served fresh.
 #[cfg(any(feature = "simulation", test))]
 pub(crate) fn fill_lands(
     fenced: bool,
     fence: u64,
-    stored_read_at: Option<u64>,
+    stored: Option<(u64, bool)>,
     read_from: u64,
-) -> bool {
-    match stored_read_at {
-        Some(stored) => !may_be_newer(stored, read_from),
-        None => fenced || read_from > fence,
+) -> Landing {
+    let newer = |stored| !may_be_newer(stored, read_from);
+    match stored {
+        Some((stored, false)) if newer(stored) => Landing::Lands,
+        Some((_, false)) => Landing::Refused,
+        _ if fenced || read_from > fence => Landing::Lands,
+        Some((stored, true)) if newer(stored) => Landing::Expired,
+        _ => Landing::Refused,
     }
+}
+
+/// How a load's fill lands ([`fill_lands`]).
+#[cfg(any(feature = "simulation", test))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Landing {
+    /// Written, fresh for its windows.
+    Lands,
+    /// Written, no longer fresh (over a value expired since the load read its source), stale
+    /// for its stale window from now.
+    Expired,
+    /// Not written.
+    Refused,
 }
 
 /// The key's fence after a write or an invalidation stamped `stamp` (a fill's: its source read,

@@ -345,7 +345,7 @@ impl Expansion<'_> {
                  dropping it, in this process and, for a cache backed by Redis, in Redis and in \
                  every other process's memory: the next call gets it stale at once (for the \
                  cache's `stale` at most, from now) while one refresh runs, and with `fail_safe` \
-                 it stays the last good value. A load running meanwhile does not store its value."
+                 it stays the last good value. A load running meanwhile stores no fresh value."
             ),
             format!(
                 "Drops every value {shown} holds, in this process and, for a cache backed by \

@@ -764,16 +764,18 @@ impl<K: Key, V> State<K, V> {
 
 /// Whether a load's value whose source was read at `read_from` lands (see `order::fill_lands`,
 /// which `FILL` mirrors).
-fn lands<K: Key, V: Clone>(state: &State<K, V>, key: &K, fence: u64, read_from: Instant) -> bool {
+fn lands<K: Key, V: Clone>(
+    state: &State<K, V>,
+    key: &K,
+    fence: u64,
+    read_from: Instant,
+) -> order::Landing {
     let now = Instant::now();
-    let stored = state
-        .values
-        .get(key)
-        .filter(|stored| stored.kept(now) && !stored.expired);
+    let stored = state.values.get(key).filter(|stored| stored.kept(now));
     order::fill_lands(
         state.fence(key) == fence,
         state.fence(key),
-        stored.map(|s| state.micros(s.read_at)),
+        stored.map(|s| (state.micros(s.read_at), s.expired)),
         state.micros(read_from),
     )
 }
@@ -1299,17 +1301,20 @@ impl<K: Key, V: Value> Fake<K, V> {
             Ok(loaded) => state.newer(handle, &loaded.value),
             Err(_) => None,
         };
-        let lands = match &loaded {
+        let landing = match &loaded {
             Ok(loaded) => lands(state, handle.key(), fence, loaded.read_from),
-            Err(_) => false,
+            Err(_) => order::Landing::Refused,
         };
         Filled::Stored(match (loaded, newer) {
             (Err(error), _) => Fetched::Failed(error),
             // The store went down meanwhile: the value is good, kept here.
             (Ok(loaded), _) if self.store.down() => return Filled::Here(loaded),
-            (Ok(Loaded { value, read_from }), None) if lands => {
+            (Ok(Loaded { value, read_from }), None) if landing != order::Landing::Refused => {
                 state.stamp(handle.key(), read_from.min(Instant::now()));
-                let stored = self.stored(handle, value, read_from);
+                let mut stored = self.stored(handle, value, read_from);
+                if landing == order::Landing::Expired {
+                    stored.expire(Instant::now());
+                }
                 let entry = stored.entry();
                 state.values.insert(handle.key().clone(), stored);
                 Fetched::Loaded(handle.keep(self.shared(entry)))

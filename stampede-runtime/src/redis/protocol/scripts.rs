@@ -175,7 +175,11 @@ return out
 /// read after it is too, and the load that moved the fence is fenced off in turn and gets this
 /// value unless its own is newer. Otherwise the stored value stays, and it is what the refused
 /// load's callers get: what Redis keeps is what they are handed. When nothing is stored and the
-/// fence moved, a refused load's callers get its own value, which Redis does not keep.
+/// fence moved, a refused load's callers get its own value, which Redis does not keep. A value
+/// expired since it was written (`expire`, the fence 0 in its envelope) orders a fill as nothing
+/// does, but a fill newer than it that may not land anew is written no longer fresh, carrying
+/// the fence 0 too (`order::Landing::Expired`): the newest read is the key's last good value,
+/// and nothing read before the expiry is fresh.
 pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         now_ms!(),
@@ -194,7 +198,7 @@ for i = 0, #KEYS / 3 - 1 do
   if token ~= '' and redis.call('GET', lk) == token then
     redis.call('DEL', lk)
   end
-  local refused = false
+  local refused, expired = false, false
   if version ~= '' then
     local have = string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ %d+ %d+ %d+ (%d+)\n')
     if have and (#have > #version or (#have == #version and have > version)) then
@@ -207,16 +211,21 @@ for i = 0, #KEYS / 3 - 1 do
     -- before this load's; over nothing (or a value expired since it was written), under the
     -- fence read, or when this load's source was read after the fence's stamp (every write,
     -- invalidation and expiry of the key since).
-    -- A value expired (`expire`) carries the fence 0: ordered as nothing stored.
+    -- A value expired (`expire`) carries the fence 0: ordered as nothing stored, but a fill
+    -- newer than it that may not land anew lands expired (`order::Landing::Expired`).
     local from = tonumber(ARGV[a + 10])
     local stored, carried = string.match(redis.call('GETRANGE', vk, 0, 160), '^S3 %d+ %d+ %d+ (%d+) (%d+) ')
-    stored = carried ~= '0' and tonumber(stored)
-    if stored then
+    stored = tonumber(stored)
+    if stored and carried ~= '0' then
       if stored >= from then
         refused = 0
       end
     elseif current ~= fence and not (current and from * 1000 > tonumber(current)) then
-      refused = 0
+      if stored and stored < from then
+        expired = true
+      else
+        refused = 0
+      end
     end
   end
   if refused then
@@ -232,6 +241,10 @@ for i = 0, #KEYS / 3 - 1 do
   else
     local fresh = now + tonumber(ARGV[a + 2])
     local stale = fresh + tonumber(ARGV[a + 3])
+    local ttl = math.max(1, stale - now + tonumber(ARGV[a + 8]))
+    if expired then
+      fresh, stale = now, math.min(stale, now + tonumber(ARGV[a + 3]))
+    end
     if version == '' then
       version = '-'
     end
@@ -245,8 +258,10 @@ for i = 0, #KEYS / 3 - 1 do
     -- value's stamp (`order::moved_fence`).
     fence = tonumber(current) or micros
     move(fk, current, stamp)
+    if expired then
+      fence = 0
+    end
     local envelope = string.format('S3 %.0f %.0f %.0f %.0f %.0f %s %s\n', fresh, stale, now, read, fence, ARGV[a + 4], version) .. ARGV[a + 6]
-    local ttl = math.max(1, stale - now + tonumber(ARGV[a + 8]))
     redis.call('SET', vk, envelope, 'PX', ttl)
     if redis.call('PTTL', fk) < ttl then
       redis.call('PEXPIRE', fk, ttl)

@@ -279,16 +279,16 @@ impl Sequence<'_> {
             }))
             .expect("redis-server answers");
         let model = &mut self.model;
-        let lands = order::fill_lands(
+        let landing = order::fill_lands(
             model.fence == load.fence,
             model.fence,
             model
                 .stored
                 .as_ref()
-                .filter(|_| !model.expired)
-                .map(|(read_at, _)| read_at * 1_000),
+                .map(|(read_at, _)| (read_at * 1_000, model.expired)),
             read_from * 1_000,
         );
+        let lands = landing != order::Landing::Refused;
         assert_eq!(
             written.written, lands,
             "step {at}: a fill read at {read_from} under fence {} (now {}) over {:?}",
@@ -301,7 +301,17 @@ impl Sequence<'_> {
             let read_at = read_from.min(written.now_ms);
             model.fence = order::moved_fence(model.fence, read_at * 1_000);
             model.stored = Some((read_at, payload));
-            model.expired = false;
+            model.expired = landing == order::Landing::Expired;
+            let held: Vec<u8> = self.server.command(&["GET", &self.keys.value]);
+            let envelope = Envelope::parse(&held).expect("an envelope");
+            assert_eq!(
+                (
+                    envelope.fence == EXPIRED,
+                    envelope.fresh_until <= written.now_ms
+                ),
+                (model.expired, model.expired),
+                "step {at}: landed expired exactly when over an expired value it is newer than"
+            );
             return;
         }
         let handed = written.stored.map(|bytes| {

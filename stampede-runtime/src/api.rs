@@ -3,13 +3,13 @@
 //! the caches through the registry, whatever their key, value and tier types.
 
 use std::any::{Any, type_name};
+use std::time::Duration;
 
 use crate::error::Error;
 use crate::memory::Invalidation;
 use crate::registry::{self, AnyCache};
 use crate::stats::{CacheInfo, Stats};
 use crate::tuning::Overrides;
-use std::time::Duration;
 
 /// The counters of the cache called `name`, or `None` before its function was first called.
 ///
@@ -120,10 +120,7 @@ pub async fn expire<K: Any + Send + Sync>(name: &str, key: K) -> Result<(), Erro
 /// # Ok(()) }
 /// ```
 pub async fn clear(name: &str) -> Result<(), Error> {
-    let mut caches = registry::named(name);
-    if caches.is_empty() && registry::build_linked(name) {
-        caches = registry::named(name);
-    }
+    let caches = registry::named_or_linked(name);
     if caches.is_empty() {
         return Err(Error::invalid_config(format!(
             "no cache is named `{name}` (see `stampede::caches()` for the names in this process)"
@@ -236,10 +233,7 @@ impl Configure {
     /// would refuse as a literal, an option it does not turn on), or that no cache has the
     /// name in this process yet (a method's cache is built at its first call).
     pub fn apply(self) -> Result<(), Error> {
-        let mut caches = registry::named(&self.name);
-        if caches.is_empty() && registry::build_linked(&self.name) {
-            caches = registry::named(&self.name);
-        }
+        let caches = registry::named_or_linked(&self.name);
         if caches.is_empty() {
             return Err(Error::invalid_config(format!(
                 "no cache is named `{}` in this process yet, so nothing was configured (a method's cache is built at its first call)",

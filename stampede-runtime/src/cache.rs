@@ -410,10 +410,15 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
 
     /// Drops every value this process holds and detaches every running load (`clear`).
     pub(crate) fn clear_here(&self) {
+        self.forget_flights();
+        self.core.memory.clear();
+    }
+
+    /// Ends every flight's sharing: a call after this does not join a load begun before.
+    pub(crate) fn forget_flights(&self) {
         for key in self.core.flights.keys() {
             self.core.flights.forget(&key);
         }
-        self.core.memory.clear();
     }
 
     /// [`Cache::forget`], or with [`Invalidation::Expire`] the value kept but no longer fresh

@@ -81,7 +81,7 @@ const REDIS_LAYERS: &[(&str, &str, u8)] = &[
     ("protocol", "lock", 1),
     ("protocol", "preflight", 1),
     ("protocol", "tags", 2),
-    ("protocol", "clear", 2),
+    ("protocol", "clear", 3),
     ("protocol", "shapes", 2),
     ("protocol", "tier", 3),
     ("protocol", "flow", 4),

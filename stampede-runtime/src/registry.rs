@@ -157,6 +157,16 @@ pub(crate) fn forget_tag_as(tag: &str, how: Invalidation) {
     }
 }
 
+/// The caches called `name`, building those of the linked functions called so first when
+/// none is built yet (a process that never called them: an admin tool).
+pub(crate) fn named_or_linked(name: &str) -> Vec<&'static dyn AnyCache> {
+    let caches = named(name);
+    if caches.is_empty() && build_linked(name) {
+        return named(name);
+    }
+    caches
+}
+
 /// Builds the cache of every linked function called `name` that has none yet; whether any is
 /// called so.
 pub(crate) fn build_linked(name: &str) -> bool {

@@ -147,11 +147,4 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         self.tier.key_name().is_some()
             && through.is_none_or(|through| self.tier.shared_through() == Some(through))
     }
-
-    /// Ends every flight's sharing: a call after this does not join a load begun before.
-    fn forget_flights(&self) {
-        for key in self.core.flights.keys() {
-            self.core.flights.forget(&key);
-        }
-    }
 }

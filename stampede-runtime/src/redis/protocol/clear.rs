@@ -9,11 +9,9 @@ use std::collections::BTreeSet;
 use futures_util::future::try_join_all;
 
 use crate::redis::codec::keys::{self, RedisKeys};
+use crate::redis::protocol::tags::AT_ONCE;
 use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::failure::Failure;
-
-/// How many key invalidations of one clear are in flight at once.
-const AT_ONCE: usize = 64;
 
 impl Endpoint {
     /// Drops every key of the cache name `name` here, then announces `message` (the clear) on

@@ -32,7 +32,7 @@ use crate::redis::transport::feed;
 use crate::redis::transport::installed::lookup;
 
 /// How many key invalidations of one tag are in flight at once.
-const AT_ONCE: usize = 64;
+pub(in crate::redis) const AT_ONCE: usize = 64;
 
 /// Redis refuses expiries that overflow its clock; no set needs more than a century.
 const LONGEST_SET: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);

@@ -90,7 +90,7 @@ macro_rules! either {
 pub enum Invalidation {
     /// Drops it (`invalidate`).
     Drop,
-    /// Ends its fresh time (`expire`): stale for the cache's `stale` at most, then its key's
+    /// Ends its fresh time (`expire`): stale for its own stale window at most, then its key's
     /// last good value for the rest of its fail-safe window.
     Expire,
 }
@@ -316,9 +316,9 @@ impl<K: Key, V: Value> Memory<K, V> {
     }
 
     /// The key's value is no longer fresh from `now` on ([`Entry::expire`]: stale for its stale
-    /// window at most, then its last good value); loads of it running now will not store theirs (they
-    /// read the source before). A suspension's saved deadlines of it are forgotten, so that a
-    /// resume leaves it as capped. Whether a value was held.
+    /// window at most, then its last good value); loads of it running now will not store
+    /// theirs (they read the source before). A suspension's saved deadlines of it are
+    /// forgotten, so that a resume leaves it as capped. Whether a value was held.
     pub(crate) fn expire(&self, key: &K, now: Instant) -> bool {
         self.expire_in(&mut self.loading(), key, now)
     }

@@ -150,10 +150,6 @@ where
     K: Key + Serialize,
     V: Value + Serialize + DeserializeOwned,
 {
-    /// Writes a value to Redis as if it had been loaded now (a companion's `prime`), and keeps
-    /// it in memory. The write takes a new fence, so that a load that read the key before
-    /// cannot write its value over it. When Redis cannot be reached the value is kept here only
-    /// (no longer than memory is trusted), and the error returned.
     /// The endpoint through which `operation` (an invalidation, a clear) of the cache reaches
     /// the other processes: an error when the cache shares nothing, or when its connection is
     /// not configured here (this process's copy is gone, but no other process heard of it: an
@@ -169,6 +165,10 @@ where
         })
     }
 
+    /// Writes a value to Redis as if it had been loaded now (a companion's `prime`), and keeps
+    /// it in memory. The write takes a new fence, so that a load that read the key before
+    /// cannot write its value over it. When Redis cannot be reached the value is kept here only
+    /// (no longer than memory is trusted), and the error returned.
     async fn prime_value<L: Load<K, V>>(
         &self,
         handle: &Handle<'_, K, V, L>,

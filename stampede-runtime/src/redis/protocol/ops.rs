@@ -157,10 +157,10 @@ impl Endpoint {
     }
 
     /// Drops one identity's key: its value deleted (or with `expire` only no longer fresh:
-    /// `expire_lua!`) and its fence moved on; announces `message` on the
-    /// invalidation channel, unless `None`. On a standalone server the script announces it (one
-    /// round trip); on a cluster the announcement follows on the feed's master (see
-    /// `invalidate`), once the value is changed. Whether Redis held a value for the key. (A
+    /// `expire_lua!`) and its fence moved on; announces `message` on the invalidation channel,
+    /// unless `None`. On a standalone server the script announces it (one round trip); on a
+    /// cluster the announcement follows on the feed's master (see `invalidate`), once the value
+    /// is changed. Whether Redis held a value for the key. (A
     /// key's invalidation goes through `Endpoint::invalidate`, which reaches every shape.)
     pub(in crate::redis) async fn invalidate_one(
         &self,

@@ -352,8 +352,8 @@ return kept
 
 /// `expire(vk, now)` in Lua (`Entry::expire`'s rule): the envelope under `vk` (see `envelope`)
 /// is no longer fresh from `now` (ms on the server's clock) on, and stale for its own stale
-/// window at most (its stale deadline less its fresh one), never past its stale deadline; its payload,
-/// its source read and its time to live stay, and the fence it carries becomes 0
+/// window at most (its stale deadline less its fresh one), never past its stale deadline; its
+/// payload, its source read and its time to live stay, and the fence it carries becomes 0
 /// ([`envelope::EXPIRED`]): `FILL` orders a fill over it as over nothing (`order::fill_lands`),
 /// so that a load that read the source before the expiry does not replace it. Returns 1 if it
 /// held an envelope.
@@ -382,8 +382,9 @@ end
     };
 }
 
-/// Deletes the value, or only ends its fresh time (`expire_lua!`: the companion's `expire`), moves the fence on to at least now if the key has one (so a load that
-/// read the source before cannot write back; a key nobody fills gets no state), and announces
+/// Deletes the value, or only ends its fresh time (`expire_lua!`: the companion's `expire`),
+/// moves the fence on to at least now if the key has one (so a load that read the source
+/// before cannot write back; a key nobody fills gets no state), and announces
 /// the invalidation to every process (`announce_lua!`). KEYS: value, fence, and when it
 /// announces, the feed's log. ARGV: the invalidation channel (empty: announce nothing: a tag's
 /// invalidation announces itself once, and on a cluster the announcement follows on the feed's

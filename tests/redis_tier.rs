@@ -1532,15 +1532,20 @@ async fn an_invalidation_or_prime_without_a_configured_redis_is_an_error_that_sa
 /// `memory_ttl` on a tiered cache: memory serves a value that long, then reads Redis again, so
 /// a value another process wrote (here a `prime`, which other processes otherwise meet only
 /// when their copy expires) is served within `memory_ttl`, without a load; a process of the
-/// same cache without it keeps its copy for the `ttl`.
+/// same cache without it keeps its copy for the `ttl`. Its `memory_ttl` and `ttl` come from the
+/// code (a constant, a function), as a service's configuration gives them.
 #[tokio::test]
 async fn memory_ttl_bounds_how_long_memory_serves_a_value_before_redis_is_read_again() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
+    const MEMORY_TTL: &str = "300ms";
+    fn ttl() -> Duration {
+        Duration::from_secs(60)
+    }
 
     #[cached(
-        ttl = "60s",
+        ttl = ttl,
         lock = "redis",
-        memory_ttl = "300ms",
+        memory_ttl = MEMORY_TTL,
         redis = "memory_ttl_a",
         name = "red::memory_ttl"
     )]

@@ -49,22 +49,22 @@ macro_rules! options {
 }
 
 options! {
-    "ttl" => |o, p| put(&mut o.ttl, p, duration(p)?),
+    "ttl" => |o, p| put(&mut o.ttl, p, or_path(p, duration)?),
         doc: "how long a value is fresh, e.g. `\"500ms\"`, `\"60s\"`, `\"5m\"`",
         default: "required";
-    "jitter" => |o, p| put(&mut o.jitter, p, percent(p)?),
+    "jitter" => |o, p| put(&mut o.jitter, p, or_path(p, percent)?),
         doc: "percent 0..=100: each fill is fresh for `ttl * (1 - u)`, `u` uniform in `[0, jitter/100]`",
         default: "`10`";
-    "stale" => |o, p| put(&mut o.stale, p, duration(p)?),
+    "stale" => |o, p| put(&mut o.stale, p, or_path(p, duration)?),
         doc: "window after the fresh time in which the old value is served while one refresh runs",
         default: "`\"0s\"`";
-    "timeout" => |o, p| put(&mut o.timeout, p, duration(p)?),
+    "timeout" => |o, p| put(&mut o.timeout, p, or_path(p, duration)?),
         doc: "bound on one load attempt",
         default: "`\"10s\"`";
-    "retries" => |o, p| put(&mut o.retries, p, int(p, "2")?),
+    "retries" => |o, p| put(&mut o.retries, p, or_path(p, |p| int(p, "2"))?),
         doc: "extra attempts after a failed or timed-out attempt, inside the one load",
         default: "`0`";
-    "backoff" => |o, p| put(&mut o.backoff, p, duration(p)?),
+    "backoff" => |o, p| put(&mut o.backoff, p, or_path(p, duration)?),
         doc: "base delay before a retry, doubled per retry and jittered by ±50%",
         default: "`\"50ms\"`";
     "lock" => |o, p| put(&mut o.lock, p, choice(p, LOCKS)?),
@@ -79,25 +79,25 @@ options! {
     "busy" => |o, p| put(&mut o.busy, p, choice(p, BUSY)?),
         doc: "with `lock = \"redis\"`, what a call does while another process holds the key's lock: `\"wait\"` for its value, `\"compute\"` the value here, or `\"error\"`: fail with `stampede::Error::LockBusy` (a function that returns `Result`)",
         default: "`\"wait\"`";
-    "refresh_after" => |o, p| put(&mut o.refresh_after, p, duration(p)?),
+    "refresh_after" => |o, p| put(&mut o.refresh_after, p, or_path(p, duration)?),
         doc: "refresh-ahead: past this age (below `ttl`, jittered like it) a hit also starts one background refresh, so a key read steadily never expires",
         default: "off";
-    "xfetch" => |o, p| put(&mut o.xfetch, p, number(p, "1.0")?),
+    "xfetch" => |o, p| put(&mut o.xfetch, p, or_path(p, |p| number(p, "1.0"))?),
         doc: "probabilistic early refresh (XFetch, VLDB 2015) with this `beta`: a hit starts one background refresh when `now - load time * beta * ln(u) >= fresh deadline` (`u` uniform per hit), the load time being the key's last load's here; likelier as the deadline nears and for slower loads, so a hot key is refreshed before it expires (a higher `beta`, earlier)",
         default: "off";
-    "fail_safe" => |o, p| put(&mut o.fail_safe, p, duration(p)?),
+    "fail_safe" => |o, p| put(&mut o.fail_safe, p, or_path(p, duration)?),
         doc: "when a load fails (error, timeout, panic), serve the last good value for this long past its stale deadline",
         default: "off";
-    "fail_safe_throttle" => |o, p| put(&mut o.fail_safe_throttle, p, duration(p)?),
+    "fail_safe_throttle" => |o, p| put(&mut o.fail_safe_throttle, p, or_path(p, duration)?),
         doc: "with `fail_safe`, how long a served last good value stands before the source is asked again",
         default: "`\"5s\"`";
-    "soft_timeout" => |o, p| put(&mut o.soft_timeout, p, duration(p)?),
+    "soft_timeout" => |o, p| put(&mut o.soft_timeout, p, or_path(p, duration)?),
         doc: "with `fail_safe`, a caller waiting for a load gets the last good value after this; the load goes on and stores its result",
         default: "off";
-    "memory_ttl" => |o, p| put(&mut o.memory_ttl, p, duration(p)?),
+    "memory_ttl" => |o, p| put(&mut o.memory_ttl, p, or_path(p, duration)?),
         doc: "with a tiered cache (`backend = \"tiered\"`, the default with `lock = \"redis\"`): how long this process serves a value from memory before it reads Redis again (at most `ttl`), while Redis keeps it for `ttl`; past it the value is still the last good one for `fail_safe`",
         default: "`ttl`";
-    "compress" => |o, p| put(&mut o.compress, p, int(p, "16_384")?),
+    "compress" => |o, p| put(&mut o.compress, p, or_path(p, |p| int(p, "16_384"))?),
         doc: "with Redis and stampede's `compress` feature: a value whose payload takes more than this many bytes is written to Redis LZ4-compressed (where that makes it smaller); every binary sharing the cache reads either form with the feature, and the option is not part of the cache's identity",
         default: "off";
     "retry_if" => |o, p| put(&mut o.retry_if, p, fn_path(p, "a `fn(&E) -> bool`", "is_transient")?),
@@ -112,7 +112,7 @@ options! {
     "batch" => |o, p| put(&mut o.batch, p, ident(p, "the argument that holds the keys, e.g. `batch = ids`")?),
         doc: "makes this a batch function: names the argument holding its keys (`Vec<K>`, `&[K]`, `HashSet<K>`, `BTreeSet<K>`), and the function returns a map of the keys it found (`HashMap<K, V>`, `BTreeMap<K, V>`, or a `Result` of one); each key is cached on its own (see the guide's [Batch functions](https://docs.rs/stampede-cache/latest/stampede/guide/batch/index.html) page)",
         default: "off";
-    "batch_max" => |o, p| put(&mut o.batch_max, p, int(p, "100")?),
+    "batch_max" => |o, p| put(&mut o.batch_max, p, or_path(p, |p| int(p, "100"))?),
         doc: "with `batch`: the most keys one call of the function is given; a larger batch is split into calls of at most this many keys, made at once",
         default: "no bound";
     "missing_ttl" => |o, p| put(&mut o.missing_ttl, p, duration(p)?),
@@ -127,19 +127,19 @@ options! {
     "source_version" => |o, p| put(&mut o.source_version, p, fn_path(p, "a `fn(&T) -> u64`", "row_version")?),
         doc: "path of a `fn(&T) -> u64` giving the source version a value was read at (a row version, an `updated_at`): a load, refresh or `prime` of an older version than the value stored is not stored, in memory or in Redis",
         default: "off";
-    "breaker" => |o, p| put(&mut o.breaker, p, int(p, "5")?),
+    "breaker" => |o, p| put(&mut o.breaker, p, or_path(p, |p| int(p, "5"))?),
         doc: "after this many consecutive failed loads of the cache, skip the source for `breaker_cooldown` (the fail-safe value, else `stampede::Error::CircuitOpen` at once), then one probe",
         default: "off";
-    "breaker_cooldown" => |o, p| put(&mut o.breaker_cooldown, p, duration(p)?),
+    "breaker_cooldown" => |o, p| put(&mut o.breaker_cooldown, p, or_path(p, duration)?),
         doc: "how long an open breaker skips the source before one probe load",
         default: "`\"30s\"`";
-    "max_loads" => |o, p| put(&mut o.max_loads, p, int(p, "16")?),
+    "max_loads" => |o, p| put(&mut o.max_loads, p, or_path(p, |p| int(p, "16"))?),
         doc: "the most loads of this cache that run at once in a process (a batch's load counts once): a miss beyond them waits for a free one, at most `timeout`, then fails with `stampede::Error::LoadsFull` (as a stale or fail-safe value allows, like any failed load); singleflight bounds one key's loads, this bounds a cold start's many keys",
         default: "no bound";
     "max_loads_full" => |o, p| put(&mut o.max_loads_full, p, choice(p, FULL)?),
         doc: "with `max_loads`: `\"wait\"` for a free load (at most `timeout`), or `\"error\"`: fail at once with `stampede::Error::LoadsFull` (a function that returns `Result`)",
         default: "`\"wait\"`";
-    "capacity" => |o, p| put(&mut o.capacity, p, int(p, "10_000")?),
+    "capacity" => |o, p| put(&mut o.capacity, p, or_path(p, |p| int(p, "10_000"))?),
         doc: "maximum entries kept in memory",
         default: "`10_000`";
     "key" => |o, p| put(&mut o.key, p, KeyTemplate::parse(&string(p, "a key template such as \"user:{id}\"")?, "key")?),
@@ -183,6 +183,45 @@ const BUSY: &[(&str, BusyKind)] = &[
     ("error", BusyKind::Error),
 ];
 
+/// The value of a number or duration option: a literal, checked at compile time, or a path to a
+/// function or a constant (`ttl = config::product_ttl`), read and checked when the cache is
+/// built.
+#[derive(Clone)]
+pub(crate) enum OrPath<T> {
+    Literal(T),
+    Path(syn::Path),
+}
+
+impl<T: Copy> OrPath<T> {
+    /// The literal, if the value is one.
+    pub(crate) fn literal(&self) -> Option<T> {
+        match self {
+            OrPath::Literal(value) => Some(*value),
+            OrPath::Path(_) => None,
+        }
+    }
+}
+
+impl<T> OrPath<T> {
+    /// The path, if the value is one.
+    pub(crate) fn path(&self) -> Option<&syn::Path> {
+        match self {
+            OrPath::Literal(_) => None,
+            OrPath::Path(path) => Some(path),
+        }
+    }
+}
+
+impl<T: Copy> Spanned<OrPath<T>> {
+    /// The literal with its span, if the value is one.
+    pub(crate) fn literal(&self) -> Option<Spanned<T>> {
+        self.value.literal().map(|value| Spanned {
+            value,
+            span: self.span,
+        })
+    }
+}
+
 /// A value as written, with the span of its literal for errors about it.
 #[derive(Clone, Copy)]
 pub(crate) struct Spanned<T> {
@@ -221,29 +260,29 @@ pub(crate) enum BusyKind {
 /// The attribute's options as written; `None` where an option was left out.
 #[derive(Default)]
 pub(crate) struct Options {
-    pub(crate) ttl: Option<Spanned<Duration>>,
-    pub(crate) jitter: Option<Spanned<u64>>,
-    pub(crate) stale: Option<Spanned<Duration>>,
-    pub(crate) timeout: Option<Spanned<Duration>>,
-    pub(crate) retries: Option<Spanned<u32>>,
-    pub(crate) backoff: Option<Spanned<Duration>>,
+    pub(crate) ttl: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) jitter: Option<Spanned<OrPath<u64>>>,
+    pub(crate) stale: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) timeout: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) retries: Option<Spanned<OrPath<u32>>>,
+    pub(crate) backoff: Option<Spanned<OrPath<Duration>>>,
     pub(crate) lock: Option<Spanned<LockKind>>,
     pub(crate) backend: Option<Spanned<BackendKind>>,
     pub(crate) redis: Option<LitStr>,
     pub(crate) busy: Option<Spanned<BusyKind>>,
-    pub(crate) capacity: Option<Spanned<u64>>,
-    pub(crate) refresh_after: Option<Spanned<Duration>>,
-    pub(crate) xfetch: Option<Spanned<f64>>,
-    pub(crate) fail_safe: Option<Spanned<Duration>>,
-    pub(crate) fail_safe_throttle: Option<Spanned<Duration>>,
-    pub(crate) soft_timeout: Option<Spanned<Duration>>,
-    pub(crate) memory_ttl: Option<Spanned<Duration>>,
-    pub(crate) compress: Option<Spanned<usize>>,
+    pub(crate) capacity: Option<Spanned<OrPath<u64>>>,
+    pub(crate) refresh_after: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) xfetch: Option<Spanned<OrPath<f64>>>,
+    pub(crate) fail_safe: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) fail_safe_throttle: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) soft_timeout: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) memory_ttl: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) compress: Option<Spanned<OrPath<usize>>>,
     pub(crate) retry_if: Option<Spanned<syn::Path>>,
     pub(crate) source_version: Option<Spanned<syn::Path>>,
-    pub(crate) breaker: Option<Spanned<u32>>,
-    pub(crate) breaker_cooldown: Option<Spanned<Duration>>,
-    pub(crate) max_loads: Option<Spanned<u32>>,
+    pub(crate) breaker: Option<Spanned<OrPath<u32>>>,
+    pub(crate) breaker_cooldown: Option<Spanned<OrPath<Duration>>>,
+    pub(crate) max_loads: Option<Spanned<OrPath<u32>>>,
     pub(crate) max_loads_full: Option<Spanned<FullKind>>,
     pub(crate) key: Option<Spanned<KeyTemplate>>,
     /// The tag templates, each with the span of its literal.
@@ -256,7 +295,7 @@ pub(crate) struct Options {
     pub(crate) long_windows: Option<Spanned<bool>>,
     /// `batch = ids`: the argument holding a batch function's keys.
     pub(crate) batch: Option<Spanned<Ident>>,
-    pub(crate) batch_max: Option<Spanned<u64>>,
+    pub(crate) batch_max: Option<Spanned<OrPath<u64>>>,
     pub(crate) missing_ttl: Option<Spanned<Duration>>,
     /// `batch_loader = products`: the batch function whose cache this single-key function calls.
     pub(crate) batch_loader: Option<Spanned<syn::Path>>,
@@ -404,6 +443,14 @@ impl Options {
             }
             None => Err(unknown(&pair.name)),
         }
+    }
+}
+
+/// A number or duration option's value: a path as written, else the literal `literal` reads.
+fn or_path<T>(pair: &Pair, literal: fn(&Pair) -> syn::Result<T>) -> syn::Result<OrPath<T>> {
+    match &pair.value {
+        Value::Path(path) => Ok(OrPath::Path(path.clone())),
+        _ => literal(pair).map(OrPath::Literal),
     }
 }
 

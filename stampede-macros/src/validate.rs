@@ -5,7 +5,7 @@ use std::time::Duration;
 use proc_macro2::Span;
 use syn::{Ident, LitStr, Path};
 
-use crate::attr::{BackendKind, BusyKind, FullKind, LockKind, Options, Spanned};
+use crate::attr::{BackendKind, BusyKind, FullKind, LockKind, Options, OrPath, Spanned};
 use crate::batch::BatchShape;
 use crate::diag::{Errors, error};
 use crate::func::{Function, Returns};
@@ -71,6 +71,9 @@ pub(crate) struct Settings {
     pub(crate) batch_max: Option<u64>,
     /// With `batch`: how long a key the function's map leaves out is cached as absent.
     pub(crate) missing_ttl: Option<Duration>,
+    /// The options given as a path (`ttl = config::product_ttl`), read when the cache is built;
+    /// their fields above hold stand-ins (the default, or a value that fits the literals).
+    pub(crate) from_code: Vec<(&'static str, Path)>,
 }
 
 const DEFAULT_JITTER: u8 = 10;
@@ -89,15 +92,16 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
     busy_error_needs_result(&options, function, errors);
     companion_fits_the_shape(&options, function, errors);
     let timing = timing(&options, lock, errors);
-    let policies = policies(&options, function, lock, timing.ttl, errors);
+    let policies = policies(&options, function, lock, &timing, errors);
     without_memory(&options, backend, errors);
-    let memory_ttl = memory_ttl(&options, backend, timing.ttl, errors);
+    let memory_ttl = memory_ttl(&options, backend, &timing, errors);
     let compress = compress(&options, backend, errors);
     let capacity = capacity(&options, errors);
     name_is_not_empty(&options, errors);
     version_is_shared(&options, backend, errors);
-    long_windows(&options, timing.ttl, errors);
-    let batch = batch(&options, function, &key_args, timing.ttl, errors);
+    long_windows(&options, errors);
+    let batch = batch(&options, function, &key_args, timing.ttl_literal, errors);
+    let from_code = from_code(&options);
     Settings {
         ttl: timing.ttl,
         jitter: timing.jitter,
@@ -138,13 +142,13 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         ttl_from: options.ttl_from.as_ref().map(|path| path.value.clone()),
         batch_max: batch
             .as_ref()
-            .and(options.batch_max.as_ref())
-            .map(|most| most.value),
+            .and(on(&options.batch_max, STAND_IN_BATCH_MAX)),
         missing_ttl: batch
             .as_ref()
             .and(options.missing_ttl.as_ref())
             .map(|missing| missing.value),
         batch,
+        from_code,
         krate: options
             .krate
             .map_or_else(|| syn::parse_quote!(::stampede), |krate| krate.value),
@@ -157,23 +161,24 @@ const LONGEST_WINDOW_RATIO: u32 = 1_000;
 
 /// A `stale` or `fail_safe` more than [`LONGEST_WINDOW_RATIO`] times `ttl` serves a value that
 /// long after it stopped being fresh: refused unless `long_windows = true` says it is meant.
-fn long_windows(options: &Options, ttl: Duration, errors: &mut Errors) {
+fn long_windows(options: &Options, errors: &mut Errors) {
+    let Some(ttl_given) = options.ttl.as_ref().and_then(Spanned::literal) else {
+        return;
+    };
+    let ttl = ttl_given.value;
     if options.long_windows.is_some_and(|long| long.value) || ttl.is_zero() {
         return;
     }
-    let Some(ttl_given) = options.ttl.as_ref() else {
-        return;
-    };
     let longest = ttl.saturating_mul(LONGEST_WINDOW_RATIO);
     for (name, window, what) in [
         (
             "stale",
-            options.stale.as_ref(),
+            options.stale.as_ref().and_then(Spanned::literal),
             "served stale (while one refresh runs)",
         ),
         (
             "fail_safe",
-            options.fail_safe.as_ref(),
+            options.fail_safe.as_ref().and_then(Spanned::literal),
             "served as the last good value when a load fails",
         ),
     ] {
@@ -219,7 +224,7 @@ fn batch(
     options: &Options,
     function: &Function,
     key_args: &[Ident],
-    ttl: Duration,
+    ttl: Option<Duration>,
     errors: &mut Errors,
 ) -> Option<BatchShape> {
     if let Some(window) = &options.batch_window {
@@ -268,7 +273,7 @@ fn batch(
             ),
         ));
     }
-    if let Some(most) = &options.batch_max
+    if let Some(most) = options.batch_max.as_ref().and_then(Spanned::literal)
         && most.value == 0
     {
         errors.push(error(
@@ -278,7 +283,7 @@ fn batch(
         ));
     }
     if let Some(missing) = &options.missing_ttl
-        && missing.value > ttl
+        && ttl.is_some_and(|ttl| missing.value > ttl)
     {
         errors.push(error(
             missing.span,
@@ -311,6 +316,8 @@ fn companion_fits_the_shape(options: &Options, function: &Function, errors: &mut
 /// `backoff`.
 struct Timing {
     ttl: Duration,
+    /// `ttl` if a literal gave it: the other literals are checked against it.
+    ttl_literal: Option<Duration>,
     jitter: u8,
     stale: Duration,
     timeout: Duration,
@@ -319,7 +326,7 @@ struct Timing {
 }
 
 fn timing(options: &Options, lock: LockKind, errors: &mut Errors) -> Timing {
-    let ttl = match options.ttl {
+    let ttl = match &options.ttl {
         None if options.incomplete => Duration::ZERO, // misspelt or malformed: reported already
         None => {
             errors.push(error(
@@ -329,14 +336,17 @@ fn timing(options: &Options, lock: LockKind, errors: &mut Errors) -> Timing {
             ));
             Duration::ZERO
         }
-        Some(ttl) => non_zero(
-            ttl,
-            "ttl",
-            "a value that is never fresh would be loaded on every call",
-            errors,
-        ),
+        Some(ttl) => match ttl.literal() {
+            Some(ttl) => non_zero(
+                ttl,
+                "ttl",
+                "a value that is never fresh would be loaded on every call",
+                errors,
+            ),
+            None => STAND_IN_TTL,
+        },
     };
-    let jitter = match options.jitter {
+    let jitter = match options.jitter.as_ref().and_then(Spanned::literal) {
         None => DEFAULT_JITTER,
         Some(Spanned { value, span }) => u8::try_from(value).ok().filter(|j| *j <= 100).unwrap_or_else(|| {
             errors.push(error(
@@ -347,7 +357,7 @@ fn timing(options: &Options, lock: LockKind, errors: &mut Errors) -> Timing {
             0
         }),
     };
-    let stale = options.stale.map_or(Duration::ZERO, |stale| {
+    let stale = options.stale.as_ref().and_then(Spanned::literal).map_or(Duration::ZERO, |stale| {
         if lock == LockKind::None && !stale.value.is_zero() {
             errors.push(error(
                 stale.span,
@@ -357,37 +367,45 @@ fn timing(options: &Options, lock: LockKind, errors: &mut Errors) -> Timing {
         }
         stale.value
     });
-    let timeout = options.timeout.map_or(DEFAULT_TIMEOUT, |timeout| {
-        non_zero(
-            timeout,
-            "timeout",
-            "every attempt would time out at once",
-            errors,
-        )
-    });
+    let timeout =
+        options
+            .timeout
+            .as_ref()
+            .and_then(Spanned::literal)
+            .map_or(DEFAULT_TIMEOUT, |timeout| {
+                non_zero(
+                    timeout,
+                    "timeout",
+                    "every attempt would time out at once",
+                    errors,
+                )
+            });
     Timing {
         ttl,
+        ttl_literal: options.ttl.as_ref().and_then(|ttl| ttl.value.literal()),
         jitter,
         stale,
         timeout,
-        retries: options.retries.map_or(0, |retries| retries.value),
-        backoff: options
-            .backoff
-            .map_or(DEFAULT_BACKOFF, |backoff| backoff.value),
+        retries: value_or(&options.retries, 0),
+        backoff: value_or(&options.backoff, DEFAULT_BACKOFF),
     }
 }
 
 fn capacity(options: &Options, errors: &mut Errors) -> u64 {
-    options.capacity.map_or(DEFAULT_CAPACITY, |capacity| {
-        if capacity.value == 0 {
-            errors.push(error(
-                capacity.span,
-                "`capacity = 0` would keep nothing",
-                "give the number of entries to keep in memory, e.g. `capacity = 10_000`",
-            ));
-        }
-        capacity.value
-    })
+    options
+        .capacity
+        .as_ref()
+        .and_then(Spanned::literal)
+        .map_or(DEFAULT_CAPACITY, |capacity| {
+            if capacity.value == 0 {
+                errors.push(error(
+                    capacity.span,
+                    "`capacity = 0` would keep nothing",
+                    "give the number of entries to keep in memory, e.g. `capacity = 10_000`",
+                ));
+            }
+            capacity.value
+        })
 }
 
 fn name_is_not_empty(options: &Options, errors: &mut Errors) {
@@ -457,7 +475,7 @@ fn without_memory(options: &Options, backend: BackendKind, errors: &mut Errors) 
 fn memory_ttl(
     options: &Options,
     backend: BackendKind,
-    ttl: Duration,
+    timing: &Timing,
     errors: &mut Errors,
 ) -> Option<Duration> {
     let given = options.memory_ttl.as_ref()?;
@@ -472,19 +490,29 @@ fn memory_ttl(
             "remove `memory_ttl`, or use `backend = \"tiered\"` to keep values in memory for that long in front of Redis",
         )),
     };
+    let Some(literal) = given.literal() else {
+        if let Some((message, fix)) = misplaced {
+            errors.push(error(given.span, message, fix));
+        }
+        return Some(timing.ttl);
+    };
+    let ttl = timing.ttl_literal;
     if let Some((message, fix)) = misplaced {
         errors.push(error(given.span, message, fix));
-    } else if given.value.is_zero() || given.value > ttl {
+    } else if literal.value.is_zero() || ttl.is_some_and(|ttl| literal.value > ttl) {
+        let kept = ttl.map_or_else(
+            || "for `ttl`".to_owned(),
+            |ttl| format!("for `ttl = \"{}\"`", humantime::format_duration(ttl)),
+        );
         errors.push(error(
             given.span,
             "`memory_ttl` must be above zero and at most `ttl`",
             format!(
-                "memory serves a value for `memory_ttl`, then reads Redis, which keeps it for `ttl = \"{}\"`: e.g. `memory_ttl = \"5s\"`; to keep nothing in memory, use `backend = \"redis\"`",
-                humantime::format_duration(ttl)
+                "memory serves a value for `memory_ttl`, then reads Redis, which keeps it {kept}: e.g. `memory_ttl = \"5s\"`; to keep nothing in memory, use `backend = \"redis\"`"
             ),
         ));
     }
-    Some(given.value)
+    Some(literal.value)
 }
 
 /// `compress = N`: how values are written to Redis, so only with a Redis tier, and only with
@@ -504,7 +532,7 @@ fn compress(options: &Options, backend: BackendKind, errors: &mut Errors) -> Opt
             "enable it in Cargo.toml, in every binary that shares this cache (each needs it to read compressed values): add `features = [\"compress\"]` to the `stampede-cache` dependency",
         ));
     }
-    Some(given.value)
+    Some(given.value.literal().unwrap_or(STAND_IN_COMPRESS))
 }
 
 /// The freshness and failure policies, as they fit the rest of the options.
@@ -528,10 +556,10 @@ fn policies(
     options: &Options,
     function: &Function,
     lock: LockKind,
-    ttl: Duration,
+    timing: &Timing,
     errors: &mut Errors,
 ) -> Policies {
-    let refresh_after = refresh_after(options, lock, ttl, errors);
+    let refresh_after = refresh_after(options, lock, timing, errors);
     let xfetch = xfetch(options, lock, errors);
     fail_safe_companions(options, lock, errors);
     let breaker = breaker(options, errors);
@@ -548,18 +576,12 @@ fn policies(
     Policies {
         refresh_after,
         xfetch,
-        fail_safe: options.fail_safe.as_ref().map(|fail_safe| fail_safe.value),
-        fail_safe_throttle: options
-            .fail_safe_throttle
-            .as_ref()
-            .map_or(DEFAULT_FAIL_SAFE_THROTTLE, |throttle| throttle.value),
-        soft_timeout: options.soft_timeout.as_ref().map(|soft| soft.value),
+        fail_safe: on(&options.fail_safe, Duration::ZERO),
+        fail_safe_throttle: value_or(&options.fail_safe_throttle, DEFAULT_FAIL_SAFE_THROTTLE),
+        soft_timeout: on(&options.soft_timeout, timing.timeout),
         retry_if: options.retry_if.as_ref().map(|path| path.value.clone()),
         breaker,
-        breaker_cooldown: options
-            .breaker_cooldown
-            .as_ref()
-            .map_or(DEFAULT_BREAKER_COOLDOWN, |cooldown| cooldown.value),
+        breaker_cooldown: value_or(&options.breaker_cooldown, DEFAULT_BREAKER_COOLDOWN),
         max_loads,
         max_loads_full,
     }
@@ -568,11 +590,14 @@ fn policies(
 fn refresh_after(
     options: &Options,
     lock: LockKind,
-    ttl: Duration,
+    timing: &Timing,
     errors: &mut Errors,
 ) -> Option<Duration> {
     let after = options.refresh_after.as_ref()?;
-    if after.value.is_zero() || after.value >= ttl {
+    let literal = after.value.literal();
+    if literal
+        .is_some_and(|after| after.is_zero() || timing.ttl_literal.is_some_and(|ttl| after >= ttl))
+    {
         errors.push(error(
             after.span,
             "`refresh_after` must be above zero and below `ttl`",
@@ -586,13 +611,13 @@ fn refresh_after(
             "refresh-ahead runs one background refresh per key, which takes a lock; remove `refresh_after` or use `lock = \"local\"`",
         ));
     }
-    Some(after.value)
+    Some(literal.unwrap_or(timing.ttl / 2))
 }
 
 /// `fail_safe_throttle` and `soft_timeout` need `fail_safe`; `soft_timeout` also needs a load
 /// that goes on without its caller, which `lock = "none"` does not run.
 fn fail_safe_companions(options: &Options, lock: LockKind, errors: &mut Errors) {
-    let needs_fail_safe = |option: &Option<Spanned<Duration>>, name: &str, what: &str| {
+    let needs_fail_safe = |option: &Option<Spanned<OrPath<Duration>>>, name: &str, what: &str| {
         option.as_ref().and_then(|given| {
             options.fail_safe.is_none().then(|| {
                 error(
@@ -633,7 +658,8 @@ fn fail_safe_companions(options: &Options, lock: LockKind, errors: &mut Errors) 
 /// early refreshes would be one too many; the fixed point or the draw, not both).
 fn xfetch(options: &Options, lock: LockKind, errors: &mut Errors) -> Option<f64> {
     let beta = options.xfetch.as_ref()?;
-    if !(beta.value.is_finite() && beta.value > 0.0) {
+    let literal = beta.value.literal();
+    if literal.is_some_and(|beta| !(beta.is_finite() && beta > 0.0)) {
         errors.push(error(
             beta.span,
             "`xfetch` takes a `beta` above zero",
@@ -654,19 +680,19 @@ fn xfetch(options: &Options, lock: LockKind, errors: &mut Errors) -> Option<f64>
             "an early refresh runs one background refresh per key, which takes a lock; remove `xfetch` or use `lock = \"local\"`",
         ));
     }
-    Some(beta.value)
+    Some(literal.unwrap_or(1.0))
 }
 
 fn breaker(options: &Options, errors: &mut Errors) -> Option<u32> {
     let breaker = options.breaker.as_ref().map(|breaker| {
-        if breaker.value == 0 {
+        if breaker.value.literal() == Some(0) {
             errors.push(error(
                 breaker.span,
                 "`breaker = 0` would never let a load run",
                 "give the number of consecutive failed loads that open it, e.g. `breaker = 5`",
             ));
         }
-        breaker.value
+        breaker.value.literal().unwrap_or(STAND_IN_COUNT)
     });
     if let Some(cooldown) = &options.breaker_cooldown
         && breaker.is_none()
@@ -688,14 +714,14 @@ fn max_loads(
     errors: &mut Errors,
 ) -> (Option<u32>, FullKind) {
     let most = options.max_loads.as_ref().map(|most| {
-        if most.value == 0 {
+        if most.value.literal() == Some(0) {
             errors.push(error(
                 most.span,
                 "`max_loads = 0` would never let a load run",
                 "give the most loads of this cache to run at once in a process, e.g. `max_loads = 16`",
             ));
         }
-        most.value
+        most.value.literal().unwrap_or(STAND_IN_COUNT)
     });
     let Some(full) = &options.max_loads_full else {
         return (most, FullKind::Wait);
@@ -720,6 +746,61 @@ fn max_loads(
         ));
     }
     (most, full.value)
+}
+
+/// What stands in the `Config` literal for an option given as a path until the path is read
+/// (and, if its value is refused, what the cache keeps nothing under): the option's default,
+/// or where it has none, one that fits the other options.
+const STAND_IN_TTL: Duration = Duration::from_secs(60);
+const STAND_IN_COUNT: u32 = 16;
+const STAND_IN_COMPRESS: usize = 16_384;
+const STAND_IN_BATCH_MAX: u64 = 100;
+
+/// An option with a default: its literal, else (left out, or given as a path) `default`.
+fn value_or<T: Copy>(given: &Option<Spanned<OrPath<T>>>, default: T) -> T {
+    given
+        .as_ref()
+        .and_then(|given| given.value.literal())
+        .unwrap_or(default)
+}
+
+/// An option that is off when left out: its literal, or `stand_in` when given as a path.
+fn on<T: Copy>(given: &Option<Spanned<OrPath<T>>>, stand_in: T) -> Option<T> {
+    given
+        .as_ref()
+        .map(|given| given.value.literal().unwrap_or(stand_in))
+}
+
+/// The options given as a path, by name: the expansion reads each when the cache is built.
+fn from_code(options: &Options) -> Vec<(&'static str, Path)> {
+    macro_rules! paths {
+        ($($option:ident),*) => {
+            [$((stringify!($option), options.$option.as_ref().and_then(|given| given.value.path()))),*]
+        };
+    }
+    paths!(
+        ttl,
+        jitter,
+        stale,
+        timeout,
+        retries,
+        backoff,
+        capacity,
+        refresh_after,
+        xfetch,
+        fail_safe,
+        fail_safe_throttle,
+        soft_timeout,
+        memory_ttl,
+        compress,
+        breaker,
+        breaker_cooldown,
+        max_loads,
+        batch_max
+    )
+    .into_iter()
+    .filter_map(|(option, path)| Some((option, path?.clone())))
+    .collect()
 }
 
 fn non_zero(setting: Spanned<Duration>, name: &str, why: &str, errors: &mut Errors) -> Duration {

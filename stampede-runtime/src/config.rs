@@ -145,6 +145,13 @@ pub struct Config {
     pub max_loads_full: LoadsFull,
 }
 
+/// An option's value that [`Config::check`] refuses: which option, and why.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub(crate) option: &'static str,
+    pub(crate) why: String,
+}
+
 /// The windows of a value's life, each after the one before: fresh, stale (served while one
 /// refresh runs), then kept as the last good value for a failed load (`fail_safe`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +196,74 @@ impl Config {
     pub(crate) fn longest_use(&self) -> Duration {
         let servable = self.ttl.saturating_add(self.stale);
         servable.saturating_add(self.fail_safe.unwrap_or_default())
+    }
+
+    /// Whether these values fit together as the attribute's checks of its literals require,
+    /// for the values it cannot check at compile time: those given by a path
+    /// (`ttl = config::product_ttl`, read when the cache is built) and those set at run time
+    /// (`stampede::configure`). What the attribute fixes (which options are on, the backend,
+    /// the lock) it has checked already.
+    pub(crate) fn check(&self) -> Result<(), Refusal> {
+        let refuse = |option, why: String| Err(Refusal { option, why });
+        if self.ttl.is_zero() {
+            return refuse("ttl", "it must be above zero".into());
+        }
+        if self.timeout.is_zero() {
+            return refuse("timeout", "it must be above zero".into());
+        }
+        if self.jitter > 100 {
+            return refuse(
+                "jitter",
+                format!("{} is not a percent (0..=100)", self.jitter),
+            );
+        }
+        if self.capacity == 0 {
+            return refuse("capacity", "0 would keep nothing".into());
+        }
+        if self.lock == Lock::None && !self.stale.is_zero() {
+            return refuse(
+                "stale",
+                "it must be zero with `lock = \"none\"` (a stale value's one refresh takes a lock)"
+                    .into(),
+            );
+        }
+        if let Some(after) = self.refresh_after
+            && (after.is_zero() || after >= self.ttl)
+        {
+            return refuse(
+                "refresh_after",
+                format!(
+                    "{after:?} must be above zero and below `ttl` ({:?})",
+                    self.ttl
+                ),
+            );
+        }
+        if let Some(memory_ttl) = self.memory_ttl
+            && (memory_ttl.is_zero() || memory_ttl > self.ttl)
+        {
+            return refuse(
+                "memory_ttl",
+                format!(
+                    "{memory_ttl:?} must be above zero and at most `ttl` ({:?})",
+                    self.ttl
+                ),
+            );
+        }
+        if let Some(beta) = self.xfetch
+            && !(beta.is_finite() && beta > 0.0)
+        {
+            return refuse("xfetch", format!("beta {beta} must be above zero"));
+        }
+        for (option, zero) in [
+            ("breaker", self.breaker == Some(0)),
+            ("max_loads", self.max_loads == Some(0)),
+            ("batch_max", self.batch_max == Some(0)),
+        ] {
+            if zero {
+                return refuse(option, "0 would never let a load run".into());
+            }
+        }
+        Ok(())
     }
 
     /// Whether values are kept in this process.

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("previous", 0),
     ("config", 1),
     ("tuning", 2),
+    ("given", 2),
     ("tags", 1),
     ("breaker", 1),
     ("checks", 1),

@@ -41,6 +41,7 @@ mod core;
 mod entry;
 mod error;
 mod flight;
+mod given;
 mod hot;
 mod kv;
 #[cfg(test)]
@@ -99,6 +100,7 @@ pub mod __private {
     }
     pub use crate::config::{Backend, Config, LoadsFull, Lock, TtlFrom};
     pub use crate::core::{Tags, Values, tagged};
+    pub use crate::given::{FromConst, FromFn, Given, Setting, from_code, setting};
     pub use crate::kv::{Key, Value};
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};

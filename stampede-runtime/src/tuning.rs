@@ -45,8 +45,8 @@ impl Overrides {
     }
 
     /// `built` (the options as the attribute gave them) with these overrides, or an error that
-    /// names the cache, the option and why: the attribute's checks of a literal, made of the
-    /// value given here.
+    /// names the cache, the option and why: the attribute's checks of a literal
+    /// ([`Config::check`]), made of the values given here.
     pub(crate) fn applied_to(&self, built: &Config) -> Result<Config, Error> {
         let name = &built.name;
         let refuse = |option: &str, why: String| {
@@ -62,34 +62,6 @@ impl Overrides {
         config.retries = self.retries.unwrap_or(config.retries);
         config.backoff = self.backoff.unwrap_or(config.backoff);
         config.fail_safe_throttle = self.fail_safe_throttle.unwrap_or(config.fail_safe_throttle);
-        if config.ttl.is_zero() {
-            return refuse("ttl", "it must be above zero".into());
-        }
-        if config.timeout.is_zero() {
-            return refuse("timeout", "it must be above zero".into());
-        }
-        if config.jitter > 100 {
-            return refuse(
-                "jitter",
-                format!("{} is not a percent (0..=100)", config.jitter),
-            );
-        }
-        if let Some(refresh_after) = config.refresh_after
-            && refresh_after >= config.ttl
-        {
-            return refuse(
-                "ttl",
-                format!("it must stay above the cache's `refresh_after` ({refresh_after:?})"),
-            );
-        }
-        if let Some(memory_ttl) = config.memory_ttl
-            && memory_ttl > config.ttl
-        {
-            return refuse(
-                "ttl",
-                format!("it must stay at least the cache's `memory_ttl` ({memory_ttl:?})"),
-            );
-        }
         match (self.fail_safe, built.fail_safe) {
             (None, _) => {}
             (Some(_), None) => {
@@ -109,7 +81,10 @@ impl Overrides {
                 "the attribute does not turn `fail_safe` on, which run time cannot".into(),
             );
         }
-        Ok(config)
+        match config.check() {
+            Ok(()) => Ok(config),
+            Err(refusal) => refuse(refusal.option, refusal.why),
+        }
     }
 }
 

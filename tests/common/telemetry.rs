@@ -58,12 +58,17 @@ pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
 
 /// The fields of every error-level event logged so far whose `redis` field is `connection`.
 pub fn errors_of(connection: &str) -> Vec<HashMap<String, String>> {
+    errors_with("redis", connection)
+}
+
+/// The fields of every error-level event logged so far whose field `field` is `value`.
+pub fn errors_with(field: &str, value: &str) -> Vec<HashMap<String, String>> {
     installed()
         .errors
         .lock()
         .unwrap()
         .iter()
-        .filter(|fields| fields.get("redis").is_some_and(|c| c == connection))
+        .filter(|fields| fields.get(field).is_some_and(|v| v == value))
         .cloned()
         .collect()
 }

@@ -156,7 +156,7 @@ pub(super) fn config(
             .as_ref()
             .map(|k| arc(k.to_token_stream())),
     );
-    quote! {
+    let literal = quote! {
         #private::Config {
             name: ::std::sync::Arc::from(#name),
             ttl: #ttl,
@@ -184,6 +184,75 @@ pub(super) fn config(
             max_loads: #max_loads,
             max_loads_full: #private::LoadsFull::#max_loads_full,
         }
+    };
+    from_code(literal, &settings.from_code, private)
+}
+
+/// The type of an option that may be given as a path, as `Config` holds it, and whether it is
+/// an `Option` there (on when given).
+fn field_type(option: &str) -> (TokenStream, bool) {
+    let optional = matches!(
+        option,
+        "refresh_after"
+            | "xfetch"
+            | "fail_safe"
+            | "soft_timeout"
+            | "memory_ttl"
+            | "compress"
+            | "breaker"
+            | "max_loads"
+            | "batch_max"
+    );
+    let ty = match option {
+        "jitter" => quote!(u8),
+        "retries" | "breaker" | "max_loads" => quote!(u32),
+        "capacity" => quote!(u64),
+        "compress" | "batch_max" => quote!(usize),
+        "xfetch" => quote!(f64),
+        _ => quote!(::core::time::Duration),
+    };
+    (ty, optional)
+}
+
+/// `literal` with the options given as a path read from it when the cache is built
+/// (`stampede::__private::from_code`, which checks them): a function is called, a constant
+/// copied, and what it gives converted to the option's type, with errors at the path.
+fn from_code(
+    literal: TokenStream,
+    paths: &[(&'static str, syn::Path)],
+    private: &TokenStream,
+) -> TokenStream {
+    if paths.is_empty() {
+        return literal;
+    }
+    let config = Ident::new("__stampede_config", Span::mixed_site());
+    let reads = paths.iter().map(|(option, path)| {
+        let field = Ident::new(option, Span::call_site());
+        let span = path
+            .segments
+            .last()
+            .map_or(Span::call_site(), |segment| segment.ident.span());
+        let (ty, optional) = field_type(option);
+        let value = quote_spanned! {span=>
+            #private::setting::<#ty, _>((&#private::Given(&#path)).read()).map_err(|why| (#option, why))?
+        };
+        let value = if optional {
+            quote!(::core::option::Option::Some(#value))
+        } else {
+            value
+        };
+        quote!(#config.#field = #value;)
+    });
+    quote! {
+        #private::from_code(
+            #literal,
+            |#config: &mut #private::Config| -> ::core::result::Result<(), (&'static str, ::std::string::String)> {
+                #[allow(unused_imports)]
+                use #private::{FromConst as _, FromFn as _};
+                #(#reads)*
+                ::core::result::Result::Ok(())
+            },
+        )
     }
 }
 

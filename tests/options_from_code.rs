@@ -181,3 +181,117 @@ async fn a_refused_value_is_logged_with_the_cache_and_the_option_and_nothing_is_
         );
     }
 }
+
+/// A batch function's `missing_ttl` and `batch_max`, and a `batch_loader` function's
+/// `batch_window`, from the code: `missing_ttl` is read by each fill of a key left out, the
+/// window by each call, once per process.
+mod batch {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::time::Duration;
+
+    use super::{AppError, telemetry, within};
+    use stampede::cached;
+
+    pub const MISSING: &str = "5s";
+    pub const MOST: u16 = 2;
+
+    pub fn window() -> Duration {
+        Duration::from_millis(50)
+    }
+
+    pub fn no_window() -> Duration {
+        Duration::ZERO
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn missing_ttl_and_batch_max_from_the_code() {
+        static CALLS: Mutex<Vec<Vec<u64>>> = Mutex::new(Vec::new());
+        static CREATED: AtomicBool = AtomicBool::new(false);
+
+        #[cached(ttl = "60s", jitter = 0, missing_ttl = MISSING, batch = ids, batch_max = MOST, name = "code::batch")]
+        async fn products(ids: Vec<u64>) -> HashMap<u64, u64> {
+            CALLS.lock().unwrap().push(ids.clone());
+            ids.into_iter()
+                .filter(|id| *id == 1 || CREATED.load(SeqCst))
+                .map(|id| (id, id))
+                .collect()
+        }
+
+        assert_eq!(within(products(vec![1, 2])).await.len(), 1);
+        CREATED.store(true, SeqCst);
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(
+            within(products(vec![1, 2])).await.len(),
+            1,
+            "still cached as absent"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            within(products(vec![1, 2])).await.len(),
+            2,
+            "absent for the constant's 5 s"
+        );
+        within(products(vec![3, 4, 5])).await;
+        let mut sizes: Vec<usize> = CALLS.lock().unwrap()[2..].iter().map(Vec::len).collect();
+        sizes.sort_unstable();
+        assert_eq!(
+            sizes,
+            [1, 2],
+            "split in calls of at most the constant's 2 keys"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_window_from_the_code_and_one_refused() {
+        static CALLS: Mutex<Vec<Vec<u64>>> = Mutex::new(Vec::new());
+
+        #[cached(ttl = "60s", batch = ids, name = "code::window")]
+        async fn products(ids: Vec<u64>) -> Result<HashMap<u64, u64>, AppError> {
+            CALLS.lock().unwrap().push(ids.clone());
+            Ok(ids.into_iter().map(|id| (id, id)).collect())
+        }
+
+        #[cached(batch_loader = products, batch_window = window)]
+        async fn one(id: u64) -> Result<Option<u64>, AppError>;
+
+        #[cached(batch_loader = products, batch_window = no_window)]
+        async fn alone(id: u64) -> Result<Option<u64>, AppError>;
+
+        telemetry::install();
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(10));
+        let calls: Vec<_> = (0..10u64)
+            .map(|id| {
+                let start = start.clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    one(id).await
+                })
+            })
+            .collect();
+        for (id, call) in (0..10u64).zip(calls) {
+            assert_eq!(within(call).await.unwrap().unwrap(), Some(id));
+        }
+        assert_eq!(CALLS.lock().unwrap().len(), 1, "one call for the window");
+
+        for id in [20, 21] {
+            assert_eq!(within(alone(id)).await.unwrap(), Some(id));
+        }
+        assert_eq!(
+            CALLS.lock().unwrap()[1..],
+            [vec![20], vec![21]],
+            "no window: each alone"
+        );
+        let logged = telemetry::errors_with("option", "batch_window");
+        assert!(
+            logged.iter().any(|fields| fields
+                .get("message")
+                .is_some_and(|m| m.contains("cannot be zero"))
+                && fields
+                    .get("function")
+                    .is_some_and(|f| f.ends_with("::alone"))),
+            "{logged:?}"
+        );
+    }
+}

@@ -115,13 +115,13 @@ options! {
     "batch_max" => |o, p| put(&mut o.batch_max, p, or_path(p, |p| int(p, "100"))?),
         doc: "with `batch`: the most keys one call of the function is given; a larger batch is split into calls of at most this many keys, made at once",
         default: "no bound";
-    "missing_ttl" => |o, p| put(&mut o.missing_ttl, p, duration(p)?),
+    "missing_ttl" => |o, p| put(&mut o.missing_ttl, p, or_path(p, duration)?),
         doc: "with `batch`: how long a key the function's map leaves out is cached as absent (at most `ttl`; `\"0s\"`: not cached, every call asks the function again)",
         default: "`ttl`";
     "batch_loader" => |o, p| put(&mut o.batch_loader, p, fn_path(p, "a batch function", "products")?),
         doc: "makes this single-key function a call of a batch function's cache: the path of that function (`batch_loader = products`, `Self::products` for a method), whose options, cache and loads it shares; its arguments are the batch function's, with one key in place of the keys",
         default: "off";
-    "batch_window" => |o, p| put(&mut o.batch_window, p, duration(p)?),
+    "batch_window" => |o, p| put(&mut o.batch_window, p, or_path(p, duration)?),
         doc: "with `batch_loader`: single-key calls that must load within this window of each other are loaded by one call of the batch function (DataLoader's pattern)",
         default: "off: each call loads its key alone";
     "source_version" => |o, p| put(&mut o.source_version, p, fn_path(p, "a `fn(&T) -> u64`", "row_version")?),
@@ -296,10 +296,10 @@ pub(crate) struct Options {
     /// `batch = ids`: the argument holding a batch function's keys.
     pub(crate) batch: Option<Spanned<Ident>>,
     pub(crate) batch_max: Option<Spanned<OrPath<u64>>>,
-    pub(crate) missing_ttl: Option<Spanned<Duration>>,
+    pub(crate) missing_ttl: Option<Spanned<OrPath<Duration>>>,
     /// `batch_loader = products`: the batch function whose cache this single-key function calls.
     pub(crate) batch_loader: Option<Spanned<syn::Path>>,
-    pub(crate) batch_window: Option<Spanned<Duration>>,
+    pub(crate) batch_window: Option<Spanned<OrPath<Duration>>>,
     /// Set by `#[stampede::companions]` on the trait impl around the method (the hidden option
     /// [`IN_COMPANIONS_BLOCK`]): the companion's items are emitted there, in an inherent impl.
     pub(crate) in_companions_block: bool,

@@ -36,9 +36,9 @@ use crate::diag::Errors;
 ///
 /// # Options
 ///
-/// Every number and duration option but `missing_ttl` and `batch_window` also takes a path to a
-/// function of no arguments or a constant (`ttl = config::product_ttl`), read and checked when
-/// the cache is built (the guide's Options page, "Options from the code").
+/// Every number and duration option also takes a path to a function of no arguments or a
+/// constant (`ttl = config::product_ttl`), read and checked when the cache is built (the
+/// guide's Options page, "Options from the code").
 ///
 #[doc = attr::options_doc_table!()]
 ///

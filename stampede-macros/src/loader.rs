@@ -15,7 +15,7 @@ use quote::quote;
 use syn::parse::{Parse, ParseStream};
 use syn::{Attribute, Block, Expr, ItemFn, Pat, Signature, Stmt, Token, Visibility};
 
-use crate::attr::Options;
+use crate::attr::{Options, Spanned};
 use crate::diag::{Errors, error, error_at};
 use crate::func::{Function, Shape};
 
@@ -64,7 +64,7 @@ pub(crate) fn expand(options: Options, item: TokenStream) -> syn::Result<TokenSt
             ));
         }
     }
-    if let Some(window) = &options.batch_window
+    if let Some(window) = options.batch_window.as_ref().and_then(Spanned::literal)
         && window.value.is_zero()
     {
         errors.push(error(
@@ -111,6 +111,10 @@ pub(crate) fn expand(options: Options, item: TokenStream) -> syn::Result<TokenSt
         receiver.is_some(),
         &args,
         options.batch_window.map(|window| window.value),
+        &options
+            .krate
+            .map_or_else(|| syn::parse_quote!(::stampede), |krate| krate.value),
+        &sig.ident,
     );
     let block = match shape {
         Shape::Async => call,

@@ -70,7 +70,7 @@ pub(crate) struct Settings {
     /// With `batch`: the most keys one call of the function is given.
     pub(crate) batch_max: Option<u64>,
     /// With `batch`: how long a key the function's map leaves out is cached as absent.
-    pub(crate) missing_ttl: Option<Duration>,
+    pub(crate) missing_ttl: Option<OrPath<Duration>>,
     /// The options given as a path (`ttl = config::product_ttl`), read when the cache is built;
     /// their fields above hold stand-ins (the default, or a value that fits the literals).
     pub(crate) from_code: Vec<(&'static str, Path)>,
@@ -146,7 +146,7 @@ pub(crate) fn validate(options: Options, function: &Function, errors: &mut Error
         missing_ttl: batch
             .as_ref()
             .and(options.missing_ttl.as_ref())
-            .map(|missing| missing.value),
+            .map(|missing| missing.value.clone()),
         batch,
         from_code,
         krate: options
@@ -282,7 +282,7 @@ fn batch(
             "give the most keys one call of the function may be given, e.g. `batch_max = 100`",
         ));
     }
-    if let Some(missing) = &options.missing_ttl
+    if let Some(missing) = options.missing_ttl.as_ref().and_then(Spanned::literal)
         && ttl.is_some_and(|ttl| missing.value > ttl)
     {
         errors.push(error(

@@ -10,6 +10,7 @@
 //! load). It never panics and never serves a value under options that were refused.
 
 use std::fmt::Display;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::config::{Config, Refusal};
@@ -150,6 +151,56 @@ pub fn from_code(
         ttl_from: Some(never_kept),
         ..literal
     }
+}
+
+/// A batch function's `missing_ttl` given as a path, which the function's `ttl_from` reads by
+/// each fill of a key left out of its map: read once per process into `cell`. Refused (not a
+/// duration), it is logged once with `function` and the option, and such a key is not cached.
+pub fn missing_ttl(
+    cell: &OnceLock<Option<Duration>>,
+    function: &str,
+    read: impl FnOnce() -> Result<Duration, String>,
+) -> Option<Duration> {
+    let refused = "a key the function leaves out is not cached";
+    read_once(cell, function, "missing_ttl", refused, read).or(Some(Duration::ZERO))
+}
+
+/// A `batch_loader` function's `batch_window` given as a path, read by each call: once per
+/// process into `cell`. Refused (not a duration, or zero), it is logged once with `function`
+/// and the option, and each call loads its key alone.
+pub fn batch_window(
+    cell: &OnceLock<Option<Duration>>,
+    function: &str,
+    read: impl FnOnce() -> Result<Duration, String>,
+) -> Option<Duration> {
+    let refused = "each call loads its key alone";
+    let read = || match read()? {
+        zero if zero.is_zero() => Err("it cannot be zero".to_owned()),
+        window => Ok(window),
+    };
+    read_once(cell, function, "batch_window", refused, read)
+}
+
+/// An option no cache's `Config` holds, read where it is used: once per process into `cell`;
+/// a value refused is logged once (with what the function does `refused`) and is `None`.
+fn read_once<T: Copy>(
+    cell: &OnceLock<Option<T>>,
+    function: &str,
+    option: &'static str,
+    refused: &str,
+    read: impl FnOnce() -> Result<T, String>,
+) -> Option<T> {
+    *cell.get_or_init(|| match read() {
+        Ok(value) => Some(value),
+        Err(why) => {
+            tracing::error!(
+                function,
+                option,
+                "stampede: `{function}`: the value of `{option}` its path gave is refused: {why}; {refused} until a fixed value is deployed"
+            );
+            None
+        }
+    })
 }
 
 /// Every value's own fresh time is zero: it is kept nowhere ([`Config::lifetime_of`]).

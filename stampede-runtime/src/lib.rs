@@ -100,7 +100,9 @@ pub mod __private {
     }
     pub use crate::config::{Backend, Config, LoadsFull, Lock, TtlFrom};
     pub use crate::core::{Tags, Values, tagged};
-    pub use crate::given::{FromConst, FromFn, Given, Setting, from_code, setting};
+    pub use crate::given::{
+        FromConst, FromFn, Given, Setting, batch_window, from_code, missing_ttl, setting,
+    };
     pub use crate::kv::{Key, Value};
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};

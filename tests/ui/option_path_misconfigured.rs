@@ -28,9 +28,9 @@ async fn memory_ttl_in_memory(id: u64) -> u64 {
     id
 }
 
-#[stampede::cached(ttl = "60s", batch = ids, missing_ttl = config::memory_ttl)]
-async fn missing_ttl_of_code(ids: Vec<u64>) -> std::collections::HashMap<u64, u64> {
-    ids.into_iter().map(|id| (id, id)).collect()
+#[stampede::cached(ttl = "60s", missing_ttl = config::memory_ttl)]
+async fn missing_ttl_without_batch(id: u64) -> u64 {
+    id
 }
 
 fn main() {}

@@ -23,7 +23,9 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::{Index, Type};
 
+use super::config::{once_cell, read_path};
 use super::{Call, Expansion, Holder, with_elided_lifetimes};
+use crate::attr::OrPath;
 use crate::batch::BatchShape;
 use crate::checks::{Check, Finish, chain};
 use crate::func::{Arg, Returns};
@@ -375,7 +377,9 @@ pub(crate) fn loader_call(
     loader: &syn::Path,
     receiver: bool,
     args: &[Ident],
-    window: Option<std::time::Duration>,
+    window: Option<OrPath<std::time::Duration>>,
+    krate: &syn::Path,
+    function: &Ident,
 ) -> TokenStream {
     let span = loader
         .segments
@@ -396,9 +400,17 @@ pub(crate) fn loader_call(
         (_, None) => quote!(),
     };
     let window = match window {
-        Some(window) => {
+        Some(OrPath::Literal(window)) => {
             let nanos = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
             quote!(::core::option::Option::Some(::core::time::Duration::from_nanos(#nanos)))
+        }
+        Some(OrPath::Path(window)) => {
+            let private = quote!(#krate::__private);
+            let ty = quote!(::core::time::Duration);
+            let (read, cell) = (read_path(&window, &ty, &private), once_cell(&ty));
+            let function = function.to_string();
+            let function = quote!(::core::concat!(::core::module_path!(), "::", #function));
+            quote!(#private::batch_window(#cell, #function, || #read))
         }
         None => quote!(::core::option::Option::None),
     };

@@ -7,7 +7,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 
 use super::Expansion;
-use crate::attr::{BackendKind, BusyKind, FullKind, LockKind};
+use crate::attr::{BackendKind, BusyKind, FullKind, LockKind, OrPath};
 use crate::validate::Settings;
 
 impl Expansion<'_> {
@@ -50,7 +50,7 @@ impl Expansion<'_> {
                 .map_or(Span::call_site(), |segment| segment.ident.span());
             quote_spanned!(span=> #private::own_ttl(#path(#value)))
         };
-        let (stored, read) = match (&settings.batch, &settings.ttl_from, settings.missing_ttl) {
+        let (stored, read) = match (&settings.batch, &settings.ttl_from, &settings.missing_ttl) {
             (_, None, None) | (None, None, Some(_)) => return none,
             (None, Some(path), _) => (quote!(#value), value_ttl(path, quote!(__stampede_value))),
             (Some(_), path, missing) => {
@@ -59,9 +59,17 @@ impl Expansion<'_> {
                     None => none.clone(),
                 };
                 let missing = match missing {
-                    Some(missing) => {
-                        let missing = duration(missing);
+                    Some(OrPath::Literal(missing)) => {
+                        let missing = duration(*missing);
                         quote!(::core::option::Option::Some(#missing))
+                    }
+                    Some(OrPath::Path(path)) => {
+                        let ty = quote!(::core::time::Duration);
+                        let (read, cell) = (read_path(path, &ty, private), once_cell(&ty));
+                        let function = self.function.sig.ident.to_string();
+                        let function =
+                            quote!(::core::concat!(::core::module_path!(), "::", #function));
+                        quote!(#private::missing_ttl(#cell, #function, || #read))
                     }
                     None => none.clone(),
                 };
@@ -188,6 +196,34 @@ pub(super) fn config(
     from_code(literal, &settings.from_code, private)
 }
 
+/// What the path `path` of an option of type `ty` gives, as a `Result<ty, String>`: a function
+/// called, a constant copied (`stampede::__private::Given`), converted to `ty`; a type that
+/// cannot be is a compile error at the path.
+pub(crate) fn read_path(path: &syn::Path, ty: &TokenStream, private: &TokenStream) -> TokenStream {
+    let span = path
+        .segments
+        .last()
+        .map_or(Span::call_site(), |segment| segment.ident.span());
+    quote_spanned! {span=>
+        {
+            #[allow(unused_imports)]
+            use #private::{FromConst as _, FromFn as _};
+            #private::setting::<#ty, _>((&#private::Given(&#path)).read())
+        }
+    }
+}
+
+/// A cell for a value read once, in a block of its own: `&'static OnceLock<Option<ty>>`.
+pub(crate) fn once_cell(ty: &TokenStream) -> TokenStream {
+    let cell = Ident::new("__STAMPEDE_ONCE", Span::mixed_site());
+    quote! {
+        {
+            static #cell: ::std::sync::OnceLock<::core::option::Option<#ty>> = ::std::sync::OnceLock::new();
+            &#cell
+        }
+    }
+}
+
 /// The type of an option that may be given as a path, as `Config` holds it, and whether it is
 /// an `Option` there (on when given).
 fn field_type(option: &str) -> (TokenStream, bool) {
@@ -233,8 +269,9 @@ fn from_code(
             .last()
             .map_or(Span::call_site(), |segment| segment.ident.span());
         let (ty, optional) = field_type(option);
+        let read = read_path(path, &ty, private);
         let value = quote_spanned! {span=>
-            #private::setting::<#ty, _>((&#private::Given(&#path)).read()).map_err(|why| (#option, why))?
+            #read.map_err(|why| (#option, why))?
         };
         let value = if optional {
             quote!(::core::option::Option::Some(#value))
@@ -247,8 +284,6 @@ fn from_code(
         #private::from_code(
             #literal,
             |#config: &mut #private::Config| -> ::core::result::Result<(), (&'static str, ::std::string::String)> {
-                #[allow(unused_imports)]
-                use #private::{FromConst as _, FromFn as _};
                 #(#reads)*
                 ::core::result::Result::Ok(())
             },

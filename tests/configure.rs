@@ -118,6 +118,18 @@ async fn a_bad_value_is_an_error_naming_the_cache_and_the_option_and_changes_not
         off.contains("`fail_safe`") && off.contains("does not turn"),
         "{off}"
     );
+    let soft =
+        error(stampede::configure("configure::checked").soft_timeout(Duration::from_secs(1)));
+    assert!(
+        soft.contains("`soft_timeout`") && soft.contains("does not turn"),
+        "{soft}"
+    );
+    let late =
+        error(stampede::configure("configure::checked").refresh_after(Duration::from_secs(90)));
+    assert!(
+        late.contains("`refresh_after`") && late.contains("below `ttl`"),
+        "{late}"
+    );
     let nobody = error(stampede::configure("configure::nobody").ttl(Duration::from_secs(1)));
     assert!(nobody.contains("configure::nobody"), "{nobody}");
     // All or nothing: a bad value next to a good one sets neither.
@@ -132,4 +144,87 @@ async fn a_bad_value_is_an_error_naming_the_cache_and_the_option_and_changes_not
         .unwrap();
     assert_eq!(shown.config.stale, Duration::ZERO);
     assert_eq!(within(checked(3)).await, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refresh_after_set_at_run_time_refreshes_earlier() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        refresh_after = "50s",
+        jitter = 0,
+        name = "configure::ahead"
+    )]
+    async fn quote(id: u64) -> usize {
+        LOADS.fetch_add(1, SeqCst) + id as usize
+    }
+
+    stampede::configure("configure::ahead")
+        .refresh_after(Duration::from_secs(5))
+        .apply()
+        .unwrap();
+    assert_eq!(within(quote(0)).await, 0);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(within(quote(0)).await, 0, "served, and a refresh started");
+    let refreshed = async {
+        while quote(0).await == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    within(refreshed).await;
+    assert_eq!(LOADS.load(SeqCst), 2, "refreshed after 5 s, not 50 s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_soft_timeout_set_at_run_time_hands_the_last_good_value_sooner() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "1s",
+        fail_safe = "5m",
+        soft_timeout = "10s",
+        jitter = 0,
+        name = "configure::soft"
+    )]
+    async fn rate(id: u64) -> usize {
+        let load = LOADS.fetch_add(1, SeqCst);
+        if load > 0 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        load + id as usize
+    }
+
+    assert_eq!(within(rate(0)).await, 0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stampede::configure("configure::soft")
+        .soft_timeout(Duration::from_millis(100))
+        .apply()
+        .unwrap();
+    assert_eq!(
+        within(rate(0)).await,
+        0,
+        "the last good value after 100ms, not the 3 s load's"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn batch_max_set_at_run_time_splits_the_next_batch() {
+    static SIZES: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+    #[cached(ttl = "60s", batch = ids, batch_max = 100, name = "configure::batch")]
+    async fn prices(ids: Vec<u64>) -> std::collections::HashMap<u64, u64> {
+        SIZES.lock().unwrap().push(ids.len());
+        ids.into_iter().map(|id| (id, id)).collect()
+    }
+
+    assert_eq!(within(prices(vec![1])).await.len(), 1);
+    stampede::configure("configure::batch")
+        .batch_max(2)
+        .apply()
+        .unwrap();
+    assert_eq!(within(prices((10..15).collect())).await.len(), 5);
+    let mut sizes = SIZES.lock().unwrap()[1..].to_vec();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [1, 2, 2]);
 }

@@ -1867,7 +1867,8 @@ impl World {
     /// `stampede::invalidate_tag` does: marked here, dropped from the stores, marked again.
     /// Shortens the options of `f`'s name (its twin's too) to `per_mille` of the shortest the
     /// plan gives them, within what the attribute allows (`ttl` above `refresh_after`, at least
-    /// `memory_ttl`): the runtime must accept it.
+    /// `memory_ttl`): the runtime must accept it. Where every cache of the name has them on,
+    /// `refresh_after`, `memory_ttl`, `soft_timeout` and `xfetch`'s beta are shortened too.
     fn configure(&self, f: u8, per_mille: u16) {
         let name = &self.functions[f as usize].plan.config.name;
         let twins: Vec<&Function> = (self.functions.iter())
@@ -1905,15 +1906,39 @@ impl World {
         if let Some(ttl) = ttl {
             configure = configure.ttl(ttl);
         }
+        // Each only where every cache of the name has it on; never longer than the plan's, so
+        // `refresh_after` stays below and `memory_ttl` at most the `ttl` above.
+        let all_on = |of: fn(&Config) -> Option<Duration>| {
+            let each: Option<Vec<Duration>> = named.iter().map(|config| of(config)).collect();
+            let least = each?.into_iter().min()?;
+            Some(
+                least
+                    .mul_f64(f64::from(per_mille) / 1000.0)
+                    .max(Duration::from_millis(1)),
+            )
+        };
+        let soft = all_on(|config| config.soft_timeout);
+        if let Some(after) = all_on(|config| config.refresh_after) {
+            configure = configure.refresh_after(after);
+        }
+        if let Some(memory) = all_on(|config| config.memory_ttl) {
+            configure = configure.memory_ttl(memory);
+        }
+        if let Some(soft) = soft {
+            configure = configure.soft_timeout(soft);
+        }
+        if named.iter().all(|config| config.xfetch.is_some()) {
+            configure = configure.xfetch(f64::from(per_mille) / 1000.0);
+        }
         match configure.apply() {
             Ok(()) => {
                 for twin in &twins {
                     let ttl = ttl.unwrap_or(twin.plan.config.ttl);
-                    self.oracle.configured(twin.index, ttl, stale);
+                    self.oracle.configured(twin.index, ttl, stale, soft);
                 }
             }
             Err(error) => self.oracle.violation(format!(
-                "configure of f{f} (ttl {ttl:?}, stale {stale:?}, timeout {timeout:?}) refused: {error}"
+                "configure of f{f} (ttl {ttl:?}, stale {stale:?}, timeout {timeout:?}, soft_timeout {soft:?}) refused: {error}"
             )),
         }
     }

@@ -226,6 +226,47 @@ impl Configure {
         self
     }
 
+    /// Past this age a hit also starts one background refresh (the attribute must turn
+    /// `refresh_after` on).
+    pub fn refresh_after(mut self, refresh_after: Duration) -> Self {
+        self.overrides.refresh_after = Some(refresh_after);
+        self
+    }
+
+    /// XFetch's `beta` (the attribute must turn `xfetch` on).
+    pub fn xfetch(mut self, beta: f64) -> Self {
+        self.overrides.xfetch = Some(beta);
+        self
+    }
+
+    /// How long a tiered cache serves a value from memory before it reads Redis again (the
+    /// attribute must turn `memory_ttl` on).
+    pub fn memory_ttl(mut self, memory_ttl: Duration) -> Self {
+        self.overrides.memory_ttl = Some(memory_ttl);
+        self
+    }
+
+    /// How long a caller waits for a load before it gets the last good value (the attribute
+    /// must turn `soft_timeout` on).
+    pub fn soft_timeout(mut self, soft_timeout: Duration) -> Self {
+        self.overrides.soft_timeout = Some(soft_timeout);
+        self
+    }
+
+    /// The payload size in bytes above which a value goes to Redis compressed (the attribute
+    /// must turn `compress` on).
+    pub fn compress(mut self, over_bytes: usize) -> Self {
+        self.overrides.compress = Some(over_bytes);
+        self
+    }
+
+    /// The most keys one call of a batch function is given (the attribute must set
+    /// `batch_max`).
+    pub fn batch_max(mut self, most: usize) -> Self {
+        self.overrides.batch_max = Some(most);
+        self
+    }
+
     /// Checks the options against every cache called so (building a linked free function's
     /// cache that was not called yet) and applies them to all of them, for their new fills and
     /// loads, and to caches of the name built later; or changes nothing and fails with

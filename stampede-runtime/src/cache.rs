@@ -374,7 +374,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let core = &self.core;
         let _waiting = core.telemetry.waiters.raise();
         let name = &core.config.name;
-        let Some(soft) = core.config.soft_timeout.filter(|_| waiter.takes_stale()) else {
+        let Some(soft) = core.options().soft_timeout.filter(|_| waiter.takes_stale()) else {
             return waiter.wait(name).await;
         };
         if let Ok(outcome) = tokio::time::timeout(soft, waiter.wait(name)).await {

@@ -1,9 +1,10 @@
 //! Options set at run time (`stampede::configure`): overrides of a cache's numbers, by name,
 //! kept for the caches built later and applied to those built already, for their new fills and
-//! loads. What can change is what a fill or a load reads (`ttl`, `stale`, `jitter`, `timeout`,
-//! `retries`, `backoff`, and the values of `fail_safe` and `fail_safe_throttle` where the
-//! attribute turned `fail_safe` on); what shapes the cache (its backend, lock, capacity,
-//! breaker, which options are on) is the attribute's.
+//! loads. What can change is what a fill, a load or a wait reads (`ttl`, `stale`, `jitter`,
+//! `timeout`, `retries`, `backoff`, and where the attribute turns them on, the values of
+//! `fail_safe`, `fail_safe_throttle`, `refresh_after`, `xfetch`, `memory_ttl`, `soft_timeout`,
+//! `compress` and `batch_max`); what shapes the cache (its backend, lock, capacity, breaker,
+//! `max_loads`, which options are on) is the attribute's.
 
 use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock};
@@ -23,6 +24,12 @@ pub(crate) struct Overrides {
     pub(crate) backoff: Option<Duration>,
     pub(crate) fail_safe: Option<Duration>,
     pub(crate) fail_safe_throttle: Option<Duration>,
+    pub(crate) refresh_after: Option<Duration>,
+    pub(crate) xfetch: Option<f64>,
+    pub(crate) memory_ttl: Option<Duration>,
+    pub(crate) soft_timeout: Option<Duration>,
+    pub(crate) compress: Option<usize>,
+    pub(crate) batch_max: Option<usize>,
 }
 
 /// The overrides set so far, by cache name.
@@ -41,6 +48,12 @@ impl Overrides {
             backoff: self.backoff.or(earlier.backoff),
             fail_safe: self.fail_safe.or(earlier.fail_safe),
             fail_safe_throttle: self.fail_safe_throttle.or(earlier.fail_safe_throttle),
+            refresh_after: self.refresh_after.or(earlier.refresh_after),
+            xfetch: self.xfetch.or(earlier.xfetch),
+            memory_ttl: self.memory_ttl.or(earlier.memory_ttl),
+            soft_timeout: self.soft_timeout.or(earlier.soft_timeout),
+            compress: self.compress.or(earlier.compress),
+            batch_max: self.batch_max.or(earlier.batch_max),
         }
     }
 
@@ -62,28 +75,52 @@ impl Overrides {
         config.retries = self.retries.unwrap_or(config.retries);
         config.backoff = self.backoff.unwrap_or(config.backoff);
         config.fail_safe_throttle = self.fail_safe_throttle.unwrap_or(config.fail_safe_throttle);
-        match (self.fail_safe, built.fail_safe) {
-            (None, _) => {}
-            (Some(_), None) => {
-                return refuse(
-                    "fail_safe",
-                    "the attribute does not turn `fail_safe` on, which run time cannot".into(),
-                );
-            }
-            (Some(keep), Some(_)) if keep.is_zero() => {
-                return refuse("fail_safe", "it must be above zero".into());
-            }
-            (Some(keep), Some(_)) => config.fail_safe = Some(keep),
+        if self.fail_safe.is_some_and(|keep| keep.is_zero()) {
+            return refuse("fail_safe", "it must be above zero".into());
         }
-        if self.fail_safe_throttle.is_some() && built.fail_safe.is_none() {
-            return refuse(
+        // The options the attribute turns on or leaves off: run time sets a value, never
+        // turns one on.
+        let turned_on = [
+            ("fail_safe", on(self.fail_safe, &mut config.fail_safe)),
+            (
                 "fail_safe_throttle",
-                "the attribute does not turn `fail_safe` on, which run time cannot".into(),
+                self.fail_safe_throttle.is_none() || built.fail_safe.is_some(),
+            ),
+            (
+                "refresh_after",
+                on(self.refresh_after, &mut config.refresh_after),
+            ),
+            ("xfetch", on(self.xfetch, &mut config.xfetch)),
+            ("memory_ttl", on(self.memory_ttl, &mut config.memory_ttl)),
+            (
+                "soft_timeout",
+                on(self.soft_timeout, &mut config.soft_timeout),
+            ),
+            ("compress", on(self.compress, &mut config.compress)),
+            ("batch_max", on(self.batch_max, &mut config.batch_max)),
+        ];
+        if let Some((option, _)) = turned_on.iter().find(|(_, on)| !on) {
+            return refuse(
+                option,
+                format!("the attribute does not turn `{option}` on, which run time cannot"),
             );
         }
         match config.check() {
             Ok(()) => Ok(config),
             Err(refusal) => refuse(refusal.option, refusal.why),
+        }
+    }
+}
+
+/// Sets `option` to `given`, if given, where the attribute turned it on; whether that is so (or
+/// nothing was given).
+fn on<T>(given: Option<T>, option: &mut Option<T>) -> bool {
+    match (given, option.is_some()) {
+        (None, _) => true,
+        (Some(_), false) => false,
+        (Some(value), true) => {
+            *option = Some(value);
+            true
         }
     }
 }

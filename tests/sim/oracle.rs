@@ -282,6 +282,8 @@ struct History {
     /// Per function: the shortest `ttl` and `stale` set at run time (`configure`), which a
     /// fill may have had: what may have made a value stale, or past it, sooner than the plan's.
     least: HashMap<u8, (Duration, Duration)>,
+    /// Per function: the shortest `soft_timeout` set at run time, which a wait may have had.
+    least_soft: HashMap<u8, Duration>,
     /// Per function: each setting of `ttl` and `stale` at run time, and when.
     configured: HashMap<u8, Vec<(Duration, Duration, Duration)>>,
     /// Per (function, key): bumped when something detaches the key's running loads.
@@ -487,13 +489,23 @@ impl Oracle {
 
     /// The options of `function`'s name were set at run time: its fills are fresh for `ttl` and
     /// stale for `stale` from now on (never longer than the plan's, which bound every age).
-    pub fn configured(&self, function: u8, ttl: Duration, stale: Duration) {
+    pub fn configured(
+        &self,
+        function: u8,
+        ttl: Duration,
+        stale: Duration,
+        soft_timeout: Option<Duration>,
+    ) {
         let now = self.now();
         let mut history = self.history();
         history.note(
             now,
-            format!("f{function} configured: ttl {ttl:?}, stale {stale:?}"),
+            format!("f{function} configured: ttl {ttl:?}, stale {stale:?}, soft_timeout {soft_timeout:?}"),
         );
+        if let Some(soft) = soft_timeout {
+            let least = history.least_soft.entry(function).or_insert(soft);
+            *least = (*least).min(soft);
+        }
         let least = history.least.entry(function).or_insert((ttl, stale));
         *least = (least.0.min(ttl), least.1.min(stale));
         history
@@ -1273,9 +1285,14 @@ impl History {
         let failure = since(self.failed.get(&key), Duration::ZERO)
             || refused
             || breaker
-            || fail_safe
-                .soft_timeout
-                .is_some_and(|soft| now.saturating_sub(call.began) >= soft);
+            || fail_safe.soft_timeout.is_some_and(|soft| {
+                // The shortest set at run time since, if shorter (`configure`).
+                let soft = self
+                    .least_soft
+                    .get(&call.function)
+                    .map_or(soft, |&least| soft.min(least));
+                now.saturating_sub(call.began) >= soft
+            });
         // The last good value is given (and its throttle begins) once the store answered after
         // the failed attempt.
         let refused_at = self

@@ -286,7 +286,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let runtime = Runtime::try_current().map_err(|_| Error::NoRuntime {
             cache: core.config.name.clone(),
         })?;
-        let most = core.config.batch_max.unwrap_or(usize::MAX).max(1);
+        let most = core.options().batch_max.unwrap_or(usize::MAX).max(1);
         let mut led = led.into_iter().peekable();
         while led.peek().is_some() {
             let flight: Led<K, V> = led.by_ref().take(most).collect();
@@ -432,7 +432,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let runtime = Runtime::try_current().map_err(|_| Error::NoRuntime {
             cache: self.core.config.name.clone(),
         })?;
-        let most = self.core.config.batch_max.unwrap_or(usize::MAX).max(1);
+        let most = self.core.options().batch_max.unwrap_or(usize::MAX).max(1);
         let mut open = self.window.lock();
         let leader = match open.as_mut() {
             Some(window) => match window.leaders.send(leader) {

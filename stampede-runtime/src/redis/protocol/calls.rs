@@ -192,13 +192,15 @@ where
         };
         let args = keys::args_text(handle.key())
             .map_err(|error| Error::invalid_config(error.to_string()))?;
-        let payload = envelope::encode(&value, endpoint.config.max_value_bytes, config.compress)
-            .map_err(|error| {
+        let compress = handle.options().compress;
+        let payload = envelope::encode(&value, endpoint.config.max_value_bytes, compress).map_err(
+            |error| {
                 Error::invalid_config(format!(
                     "cache `{}`: the value cannot be stored in Redis: {error}",
                     config.name
                 ))
-            })?;
+            },
+        )?;
         let keys = self.keys(&endpoint, &args);
         let unavailable = |message: String| Error::RedisUnavailable {
             cache: config.name.clone(),

@@ -780,7 +780,7 @@ where
             };
             let (max, compress) = (
                 self.endpoint.config.max_value_bytes,
-                handle.config().compress,
+                handle.options().compress,
             );
             match envelope::encode(&loaded.value, max, compress) {
                 Ok(payload) => fills.push(Encoded {

@@ -848,7 +848,7 @@ async fn a_failed_expiry_is_delivered_as_an_invalidation_once_redis_answers() {
 
 /// While Redis is down, a value loaded here is kept for the staleness bound by default (a load
 /// per key every bound), or for the connection's `trust_while_deaf`, which trades that bound for
-/// fewer loads.
+/// fewer loads; and so is a value held when the feed was lost, from the last heartbeat heard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_is_down_memory_is_trusted_for_the_bound_or_the_connections_choice() {
     let _serial = serial().await;
@@ -886,15 +886,23 @@ async fn while_redis_is_down_memory_is_trusted_for_the_bound_or_the_connections_
     config
         .trust_while_deaf(Duration::from_secs(60))
         .install_as("deaf_trusting");
+    // Held when the feed is lost: loaded with Redis up, the feed heard for a while.
+    assert_eq!(within(by_default(2)).await, 2);
+    assert_eq!(within(trusting(2)).await, 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    LOADS.lock().unwrap().clear();
     server.kill();
     assert_eq!(within(by_default(1)).await, 1);
     assert_eq!(within(trusting(1)).await, 1);
     tokio::time::sleep(Duration::from_millis(800)).await; // past the bound
     assert_eq!(within(by_default(1)).await, 1);
     assert_eq!(within(trusting(1)).await, 1);
+    assert_eq!(within(by_default(2)).await, 2);
+    assert_eq!(within(trusting(2)).await, 2);
     assert_eq!(
         *LOADS.lock().unwrap(),
-        ["default", "trusting", "default"],
-        "past the bound, the default cache loads again; the trusting one serves its memory"
+        ["default", "trusting", "default", "default"],
+        "past the bound, the default cache loads again what it loaded and what it held; the \
+         trusting one serves its memory"
     );
 }

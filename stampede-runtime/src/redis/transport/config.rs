@@ -237,15 +237,16 @@ impl RedisConfig {
         self
     }
 
-    /// How long this process keeps in memory what it loads or reads while its invalidation
-    /// feed is not live (Redis down or paused, the subscription lost or quiet): by default the
-    /// staleness bound (`2 × heartbeat + op_timeout`, see [`heartbeat`](Self::heartbeat)), so
-    /// that a missed invalidation is outlived by at most that, at the cost of a load per key
-    /// and process every bound during an outage. A longer trust trades that bound for fewer
-    /// loads: an invalidation missed while deaf may be outlived by up to `trust` (memory is
-    /// still taken out of service when the feed is lost, and when it is back the invalidations
-    /// missed are read from the [invalidation log](Self::invalidation_log), or memory is
-    /// dropped when the log cannot tell). Clamped to at most 24h.
+    /// How long this process trusts its memory while its invalidation feed is not live (Redis
+    /// down or paused, the subscription lost or quiet): what it held when the feed was lost, up
+    /// to `trust` after the last heartbeat it heard, and what it loads or reads meanwhile, up to
+    /// `trust` after the read. By default the staleness bound (`2 × heartbeat + op_timeout`, see
+    /// [`heartbeat`](Self::heartbeat)), so that a missed invalidation is outlived by at most
+    /// that, at the cost of a load per key and process every bound during an outage. A longer
+    /// trust trades that bound for fewer loads: an invalidation missed while deaf may be
+    /// outlived by up to `trust` (when the feed is back the invalidations missed are read from
+    /// the [invalidation log](Self::invalidation_log), or memory is dropped when the log cannot
+    /// tell, but for what is still within its trust). Clamped to at most 24h.
     pub fn trust_while_deaf(mut self, trust: Duration) -> Self {
         self.deaf_trust = Some(clamp(trust, Duration::ZERO));
         self

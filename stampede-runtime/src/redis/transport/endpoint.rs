@@ -193,7 +193,8 @@ impl Endpoint {
                 redis = display_name(&self.name),
                 reason,
                 "stampede: the Redis invalidation feed was lost; memory of Redis-backed caches \
-                 out of service until it is back, resubscribing in the background"
+                 out of service from the trust while deaf after the last heartbeat heard until \
+                 it is back, resubscribing in the background"
             );
         }
     }
@@ -420,6 +421,7 @@ impl Endpoint {
             op_timeout: self.config.op_timeout,
             connect_timeout: self.config.connect_timeout,
             bound: self.config.staleness_bound(),
+            trusted: self.config.trusted_while_deaf(),
             connection: self.me.clone(),
         }
     }

@@ -29,7 +29,9 @@
 //! of the process is dropped at once, and again when the next session of that Redis is up, in
 //! this runtime or another (one that idles hears nothing either), before it counts as live;
 //! meanwhile values read from Redis are kept no longer than `bound`
-//! (`Endpoint::trusted_for`). An invalidation that Redis ran at
+//! (`Endpoint::trusted_for`). With `trust_while_deaf`, that trust takes the place of `bound` in
+//! what memory keeps once the feed is lost: what it held, up to the trust after the last token
+//! heard was sent, and what it reads meanwhile, up to the trust after the read. An invalidation that Redis ran at
 //! `t` and that this process missed ran after the last token heard was sent, so the loss is
 //! noticed before `t + bound`: **a process serves a value from memory at most
 //! `2 × heartbeat + op_timeout` after an invalidation it missed** (2.25 s with the defaults),
@@ -69,6 +71,8 @@ pub(crate) struct Subscriber {
     /// Whether a session is up, for the first link's setup to wait on.
     up: watch::Sender<bool>,
     bound: Duration,
+    /// `Settings::trusted`.
+    trusted: Duration,
     /// Dropped with the subscriber, which ends the supervisor.
     _closed: oneshot::Sender<()>,
 }
@@ -100,6 +104,7 @@ impl Subscriber {
             feed: Mutex::new(Feed::default()),
             up: watch::channel(false).0,
             bound: settings.bound,
+            trusted: settings.trusted,
             _closed: closed_sender,
         });
         tokio::spawn(supervise(
@@ -148,6 +153,13 @@ impl Subscriber {
     fn deadline(&self) -> Instant {
         let verified = self.feed().verified.unwrap_or_else(Instant::now);
         after(verified, self.bound)
+    }
+
+    /// Until when what memory holds stays in service once the feed is lost: the trust while
+    /// deaf after the last token heard was sent (an invalidation missed came after it).
+    fn trusted_until(&self) -> Instant {
+        let verified = self.feed().verified.unwrap_or_else(Instant::now);
+        after(verified, self.trusted)
     }
 
     /// Publishes the next heartbeat token from a task of its own, unless the last one is still
@@ -340,15 +352,15 @@ struct Up {
 impl Drop for Up {
     fn drop(&mut self) {
         // Not live first, then forget: a flow that keeps a value after this caps it. A lost
-        // session's feed vouches for what it held until the deadline it would have been lost
-        // at (an invalidation missed was announced after the last heartbeat heard was sent),
-        // and the next session reads the log; a feed that ended with its runtime or subscriber
+        // session's feed vouches for what it held until the trust while deaf after the last
+        // heartbeat heard was sent (an invalidation missed was announced after it; by default
+        // the deadline it would have been lost at), and the next session reads the log; a feed that ended with its runtime or subscriber
         // vouches for nothing more: no session of it follows to hear what comes next.
         let until = match self.subscriber.upgrade() {
             Some(subscriber) => {
                 subscriber.went_down();
                 match self.lost {
-                    Some(_) => subscriber.deadline(),
+                    Some(_) => subscriber.trusted_until(),
                     None => Instant::now(),
                 }
             }

@@ -61,6 +61,9 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     /// How long after the last token heard was sent the feed stays live.
     pub(crate) bound: Duration,
+    /// How long after the last token heard was sent what memory held stays in service once the
+    /// feed is lost: `trust_while_deaf`, else `bound`.
+    pub(crate) trusted: Duration,
     /// Publishes the heartbeats, and hears of the feed being lost and back.
     pub(crate) connection: Weak<dyn FeedOwner>,
 }

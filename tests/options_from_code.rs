@@ -158,6 +158,12 @@ async fn a_refused_value_is_logged_with_the_cache_and_the_option_and_nothing_is_
         Ok(TEXT_LOADS.fetch_add(1, SeqCst) + id as usize)
     }
 
+    // A literal checked against a path's value: `refresh_after` must stay below the 2 s `ttl`.
+    #[cached(ttl = config::product_ttl, refresh_after = "45s", name = "code::ahead")]
+    async fn ahead(id: u64) -> u64 {
+        id
+    }
+
     telemetry::install();
     assert_eq!(within(zero(0)).await, 0);
     assert_eq!(
@@ -167,9 +173,11 @@ async fn a_refused_value_is_logged_with_the_cache_and_the_option_and_nothing_is_
     );
     assert_eq!(within(parsecs(0)).await.unwrap(), 0);
     assert_eq!(within(parsecs(0)).await.unwrap(), 1);
+    assert_eq!(within(ahead(3)).await, 3);
     for (cache, option, why) in [
         ("code::zero", "ttl", "must be above zero"),
         ("code::parsecs", "stale", "`5 parsecs` is not a duration"),
+        ("code::ahead", "refresh_after", "below `ttl`"),
     ] {
         let logged = telemetry::errors_with("cache", cache);
         assert!(

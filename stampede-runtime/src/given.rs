@@ -144,7 +144,7 @@ pub fn from_code(
     tracing::error!(
         cache = %literal.name,
         option,
-        "stampede: cache `{}`: the value of `{option}` its path gave is refused: {why}; the cache keeps nothing (each call loads) until a fixed value is deployed",
+        "stampede: cache `{}`: with the values its options' paths gave, `{option}` is refused: {why}; the cache keeps nothing (each call loads) until a fixed value is deployed",
         literal.name
     );
     Config {

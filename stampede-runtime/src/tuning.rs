@@ -79,47 +79,30 @@ impl Overrides {
             return refuse("fail_safe", "it must be above zero".into());
         }
         // The options the attribute turns on or leaves off: run time sets a value, never
-        // turns one on. Each: the option set, the option that must be on, whether it is.
-        let throttled = self.fail_safe_throttle.is_none() || built.fail_safe.is_some();
+        // turns one on (`fail_safe_throttle` is `fail_safe`'s).
+        let not_on = |option: &str| {
+            format!("the attribute does not turn `{option}` on, which run time cannot")
+        };
+        if self.fail_safe_throttle.is_some() && built.fail_safe.is_none() {
+            return refuse("fail_safe_throttle", not_on("fail_safe"));
+        }
         let turned_on = [
+            ("fail_safe", on(self.fail_safe, &mut config.fail_safe)),
             (
-                "fail_safe",
-                "fail_safe",
-                on(self.fail_safe, &mut config.fail_safe),
-            ),
-            ("fail_safe_throttle", "fail_safe", throttled),
-            (
-                "refresh_after",
                 "refresh_after",
                 on(self.refresh_after, &mut config.refresh_after),
             ),
-            ("xfetch", "xfetch", on(self.xfetch, &mut config.xfetch)),
+            ("xfetch", on(self.xfetch, &mut config.xfetch)),
+            ("memory_ttl", on(self.memory_ttl, &mut config.memory_ttl)),
             (
-                "memory_ttl",
-                "memory_ttl",
-                on(self.memory_ttl, &mut config.memory_ttl),
-            ),
-            (
-                "soft_timeout",
                 "soft_timeout",
                 on(self.soft_timeout, &mut config.soft_timeout),
             ),
-            (
-                "compress",
-                "compress",
-                on(self.compress, &mut config.compress),
-            ),
-            (
-                "batch_max",
-                "batch_max",
-                on(self.batch_max, &mut config.batch_max),
-            ),
+            ("compress", on(self.compress, &mut config.compress)),
+            ("batch_max", on(self.batch_max, &mut config.batch_max)),
         ];
-        if let Some((option, needs, _)) = turned_on.iter().find(|(_, _, on)| !on) {
-            return refuse(
-                option,
-                format!("the attribute does not turn `{needs}` on, which run time cannot"),
-            );
+        if let Some((option, _)) = turned_on.iter().find(|(_, on)| !on) {
+            return refuse(option, not_on(option));
         }
         match config.check() {
             Ok(()) => Ok(config),

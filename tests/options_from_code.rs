@@ -165,6 +165,12 @@ async fn a_refused_value_is_logged_with_the_cache_and_the_option_and_nothing_is_
     }
 
     telemetry::install();
+    // A lookup by another name does not read these caches' paths: nothing is logged yet.
+    assert!(stampede::configure("code::nobody").apply().is_err());
+    assert!(
+        telemetry::errors_with("cache", "code::zero").is_empty(),
+        "a lookup by another name read the paths of `code::zero`"
+    );
     assert_eq!(within(zero(0)).await, 0);
     assert_eq!(
         within(zero(0)).await,

@@ -105,17 +105,16 @@ pub(crate) fn named(name: &str) -> Vec<&'static dyn AnyCache> {
 /// non-generic free function before `main` runs, so that a lookup by name (`invalidate(name,
 /// key)`) builds the cache of a function this process never called.
 pub struct Linked {
-    config: fn() -> Config,
+    name: &'static str,
     build: fn(),
     tagged: bool,
 }
 
 impl Linked {
-    /// The function's options (its name among them), how to build its cache, and whether it
-    /// has `tags`.
-    pub const fn new(config: fn() -> Config, build: fn(), tagged: bool) -> Self {
+    /// The function's cache name, how to build its cache, and whether it has `tags`.
+    pub const fn new(name: &'static str, build: fn(), tagged: bool) -> Self {
         Linked {
-            config,
+            name,
             build,
             tagged,
         }
@@ -172,7 +171,7 @@ pub(crate) fn named_or_linked(name: &str) -> Vec<&'static dyn AnyCache> {
 pub(crate) fn build_linked(name: &str) -> bool {
     let mut found = false;
     for linked in inventory::iter::<Linked> {
-        if &*(linked.config)().name == name {
+        if linked.name == name {
             (linked.build)();
             found = true;
         }

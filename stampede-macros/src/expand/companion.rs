@@ -9,7 +9,7 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 
-use super::config::config;
+use super::config::{config, name as cache_name};
 use super::{Call, Expansion, Holder, with_elided_lifetimes};
 use crate::func::{Arg, Returns};
 
@@ -440,6 +440,9 @@ impl Expansion<'_> {
         let idents = key_args.iter().map(|arg| &arg.ident);
         let types = key_args.iter().map(|arg| with_elided_lifetimes(&arg.ty));
         let tagged = !self.settings.tags.is_empty();
+        // A free function's name is a constant (`name = ".."` or its path): the registry finds a
+        // function by it without building its options, whose paths it would read.
+        let cache = cache_name(&self.function.sig.ident, false, self.settings, private);
         quote! {
             #cfgs
             impl #name {
@@ -452,7 +455,7 @@ impl Expansion<'_> {
 
             #cfgs
             #private::inventory::submit! {
-                #private::Linked::new(#name::__config, #name::__build, #tagged)
+                #private::Linked::new(#cache, #name::__build, #tagged)
             }
         }
     }

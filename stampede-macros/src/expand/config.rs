@@ -317,7 +317,7 @@ fn duration(duration: Duration) -> TokenStream {
 
 /// The cache's name: `name = ".."`, else the function's path (`module_path!()::function`), or for
 /// a method its type's and, in a trait impl, its trait's.
-fn name(
+pub(super) fn name(
     fn_name: &syn::Ident,
     is_method: bool,
     settings: &Settings,

@@ -155,10 +155,11 @@ pub async fn clear(name: &str) -> Result<(), Error> {
 /// # Ok(()) }
 /// ```
 ///
-/// The numbers a fill or a load reads can be set: `ttl`, `stale`, `jitter`, `timeout`,
-/// `retries`, `backoff`, and where the attribute turns `fail_safe` on, its window and
-/// `fail_safe_throttle`; what shapes the cache (its backend, lock, capacity, which options are
-/// on) is the attribute's. With Redis, each process sets its own: set them alike in every
+/// The numbers a fill, a load or a wait reads can be set: `ttl`, `stale`, `jitter`, `timeout`,
+/// `retries`, `backoff`, and where the attribute turns them on `fail_safe`,
+/// `fail_safe_throttle`, `refresh_after`, `xfetch`, `memory_ttl`, `soft_timeout`, `compress`
+/// and `batch_max`; what shapes the cache (its backend, lock, capacity, breaker, `max_loads`,
+/// which options are on) is the attribute's. With Redis, each process sets its own: set them alike in every
 /// process that shares the cache (from one configuration), or each fills Redis with its own
 /// windows.
 pub fn configure(name: &str) -> Configure {

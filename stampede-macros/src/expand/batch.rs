@@ -23,7 +23,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::{Index, Type};
 
-use super::config::{once_cell, read_path};
+use super::config::{function_path, last_span, once_cell, read_path};
 use super::{Call, Expansion, Holder, with_elided_lifetimes};
 use crate::attr::OrPath;
 use crate::batch::BatchShape;
@@ -381,10 +381,7 @@ pub(crate) fn loader_call(
     krate: &syn::Path,
     function: &Ident,
 ) -> TokenStream {
-    let span = loader
-        .segments
-        .last()
-        .map_or(Span::call_site(), |segment| segment.ident.span());
+    let span = last_span(loader);
     let mut segments: Vec<&Ident> = loader.segments.iter().map(|s| &s.ident).collect();
     let name = segments.pop();
     let path = match (segments.as_slice(), name) {
@@ -408,8 +405,7 @@ pub(crate) fn loader_call(
             let private = quote!(#krate::__private);
             let ty = quote!(::core::time::Duration);
             let (read, cell) = (read_path(&window, &ty, &private), once_cell(&ty));
-            let function = function.to_string();
-            let function = quote!(::core::concat!(::core::module_path!(), "::", #function));
+            let function = function_path(function);
             quote!(#private::batch_window(#cell, #function, || #read))
         }
         None => quote!(::core::option::Option::None),

@@ -43,13 +43,7 @@ impl Expansion<'_> {
         let settings = self.settings;
         let none = quote!(::core::option::Option::None);
         let value = self.value_type();
-        let value_ttl = |path: &syn::Path, value: TokenStream| {
-            let span = path
-                .segments
-                .last()
-                .map_or(Span::call_site(), |segment| segment.ident.span());
-            quote_spanned!(span=> #private::own_ttl(#path(#value)))
-        };
+        let value_ttl = |path: &syn::Path, value: TokenStream| quote_spanned!(last_span(path)=> #private::own_ttl(#path(#value)));
         let (stored, read) = match (&settings.batch, &settings.ttl_from, &settings.missing_ttl) {
             (_, None, None) | (None, None, Some(_)) => return none,
             (None, Some(path), _) => (quote!(#value), value_ttl(path, quote!(__stampede_value))),
@@ -66,9 +60,7 @@ impl Expansion<'_> {
                     Some(OrPath::Path(path)) => {
                         let ty = quote!(::core::time::Duration);
                         let (read, cell) = (read_path(path, &ty, private), once_cell(&ty));
-                        let function = self.function.sig.ident.to_string();
-                        let function =
-                            quote!(::core::concat!(::core::module_path!(), "::", #function));
+                        let function = function_path(&self.function.sig.ident);
                         quote!(#private::missing_ttl(#cell, #function, || #read))
                     }
                     None => none.clone(),
@@ -200,17 +192,26 @@ pub(super) fn config(
 /// called, a constant copied (`stampede::__private::Given`), converted to `ty`; a type that
 /// cannot be is a compile error at the path.
 pub(crate) fn read_path(path: &syn::Path, ty: &TokenStream, private: &TokenStream) -> TokenStream {
-    let span = path
-        .segments
-        .last()
-        .map_or(Span::call_site(), |segment| segment.ident.span());
-    quote_spanned! {span=>
+    quote_spanned! {last_span(path)=>
         {
             #[allow(unused_imports)]
             use #private::{FromConst as _, FromFn as _};
             #private::setting::<#ty, _>((&#private::Given(&#path)).read())
         }
     }
+}
+
+/// The span of a path's last segment, where errors about what it names point.
+pub(crate) fn last_span(path: &syn::Path) -> Span {
+    path.segments
+        .last()
+        .map_or(Span::call_site(), |segment| segment.ident.span())
+}
+
+/// A free function's path, `module_path!()::function`, as a `&'static str` expression.
+pub(crate) fn function_path(function: &Ident) -> TokenStream {
+    let function = function.to_string();
+    quote!(::core::concat!(::core::module_path!(), "::", #function))
 }
 
 /// A cell for a value read once, in a block of its own: `&'static OnceLock<Option<ty>>`.
@@ -264,15 +265,9 @@ fn from_code(
     let config = Ident::new("__stampede_config", Span::mixed_site());
     let reads = paths.iter().map(|(option, path)| {
         let field = Ident::new(option, Span::call_site());
-        let span = path
-            .segments
-            .last()
-            .map_or(Span::call_site(), |segment| segment.ident.span());
         let (ty, optional) = field_type(option);
         let read = read_path(path, &ty, private);
-        let value = quote_spanned! {span=>
-            #read.map_err(|why| (#option, why))?
-        };
+        let value = quote!(#read.map_err(|why| (#option, why))?);
         let value = if optional {
             quote!(::core::option::Option::Some(#value))
         } else {
@@ -351,6 +346,6 @@ pub(super) fn name(
                 #fn_name,
             ))
         }
-        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+        None => function_path(method),
     }
 }

@@ -490,16 +490,17 @@ fn memory_ttl(
             "remove `memory_ttl`, or use `backend = \"tiered\"` to keep values in memory for that long in front of Redis",
         )),
     };
+    if let Some((message, fix)) = misplaced {
+        errors.push(error(given.span, message, fix));
+    }
+    // A path's value is checked when the cache is built; its stand-in is `ttl`'s.
     let Some(literal) = given.literal() else {
-        if let Some((message, fix)) = misplaced {
-            errors.push(error(given.span, message, fix));
-        }
         return Some(timing.ttl);
     };
     let ttl = timing.ttl_literal;
-    if let Some((message, fix)) = misplaced {
-        errors.push(error(given.span, message, fix));
-    } else if literal.value.is_zero() || ttl.is_some_and(|ttl| literal.value > ttl) {
+    if misplaced.is_none()
+        && (literal.value.is_zero() || ttl.is_some_and(|ttl| literal.value > ttl))
+    {
         let kept = ttl.map_or_else(
             || "for `ttl`".to_owned(),
             |ttl| format!("for `ttl = \"{}\"`", humantime::format_duration(ttl)),

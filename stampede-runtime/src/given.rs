@@ -120,9 +120,17 @@ impl Setting<f64> for f32 {
     }
 }
 
-/// The option's value from what its path gave, or why not (for [`from_code`]).
-pub fn setting<T, S: Setting<T>>(given: S) -> Result<T, String> {
-    given.setting()
+/// Sets `option` (a field of the options [`from_code`] reads) to what its path gave, converted
+/// to the field's type; or why it cannot be.
+pub fn set<T, S: Setting<T>>(option: &mut T, given: S) -> Result<(), String> {
+    *option = given.setting()?;
+    Ok(())
+}
+
+/// [`set`] for an option that is on when given (an `Option` field).
+pub fn set_on<T, S: Setting<T>>(option: &mut Option<T>, given: S) -> Result<(), String> {
+    *option = Some(given.setting()?);
+    Ok(())
 }
 
 /// The options of a cache with the values its paths give: `literal` holds the attribute's
@@ -156,25 +164,26 @@ pub fn from_code(
 /// A batch function's `missing_ttl` given as a path, which the function's `ttl_from` reads by
 /// each fill of a key left out of its map: read once per process into `cell`. Refused (not a
 /// duration), it is logged once with `function` and the option, and such a key is not cached.
-pub fn missing_ttl(
+pub fn missing_ttl<S: Setting<Duration>>(
     cell: &OnceLock<Option<Duration>>,
     function: &str,
-    read: impl FnOnce() -> Result<Duration, String>,
+    read: impl FnOnce() -> S,
 ) -> Option<Duration> {
     let refused = "a key the function leaves out is not cached";
+    let read = || read().setting();
     read_once(cell, function, "missing_ttl", refused, read).or(Some(Duration::ZERO))
 }
 
 /// A `batch_loader` function's `batch_window` given as a path, read by each call: once per
 /// process into `cell`. Refused (not a duration, or zero), it is logged once with `function`
 /// and the option, and each call loads its key alone.
-pub fn batch_window(
+pub fn batch_window<S: Setting<Duration>>(
     cell: &OnceLock<Option<Duration>>,
     function: &str,
-    read: impl FnOnce() -> Result<Duration, String>,
+    read: impl FnOnce() -> S,
 ) -> Option<Duration> {
     let refused = "each call loads its key alone";
-    let read = || match read()? {
+    let read = || match read().setting()? {
         zero if zero.is_zero() => Err("it cannot be zero".to_owned()),
         window => Ok(window),
     };
@@ -218,6 +227,11 @@ mod tests {
 
     fn minutes() -> Duration {
         Duration::from_secs(120)
+    }
+
+    /// What `given` gives for an option of type `T`.
+    fn setting<T, S: Setting<T>>(given: S) -> Result<T, String> {
+        given.setting()
     }
 
     // The form the generated code writes, whatever the path names.

@@ -101,7 +101,7 @@ pub mod __private {
     pub use crate::config::{Backend, Config, LoadsFull, Lock, TtlFrom};
     pub use crate::core::{Tags, Values, tagged};
     pub use crate::given::{
-        FromConst, FromFn, Given, Setting, batch_window, from_code, missing_ttl, setting,
+        FromConst, FromFn, Given, Setting, batch_window, from_code, missing_ttl, set, set_on,
     };
     pub use crate::kv::{Key, Value};
     #[cfg(feature = "redis")]

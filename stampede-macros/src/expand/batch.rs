@@ -404,7 +404,7 @@ pub(crate) fn loader_call(
         Some(OrPath::Path(window)) => {
             let private = quote!(#krate::__private);
             let ty = quote!(::core::time::Duration);
-            let (read, cell) = (read_path(&window, &ty, &private), once_cell(&ty));
+            let (read, cell) = (read_path(&window, &private), once_cell(&ty));
             let function = function_path(function);
             quote!(#private::batch_window(#cell, #function, || #read))
         }

@@ -59,7 +59,7 @@ impl Expansion<'_> {
                     }
                     Some(OrPath::Path(path)) => {
                         let ty = quote!(::core::time::Duration);
-                        let (read, cell) = (read_path(path, &ty, private), once_cell(&ty));
+                        let (read, cell) = (read_path(path, private), once_cell(&ty));
                         let function = function_path(&self.function.sig.ident);
                         quote!(#private::missing_ttl(#cell, #function, || #read))
                     }
@@ -188,15 +188,14 @@ pub(super) fn config(
     from_code(literal, &settings.from_code, private)
 }
 
-/// What the path `path` of an option of type `ty` gives, as a `Result<ty, String>`: a function
-/// called, a constant copied (`stampede::__private::Given`), converted to `ty`; a type that
-/// cannot be is a compile error at the path.
-pub(crate) fn read_path(path: &syn::Path, ty: &TokenStream, private: &TokenStream) -> TokenStream {
+/// What the path `path` of an option gives, as its own type (a function called, a constant
+/// copied: `stampede::__private::Given`); errors about it point at the path.
+pub(crate) fn read_path(path: &syn::Path, private: &TokenStream) -> TokenStream {
     quote_spanned! {last_span(path)=>
         {
             #[allow(unused_imports)]
             use #private::{FromConst as _, FromFn as _};
-            #private::setting::<#ty, _>((&#private::Given(&#path)).read())
+            (&#private::Given(&#path)).read()
         }
     }
 }
@@ -225,10 +224,9 @@ pub(crate) fn once_cell(ty: &TokenStream) -> TokenStream {
     }
 }
 
-/// The type of an option that may be given as a path, as `Config` holds it, and whether it is
-/// an `Option` there (on when given).
-fn field_type(option: &str) -> (TokenStream, bool) {
-    let optional = matches!(
+/// Whether an option that may be given as a path is an `Option` in `Config` (on when given).
+fn optional(option: &str) -> bool {
+    matches!(
         option,
         "refresh_after"
             | "xfetch"
@@ -239,16 +237,7 @@ fn field_type(option: &str) -> (TokenStream, bool) {
             | "breaker"
             | "max_loads"
             | "batch_max"
-    );
-    let ty = match option {
-        "jitter" => quote!(u8),
-        "retries" | "breaker" | "max_loads" => quote!(u32),
-        "capacity" => quote!(u64),
-        "compress" | "batch_max" => quote!(usize),
-        "xfetch" => quote!(f64),
-        _ => quote!(::core::time::Duration),
-    };
-    (ty, optional)
+    )
 }
 
 /// `literal` with the options given as a path read from it when the cache is built
@@ -265,15 +254,14 @@ fn from_code(
     let config = Ident::new("__stampede_config", Span::mixed_site());
     let reads = paths.iter().map(|(option, path)| {
         let field = Ident::new(option, Span::call_site());
-        let (ty, optional) = field_type(option);
-        let read = read_path(path, &ty, private);
-        let value = quote!(#read.map_err(|why| (#option, why))?);
-        let value = if optional {
-            quote!(::core::option::Option::Some(#value))
-        } else {
-            value
+        let read = read_path(path, private);
+        // Converted to the field's type, which `set` infers from it; another type is an error
+        // at the path.
+        let set = match optional(option) {
+            true => quote!(#private::set_on),
+            false => quote!(#private::set),
         };
-        quote!(#config.#field = #value;)
+        quote!(#set(&mut #config.#field, #read).map_err(|why| (#option, why))?;)
     });
     quote! {
         #private::from_code(

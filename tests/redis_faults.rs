@@ -906,3 +906,48 @@ async fn while_redis_is_down_memory_is_trusted_for_the_bound_or_the_connections_
          trusting one serves its memory"
     );
 }
+
+/// `trust_while_deaf` bounds what memory held when the feed was lost too: in service past the
+/// staleness bound, out of service once the trust after the last heartbeat heard has passed
+/// (an invalidation missed meanwhile is outlived by no more than that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_memory_held_when_the_feed_was_lost_is_trusted_no_longer_than_the_trust() {
+    let _serial = serial().await;
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "deaf_held",
+        name = "faults::deaf_held"
+    )]
+    async fn held(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id
+    }
+
+    let mut server = RedisServer::start();
+    // The staleness bound: 2 x 100 ms + 100 ms = 300 ms; the trust 1.5 s.
+    RedisConfig::new(&server.url())
+        .unwrap()
+        .prefix("test")
+        .op_timeout(Duration::from_millis(100))
+        .heartbeat(Duration::from_millis(100))
+        .trust_while_deaf(Duration::from_millis(1_500))
+        .install_as("deaf_held");
+    assert_eq!(within(held(1)).await, 1);
+    tokio::time::sleep(Duration::from_millis(500)).await; // heartbeats heard
+    let lost = Instant::now();
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(600)).await; // past the bound, within the trust
+    assert_eq!(held::peek(1), Some(1), "within the trust: in service");
+    eventually("out of service once the trust has passed", || {
+        held::peek(1).is_none()
+    })
+    .await;
+    assert!(
+        lost.elapsed() < Duration::from_millis(1_500) + SLACK,
+        "out of service within the trust after the last heartbeat heard (plus slack), not later"
+    );
+    assert_eq!(LOADS.load(SeqCst), 1);
+}

@@ -12,9 +12,10 @@ mod settle;
 use tokio::time::Instant;
 use tracing::field::Empty;
 
+pub(crate) use crate::answer::Answer;
 use crate::config::{Config, Lock};
 use crate::core::{Core, Tags, Values};
-use crate::entry::Freshness;
+use crate::entry::{Found, Freshness};
 use crate::error::{Error, LoadError};
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
@@ -48,6 +49,14 @@ enum Held<V> {
     Refresh(V, Reason, Instant),
     /// Nothing to serve.
     Missed,
+}
+
+/// What a call with no value to serve yet goes on with.
+enum Pending<P> {
+    /// A call, or a `read_through`, that found nothing to serve in memory.
+    Missed(Miss<P>),
+    /// The companion's `refresh`.
+    Refresh(P),
 }
 
 /// A call that found nothing to serve in memory: its load's builder and its lookup span.
@@ -94,51 +103,58 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     }
 
     /// What `call` asks of `key`: the generated code's one entry for a single key. Not an
-    /// `async fn` of its own: a hit then polls no future more than the call's (issue 38).
-    pub(crate) fn call<P, L>(
+    /// `async fn`: a call of the function looks in memory when it is made (the generated code
+    /// awaits it at once), so a hit is a ready value and polls no future of the miss path; what
+    /// a miss, a `refresh` or a `read_through` awaits is compiled once per key, value, error and
+    /// tier, not per cached function (issue 38).
+    #[inline(always)]
+    pub(crate) fn call<'a, P, L>(
         &'static self,
         call: crate::tier::Call,
         key: K,
         prepare: P,
-    ) -> impl Future<Output = Result<V, Error>>
+    ) -> Answer<'a, Result<V, Error>>
     where
-        P: FnOnce() -> L + Send,
+        P: FnOnce() -> L + Send + 'a,
         L: Load<K, V>,
     {
         use crate::tier::Call;
-        use futures_util::future::Either;
-        match call {
-            Call::Get => Either::Left(self.get(key, prepare)),
-            Call::Refresh => Either::Right(Either::Left(self.refresh(key, prepare))),
-            Call::ReadThrough => Either::Right(Either::Right(self.read_through(key, prepare))),
-        }
+        let pending = match call {
+            Call::Get => match self.lookup(&key, prepare) {
+                Lookup::Served(value) => return Answer::Ready(Some(Ok(value))),
+                Lookup::Missed(miss) => Pending::Missed(miss),
+            },
+            Call::ReadThrough => Pending::Missed(Miss {
+                prepare,
+                span: self.lookup_span(),
+                run: Run::Through,
+            }),
+            Call::Refresh => Pending::Refresh(prepare),
+        };
+        Answer::Pending(Box::pin(self.pending(key, pending)))
     }
 
-    /// The companion's `read_through`: what a call gets when memory holds nothing for `key`.
-    async fn read_through<P, L>(&'static self, key: K, prepare: P) -> Result<V, Error>
+    /// What a call that has no value to serve yet awaits: its load's builder erased first, so
+    /// that all below it is compiled once per key, value, error and tier.
+    async fn pending<P, L>(&'static self, key: K, pending: Pending<P>) -> Result<V, Error>
     where
         P: FnOnce() -> L + Send,
         L: Load<K, V>,
     {
-        let miss = Miss {
-            prepare,
-            span: self.lookup_span(),
-            run: Run::Through,
-        };
-        self.missed(key, miss.erased()).await
+        match pending {
+            Pending::Missed(miss) => self.missed(key, miss.erased::<K, V, L>()).await,
+            Pending::Refresh(prepare) => self.refresh_erased(key, erased(prepare)).await,
+        }
     }
 
     /// The value for `key`: fresh from memory, stale while one refresh runs, or from the key's
     /// single load. `prepare` builds the load; it runs only when a load must start.
-    pub(crate) async fn get<P, L>(&'static self, key: K, prepare: P) -> Result<V, Error>
+    pub(crate) fn get<'a, P, L>(&'static self, key: K, prepare: P) -> Answer<'a, Result<V, Error>>
     where
-        P: FnOnce() -> L + Send,
+        P: FnOnce() -> L + Send + 'a,
         L: Load<K, V>,
     {
-        match self.lookup(&key, prepare) {
-            Lookup::Served(value) => Ok(value),
-            Lookup::Missed(miss) => self.missed(key, miss.erased()).await,
-        }
+        self.call(crate::tier::Call::Get, key, prepare)
     }
 
     /// The rest of a call that found nothing to serve in memory, its load erased: this and all
@@ -211,20 +227,19 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         if !core.config.in_memory() {
             return Held::Missed;
         }
-        let Some(entry) = core.entry(key) else {
-            return Held::Missed;
-        };
         // The coarse clock first: the exact one only near the entry's deadline.
-        let freshness = if entry.surely_fresh() {
-            Freshness::Fresh
-        } else {
-            core.freshness(&entry, Instant::now())
+        let entry = match core.memory.find(key) {
+            Found::Fresh(value, filled) => {
+                core.hit(key, || filled);
+                return Held::Hit(value);
+            }
+            Found::Judge(entry) => entry,
+            Found::Nothing => return Held::Missed,
         };
+        let freshness = core.freshness(&entry, Instant::now());
         let reason = match freshness {
             Freshness::Fresh | Freshness::Early => {
-                let hit = core.telemetry.hits.bump();
-                core.hot
-                    .hit(hit, key, || entry.filled_nanos(), &core.telemetry.key_age);
+                core.hit(key, || entry.filled_nanos());
                 (freshness == Freshness::Early).then_some(Reason::Early)
             }
             Freshness::Stale if core.config.lock != Lock::None => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::breaker::Breaker;
-use crate::clock::after;
+use crate::clock::{Nanos, after};
 use crate::config::{Config, Lifetime};
 use crate::entry::{Entry, Freshness, jittered_ttl};
 use crate::flight::Flights;
@@ -147,6 +147,14 @@ impl<K: Key, V: Value> Core<K, V> {
             }
             freshness => freshness,
         }
+    }
+
+    /// Counts a hit of `key`, whose value was loaded at `filled` (read for one hit in
+    /// [`SAMPLE_EVERY`](crate::hot::SAMPLE_EVERY) of a thread's, for the hot keys' sample).
+    #[inline(always)]
+    pub(crate) fn hit(&self, key: &K, filled: impl FnOnce() -> Nanos) {
+        let hit = self.telemetry.hits.bump();
+        self.hot.hit(hit, key, filled, &self.telemetry.key_age);
     }
 
     /// The key's entry in memory, unless one of its tags was invalidated since its load began.

@@ -41,6 +41,16 @@ pub(crate) struct Entry<V> {
     stamp: Option<Arc<Stamp>>,
 }
 
+/// What a lookup of a key finds in memory.
+pub(crate) enum Found<V> {
+    /// A value surely fresh on the coarse clock, and when it was loaded.
+    Fresh(V, Nanos),
+    /// An entry near or past its refresh point, to judge on the exact clock.
+    Judge(Entry<V>),
+    /// No entry, or one a tag's invalidation made unservable.
+    Nothing,
+}
+
 /// An entry as the memory tier keeps it for a cache without `tags`, `fail_safe` or
 /// `refresh_after` (issue 25). No entry of such a cache has a tag stamp, its refresh point is
 /// its fresh deadline (only `refresh_after` moves it earlier) and its fail-safe deadline its
@@ -111,6 +121,18 @@ impl<V, R: LeanRead> Lean<V, R> {
             filled_behind: entry.filled_behind,
             stale_until: entry.stale_until,
         })
+    }
+
+    /// What a lookup finds in this entry ([`Memory::find`](crate::memory::Memory::find)).
+    #[inline(always)]
+    pub(crate) fn found(self) -> Found<V> {
+        match clock::surely_before(self.refresh_at) {
+            true => Found::Fresh(
+                self.value,
+                Nanos::before(self.refresh_at, self.filled_behind.nanos()),
+            ),
+            false => Found::Judge(self.entry()),
+        }
     }
 
     /// The entry, as every path but the store handles it.
@@ -463,11 +485,18 @@ impl<V> Entry<V> {
         Nanos::of(now).since(self.filled_nanos())
     }
 
-    /// Whether the entry is surely fresh now, read from the coarse clock: a hit's one check.
-    /// `false` near the deadline too; [`Entry::freshness`] then reads the exact clock.
-    #[inline]
-    pub(crate) fn surely_fresh(&self) -> bool {
-        clock::surely_before(self.refresh_at)
+    /// What a lookup finds in this entry, servable as far as its tags go: its value if surely
+    /// fresh now, read from the coarse clock (a hit's one check); else itself, whose
+    /// [`Entry::freshness`] then reads the exact clock (near the deadline too).
+    #[inline(always)]
+    pub(crate) fn found(self) -> Found<V> {
+        match clock::surely_before(self.refresh_at) {
+            true => {
+                let filled = self.filled_nanos();
+                Found::Fresh(self.value, filled)
+            }
+            false => Found::Judge(self),
+        }
     }
 
     pub(crate) fn freshness(&self, now: Instant) -> Freshness {

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("budget", 0),
     ("order", 0),
     ("previous", 0),
+    ("answer", 0),
     ("config", 1),
     ("tuning", 2),
     ("given", 2),

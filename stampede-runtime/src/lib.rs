@@ -20,7 +20,7 @@
 //! tier (Tier, Handle, Direct, Fetched, Local)           what a tier reports, and is lent
 //! core (Core, Begun, Tags, Values)                      the state lent to tiers
 //! registry, memory, flight, load, previous, breaker, budget, hot, telemetry, entry, tags,
-//! stats, checks, clock, config, error, kv               the leaves
+//! stats, checks, clock, config, error, kv, answer       the leaves
 //! ```
 
 // Without the Redis tier, the parts of the core that only a shared tier calls (a stale value
@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod answer;
 mod api;
 mod breaker;
 mod budget;

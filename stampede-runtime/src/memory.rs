@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
 use crate::clock::Nanos;
-use crate::entry::{Entry, Lean, LeanRead, Saved};
+use crate::entry::{Entry, Found, Lean, LeanRead, Saved};
 use crate::kv::{Key, Value};
 use crate::order::{self, Stays};
 
@@ -200,6 +200,27 @@ impl<K: Key, V: Value> Memory<K, V> {
                 prune_above: items.saturating_mul(2).saturating_add(1024),
             }),
             suspended: Mutex::new(None),
+        }
+    }
+
+    /// What a lookup of `key` finds: its value when surely fresh, read from the coarse clock
+    /// (a hit's one check, without building an [`Entry`]: issue 38), else the entry to judge,
+    /// unless one of its tags was invalidated since its load began.
+    #[inline(always)]
+    pub(crate) fn find(&self, key: &K) -> Found<V> {
+        match &self.store {
+            Store::Lean(store) => match store.get(key) {
+                Some(lean) => lean.found(),
+                None => Found::Nothing,
+            },
+            Store::LeanRead(store) => match store.get(key) {
+                Some(lean) => lean.found(),
+                None => Found::Nothing,
+            },
+            Store::Full(store) => match store.get(key) {
+                Some(entry) if entry.current() => entry.found(),
+                _ => Found::Nothing,
+            },
         }
     }
 

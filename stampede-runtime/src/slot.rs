@@ -197,7 +197,16 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
     ///
     /// `call` says which: a call of the function, or its companion's `refresh` (loads the key
     /// now through its flight, joining the load running for it, if any, and stores the value).
-    pub async fn result<T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> Result<V, E>
+    ///
+    /// Not an `async fn`: memory is looked in when it is called (see `Cache::call`); the
+    /// generated code awaits it at once.
+    #[inline(always)]
+    pub fn result<'a, T, P, L, Fut>(
+        self,
+        call: Call,
+        key: K,
+        prepare: P,
+    ) -> impl Future<Output = Result<V, E>> + 'a
     where
         K: Key,
         V: Value,
@@ -205,29 +214,36 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L + Send,
+        P: FnOnce() -> L + Send + 'a,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
         let (cache, rules) = self.cache();
         let prepare = rules.retrying(prepare);
-        let outcome = cache.call(call, key, prepare).await;
-        outcome.map_err(|error| own_error(error, rules.clone))
+        cache
+            .call(call, key, prepare)
+            .map(move |outcome| outcome.map_err(|error| own_error(error, rules.clone)))
     }
 }
 
 impl<C, S, K, V> Recipe<C, S, K, V> {
     /// A call of a function returning a plain value (an `Option` included), or its companion's
     /// `refresh`. Such a function has no error channel: a load that panics or times out makes
-    /// every waiting caller panic.
-    pub async fn value<T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> V
+    /// every waiting caller panic. Not an `async fn`, as [`Recipe::result`] is not.
+    #[inline(always)]
+    pub fn value<'a, T, P, L, Fut>(
+        self,
+        call: Call,
+        key: K,
+        prepare: P,
+    ) -> impl Future<Output = V> + 'a
     where
         K: Key,
         V: Value,
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L + Send,
+        P: FnOnce() -> L + Send + 'a,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
@@ -236,11 +252,10 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
             move |key: &K| infallible(load(key))
         };
         let (cache, _) = self.cache();
-        let outcome = cache.call(call, key, prepare).await;
-        match outcome {
+        cache.call(call, key, prepare).map(|outcome| match outcome {
             Ok(value) => value,
             Err(error) => panic!("{error}"),
-        }
+        })
     }
 
     /// A companion's `invalidate`: drops `key` here, in the tier and in every other process's
@@ -338,10 +353,19 @@ pub struct ErrorRules<E> {
     pub retry_if: Option<fn(&E) -> bool>,
 }
 
+// Two function pointers: copied whatever `E` is (a derive would ask `E: Copy`).
+impl<E> Clone for ErrorRules<E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for ErrorRules<E> {}
+
 impl<E> ErrorRules<E> {
     /// `prepare`, its loads retried only on the errors `retry_if` accepts (every error without).
     fn retrying<L>(
-        &self,
+        self,
         prepare: impl FnOnce() -> L + Send,
     ) -> impl FnOnce() -> RetryIf<L, E> + Send {
         let retry_if = self.retry_if.unwrap_or(|_| true);

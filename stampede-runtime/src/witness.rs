@@ -18,19 +18,19 @@ mod batch;
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::value`] once the returned type's checks have passed.
     #[inline(always)]
-    pub fn value<C, S, K, T, P, L, Fut>(
+    pub fn value<'a, C, S, K, T, P, L, Fut>(
         self,
         recipe: Recipe<C, S, K, V>,
         call: Call,
         key: K,
         prepare: P,
-    ) -> impl Future<Output = V>
+    ) -> impl Future<Output = V> + 'a
     where
         K: Key,
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L + Send,
+        P: FnOnce() -> L + Send + 'a,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
@@ -47,19 +47,19 @@ impl<V: Value> Witness<V> {
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Recipe::result`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn result<C, S, K, T, P, L, Fut>(
+    pub fn result<'a, C, S, K, T, P, L, Fut>(
         self,
         recipe: Recipe<C, S, K, V, ErrorRules<E>>,
         call: Call,
         key: K,
         prepare: P,
-    ) -> impl Future<Output = Result<V, E>>
+    ) -> impl Future<Output = Result<V, E>> + 'a
     where
         K: Key,
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L + Send,
+        P: FnOnce() -> L + Send + 'a,
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
     {

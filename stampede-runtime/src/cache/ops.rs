@@ -11,7 +11,7 @@ use crate::config::Lock;
 use crate::error::{Error, LoadError};
 use crate::flight::Joined;
 use crate::kv::{Key, Value};
-use crate::load::{ErasedPrepare, Load, erased};
+use crate::load::{ErasedPrepare, Load};
 use crate::memory::Invalidation;
 use crate::tier::{Handle, Run, Start, Tier};
 
@@ -64,19 +64,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         primed
     }
 
-    /// Loads `key` now and stores the value, through the key's flight: joins the load running
-    /// for it, if any; else starts one that ignores the value held (here and in the tier).
-    pub(crate) async fn refresh<P, L>(&'static self, key: K, prepare: P) -> Result<V, Error>
-    where
-        P: FnOnce() -> L + Send,
-        L: Load<K, V>,
-    {
-        self.refresh_erased(key, erased(prepare)).await
-    }
-
-    /// [`Cache::refresh`] with its load erased: compiled once per key, value, error and tier,
-    /// not per cached function (see [`Erased`](crate::load::Erased)).
-    async fn refresh_erased<E: LoadError>(
+    /// The companion's `refresh` (`Call::Refresh`), its load erased: loads `key` now and
+    /// stores the value, through the key's flight: joins the load running for it, if any; else
+    /// starts one that ignores the value held (here and in the tier).
+    pub(super) async fn refresh_erased<E: LoadError>(
         &'static self,
         key: K,
         prepare: ErasedPrepare<'_, K, V, E>,

@@ -123,7 +123,7 @@ impl Source {
         key: u64,
     ) -> impl Future<Output = Result<String, Error>> + Send + 'static {
         let (loads, delay) = (self.loads.clone(), self.delay);
-        cache.refresh(key, move || {
+        cache.call(crate::tier::Call::Refresh, key, move || {
             move |key: &u64| {
                 let (key, loads) = (*key, loads.clone());
                 async move {

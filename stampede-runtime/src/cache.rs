@@ -32,14 +32,6 @@ pub(crate) struct Cache<K: Key, V: Value, T> {
     window: batch::Window<K, V>,
 }
 
-/// What [`Cache::lookup`] found.
-enum Lookup<V, P> {
-    /// A value to serve.
-    Served(V),
-    /// Nothing to serve: the call goes on with [`Cache::miss`].
-    Missed(Miss<P>),
-}
-
 /// What [`Cache::held`] found in memory.
 enum Held<V> {
     /// A value to serve.
@@ -65,23 +57,6 @@ struct Miss<P> {
     span: tracing::Span,
     /// What a flight of it does: `Run::Get`, or `Run::Through` for a `read_through`.
     run: Run,
-}
-
-impl<P> Miss<P> {
-    /// The miss with its load's builder erased (see [`Cache::missed`]).
-    fn erased<'a, K, V, L>(self) -> Miss<ErasedPrepare<'a, K, V, L::Error>>
-    where
-        K: 'static,
-        V: 'static,
-        L: Load<K, V>,
-        P: FnOnce() -> L + Send + 'a,
-    {
-        Miss {
-            prepare: erased(self.prepare),
-            span: self.span,
-            run: self.run,
-        }
-    }
 }
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
@@ -119,31 +94,40 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         L: Load<K, V>,
     {
         use crate::tier::Call;
+        // Only what names `prepare`'s type is compiled per cached function: the rest takes it
+        // erased (issue 38).
         let pending = match call {
-            Call::Get => match self.lookup(&key, prepare) {
-                Lookup::Served(value) => return Answer::Ready(Some(Ok(value))),
-                Lookup::Missed(miss) => Pending::Missed(miss),
+            Call::Get => match self.lookup(&key) {
+                Held::Hit(value) => return Answer::Ready(Some(Ok(value))),
+                Held::Refresh(value, reason, of) => {
+                    self.refresh_in_background(&key, || Erased::of(prepare()), reason, of);
+                    return Answer::Ready(Some(Ok(value)));
+                }
+                Held::Missed => Pending::Missed(Miss {
+                    prepare: erased(prepare),
+                    span: self.lookup_span(),
+                    run: Run::Get,
+                }),
             },
             Call::ReadThrough => Pending::Missed(Miss {
-                prepare,
+                prepare: erased(prepare),
                 span: self.lookup_span(),
                 run: Run::Through,
             }),
-            Call::Refresh => Pending::Refresh(prepare),
+            Call::Refresh => Pending::Refresh(erased(prepare)),
         };
         Answer::Pending(Box::pin(self.pending(key, pending)))
     }
 
-    /// What a call that has no value to serve yet awaits: its load's builder erased first, so
-    /// that all below it is compiled once per key, value, error and tier.
-    async fn pending<P, L>(&'static self, key: K, pending: Pending<P>) -> Result<V, Error>
-    where
-        P: FnOnce() -> L + Send,
-        L: Load<K, V>,
-    {
+    /// What a call that has no value to serve yet awaits.
+    async fn pending<E: LoadError>(
+        &'static self,
+        key: K,
+        pending: Pending<ErasedPrepare<'_, K, V, E>>,
+    ) -> Result<V, Error> {
         match pending {
-            Pending::Missed(miss) => self.missed(key, miss.erased::<K, V, L>()).await,
-            Pending::Refresh(prepare) => self.refresh_erased(key, erased(prepare)).await,
+            Pending::Missed(miss) => self.missed(key, miss).await,
+            Pending::Refresh(prepare) => self.refresh_erased(key, prepare).await,
         }
     }
 
@@ -171,29 +155,17 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         self.miss(key, miss, lead).await
     }
 
-    /// The value in memory, if it may be served now (starting a refresh of it if it is due),
-    /// without an `await`: a hit builds no future of the miss path (issue 14).
-    fn lookup<P, L>(&'static self, key: &K, prepare: P) -> Lookup<V, P>
-    where
-        P: FnOnce() -> L,
-        L: Load<K, V>,
-    {
-        match self.held(key) {
-            Held::Hit(value) => {
-                self.served_span("hit");
-                Lookup::Served(value)
-            }
-            Held::Refresh(value, reason, of) => {
-                self.served_span(reason.as_str());
-                self.refresh_in_background(key, prepare, reason, of);
-                Lookup::Served(value)
-            }
-            Held::Missed => Lookup::Missed(Miss {
-                prepare,
-                span: self.lookup_span(),
-                run: Run::Get,
-            }),
+    /// What memory holds for `key` that a call may serve now, with the span of a value served,
+    /// without an `await`: a hit builds no future of the miss path (issue 14). Compiled once per
+    /// key, value and tier: the caller starts the refresh it reports due.
+    fn lookup(&'static self, key: &K) -> Held<V> {
+        let held = self.held(key);
+        match &held {
+            Held::Hit(_) => self.served_span("hit"),
+            Held::Refresh(_, reason, _) => self.served_span(reason.as_str()),
+            Held::Missed => {}
         }
+        held
     }
 
     /// The lookup's span, at TRACE level; never entered (entering costs on every poll): its
@@ -265,11 +237,13 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// Starts one background refresh of a value being served (stale, or past `refresh_after`),
     /// unless a load of the key runs already. Outside a runtime the refresh cannot start; the
     /// value is served regardless.
-    fn refresh_in_background<P, L>(&'static self, key: &K, prepare: P, reason: Reason, of: Instant)
-    where
-        P: FnOnce() -> L,
-        L: Load<K, V>,
-    {
+    fn refresh_in_background<E: LoadError>(
+        &'static self,
+        key: &K,
+        prepare: impl FnOnce() -> Erased<K, V, E>,
+        reason: Reason,
+        of: Instant,
+    ) {
         if self.core.config.lock == Lock::None {
             return;
         }
@@ -279,7 +253,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 run: Run::Get,
                 replacing: (reason == Reason::Early).then_some(of),
             };
-            let _ = self.spawn_load(leader, Erased::of(prepare()), start);
+            let _ = self.spawn_load(leader, prepare(), start);
         }
     }
 
@@ -353,7 +327,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             return Err(prepare);
         };
         if let Some(filled_at) = early {
-            self.refresh_in_background(key, prepare, Reason::Early, filled_at);
+            self.refresh_in_background(key, || Erased::of(prepare()), Reason::Early, filled_at);
         }
         Ok(value)
     }

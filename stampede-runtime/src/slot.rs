@@ -72,14 +72,7 @@ impl Slot {
         }
         // Built once: the options and tier through an object, so that what builds a cache is
         // compiled once per key, value and tier type, not per cached function (issue 38).
-        let mut build = Some(build);
-        let mut made = || {
-            let (config, tier) = build.take().expect("a cache is built once per call");
-            let config = config();
-            let tier = tier(&config);
-            (config, tier)
-        };
-        self.built(site, &mut made, tags, values)
+        self.built(site, &mut Some(build), tags, values)
     }
 
     /// The cache of `site` and these types, built with `made` if there is none yet.
@@ -87,12 +80,12 @@ impl Slot {
     fn built<K: Key, V: Value, T: Tier<K, V>>(
         &'static self,
         site: &'static str,
-        made: &mut dyn FnMut() -> (Config, T),
+        made: &mut dyn Make<T>,
         tags: Tags<K>,
         values: Values<V>,
     ) -> &'static Cache<K, V, T> {
         let (first_site, first) = *self.first.get_or_init(|| {
-            let (config, tier) = made();
+            let (config, tier) = made.make();
             (site, leak(config, tier, tags, values))
         });
         if same_site(first_site, site)
@@ -108,7 +101,7 @@ impl Slot {
     fn other<K: Key, V: Value, T: Tier<K, V>>(
         &'static self,
         site: &'static str,
-        made: &mut dyn FnMut() -> (Config, T),
+        made: &mut dyn Make<T>,
         tags: Tags<K>,
         values: Values<V>,
     ) -> &'static Cache<K, V, T> {
@@ -125,7 +118,7 @@ impl Slot {
         if let Some(cache) = find(&others) {
             return cache;
         }
-        let (mut config, tier) = made();
+        let (mut config, tier) = made.make();
         if others
             .iter()
             .chain(self.first.get())
@@ -145,6 +138,27 @@ impl Slot {
         cache
             .downcast_ref()
             .expect("a cache just built has the types it was built with")
+    }
+}
+
+/// What builds a cache's options and tier, called through an object. A trait of one method
+/// rather than `dyn FnMut`, whose vtable would hold the body twice (`call_mut` and
+/// `call_once`), in every cached function (issue 38).
+trait Make<T> {
+    /// The options, and the tier built from them; called once.
+    fn make(&mut self) -> (Config, T);
+}
+
+impl<C, S, T> Make<T> for Option<(C, S)>
+where
+    C: FnOnce() -> Config,
+    S: FnOnce(&Config) -> T,
+{
+    fn make(&mut self) -> (Config, T) {
+        let (config, tier) = self.take().expect("a cache is built once per call");
+        let config = config();
+        let tier = tier(&config);
+        (config, tier)
     }
 }
 

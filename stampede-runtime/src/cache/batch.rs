@@ -22,12 +22,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::{Cache, Held, Lookup};
+use super::{Cache, Held, Miss};
 use crate::clock::after;
 use crate::config::Lock;
 use crate::error::Error;
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
+use crate::load::Erased;
 use crate::telemetry::Reason;
 use crate::tier::{Batch, BatchLoad, Call, Direct, Fetched, Handle, One, Run, Start, Tier};
 
@@ -410,15 +411,26 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         L: BatchLoad<K, V>,
     {
         let prepare = move || One::new(Arc::new(prepare()));
-        match self.lookup(&key, prepare) {
-            Lookup::Served(value) => Ok(value),
-            Lookup::Missed(miss) => {
-                self.miss(key, miss, |leader, prepare| {
-                    self.send_to_window(leader, prepare().0, window)
-                })
-                .await
+        let value = match self.lookup(&key) {
+            Held::Hit(value) => value,
+            Held::Refresh(value, reason, of) => {
+                self.refresh_in_background(&key, || Erased::of(prepare()), reason, of);
+                value
             }
-        }
+            Held::Missed => {
+                let miss = Miss {
+                    prepare,
+                    span: self.lookup_span(),
+                    run: Run::Get,
+                };
+                return self
+                    .miss(key, miss, |leader, prepare| {
+                        self.send_to_window(leader, prepare().0, window)
+                    })
+                    .await;
+            }
+        };
+        Ok(value)
     }
 
     /// Adds `leader` to the open window, or opens one whose task loads its keys when it

@@ -15,7 +15,7 @@ use tracing::field::Empty;
 pub(crate) use crate::answer::Answer;
 use crate::config::{Config, Lock};
 use crate::core::{Core, Tags, Values};
-use crate::entry::{Found, Freshness};
+use crate::entry::{Entry, Found, Freshness};
 use crate::error::{Error, LoadError};
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
@@ -156,8 +156,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     }
 
     /// What memory holds for `key` that a call may serve now, with the span of a value served,
-    /// without an `await`: a hit builds no future of the miss path (issue 14). Compiled once per
-    /// key, value and tier: the caller starts the refresh it reports due.
+    /// without an `await`: a hit builds no future of the miss path (issue 14). A value surely
+    /// fresh is served inline; the rest is judged out of line, compiled once per key, value and
+    /// tier (issue 38). The caller starts the refresh it reports due.
+    #[inline(always)]
     fn lookup(&'static self, key: &K) -> Held<V> {
         let held = self.held(key);
         match &held {
@@ -200,14 +202,21 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             return Held::Missed;
         }
         // The coarse clock first: the exact one only near the entry's deadline.
-        let entry = match core.memory.find(key) {
+        match core.memory.find(key) {
             Found::Fresh(value, filled) => {
                 core.hit(key, || filled);
-                return Held::Hit(value);
+                Held::Hit(value)
             }
-            Found::Judge(entry) => entry,
-            Found::Nothing => return Held::Missed,
-        };
+            Found::Judge(entry) => self.judged(key, entry),
+            Found::Nothing => Held::Missed,
+        }
+    }
+
+    /// What a call may serve of `entry`, found near or past its refresh point: judged on the
+    /// exact clock.
+    #[inline(never)]
+    fn judged(&self, key: &K, entry: Entry<V>) -> Held<V> {
+        let core = &self.core;
         let freshness = core.freshness(&entry, Instant::now());
         let reason = match freshness {
             Freshness::Fresh | Freshness::Early => {

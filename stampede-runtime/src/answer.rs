@@ -21,12 +21,16 @@ pub enum Answer<'a, T> {
 }
 
 impl<'a, T: 'a> Answer<'a, T> {
-    /// This answer with `f` applied to its value, ready or when it is.
+    /// This answer with `f` applied to its value and `with`, ready or when it is. A function
+    /// pointer rather than a closure: what maps a pending answer is compiled once per type, not
+    /// for every caller's closure (every cached function's, issue 38).
     #[inline(always)]
-    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U + Send + 'a) -> Answer<'a, U> {
+    pub(crate) fn map<U: 'a, W: Send + 'a>(self, f: fn(T, W) -> U, with: W) -> Answer<'a, U> {
         match self {
-            Answer::Ready(value) => Answer::Ready(value.map(f)),
-            Answer::Pending(pending) => Answer::Pending(Box::pin(async move { f(pending.await) })),
+            Answer::Ready(value) => Answer::Ready(value.map(|value| f(value, with))),
+            Answer::Pending(pending) => {
+                Answer::Pending(Box::pin(async move { f(pending.await, with) }))
+            }
         }
     }
 }

@@ -100,7 +100,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             Call::Get => match self.lookup(&key) {
                 Held::Hit(value) => return Answer::Ready(Some(Ok(value))),
                 Held::Refresh(value, reason, of) => {
-                    self.refresh_in_background(&key, || Erased::of(prepare()), reason, of);
+                    self.refresh_in_background(&key, erased(prepare), reason, of);
                     return Answer::Ready(Some(Ok(value)));
                 }
                 Held::Missed => Pending::Missed(Miss {
@@ -160,8 +160,9 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// call; what it asks of memory ([`Cache::held`]) is out of line, compiled once per key,
     /// value and tier rather than into every cached function's future (issue 38: inlined too,
     /// a hit took 2-4ns less and a release build of 50 functions 2.4s more). The caller starts
-    /// the refresh it reports due.
-    #[inline(always)]
+    /// the refresh it reports due. Inlined only where optimized: in a debug build this is
+    /// compiled once per key, value and tier rather than into every cached function.
+    #[cfg_attr(not(debug_assertions), inline(always))]
     fn lookup(&'static self, key: &K) -> Held<V> {
         let held = self.held(key);
         match &held {
@@ -184,7 +185,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// such as sqlx turn on) and no subscriber set, making one and recording into it takes
     /// `tracing`'s path to `log`, about 360 instructions per hit (issue 25); so a hit's span
     /// does not reach `log`, a miss's still does.
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     fn served_span(&self, outcome: &'static str) {
         use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
         // What `trace_span!` checks first (the most verbose level any subscriber enables).

@@ -48,8 +48,9 @@ impl Slot {
     /// The cache of this call's site and types, built at the first call from `build` (what
     /// makes its options, and what makes its tier from them). Inlined into every
     /// call, as `Recipe::cache` is: out of line, it read the recipe back from the stack the
-    /// caller had just written it to, 11% of a hit (issue 25, benches/README.md).
-    #[inline(always)]
+    /// caller had just written it to, 11% of a hit (issue 25, benches/README.md). Only where
+    /// optimized: a debug build keeps one copy per function rather than one per call site.
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub(crate) fn cache<K, V, C, S, T>(
         &'static self,
         site: &'static str,
@@ -185,8 +186,9 @@ pub struct Recipe<C, S, K, V, R = ()> {
 }
 
 impl<C, S, K, V, R> Recipe<C, S, K, V, R> {
-    /// The function's cache, built at the first call; and the rules.
-    #[inline(always)]
+    /// The function's cache, built at the first call; and the rules. Inlined as
+    /// [`Slot::cache`] is.
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub(crate) fn cache<T>(self) -> (&'static Cache<K, V, T>, R)
     where
         K: Key,
@@ -234,9 +236,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
     {
         let (cache, rules) = self.cache();
         let prepare = rules.retrying(prepare);
-        cache
-            .call(call, key, prepare)
-            .map(move |outcome| outcome.map_err(|error| own_error(error, rules.clone)))
+        cache.call(call, key, prepare).map(own_result, rules.clone)
     }
 }
 
@@ -266,10 +266,7 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
             move |key: &K| infallible(load(key))
         };
         let (cache, _) = self.cache();
-        cache.call(call, key, prepare).map(|outcome| match outcome {
-            Ok(value) => value,
-            Err(error) => panic!("{error}"),
-        })
+        cache.call(call, key, prepare).map(plain_value, ())
     }
 
     /// A companion's `invalidate`: drops `key` here, in the tier and in every other process's
@@ -387,6 +384,23 @@ impl<E> ErrorRules<E> {
             load: prepare(),
             retry_if,
         }
+    }
+}
+
+/// What a call of a function returning `Result<V, E>` gets of its cache's outcome.
+fn own_result<V, E: LoadError + From<Error>>(
+    outcome: Result<V, Error>,
+    clone: Option<fn(&E) -> E>,
+) -> Result<V, E> {
+    outcome.map_err(|error| own_error(error, clone))
+}
+
+/// What a call of a function returning a plain value gets of its cache's outcome: the value,
+/// or a panic with the error's message (it has no error channel).
+fn plain_value<V>(outcome: Result<V, Error>, (): ()) -> V {
+    match outcome {
+        Ok(value) => value,
+        Err(error) => panic!("{error}"),
     }
 }
 

@@ -43,14 +43,6 @@ enum Held<V> {
     Missed,
 }
 
-/// What a call with no value to serve yet goes on with.
-enum Pending<P> {
-    /// A call, or a `read_through`, that found nothing to serve in memory.
-    Missed(Miss<P>),
-    /// The companion's `refresh`.
-    Refresh(P),
-}
-
 /// A call that found nothing to serve in memory: its load's builder and its lookup span.
 struct Miss<P> {
     prepare: P,
@@ -96,38 +88,35 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         use crate::tier::Call;
         // Only what names `prepare`'s type is compiled per cached function: the rest takes it
         // erased (issue 38).
-        let pending = match call {
+        let run = match call {
             Call::Get => match self.lookup(&key) {
                 Held::Hit(value) => return Answer::Ready(Some(Ok(value))),
                 Held::Refresh(value, reason, of) => {
                     self.refresh_in_background(&key, erased(prepare), reason, of);
                     return Answer::Ready(Some(Ok(value)));
                 }
-                Held::Missed => Pending::Missed(Miss {
-                    prepare: erased(prepare),
-                    span: self.lookup_span(),
-                    run: Run::Get,
-                }),
+                Held::Missed => Some(Run::Get),
             },
-            Call::ReadThrough => Pending::Missed(Miss {
-                prepare: erased(prepare),
-                span: self.lookup_span(),
-                run: Run::Through,
-            }),
-            Call::Refresh => Pending::Refresh(erased(prepare)),
+            Call::ReadThrough => Some(Run::Through),
+            Call::Refresh => None,
         };
-        Answer::Pending(Box::pin(self.pending(key, pending)))
+        Answer::Pending(Box::pin(self.pending(key, erased(prepare), run)))
     }
 
-    /// What a call that has no value to serve yet awaits.
+    /// What a call that has no value to serve yet awaits: a miss (or a `read_through`) that
+    /// runs as `run`, or with none, the companion's `refresh`.
     async fn pending<E: LoadError>(
         &'static self,
         key: K,
-        pending: Pending<ErasedPrepare<'_, K, V, E>>,
+        prepare: ErasedPrepare<'_, K, V, E>,
+        run: Option<Run>,
     ) -> Result<V, Error> {
-        match pending {
-            Pending::Missed(miss) => self.missed(key, miss).await,
-            Pending::Refresh(prepare) => self.refresh_erased(key, prepare).await,
+        match run {
+            Some(run) => {
+                let span = self.lookup_span();
+                self.missed(key, Miss { prepare, span, run }).await
+            }
+            None => self.refresh_erased(key, prepare).await,
         }
     }
 

@@ -127,10 +127,10 @@ impl<V, R: LeanRead> Lean<V, R> {
     #[inline(always)]
     pub(crate) fn found(self) -> Found<V> {
         match clock::surely_before(self.refresh_at) {
-            true => Found::Fresh(
-                self.value,
-                Nanos::before(self.refresh_at, self.filled_behind.nanos()),
-            ),
+            true => {
+                let filled = self.filled_nanos();
+                Found::Fresh(self.value, filled)
+            }
             false => Found::Judge(self.entry()),
         }
     }
@@ -152,8 +152,13 @@ impl<V, R: LeanRead> Lean<V, R> {
 
     /// Whether the value may stand in for a failed load at `now` ([`Entry::fail_safe`]).
     pub(crate) fn fail_safe(&self, now: Instant) -> bool {
-        let filled = Nanos::before(self.refresh_at, self.filled_behind.nanos());
-        Nanos::of(now).since(filled) < self.stale_until.nanos()
+        Nanos::of(now).since(self.filled_nanos()) < self.stale_until.nanos()
+    }
+
+    /// When the value was loaded ([`Entry::filled_nanos`]).
+    #[inline]
+    fn filled_nanos(&self) -> Nanos {
+        Nanos::before(self.refresh_at, self.filled_behind.nanos())
     }
 }
 

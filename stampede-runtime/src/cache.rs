@@ -88,17 +88,13 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         use crate::tier::Call;
         // Only what names `prepare`'s type is compiled per cached function: the rest takes it
         // erased (issue 38).
-        let run = match call {
-            Call::Get => match self.lookup(&key) {
-                Held::Hit(value) => return Answer::Ready(Some(Ok(value))),
-                Held::Refresh(value, reason, of) => {
-                    self.refresh_in_background(&key, erased(prepare), reason, of);
-                    return Answer::Ready(Some(Ok(value)));
-                }
-                Held::Missed => Some(Run::Get),
+        let (prepare, run) = match call {
+            Call::Get => match self.served(&key, prepare) {
+                Ok(value) => return Answer::Ready(Some(Ok(value))),
+                Err(prepare) => (prepare, Some(Run::Get)),
             },
-            Call::ReadThrough => Some(Run::Through),
-            Call::Refresh => None,
+            Call::ReadThrough => (prepare, Some(Run::Through)),
+            Call::Refresh => (prepare, None),
         };
         Answer::Pending(Box::pin(self.pending(key, erased(prepare), run)))
     }
@@ -160,6 +156,26 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             Held::Missed => {}
         }
         held
+    }
+
+    /// What memory may serve now for `key` ([`Cache::lookup`]), starting the background refresh
+    /// it reports due with the load `prepare` builds (erased, so that the refresh's start is
+    /// compiled once per key, value, error and tier); `prepare` back when there is nothing to
+    /// serve. A single-key call's and a `batch_loader` call's one way to look in memory.
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    fn served<'a, P, L>(&'static self, key: &K, prepare: P) -> Result<V, P>
+    where
+        P: FnOnce() -> L + Send + 'a,
+        L: Load<K, V>,
+    {
+        match self.lookup(key) {
+            Held::Hit(value) => Ok(value),
+            Held::Refresh(value, reason, of) => {
+                self.refresh_in_background(key, erased(prepare), reason, of);
+                Ok(value)
+            }
+            Held::Missed => Err(prepare),
+        }
     }
 
     /// The lookup's span, at TRACE level; never entered (entering costs on every poll): its

@@ -28,7 +28,6 @@ use crate::config::Lock;
 use crate::error::Error;
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
-use crate::load::Erased;
 use crate::telemetry::Reason;
 use crate::tier::{Batch, BatchLoad, Call, Direct, Fetched, Handle, One, Run, Start, Tier};
 
@@ -407,30 +406,22 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         window: Duration,
     ) -> Result<V, Error>
     where
-        P: FnOnce() -> L,
+        P: FnOnce() -> L + Send,
         L: BatchLoad<K, V>,
     {
-        let prepare = move || One::new(Arc::new(prepare()));
-        let value = match self.lookup(&key) {
-            Held::Hit(value) => value,
-            Held::Refresh(value, reason, of) => {
-                self.refresh_in_background(&key, || Erased::of(prepare()), reason, of);
-                value
-            }
-            Held::Missed => {
-                let miss = Miss {
-                    prepare,
-                    span: self.lookup_span(),
-                    run: Run::Get,
-                };
-                return self
-                    .miss(key, miss, |leader, prepare| {
-                        self.send_to_window(leader, prepare().0, window)
-                    })
-                    .await;
-            }
+        let prepare = match self.served(&key, move || One::new(Arc::new(prepare()))) {
+            Ok(value) => return Ok(value),
+            Err(prepare) => prepare,
         };
-        Ok(value)
+        let miss = Miss {
+            prepare,
+            span: self.lookup_span(),
+            run: Run::Get,
+        };
+        self.miss(key, miss, |leader, prepare| {
+            self.send_to_window(leader, prepare().0, window)
+        })
+        .await
     }
 
     /// Adds `leader` to the open window, or opens one whose task loads its keys when it

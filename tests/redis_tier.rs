@@ -11,6 +11,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+use common::monitor::Monitor;
 use common::redis_server::RedisServer;
 use common::{AppError, eventually, within};
 use stampede::{RedisConfig, cached};
@@ -1650,4 +1651,71 @@ async fn read_through_returns_what_redis_holds_whatever_memory_holds() {
         assert_eq!(within(call).await.unwrap(), "1 v1");
     }
     assert_eq!(LOADS.load(SeqCst), 2, "one load for the eight");
+}
+
+/// The round trips of the calls below, in the order the server ran them, without the feed's
+/// heartbeats (`PUBLISH` on their own every second) and the test's own commands.
+fn trips(monitor: &Monitor, server: &RedisServer) -> Vec<String> {
+    let mut sent = monitor.sent(server);
+    sent.retain(|command| !matches!(command.as_str(), "publish" | "spublish" | "ping"));
+    sent
+}
+
+/// A key of a cache with memory in front of Redis that this process lacks costs its caller the
+/// round trips the design counts, whatever Redis holds: two beyond the load when Redis has no
+/// value (one script reads the key and takes its lock, one fills, publishes and releases), one
+/// when another process filled it (the same script finds the value). A cache without memory
+/// (`backend = "redis"`), which finds most keys in Redis, reads them with a plain pipeline
+/// (`GETRANGE` and `TIME`) before the flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", lock = "redis", redis = "trips", name = "red::trips")]
+    async fn in_a(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 2
+    }
+    #[cached(ttl = "60s", lock = "redis", redis = "trips", name = "red::trips")]
+    async fn in_b(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 3
+    }
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        redis = "trips",
+        name = "red::trips"
+    )]
+    async fn without_memory(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 5
+    }
+
+    let server = RedisServer::start();
+    install(&server, "trips");
+    // The connection made, the scripts loaded and the cache's shape registered before counting.
+    assert_eq!(within(in_a(1)).await, 2);
+    assert_eq!(within(in_b(1)).await, 2);
+    assert_eq!(within(without_memory(1)).await, 2);
+    let monitor = Monitor::start(&server);
+
+    assert_eq!(within(in_a(7)).await, 14);
+    let cold = trips(&monitor, &server);
+    assert_eq!(within(in_b(7)).await, 14, "a's value, read from Redis");
+    let read = trips(&monitor, &server);
+    assert_eq!(
+        within(without_memory(7)).await,
+        14,
+        "a's value, read from Redis"
+    );
+    let unheld = trips(&monitor, &server);
+    println!(
+        "a cold key: {cold:?}; filled by another process: {read:?}; without memory: {unheld:?}"
+    );
+    assert_eq!(cold, ["evalsha", "evalsha"], "read-and-lock, then fill");
+    assert_eq!(read, ["evalsha"], "read-and-lock finds the value");
+    assert_eq!(unheld, ["getrange", "time"], "the pipelined read");
+    assert_eq!(LOADS.load(SeqCst), 2);
 }

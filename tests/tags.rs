@@ -185,13 +185,18 @@ async fn a_tags_expiry_serves_its_entries_stale_while_each_is_refreshed() {
     assert_eq!(started.elapsed(), std::time::Duration::ZERO);
     // No `stale`: the other function's entry loads at the next call, waited for.
     assert_eq!(within(shelf_name(1)).await, "shelf 1");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(
         LOADS.load(SeqCst),
         5,
         "book 1/1's refresh and shelf 1's load"
     );
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    assert_eq!(within(book(1, 1)).await, "book 1/1 #4");
+    // The refresh's load and shelf 1's ran side by side: either may have been the 4th.
+    let refreshed = within(book(1, 1)).await;
+    assert!(
+        ["book 1/1 #4", "book 1/1 #5"].contains(&refreshed.as_str()),
+        "refreshed: {refreshed}"
+    );
     // Another tag's entry stays fresh.
     assert_eq!(within(book(2, 1)).await, "book 2/1 #2");
     assert_eq!(LOADS.load(SeqCst), 5);

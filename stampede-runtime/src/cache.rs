@@ -23,6 +23,7 @@ use crate::load::{Erased, ErasedPrepare, Load, erased};
 use crate::memory::{Invalidation, Kept};
 use crate::telemetry::Reason;
 use crate::tier::{Direct, Run, Shared, Start, Tier};
+use run::Running;
 
 /// One cached function's cache: the core and the tier behind it.
 pub(crate) struct Cache<K: Key, V: Value, T> {
@@ -135,7 +136,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     ) -> Result<V, Error> {
         let run = miss.run;
         let lead = move |leader, prepare: ErasedPrepare<'_, K, V, E>| {
-            self.spawn_load(leader, prepare(), Start::miss(run))
+            self.running(leader, prepare(), Start::miss(run)).map(Some)
         };
         self.miss(key, miss, lead).await
     }
@@ -274,12 +275,13 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     }
 
     /// The rest of a call that found nothing to serve in memory: a read of the tier, or the
-    /// key's single load, which `lead` starts when this call leads the key's flight.
+    /// key's single load, which `lead` starts when this call leads the key's flight (and hands
+    /// back to run on this task while it waits, see [`Running`]).
     async fn miss<P, L>(
         &'static self,
         key: K,
         miss: Miss<P>,
-        lead: impl FnOnce(Leader<'static, K, V>, P) -> Result<(), Error>,
+        lead: impl FnOnce(Leader<'static, K, V>, P) -> Result<Option<Running>, Error>,
     ) -> Result<V, Error>
     where
         P: FnOnce() -> L,
@@ -295,11 +297,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             outcome("miss");
             return self.run_here(&key, prepare(), run).await;
         }
-        // A value another process shared: read on this task without a lock (one round trip,
-        // two for a value of 16 KiB or more on a standalone server);
-        // the flight, its task and the lock only when there is none, or when a load or a read
-        // of the key runs here already (its callers share that rather than read again).
-        let prepare = if self.tier.reads() && !core.flights.contains(&key) {
+        // Without memory, a value another process shared: read without a lock (one round trip,
+        // two for a value of 16 KiB or more on a standalone server); the flight and the lock
+        // only when there is none, or when a load or a read of the key runs here already (its
+        // callers share that rather than read again).
+        let prepare = if self.reads_first() && !core.flights.contains(&key) {
             match self.read(&key, prepare).await {
                 Ok(value) => {
                     outcome("remote");
@@ -310,19 +312,31 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         } else {
             prepare
         };
-        let waiter = match core.flights.join(&key, self.tier.trusted_for()) {
+        match core.flights.join(&key, self.tier.trusted_for()) {
             Joined::Shared(waiter) => {
                 core.telemetry.shared.bump();
                 outcome("shared");
-                waiter
+                self.wait(&key, waiter, &span).await
             }
             Joined::Led(leader, waiter) => {
                 outcome("miss");
-                lead(leader, prepare)?;
-                waiter
+                let waited = self.wait(&key, waiter, &span);
+                match lead(leader, prepare)? {
+                    Some(running) => running.beside(waited).await,
+                    None => waited.await,
+                }
             }
-        };
-        self.wait(&key, waiter, &span).await
+        }
+    }
+
+    /// Whether a call that finds nothing in memory reads the shared tier without a lock before
+    /// it goes through the key's flight: only where values do not live in memory (`backend =
+    /// "redis"`), whose calls mostly find their value there. With memory in front, a call
+    /// reaches the tier only for a key this process lacks, which the tier often lacks too: the
+    /// flight's first step reads it and takes its lock in one round trip (a value found costs
+    /// that one round trip all the same; a miss two beyond its load, not three).
+    pub(crate) fn reads_first(&self) -> bool {
+        self.tier.reads() && !self.core.config.in_memory()
     }
 
     /// A fresh value of `key` read from the shared tier on this task, kept in memory where

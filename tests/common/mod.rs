@@ -2,7 +2,9 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 #[allow(unused_imports)] // each test file uses its own subset
-pub use stampede_test_support::{WAIT, eventually, fault_proxy, redis_server, until, within};
+pub use stampede_test_support::{
+    WAIT, eventually, fault_proxy, monitor, redis_server, until, within,
+};
 
 pub mod telemetry;
 

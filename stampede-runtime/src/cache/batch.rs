@@ -119,7 +119,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             .await;
             return answered(keys, answers, core);
         }
-        if run != Run::Refresh && self.tier.reads() {
+        if run != Run::Refresh && self.reads_first() {
             self.read_many(&keys, &mut missed, &mut answers, &load)
                 .await;
         }
@@ -420,6 +420,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         };
         self.miss(key, miss, |leader, prepare| {
             self.send_to_window(leader, prepare().0, window)
+                .map(|()| None)
         })
         .await
     }

@@ -3,13 +3,15 @@
 //! `redis-server` per test on a free loopback port (plain, TLS, or with a password),
 //! [`redis_cluster::Cluster`], a real Redis Cluster (masters, with or without replicas, plain
 //! or TLS) whose nodes fault tests kill, restart and move slots between, [`tls::TestCerts`],
-//! certificates made by the test, and [`fault_proxy::FaultProxy`], a TCP proxy in front of a
-//! server that delays, blackholes or cuts connections.
+//! certificates made by the test, [`fault_proxy::FaultProxy`], a TCP proxy in front of a
+//! server that delays, blackholes or cuts connections, and [`monitor::Monitor`], the commands
+//! clients send a server (the round trips a call makes).
 //!
 //! The server binary is `redis-server`, or the one named by `STAMPEDE_TEST_SERVER` (e.g.
 //! `valkey-server`).
 
 pub mod fault_proxy;
+pub mod monitor;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod tls;

@@ -427,13 +427,16 @@ where
             }
         };
         match (read.state, current) {
-            (ReadState::Fresh, Some(entry)) if !self.replaces(handle, &entry) => {
+            (ReadState::Fresh, Some(entry))
+                if !self.replaces(handle, &entry) && handle.takes_read() =>
+            {
                 record("fresh");
                 outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));
                 Step::Done
             }
-            // The value its refresh replaces, or fresh by the server's clock but not servable
-            // by ours: read again, asking for the lock as if the key were missing.
+            // The value its refresh replaces, one read since an invalidation, or fresh by the
+            // server's clock but not servable by ours: read again, asking for the lock as if
+            // the key were missing.
             (ReadState::Fresh, Some(_)) => {
                 part.replaced = true;
                 Step::Read
@@ -621,7 +624,9 @@ where
         };
         part.step = Step::Read;
         match payload {
-            Some(payload) if envelope::filled_at_or_after(&payload, read_fence) => {
+            Some(payload)
+                if envelope::filled_at_or_after(&payload, read_fence) && handle.takes_read() =>
+            {
                 if let Found::Usable(entry) = self.found(handle, Some(&payload), None) {
                     record("published");
                     outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));

@@ -6,8 +6,9 @@
 //! `#[stampede::cached]` turns the function into a call on a runtime that guarantees, per key:
 //!
 //! - **one load at a time** (singleflight): the first miss starts the load, every other caller
-//!   waits for its result. The load runs detached on the tokio runtime, so a caller that gives up
-//!   (a dropped request) neither cancels it nor strands the others.
+//!   waits for its result. The load runs on the task of the caller that started it while that
+//!   caller waits (no hand-over to another task), and on a task of its own once it stops waiting,
+//!   so a caller that gives up (a dropped request) neither cancels it nor strands the others.
 //! - **no waiting on expiry** (stale-while-revalidate): for `stale` after the fresh time, callers
 //!   get the old value at once while exactly one refresh runs in the background.
 //! - **spread expirations** (TTL jitter): keys filled together do not expire together.

@@ -3,8 +3,9 @@
 //! Use it through the `stampede` crate (the package `stampede-cache`): its public items are re-exported there, and the code
 //! `#[cached]` generates reaches the rest through `stampede::__private`.
 //!
-//! Per key, a cache runs at most one load at a time (singleflight), detached on the tokio
-//! runtime so that no caller's cancellation cancels it; serves a stale value while one refresh
+//! Per key, a cache runs at most one load at a time (singleflight), on the task of the caller
+//! that started it while that caller waits and on a task of its own once it stops, so that no
+//! caller's cancellation cancels it; serves a stale value while one refresh
 //! runs (stale-while-revalidate); spreads expirations (TTL jitter); and bounds every load
 //! (timeout, retries with jittered backoff).
 

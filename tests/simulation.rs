@@ -11,7 +11,9 @@
 //! server; `max_loads` and `max_loads_full`, low caps that queue, time out and shed loads of
 //! distinct keys; and every load is a conditional read of the previous value it is given
 //! (`previous`, `previous_of`), answered "unchanged" when the source still holds its version;
-//! options set at run time (`configure`: `ttl`, `stale`, `timeout` shortened);
+//! options set at run time (`configure`: `ttl`, `stale`, `timeout`, `backoff` shortened,
+//! `jitter` and `retries` lowered, and where on `refresh_after`, `memory_ttl`, `soft_timeout`,
+//! `xfetch`, `batch_max`);
 //! those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
@@ -1867,8 +1869,9 @@ impl World {
     /// `stampede::invalidate_tag` does: marked here, dropped from the stores, marked again.
     /// Shortens the options of `f`'s name (its twin's too) to `per_mille` of the shortest the
     /// plan gives them, within what the attribute allows (`ttl` above `refresh_after`, at least
-    /// `memory_ttl`): the runtime must accept it. Where every cache of the name has them on,
-    /// `refresh_after`, `memory_ttl`, `soft_timeout` and `xfetch`'s beta are shortened too.
+    /// `memory_ttl`): the runtime must accept it. `jitter`, `retries` and `backoff` are scaled
+    /// down the same way; where every cache of the name has them on, `refresh_after`,
+    /// `memory_ttl`, `soft_timeout`, `xfetch`'s beta and `batch_max` too.
     fn configure(&self, f: u8, per_mille: u16) {
         let name = &self.functions[f as usize].plan.config.name;
         let twins: Vec<&Function> = (self.functions.iter())
@@ -1929,6 +1932,22 @@ impl World {
         }
         if named.iter().all(|config| config.xfetch.is_some()) {
             configure = configure.xfetch(f64::from(per_mille) / 1000.0);
+        }
+        // What bounds a load or a fill, never above the plan's: the oracle's rules read the
+        // plan's as bounds (a fill's fresh time cut by at most `jitter`; a load's retries and
+        // backoffs in its slack), which fewer and shorter keep.
+        let fewer = |of: fn(&Config) -> u32| {
+            let least = named.iter().map(|config| of(config)).min().unwrap_or(0);
+            least * u32::from(per_mille) / 1000
+        };
+        configure = configure
+            .jitter(fewer(|config| u32::from(config.jitter)) as u8)
+            .retries(fewer(|config| config.retries))
+            .backoff(scale(|config| config.backoff).max(Duration::from_millis(1)));
+        let batch_max: Option<Vec<usize>> = named.iter().map(|config| config.batch_max).collect();
+        if let Some(most) = batch_max.and_then(|each| each.into_iter().min()) {
+            let scaled = most * usize::from(per_mille) / 1000;
+            configure = configure.batch_max(scaled.max(1));
         }
         match configure.apply() {
             Ok(()) => {

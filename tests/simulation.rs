@@ -13,7 +13,7 @@
 //! (`previous`, `previous_of`), answered "unchanged" when the source still holds its version;
 //! options set at run time (`configure`: `ttl`, `stale`, `timeout`, `backoff` shortened,
 //! `jitter` and `retries` lowered, and where on `refresh_after`, `memory_ttl`, `soft_timeout`,
-//! `xfetch`, `batch_max`);
+//! `xfetch`, `batch_max`, `fail_safe` and its throttle);
 //! those not yet simulated are in [`NOT_SIMULATED`],
 //! with why), several "processes" (a cache per function and process; with a shared
 //! backend, the processes share the runtime's fake tier, which has Redis's semantics: a lock
@@ -1871,7 +1871,8 @@ impl World {
     /// plan gives them, within what the attribute allows (`ttl` above `refresh_after`, at least
     /// `memory_ttl`): the runtime must accept it. `jitter`, `retries` and `backoff` are scaled
     /// down the same way; where every cache of the name has them on, `refresh_after`,
-    /// `memory_ttl`, `soft_timeout`, `xfetch`'s beta and `batch_max` too.
+    /// `memory_ttl`, `soft_timeout`, `xfetch`'s beta, `batch_max`, `fail_safe` and its throttle
+    /// too.
     fn configure(&self, f: u8, per_mille: u16) {
         let name = &self.functions[f as usize].plan.config.name;
         let twins: Vec<&Function> = (self.functions.iter())
@@ -1926,6 +1927,12 @@ impl World {
         }
         if let Some(memory) = all_on(|config| config.memory_ttl) {
             configure = configure.memory_ttl(memory);
+        }
+        // The oracle's fail-safe grants read the plan's windows as the longest allowed.
+        if let Some(keep) = all_on(|config| config.fail_safe) {
+            configure = configure
+                .fail_safe(keep)
+                .fail_safe_throttle(scale(|config| config.fail_safe_throttle));
         }
         if let Some(soft) = soft {
             configure = configure.soft_timeout(soft);

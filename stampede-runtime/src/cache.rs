@@ -261,17 +261,31 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         reason: Reason,
         of: Instant,
     ) {
-        if self.core.config.lock == Lock::None {
-            return;
-        }
-        if let Some(leader) = self.core.flights.lead(key) {
-            let start = Start {
-                reason,
-                run: Run::Get,
-                replacing: (reason == Reason::Early).then_some(of),
-            };
+        if let Some((leader, start)) = self.refresh_led(key, reason, of) {
             let _ = self.spawn_load(leader, prepare(), start);
         }
+    }
+
+    /// The flight of a background refresh of `key`'s value, served now (stale, or past
+    /// `refresh_after`, loaded at `of`), if one may start: the cache has a lock, and no load of
+    /// the key runs already. An early refresh replaces the value loaded at `of`. The one rule of
+    /// a single-key call's, a batch's and a read's refreshes.
+    pub(crate) fn refresh_led(
+        &'static self,
+        key: &K,
+        reason: Reason,
+        of: Instant,
+    ) -> Option<(Leader<'static, K, V>, Start)> {
+        if self.core.config.lock == Lock::None {
+            return None;
+        }
+        let leader = self.core.flights.lead(key)?;
+        let start = Start {
+            reason,
+            run: Run::Get,
+            replacing: (reason == Reason::Early).then_some(of),
+        };
+        Some((leader, start))
     }
 
     /// The rest of a call that found nothing to serve in memory: a read of the tier, or the

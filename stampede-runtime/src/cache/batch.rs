@@ -177,17 +177,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 Held::Hit(value) => answers[at] = Some(Ok(value)),
                 Held::Refresh(value, reason, of) => {
                     answers[at] = Some(Ok(value));
-                    if core.config.lock != Lock::None
-                        && let Some(leader) = core.flights.lead(key)
-                    {
-                        let replacing = (reason == Reason::Early).then_some(of);
-                        let start = Start {
-                            reason,
-                            run: Run::Get,
-                            replacing,
-                        };
-                        refreshes.push((leader, start));
-                    }
+                    refreshes.extend(self.refresh_led(key, reason, of));
                 }
                 Held::Missed => {
                     core.telemetry.misses.bump();
@@ -256,15 +246,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 continue;
             };
             answers[at] = Some(Ok(value));
-            if let Some(of) = refresh_of
-                && let Some(leader) = core.flights.lead(&keys[at])
-            {
-                let start = Start {
-                    reason: Reason::Early,
-                    run: Run::Get,
-                    replacing: Some(of),
-                };
-                early.push((leader, start));
+            if let Some(of) = refresh_of {
+                early.extend(self.refresh_led(&keys[at], Reason::Early, of));
             }
         }
         let _ = self.spawn_batch(early, load);

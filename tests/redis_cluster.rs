@@ -561,40 +561,45 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
     let calls = within(looping).await.unwrap();
 
     // Back on the cluster: a new cold stampede loads each key once. The client may take a
-    // few rounds to learn the new slot map; each round uses keys never asked before.
-    let mut rounds = 0;
-    let mut took = Duration::ZERO;
-    let loads = within(async {
-        loop {
-            rounds += 1;
-            let began = std::time::Instant::now();
-            let degraded = stampede::stats("clu::failover").unwrap().degraded;
-            let before = LOADS.load(SeqCst);
-            let base = 2_000_000 + rounds * 100;
-            let mut calls = Vec::new();
-            for key in base..base + 30 {
-                for caller in 0..10 {
-                    calls.push(tokio::spawn(async move {
-                        if caller % 2 == 0 {
-                            in_a(key).await
-                        } else {
-                            in_b(key).await
-                        }
-                    }));
+    // few rounds to learn the new slot map (a flight whose first read fails loads here, as
+    // calls do during the failover); each round uses keys never asked before.
+    let cold_stampede = async |first: u64| {
+        let mut rounds = 0;
+        let mut took = Duration::ZERO;
+        let loads = within(async {
+            loop {
+                rounds += 1;
+                let began = std::time::Instant::now();
+                let degraded = stampede::stats("clu::failover").unwrap().degraded;
+                let before = LOADS.load(SeqCst);
+                let base = first + rounds * 100;
+                let mut calls = Vec::new();
+                for key in base..base + 30 {
+                    for caller in 0..10 {
+                        calls.push(tokio::spawn(async move {
+                            if caller % 2 == 0 {
+                                in_a(key).await
+                            } else {
+                                in_b(key).await
+                            }
+                        }));
+                    }
                 }
+                for call in calls {
+                    call.await.unwrap().expect("no call fails");
+                }
+                let loads = LOADS.load(SeqCst) - before;
+                took = began.elapsed();
+                if stampede::stats("clu::failover").unwrap().degraded == degraded {
+                    return loads;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            for call in calls {
-                call.await.unwrap().expect("no call fails");
-            }
-            let loads = LOADS.load(SeqCst) - before;
-            took = began.elapsed();
-            if stampede::stats("clu::failover").unwrap().degraded == degraded {
-                return loads;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
+        })
+        .await;
+        (loads, rounds, took)
+    };
+    let (loads, rounds, took) = cold_stampede(2_000_000).await;
     println!(
         "killed master {victim}: failed over in {failed_over_in:?}; {calls} calls meanwhile, none \
          failed; afterwards a cold stampede (30 keys x 10 callers) loaded {loads} times, after \
@@ -619,26 +624,10 @@ async fn calls_survive_a_master_being_killed_and_use_the_cluster_again_after_fai
     })
     .await;
     let rejoined_in = restarted_at.elapsed();
-    let before = LOADS.load(SeqCst);
-    let mut calls = Vec::new();
-    for key in 3_000_000..3_000_030_u64 {
-        for caller in 0..10 {
-            calls.push(tokio::spawn(async move {
-                if caller % 2 == 0 {
-                    in_a(key).await
-                } else {
-                    in_b(key).await
-                }
-            }));
-        }
-    }
-    for call in calls {
-        within(call).await.unwrap().expect("no call fails");
-    }
-    let loads = LOADS.load(SeqCst) - before;
+    let (loads, rounds, _) = cold_stampede(3_000_000).await;
     println!(
         "killed master {victim} restarted: back as a replica in {rejoined_in:?}; a cold stampede \
-         (30 keys x 10 callers) then loaded {loads} times"
+         (30 keys x 10 callers) then loaded {loads} times, after {rounds} round(s)"
     );
     assert_eq!(loads, 30, "each key loaded once, through the cluster");
 }

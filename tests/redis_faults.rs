@@ -485,10 +485,12 @@ where
     println!("an invalidation arrived through the feed in round {round}");
 }
 
-/// A call whose value is read from Redis on its own task, while this process invalidates the
-/// key: the server answers the read with the old value before it runs the invalidation's `DEL`,
-/// and the answer arrives after the invalidation began here. The call must not return that
-/// value, nor keep it in memory: it goes on to a load.
+/// A call whose value is read from Redis on its own task (a cache without memory reads there
+/// before the key's flight), while this process invalidates the key: the server answers the read
+/// with the old value before it runs the invalidation's `DEL`, and the answer arrives after the
+/// invalidation began here. The call must not return that value: it goes on to a load. (With
+/// memory in front, the read is the flight's, whose callers began before the invalidation and
+/// may get what it read, as they may get what it loaded; memory keeps neither.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_read_from_redis_while_the_key_is_invalidated_is_neither_returned_nor_kept() {
     let _serial = serial().await;
@@ -497,6 +499,7 @@ async fn a_value_read_from_redis_while_the_key_is_invalidated_is_neither_returne
     #[cached(
         ttl = "60s",
         lock = "redis",
+        backend = "redis",
         redis = "read_race_proxied",
         name = "faults::read_race"
     )]
@@ -506,6 +509,7 @@ async fn a_value_read_from_redis_while_the_key_is_invalidated_is_neither_returne
     #[cached(
         ttl = "60s",
         lock = "redis",
+        backend = "redis",
         redis = "read_race_direct",
         name = "faults::read_race"
     )]

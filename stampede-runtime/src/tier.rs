@@ -458,15 +458,6 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         self.begun.current()
     }
 
-    /// Whether a fresh value the shared store holds (read, or published by its filler) may be
-    /// this flight's answer: not once the key was invalidated (or the flight detached) since the
-    /// flight began, for the store may have answered before it ran the invalidation, and the
-    /// value be the one invalidated. The tier then reads the key again as if it had no value
-    /// (taking its lock), and the flight loads it.
-    pub(crate) fn takes_read(&self) -> bool {
-        self.current()
-    }
-
     /// Drops the key's value from memory (a refused `prime`: what memory held is older).
     pub(crate) fn forget(&self) {
         self.core.memory.invalidate(self.key());
@@ -475,12 +466,9 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
     /// Hands a stale value to the flight's waiters now, while the refresh goes on, and keeps it
     /// in memory; if the load fails, the waiters keep it (stale-if-error). A waiter takes it only
     /// while it is servable; past its deadline, waiters wait for the refresh. Whether it was
-    /// handed over: never for a companion's `refresh`, whose callers wait for what it loads, nor
-    /// once the flight is no longer current.
+    /// handed over: never for a companion's `refresh`, whose callers wait for what it loads.
     pub(crate) fn serve(&self, shared: Shared<V>) -> bool {
-        // Read before an invalidation the flight has been detached by, it may be the value
-        // invalidated (see `takes_read`).
-        if self.start.run == Run::Refresh || !self.current() {
+        if self.start.run == Run::Refresh {
             return false;
         }
         let entry = match self.held_later(&shared.entry, Entry::servable) {

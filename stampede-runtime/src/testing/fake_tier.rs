@@ -1113,7 +1113,7 @@ impl<K: Key, V: Value> Fake<K, V> {
                 let refreshes = handle
                     .replacing()
                     .is_some_and(|old| stored.filled_at <= old);
-                if now < stored.fresh_until && !refreshes && handle.takes_read() {
+                if now < stored.fresh_until && !refreshes {
                     return Next::Done(Fetched::Read(handle.keep(self.shared(stored.entry()))));
                 }
                 if now < stored.stale_until && !*served {

@@ -427,16 +427,13 @@ where
             }
         };
         match (read.state, current) {
-            (ReadState::Fresh, Some(entry))
-                if !self.replaces(handle, &entry) && handle.takes_read() =>
-            {
+            (ReadState::Fresh, Some(entry)) if !self.replaces(handle, &entry) => {
                 record("fresh");
                 outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));
                 Step::Done
             }
-            // The value its refresh replaces, one read since an invalidation, or fresh by the
-            // server's clock but not servable by ours: read again, asking for the lock as if
-            // the key were missing.
+            // The value its refresh replaces, or fresh by the server's clock but not servable
+            // by ours: read again, asking for the lock as if the key were missing.
             (ReadState::Fresh, Some(_)) => {
                 part.replaced = true;
                 Step::Read
@@ -624,9 +621,7 @@ where
         };
         part.step = Step::Read;
         match payload {
-            Some(payload)
-                if envelope::filled_at_or_after(&payload, read_fence) && handle.takes_read() =>
-            {
+            Some(payload) if envelope::filled_at_or_after(&payload, read_fence) => {
                 if let Found::Usable(entry) = self.found(handle, Some(&payload), None) {
                     record("published");
                     outcomes[at] = Some(Fetched::Read(self.keep(handle, entry)));

@@ -1942,19 +1942,20 @@ impl World {
         }
         // What bounds a load or a fill, never above the plan's: the oracle's rules read the
         // plan's as bounds (a fill's fresh time cut by at most `jitter`; a load's retries and
-        // backoffs in its slack), which fewer and shorter keep.
-        let fewer = |of: fn(&Config) -> u32| {
-            let least = named.iter().map(|config| of(config)).min().unwrap_or(0);
-            least * u32::from(per_mille) / 1000
+        // backoffs in its slack), which fewer and shorter keep. A count is scaled as `all_on`
+        // scales a duration: `None` where a cache of the name has none.
+        let fewer = |of: fn(&Config) -> Option<usize>| {
+            let each: Option<Vec<usize>> = named.iter().map(|config| of(config)).collect();
+            Some(each?.into_iter().min()? * usize::from(per_mille) / 1000)
         };
+        let jitter = fewer(|config| Some(config.jitter.into())).unwrap_or(0);
+        let retries = fewer(|config| Some(config.retries as usize)).unwrap_or(0);
         configure = configure
-            .jitter(fewer(|config| u32::from(config.jitter)) as u8)
-            .retries(fewer(|config| config.retries))
+            .jitter(jitter as u8)
+            .retries(retries as u32)
             .backoff(scale(|config| config.backoff).max(Duration::from_millis(1)));
-        let batch_max: Option<Vec<usize>> = named.iter().map(|config| config.batch_max).collect();
-        if let Some(most) = batch_max.and_then(|each| each.into_iter().min()) {
-            let scaled = most * usize::from(per_mille) / 1000;
-            configure = configure.batch_max(scaled.max(1));
+        if let Some(most) = fewer(|config| config.batch_max) {
+            configure = configure.batch_max(most.max(1));
         }
         match configure.apply() {
             Ok(()) => {

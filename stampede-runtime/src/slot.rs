@@ -5,6 +5,7 @@ use std::any::{Any, type_name};
 use std::future::Future;
 use std::sync::{OnceLock, PoisonError, RwLock};
 
+use crate::answer::Answer;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::core::{Tags, Values};
@@ -222,7 +223,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
         call: Call,
         key: K,
         prepare: P,
-    ) -> impl Future<Output = Result<V, E>> + 'a
+    ) -> Answer<'a, Result<V, E>>
     where
         K: Key,
         V: Value,
@@ -245,12 +246,7 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     /// `refresh`. Such a function has no error channel: a load that panics or times out makes
     /// every waiting caller panic. Not an `async fn`, as [`Recipe::result`] is not.
     #[inline(always)]
-    pub fn value<'a, T, P, L, Fut>(
-        self,
-        call: Call,
-        key: K,
-        prepare: P,
-    ) -> impl Future<Output = V> + 'a
+    pub fn value<'a, T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> Answer<'a, V>
     where
         K: Key,
         V: Value,

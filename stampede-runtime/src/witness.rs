@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::marker::PhantomData;
 
+use crate::answer::Answer;
 use crate::checks::Witness;
 use crate::config::Config;
 use crate::error::{Error, LoadError};
@@ -24,7 +25,7 @@ impl<V: Value> Witness<V> {
         call: Call,
         key: K,
         prepare: P,
-    ) -> impl Future<Output = V> + 'a
+    ) -> Answer<'a, V>
     where
         K: Key,
         C: FnOnce() -> Config,
@@ -53,7 +54,7 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
         call: Call,
         key: K,
         prepare: P,
-    ) -> impl Future<Output = Result<V, E>> + 'a
+    ) -> Answer<'a, Result<V, E>>
     where
         K: Key,
         C: FnOnce() -> Config,

@@ -31,8 +31,15 @@ impl Expansion<'_> {
         let recipe = self.recipe(rules);
         let key = self.key();
         let prepare = self.prepare();
+        // A hit is ready when the call is made: taken here, it goes straight to the caller
+        // rather than through this future's state (issue 38).
         quote! {
-            #witness.#method(#recipe, #call, #key, #prepare).await
+            match #witness.#method(#recipe, #call, #key, #prepare) {
+                #private::Answer::Ready(::core::option::Option::Some(__stampede_value)) => {
+                    __stampede_value
+                }
+                __stampede_answer => __stampede_answer.await,
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 //! The `static` that `#[cached]` puts in each function, which holds its cache; the function's
 //! [`Recipe`]; and the calls the generated code makes with them.
 
-use std::any::{Any, type_name};
+use std::any::{Any, TypeId, type_name};
 use std::future::Future;
 use std::sync::{OnceLock, PoisonError, RwLock};
 
@@ -21,8 +21,39 @@ mod batch;
 pub use batch::{batch_answers, batch_values, groups};
 
 type Erased = &'static (dyn Any + Send + Sync);
+
 /// A cache and the `Self` type of the method it was built for (`""` for a free function).
-type Built = (&'static str, Erased);
+#[derive(Clone, Copy)]
+struct Built {
+    site: &'static str,
+    /// The cache's type, kept beside it: a hit compares it with a constant rather than asking
+    /// the cache's vtable (`Any::type_id`, an indirect call on every hit, issue 38).
+    type_id: TypeId,
+    cache: Erased,
+}
+
+impl Built {
+    fn new<C: Any + Send + Sync>(site: &'static str, cache: &'static C) -> Self {
+        Built {
+            site,
+            type_id: TypeId::of::<C>(),
+            cache,
+        }
+    }
+
+    /// The cache, if it is a `C` built for `site`.
+    #[inline(always)]
+    fn cache<C: Any>(self, site: &str) -> Option<&'static C> {
+        if self.type_id == TypeId::of::<C>() && same_site(self.site, site) {
+            let cache: *const (dyn Any + Send + Sync) = self.cache;
+            // SAFETY: `type_id` is the id of `cache`'s concrete type (`Built::new`), and it is
+            // `C`'s: the cast is `<dyn Any>::downcast_ref`'s, without its call of the vtable.
+            Some(unsafe { &*cache.cast::<C>() })
+        } else {
+            None
+        }
+    }
+}
 
 /// Holds the cache of one function. It is type-erased because a `static` inside a method may not
 /// name `Self` or the impl's generic parameters; the key and value types are named at the call.
@@ -66,10 +97,7 @@ impl Slot {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        if let Some((first_site, first)) = self.first.get()
-            && same_site(first_site, site)
-            && let Some(cache) = first.downcast_ref()
-        {
+        if let Some(cache) = self.first.get().and_then(|first| first.cache(site)) {
             return cache;
         }
         // Built once: the options and tier through an object, so that what builds a cache is
@@ -86,13 +114,11 @@ impl Slot {
         tags: Tags<K>,
         values: Values<V>,
     ) -> &'static Cache<K, V, T> {
-        let (first_site, first) = *self.first.get_or_init(|| {
+        let first = *self.first.get_or_init(|| {
             let (config, tier) = made.make();
-            (site, leak(config, tier, tags, values))
+            Built::new(site, leak(config, tier, tags, values))
         });
-        if same_site(first_site, site)
-            && let Some(cache) = first.downcast_ref()
-        {
+        if let Some(cache) = first.cache(site) {
             return cache;
         }
         self.other(site, made, tags, values)
@@ -107,12 +133,7 @@ impl Slot {
         tags: Tags<K>,
         values: Values<V>,
     ) -> &'static Cache<K, V, T> {
-        let find = |others: &[Built]| {
-            others
-                .iter()
-                .filter(|(other, _)| same_site(other, site))
-                .find_map(|(_, cache)| cache.downcast_ref())
-        };
+        let find = |others: &[Built]| others.iter().find_map(|other| other.cache(site));
         if let Some(cache) = find(&self.others.read().unwrap_or_else(PoisonError::into_inner)) {
             return cache;
         }
@@ -124,7 +145,7 @@ impl Slot {
         if others
             .iter()
             .chain(self.first.get())
-            .any(|(other, _)| same_site(other, site))
+            .any(|other| same_site(other.site, site))
         {
             // Same instantiation, other types: keep the names apart.
             config.name = format!(
@@ -136,10 +157,8 @@ impl Slot {
             .into();
         }
         let cache = leak(config, tier, tags, values);
-        others.push((site, cache));
+        others.push(Built::new(site, cache));
         cache
-            .downcast_ref()
-            .expect("a cache just built has the types it was built with")
     }
 }
 
@@ -417,7 +436,12 @@ fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E
 }
 
 /// Builds a cache that lives as long as the process, and lists it in the registry.
-fn leak<K, V, T>(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Erased
+fn leak<K, V, T>(
+    config: Config,
+    tier: T,
+    tags: Tags<K>,
+    values: Values<V>,
+) -> &'static Cache<K, V, T>
 where
     K: Key,
     V: Value,

@@ -9,6 +9,8 @@
 //!   wall time divided by the calls of one task, so it equals the 1-task figure when the two do
 //!   not slow each other down.
 //!
+//! - `arc/1 task` and `arc/2 tasks`: the same, the value an `Arc<String>` (a clone is a reference
+//!   count's increment, not a copy), for the contenders that have such a store.
 //! - `zipf/1 task` and `zipf/2 tasks`: the same, each call asking for the next key of a Zipf
 //!   (s = 1.0) sequence over 100,000 keys (drawn once from a fixed seed, every key warm in every
 //!   contender; the second task starts in the middle of the sequence).
@@ -45,7 +47,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::hint::black_box;
 use std::path::PathBuf;
-use std::sync::{LazyLock, RwLock};
+use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
@@ -156,6 +158,63 @@ async fn quick_cache_entry(id: u64) -> String {
 async fn rwlock_floor(id: u64) -> String {
     let map = FLOOR.read().unwrap_or_else(|poison| poison.into_inner());
     map.get(&id).expect("warmed before measuring").clone()
+}
+
+// ---- an `Arc` value ----------------------------------------------------------------------------
+
+/// The same value shared: cloning it is a reference count's increment rather than a copy of the
+/// bytes, as a service that caches `Arc`s has it (and as issue 38's own harness measured).
+fn shared() -> Arc<String> {
+    Arc::new(value())
+}
+
+#[stampede::cached(ttl = "1h", name = "bench::arc")]
+async fn stampede_arc(id: u64) -> Arc<String> {
+    black_box(id);
+    shared()
+}
+
+#[cached::concurrent_cached(ttl_secs = 3600)]
+async fn cached_concurrent_arc(id: u64) -> Arc<String> {
+    black_box(id);
+    shared()
+}
+
+static MOKA_ARC: LazyLock<moka::future::Cache<u64, Arc<String>>> = LazyLock::new(|| {
+    moka::future::Cache::builder()
+        .max_capacity(10_000)
+        .time_to_live(Duration::from_secs(3600))
+        .build()
+});
+
+static QUICK_ARC: LazyLock<quick_cache::sync::Cache<u64, Arc<String>>> =
+    LazyLock::new(|| quick_cache::sync::Cache::new(10_000));
+
+static FLOOR_ARC: LazyLock<RwLock<HashMap<u64, Arc<String>>>> = LazyLock::new(Default::default);
+
+async fn moka_get_arc(id: u64) -> Arc<String> {
+    MOKA_ARC.get(&id).await.expect("warmed before measuring")
+}
+
+async fn quick_cache_get_arc(id: u64) -> Arc<String> {
+    QUICK_ARC.get(&id).expect("warmed before measuring")
+}
+
+async fn rwlock_floor_arc(id: u64) -> Arc<String> {
+    let map = FLOOR_ARC
+        .read()
+        .unwrap_or_else(|poison| poison.into_inner());
+    Arc::clone(map.get(&id).expect("warmed before measuring"))
+}
+
+/// Warms every `Arc` contender's key.
+fn warm_arcs(rt: &Runtime) {
+    rt.block_on(MOKA_ARC.insert(KEY, shared()));
+    QUICK_ARC.insert(KEY, shared());
+    FLOOR_ARC
+        .write()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .insert(KEY, shared());
 }
 
 // ---- a Zipf spread ------------------------------------------------------------------------------
@@ -275,6 +334,40 @@ fn zipf_hits(c: &mut Criterion) {
     group.finish();
 }
 
+/// The same contenders as `hits`, each returning the shared value ([`shared`]).
+macro_rules! arc_hits {
+    ($bench:ident, $group:expr, $rt:expr) => {
+        $bench($group, $rt, "stampede", |_| stampede_arc(black_box(KEY)));
+        $bench($group, $rt, "moka get", |_| moka_get_arc(black_box(KEY)));
+        $bench($group, $rt, "concurrent_cached", |_| {
+            cached_concurrent_arc(black_box(KEY))
+        });
+        $bench($group, $rt, "quick_cache get", |_| {
+            quick_cache_get_arc(black_box(KEY))
+        });
+        $bench($group, $rt, "RwLock<HashMap> floor", |_| {
+            rwlock_floor_arc(black_box(KEY))
+        });
+    };
+}
+
+fn arc_hits(c: &mut Criterion) {
+    let rt = current_thread();
+    warm_arcs(&rt);
+    let mut group = c.benchmark_group("arc/1 task");
+    arc_hits!(one_task, &mut group, &rt);
+    group.finish();
+
+    let rt = Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a 2-worker runtime");
+    let mut group = c.benchmark_group("arc/2 tasks");
+    arc_hits!(two_tasks, &mut group, &rt);
+    group.finish();
+}
+
 // ---- keys of several arguments ----------------------------------------------------------------
 
 #[stampede::cached(ttl = "1h", name = "bench::key1")]
@@ -310,10 +403,10 @@ const NAME: &str = "catalogue";
 
 /// `iters` calls in a row, yielding every [`YIELD_EVERY`]; each call is given its number,
 /// counted from `from` (the Zipf rows pick their key by it).
-async fn calls<F, Fut>(iters: u64, from: u64, call: F)
+async fn calls<F, Fut, T>(iters: u64, from: u64, call: F)
 where
     F: Fn(u64) -> Fut,
-    Fut: Future<Output = String>,
+    Fut: Future<Output = T>,
 {
     for i in 0..iters {
         black_box(call(from + i).await);
@@ -323,10 +416,10 @@ where
     }
 }
 
-fn one_task<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, call: F)
+fn one_task<F, Fut, T>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, call: F)
 where
     F: Fn(u64) -> Fut + Copy,
-    Fut: Future<Output = String>,
+    Fut: Future<Output = T>,
 {
     rt.block_on(call(0)); // warm
     group.bench_function(name, |b| {
@@ -338,10 +431,11 @@ where
     });
 }
 
-fn two_tasks<F, Fut>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, call: F)
+fn two_tasks<F, Fut, T>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, call: F)
 where
     F: Fn(u64) -> Fut + Copy + Send + 'static,
-    Fut: Future<Output = String> + Send + 'static,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
 {
     rt.block_on(call(0)); // warm
     group.bench_function(name, |b| {
@@ -523,8 +617,10 @@ fn recording(c: &mut Criterion) {
 // ---- profiling ----------------------------------------------------------------------------------
 
 /// The contenders `STAMPEDE_BENCH_PROFILE` can name.
-const PROFILED: [&str; 7] = [
+const PROFILED: [&str; 9] = [
     "stampede",
+    "stampede arc",
+    "floor arc",
     "stampede tiered L1",
     "stampede recorded",
     "moka get",
@@ -535,10 +631,10 @@ const PROFILED: [&str; 7] = [
 
 /// `calls` warm hits; callgrind counts only inside this function.
 #[inline(never)]
-fn profiled_calls<F, Fut>(rt: &Runtime, calls_made: u64, call: F)
+fn profiled_calls<F, Fut, T>(rt: &Runtime, calls_made: u64, call: F)
 where
     F: Fn(u64) -> Fut + Copy,
-    Fut: Future<Output = String>,
+    Fut: Future<Output = T>,
 {
     rt.block_on(calls(calls_made, 0, call));
 }
@@ -579,6 +675,11 @@ fn profile(spec: &str) -> Result<(), String> {
                 },
             );
             run!(|_| quick_cache_entry(black_box(KEY)))
+        }
+        "stampede arc" => run!(|_| stampede_arc(black_box(KEY))),
+        "floor arc" => {
+            warm_arcs(&rt);
+            run!(|_| rwlock_floor_arc(black_box(KEY)))
         }
         "floor" => {
             FLOOR
@@ -625,7 +726,14 @@ fn summary(home: &std::path::Path) {
         _ => "-".to_owned(),
     };
     let ns = |value: Option<f64>| value.map_or("-".to_owned(), |v| format!("{v:.1}"));
-    for group in ["hit/1 task", "hit/2 tasks", "zipf/1 task", "zipf/2 tasks"] {
+    for group in [
+        "hit/1 task",
+        "hit/2 tasks",
+        "arc/1 task",
+        "arc/2 tasks",
+        "zipf/1 task",
+        "zipf/2 tasks",
+    ] {
         let moka = median_ns(home, group, "moka get");
         let floor = median_ns(home, group, "RwLock<HashMap> floor");
         println!();
@@ -662,7 +770,7 @@ fn summary(home: &std::path::Path) {
         }
     }
     // Throughput: one task makes 1/t calls per ns; two make 2/t2 (t2 is per call of one task).
-    for keys in ["hit", "zipf"] {
+    for keys in ["hit", "arc", "zipf"] {
         println!();
         println!("{keys}: throughput in millions of calls per second, and 2 tasks over 1 task");
         println!(
@@ -765,6 +873,7 @@ fn main() {
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
     hits(&mut criterion, redis.is_some());
+    arc_hits(&mut criterion);
     zipf_hits(&mut criterion);
     keys(&mut criterion);
     recording(&mut criterion);

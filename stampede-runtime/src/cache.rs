@@ -91,7 +91,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         // erased (issue 38).
         let (prepare, run) = match call {
             Call::Get => match self.served(&key, prepare) {
-                Ok(value) => return Answer::Ready(Some(Ok(value))),
+                Ok(value) => return Answer::Ready(Ok(value)),
                 Err(prepare) => (prepare, Some(Run::Get)),
             },
             Call::ReadThrough => (prepare, Some(Run::Through)),

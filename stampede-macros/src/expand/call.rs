@@ -35,7 +35,7 @@ impl Expansion<'_> {
         // rather than through this future's state (issue 38).
         quote! {
             match #witness.#method(#recipe, #call, #key, #prepare) {
-                #private::Answer::Ready(::core::option::Option::Some(__stampede_value)) => {
+                #private::Answer::Ready(__stampede_value) => {
                     __stampede_value
                 }
                 __stampede_answer => __stampede_answer.await,

@@ -2,7 +2,10 @@
 //! of connection (a multiplexed tokio connection), to the `cached` crate's Redis store
 //! (`#[concurrent_cached(redis = true)]`), and to the server's side of stampede's read done raw
 //! (its pipelined `GETRANGE` and `TIME`; the `READ_FRESH` script it uses on a cluster), in one
-//! run.
+//! run. `stampede tiered, memory miss` is a `lock = "redis"` function (memory in front of Redis)
+//! whose memory keeps a value for a microsecond (`memory_ttl`): each call misses memory and finds
+//! its value in Redis, through its flight's `READ_OR_LOCK` script (issue 38: a miss of such a
+//! cache reads and locks in one round trip, rather than reading first).
 //!
 //! The stampede function is `backend = "redis"`: nothing is kept in this process, so every
 //! call asks Redis, and finds its value there (written by the warm-up call). Each contender
@@ -56,6 +59,21 @@ async fn stampede_redis(id: u64) -> String {
     value()
 }
 
+/// Tiered (`lock = "redis"` puts memory in front of Redis), with memory keeping a value for a
+/// microsecond: each call misses memory and finds its value in Redis (another process's fill, as
+/// a service's other instances see it).
+#[stampede::cached(
+    ttl = "1h",
+    lock = "redis",
+    memory_ttl = "1us",
+    redis = "bench",
+    name = "bench::tiered_l2"
+)]
+async fn stampede_tiered_l2(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
 #[cached::concurrent_cached(redis = true, ttl_secs = 3600, map_error = r##"|e| format!("{e}")"##)]
 async fn cached_redis(id: u64) -> Result<String, String> {
     black_box(id);
@@ -98,11 +116,16 @@ fn main() {
             .expect("a connection");
         // Warm: each contender's value is in Redis, its connections open.
         stampede_redis(7).await;
+        stampede_tiered_l2(7).await;
         cached_redis(7).await.expect("cached's Redis store");
-        // The raw GET reads the very bytes stampede's call reads: the value key it wrote (the
-        // longest string under this process's prefix; the others are its fence and the like).
+        // The raw GET reads the very bytes stampede's `backend = "redis"` call reads: the value
+        // key it wrote (the longest string of that cache's keys; the others are its fence and
+        // the like).
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("stampede-bench-{}*", std::process::id()))
+            .arg(format!(
+                "stampede-bench-{}:{{bench::redis~*",
+                std::process::id()
+            ))
             .query_async(&mut raw)
             .await
             .expect("KEYS");
@@ -120,7 +143,7 @@ fn main() {
         (raw, longest.0)
     });
     let script = redis::Script::new(READ_SHAPE);
-    let mut times: [Vec<Duration>; 5] = Default::default();
+    let mut times: [Vec<Duration>; 6] = Default::default();
     rt.block_on(async {
         for _ in 0..RUNS {
             times[0].push(per_call(|| stampede_redis(black_box(7))).await);
@@ -172,6 +195,7 @@ fn main() {
                 })
                 .await,
             );
+            times[5].push(per_call(|| stampede_tiered_l2(black_box(7))).await);
         }
     });
     let stats = stampede::stats("bench::redis").expect("called");
@@ -181,6 +205,7 @@ fn main() {
         "cached concurrent_cached(redis)",
         "raw EVALSHA of READ_FRESH",
         "raw GETRANGE+TIME, stampede's",
+        "stampede tiered, memory miss",
     ];
     let medians: Vec<Duration> = times.iter().cloned().map(median).collect();
     println!(
@@ -206,5 +231,10 @@ fn main() {
     println!(
         "stampede's stats: {} remote hits, {} loads (1: the warm-up)",
         stats.remote_hits, stats.loads
+    );
+    let tiered = stampede::stats("bench::tiered_l2").expect("called");
+    println!(
+        "tiered: {} memory hits, {} remote hits, {} loads (1: the warm-up)",
+        tiered.hits, tiered.remote_hits, tiered.loads
     );
 }

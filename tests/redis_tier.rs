@@ -1666,7 +1666,8 @@ fn trips(monitor: &Monitor, server: &RedisServer) -> Vec<String> {
 /// value (one script reads the key and takes its lock, one fills, publishes and releases), one
 /// when another process filled it (the same script finds the value). A cache without memory
 /// (`backend = "redis"`), which finds most keys in Redis, reads them with a plain pipeline
-/// (`GETRANGE` and `TIME`) before the flight.
+/// (`GETRANGE` and `TIME`) before the flight, as a cache with memory does for a key whose value
+/// it held and that lapsed there (`memory_ttl`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
@@ -1693,12 +1694,25 @@ async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
         id * 5
     }
 
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        memory_ttl = "1ms",
+        redis = "trips",
+        name = "red::trips_lapsing"
+    )]
+    async fn lapsing(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 7
+    }
+
     let server = RedisServer::start();
     install(&server, "trips");
     // The connection made, the scripts loaded and the cache's shape registered before counting.
     assert_eq!(within(in_a(1)).await, 2);
     assert_eq!(within(in_b(1)).await, 2);
     assert_eq!(within(without_memory(1)).await, 2);
+    assert_eq!(within(lapsing(1)).await, 7);
     let monitor = Monitor::start(&server);
 
     assert_eq!(within(in_a(7)).await, 14);
@@ -1711,11 +1725,23 @@ async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
         "a's value, read from Redis"
     );
     let unheld = trips(&monitor, &server);
+    assert_eq!(within(lapsing(7)).await, 49);
+    tokio::time::sleep(Duration::from_millis(20)).await; // past `memory_ttl`
+    let _ = trips(&monitor, &server);
+    assert_eq!(within(lapsing(7)).await, 49, "its value, read from Redis");
+    let lapsed = trips(&monitor, &server);
     println!(
-        "a cold key: {cold:?}; filled by another process: {read:?}; without memory: {unheld:?}"
+        "a cold key: {cold:?}; filled by another process: {read:?}; without memory: {unheld:?}; \
+         lapsed in memory: {lapsed:?}"
     );
     assert_eq!(cold, ["evalsha", "evalsha"], "read-and-lock, then fill");
     assert_eq!(read, ["evalsha"], "read-and-lock finds the value");
     assert_eq!(unheld, ["getrange", "time"], "the pipelined read");
-    assert_eq!(LOADS.load(SeqCst), 2);
+    assert_eq!(
+        lapsed,
+        ["getrange", "time"],
+        "a key memory held, as likely in Redis: the pipelined read"
+    );
+    // Key 1 of each name and key 7 of each, once: `lapsing(7)` was read, not loaded, again.
+    assert_eq!(LOADS.load(SeqCst), 4);
 }

@@ -40,8 +40,9 @@ enum Held<V> {
     /// A value to serve, and a background refresh of it due for this reason; the value was
     /// loaded at that instant.
     Refresh(V, Reason, Instant),
-    /// Nothing to serve.
-    Missed,
+    /// Nothing to serve; `lapsed`: memory held a value of the key, no longer servable (so the
+    /// shared tier likely holds a newer one, see [`Cache::reads_first`]).
+    Missed { lapsed: bool },
 }
 
 /// A call that found nothing to serve in memory: its load's builder and its lookup span.
@@ -50,6 +51,8 @@ struct Miss<P> {
     span: tracing::Span,
     /// What a flight of it does: `Run::Get`, or `Run::Through` for a `read_through`.
     run: Run,
+    /// Memory held a value of the key that lapsed ([`Held::Missed`]).
+    lapsed: bool,
 }
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
@@ -89,29 +92,36 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         use crate::tier::Call;
         // Only what names `prepare`'s type is compiled per cached function: the rest takes it
         // erased (issue 38).
-        let (prepare, run) = match call {
+        let (prepare, run, lapsed) = match call {
             Call::Get => match self.served(&key, prepare) {
                 Ok(value) => return Answer::Ready(Ok(value)),
-                Err(prepare) => (prepare, Some(Run::Get)),
+                Err((prepare, lapsed)) => (prepare, Some(Run::Get), lapsed),
             },
-            Call::ReadThrough => (prepare, Some(Run::Through)),
-            Call::Refresh => (prepare, None),
+            Call::ReadThrough => (prepare, Some(Run::Through), false),
+            Call::Refresh => (prepare, None, false),
         };
-        Answer::Pending(Box::pin(self.pending(key, erased(prepare), run)))
+        Answer::Pending(Box::pin(self.pending(key, erased(prepare), run, lapsed)))
     }
 
     /// What a call that has no value to serve yet awaits: a miss (or a `read_through`) that
-    /// runs as `run`, or with none, the companion's `refresh`.
+    /// runs as `run` (`lapsed`: see [`Held::Missed`]), or with none, the companion's `refresh`.
     async fn pending<E: LoadError>(
         &'static self,
         key: K,
         prepare: ErasedPrepare<'_, K, V, E>,
         run: Option<Run>,
+        lapsed: bool,
     ) -> Result<V, Error> {
         match run {
             Some(run) => {
                 let span = self.lookup_span();
-                self.missed(key, Miss { prepare, span, run }).await
+                let miss = Miss {
+                    prepare,
+                    span,
+                    run,
+                    lapsed,
+                };
+                self.missed(key, miss).await
             }
             None => self.refresh_erased(key, prepare).await,
         }
@@ -154,7 +164,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         match &held {
             Held::Hit(_) => self.served_span("hit"),
             Held::Refresh(_, reason, _) => self.served_span(reason.as_str()),
-            Held::Missed => {}
+            Held::Missed { .. } => {}
         }
         held
     }
@@ -162,9 +172,10 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// What memory may serve now for `key` ([`Cache::lookup`]), starting the background refresh
     /// it reports due with the load `prepare` builds (erased, so that the refresh's start is
     /// compiled once per key, value, error and tier); `prepare` back when there is nothing to
-    /// serve. A single-key call's and a `batch_loader` call's one way to look in memory.
+    /// serve, with whether memory's value of it lapsed ([`Held::Missed`]). A single-key call's
+    /// and a `batch_loader` call's one way to look in memory.
     #[cfg_attr(not(debug_assertions), inline(always))]
-    fn served<'a, P, L>(&'static self, key: &K, prepare: P) -> Result<V, P>
+    fn served<'a, P, L>(&'static self, key: &K, prepare: P) -> Result<V, (P, bool)>
     where
         P: FnOnce() -> L + Send + 'a,
         L: Load<K, V>,
@@ -175,7 +186,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 self.refresh_in_background(key, erased(prepare), reason, of);
                 Ok(value)
             }
-            Held::Missed => Err(prepare),
+            Held::Missed { lapsed } => Err((prepare, lapsed)),
         }
     }
 
@@ -208,7 +219,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     fn held(&self, key: &K) -> Held<V> {
         let core = &self.core;
         if !core.config.in_memory() {
-            return Held::Missed;
+            return Held::Missed { lapsed: false };
         }
         // The coarse clock first: the exact one only near the entry's deadline.
         match core.memory.find(key) {
@@ -217,7 +228,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 Held::Hit(value)
             }
             Found::Judge(entry) => self.judged(key, entry),
-            Found::Nothing => Held::Missed,
+            Found::Nothing => Held::Missed { lapsed: false },
         }
     }
 
@@ -235,11 +246,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                 core.telemetry.stale_served.bump();
                 Some(Reason::Stale)
             }
-            Freshness::Stale => return Held::Missed,
+            Freshness::Stale => return Held::Missed { lapsed: true },
             Freshness::Expired => {
                 // Past every use: freed now rather than at its eviction.
                 core.memory.reclaim(key, Instant::now());
-                return Held::Missed;
+                return Held::Missed { lapsed: true };
             }
         };
         match reason {
@@ -301,7 +312,12 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         P: FnOnce() -> L,
         L: Load<K, V>,
     {
-        let Miss { prepare, span, run } = miss;
+        let Miss {
+            prepare,
+            span,
+            run,
+            lapsed,
+        } = miss;
         let outcome = |outcome: &str| {
             span.record("outcome", outcome);
         };
@@ -311,11 +327,11 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             outcome("miss");
             return self.run_here(&key, prepare(), run).await;
         }
-        // Without memory, a value another process shared: read without a lock (one round trip,
-        // two for a value of 16 KiB or more on a standalone server); the flight and the lock
-        // only when there is none, or when a load or a read of the key runs here already (its
-        // callers share that rather than read again).
-        let prepare = if self.reads_first() && !core.flights.contains(&key) {
+        // A value another process shared, where one is likely: read without a lock (one round
+        // trip, two for a value of 16 KiB or more on a standalone server); the flight and the
+        // lock only when there is none, or when a load or a read of the key runs here already
+        // (its callers share that rather than read again).
+        let prepare = if self.reads_first(lapsed) && !core.flights.contains(&key) {
             match self.read(&key, prepare).await {
                 Ok(value) => {
                     outcome("remote");
@@ -343,14 +359,16 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         }
     }
 
-    /// Whether a call that finds nothing in memory reads the shared tier without a lock before
-    /// it goes through the key's flight: only where values do not live in memory (`backend =
-    /// "redis"`), whose calls mostly find their value there. With memory in front, a call
-    /// reaches the tier only for a key this process lacks, which the tier often lacks too: the
-    /// flight's first step reads it and takes its lock in one round trip (a value found costs
-    /// that one round trip all the same; a miss two beyond its load, not three).
-    pub(crate) fn reads_first(&self) -> bool {
-        self.tier.reads() && !self.core.config.in_memory()
+    /// Whether a call that finds nothing to serve in memory reads the shared tier without a
+    /// lock before it goes through the key's flight: where values do not live in memory
+    /// (`backend = "redis"`), whose calls mostly find their value there; and with memory in
+    /// front, for a key whose value memory held and that `lapsed` there (past `memory_ttl`, or
+    /// its ttl while another process may have refreshed it). A key this process never held (or
+    /// evicted) the tier often lacks too: the flight's first step reads it and takes its lock
+    /// in one round trip (a value found costs that round trip all the same, and a script costs
+    /// the server more than the plain read; a miss costs two beyond its load, not three).
+    pub(crate) fn reads_first(&self, lapsed: bool) -> bool {
+        self.tier.reads() && (lapsed || !self.core.config.in_memory())
     }
 
     /// A fresh value of `key` read from the shared tier on this task, kept in memory where

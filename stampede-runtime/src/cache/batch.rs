@@ -98,7 +98,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         let keys = unique(keys);
         let span = tracing::trace_span!("stampede.lookup", cache = %core.config.name, keys = keys.len(), outcome = Empty);
         let mut answers: Vec<Option<Result<V, Error>>> = keys.iter().map(|_| None).collect();
-        let (refreshes, mut missed) = self.held_many(&keys, &mut answers, call);
+        let (refreshes, mut missed, lapsed) = self.held_many(&keys, &mut answers, call);
         if missed.is_empty() && refreshes.is_empty() {
             span.record("outcome", "hit");
             return answered(keys, answers, core);
@@ -119,8 +119,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
             .await;
             return answered(keys, answers, core);
         }
-        if run != Run::Refresh && self.reads_first() {
-            self.read_many(&keys, &mut missed, &mut answers, &load)
+        if run != Run::Refresh {
+            self.read_many(&keys, &mut missed, &lapsed, &mut answers, &load)
                 .await;
         }
         let (led, waiting) = self.join_many(&keys, &missed, run);
@@ -151,15 +151,17 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
 
     /// What memory holds for each of `keys` (nothing for a companion's `refresh`): fresh and
     /// stale values answered, the stale and early ones with a refresh to lead (one per key not
-    /// loading already); and the places of the keys missed.
+    /// loading already); the places of the keys missed; and, by place, whether memory's value
+    /// of a key lapsed ([`Held::Missed`]).
     fn held_many(
         &'static self,
         keys: &[K],
         answers: &mut [Option<Result<V, Error>>],
         call: Call,
-    ) -> (Led<K, V>, Vec<usize>) {
+    ) -> (Led<K, V>, Vec<usize>, Vec<bool>) {
         let core = &self.core;
         let (mut refreshes, mut missed): (Led<K, V>, _) = (Vec::new(), Vec::new());
+        let mut lapsed = vec![false; keys.len()];
         for (at, key) in keys.iter().enumerate() {
             match call {
                 Call::Get => {}
@@ -179,13 +181,14 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
                     answers[at] = Some(Ok(value));
                     refreshes.extend(self.refresh_led(key, reason, of));
                 }
-                Held::Missed => {
+                Held::Missed { lapsed: was } => {
                     core.telemetry.misses.bump();
                     missed.push(at);
+                    lapsed[at] = was;
                 }
             }
         }
-        (refreshes, missed)
+        (refreshes, missed, lapsed)
     }
 
     /// Joins the flight of each key at `missed` (of `keys`), or starts it: the flights this
@@ -217,20 +220,23 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         (led, waiting)
     }
 
-    /// Reads the keys at `missed` (of `keys`) that no flight of this process loads from the
-    /// shared tier together, on this task: each fresh one is answered (past `refresh_after`,
-    /// refreshed in the background, one load for all of them) and taken off `missed`.
+    /// Reads the keys at `missed` (of `keys`) that the tier is read first for
+    /// ([`Cache::reads_first`], by whether each `lapsed` in memory) and no flight of this
+    /// process loads, from the shared tier together, on this task: each fresh one is answered
+    /// (past `refresh_after`, refreshed in the background, one load for all of them) and taken
+    /// off `missed`.
     async fn read_many<L: BatchLoad<K, V>>(
         &'static self,
         keys: &[K],
         missed: &mut Vec<usize>,
+        lapsed: &[bool],
         answers: &mut [Option<Result<V, Error>>],
         load: &Arc<L>,
     ) {
         let core = &self.core;
         let (read, directs): (Vec<usize>, Vec<Direct<'_, K, V>>) = missed
             .iter()
-            .filter(|&&at| !core.flights.contains(&keys[at]))
+            .filter(|&&at| self.reads_first(lapsed[at]) && !core.flights.contains(&keys[at]))
             .filter_map(|&at| Some((at, Direct::new(core, &keys[at])?)))
             .unzip();
         if directs.is_empty() {
@@ -392,14 +398,15 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         P: FnOnce() -> L + Send,
         L: BatchLoad<K, V>,
     {
-        let prepare = match self.served(&key, move || One::new(Arc::new(prepare()))) {
+        let (prepare, lapsed) = match self.served(&key, move || One::new(Arc::new(prepare()))) {
             Ok(value) => return Ok(value),
-            Err(prepare) => prepare,
+            Err(missed) => missed,
         };
         let miss = Miss {
             prepare,
             span: self.lookup_span(),
             run: Run::Get,
+            lapsed,
         };
         self.miss(key, miss, |leader, prepare| {
             self.send_to_window(leader, prepare().0, window)

@@ -2,10 +2,12 @@
 //! of connection (a multiplexed tokio connection), to the `cached` crate's Redis store
 //! (`#[concurrent_cached(redis = true)]`), and to the server's side of stampede's read done raw
 //! (its pipelined `GETRANGE` and `TIME`; the `READ_FRESH` script it uses on a cluster), in one
-//! run. `stampede tiered, memory miss` is a `lock = "redis"` function (memory in front of Redis)
-//! whose memory keeps a value for a microsecond (`memory_ttl`): each call misses memory and finds
-//! its value in Redis, through its flight's `READ_OR_LOCK` script (issue 38: a miss of such a
-//! cache reads and locks in one round trip, rather than reading first).
+//! run. The two `stampede tiered` rows are `lock = "redis"` functions (memory in front of Redis)
+//! whose calls miss memory and find their value in Redis, on [`KEYS`] keys a run, each filled
+//! before the run: `lapsed here` on keys this process held until their `memory_ttl` (1ms) passed,
+//! read first with the plain pipeline; `never held here` on keys another process (a twin of the
+//! same name, with its own memory) filled, read by the flight's `READ_OR_LOCK` script, which takes
+//! the lock in the same round trip when the value is missing (issue 38).
 //!
 //! The stampede function is `backend = "redis"`: nothing is kept in this process, so every
 //! call asks Redis, and finds its value there (written by the warm-up call). Each contender
@@ -59,19 +61,53 @@ async fn stampede_redis(id: u64) -> String {
     value()
 }
 
-/// Tiered (`lock = "redis"` puts memory in front of Redis), with memory keeping a value for a
-/// microsecond: each call misses memory and finds its value in Redis (another process's fill, as
-/// a service's other instances see it).
+/// Tiered (`lock = "redis"` puts memory in front of Redis), memory keeping a value for 1ms.
 #[stampede::cached(
     ttl = "1h",
     lock = "redis",
-    memory_ttl = "1us",
+    memory_ttl = "1ms",
     redis = "bench",
-    name = "bench::tiered_l2"
+    name = "bench::lapsing"
 )]
-async fn stampede_tiered_l2(id: u64) -> String {
+async fn stampede_lapsing(id: u64) -> String {
     black_box(id);
     value()
+}
+
+/// Tiered, and its twin of the same name with a memory of its own: another process's.
+#[stampede::cached(ttl = "1h", lock = "redis", redis = "bench", name = "bench::twins")]
+async fn stampede_here(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+#[stampede::cached(ttl = "1h", lock = "redis", redis = "bench", name = "bench::twins")]
+async fn stampede_elsewhere(id: u64) -> String {
+    black_box(id);
+    value()
+}
+
+/// Keys a run of each tiered row calls, each once.
+const KEYS: u64 = 1000;
+
+/// Mean time per call of `call` on `KEYS` keys from `first`, each filled by `fill` first: the
+/// calls alone are timed.
+async fn per_filled_call<F, Fut, G, Gut>(first: u64, fill: G, call: F) -> Duration
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = String>,
+    G: Fn(u64) -> Gut,
+    Gut: Future<Output = String>,
+{
+    for key in first..first + KEYS {
+        fill(key).await;
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await; // past `memory_ttl`
+    let start = Instant::now();
+    for key in first..first + KEYS {
+        black_box(call(key).await);
+    }
+    start.elapsed() / KEYS as u32
 }
 
 #[cached::concurrent_cached(redis = true, ttl_secs = 3600, map_error = r##"|e| format!("{e}")"##)]
@@ -116,7 +152,6 @@ fn main() {
             .expect("a connection");
         // Warm: each contender's value is in Redis, its connections open.
         stampede_redis(7).await;
-        stampede_tiered_l2(7).await;
         cached_redis(7).await.expect("cached's Redis store");
         // The raw GET reads the very bytes stampede's `backend = "redis"` call reads: the value
         // key it wrote (the longest string of that cache's keys; the others are its fence and
@@ -143,7 +178,7 @@ fn main() {
         (raw, longest.0)
     });
     let script = redis::Script::new(READ_SHAPE);
-    let mut times: [Vec<Duration>; 6] = Default::default();
+    let mut times: [Vec<Duration>; 7] = Default::default();
     rt.block_on(async {
         for _ in 0..RUNS {
             times[0].push(per_call(|| stampede_redis(black_box(7))).await);
@@ -195,7 +230,9 @@ fn main() {
                 })
                 .await,
             );
-            times[5].push(per_call(|| stampede_tiered_l2(black_box(7))).await);
+            let first = 1_000_000 + times[5].len() as u64 * KEYS;
+            times[5].push(per_filled_call(first, stampede_lapsing, stampede_lapsing).await);
+            times[6].push(per_filled_call(first, stampede_elsewhere, stampede_here).await);
         }
     });
     let stats = stampede::stats("bench::redis").expect("called");
@@ -205,7 +242,8 @@ fn main() {
         "cached concurrent_cached(redis)",
         "raw EVALSHA of READ_FRESH",
         "raw GETRANGE+TIME, stampede's",
-        "stampede tiered, memory miss",
+        "stampede tiered, lapsed here",
+        "stampede tiered, never held here",
     ];
     let medians: Vec<Duration> = times.iter().cloned().map(median).collect();
     println!(
@@ -232,9 +270,11 @@ fn main() {
         "stampede's stats: {} remote hits, {} loads (1: the warm-up)",
         stats.remote_hits, stats.loads
     );
-    let tiered = stampede::stats("bench::tiered_l2").expect("called");
-    println!(
-        "tiered: {} memory hits, {} remote hits, {} loads (1: the warm-up)",
-        tiered.hits, tiered.remote_hits, tiered.loads
-    );
+    for name in ["bench::lapsing", "bench::twins"] {
+        let tiered = stampede::stats(name).expect("called");
+        println!(
+            "{name}: {} memory hits, {} remote hits, {} loads",
+            tiered.hits, tiered.remote_hits, tiered.loads
+        );
+    }
 }

@@ -1667,7 +1667,7 @@ fn trips(monitor: &Monitor, server: &RedisServer) -> Vec<String> {
 /// when another process filled it (the same script finds the value). A cache without memory
 /// (`backend = "redis"`), which finds most keys in Redis, reads them with a plain pipeline
 /// (`GETRANGE` and `TIME`) before the flight, as a cache with memory does for a key whose value
-/// it held and that lapsed there (`memory_ttl`).
+/// lapsed there before it did in Redis (`memory_ttl`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
@@ -1706,6 +1706,17 @@ async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
         id * 7
     }
 
+    #[cached(
+        ttl = "50ms",
+        lock = "redis",
+        redis = "trips",
+        name = "red::trips_expiring"
+    )]
+    async fn expiring(id: u64) -> u64 {
+        LOADS.fetch_add(1, SeqCst);
+        id * 11
+    }
+
     let server = RedisServer::start();
     install(&server, "trips");
     // The connection made, the scripts loaded and the cache's shape registered before counting.
@@ -1713,6 +1724,7 @@ async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
     assert_eq!(within(in_b(1)).await, 2);
     assert_eq!(within(without_memory(1)).await, 2);
     assert_eq!(within(lapsing(1)).await, 7);
+    assert_eq!(within(expiring(1)).await, 11);
     let monitor = Monitor::start(&server);
 
     assert_eq!(within(in_a(7)).await, 14);
@@ -1730,9 +1742,14 @@ async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
     let _ = trips(&monitor, &server);
     assert_eq!(within(lapsing(7)).await, 49, "its value, read from Redis");
     let lapsed = trips(&monitor, &server);
+    assert_eq!(within(expiring(7)).await, 77);
+    tokio::time::sleep(Duration::from_millis(100)).await; // past `ttl`, here and in Redis
+    let _ = trips(&monitor, &server);
+    assert_eq!(within(expiring(7)).await, 77);
+    let expired = trips(&monitor, &server);
     println!(
         "a cold key: {cold:?}; filled by another process: {read:?}; without memory: {unheld:?}; \
-         lapsed in memory: {lapsed:?}"
+         lapsed in memory: {lapsed:?}; expired: {expired:?}"
     );
     assert_eq!(cold, ["evalsha", "evalsha"], "read-and-lock, then fill");
     assert_eq!(read, ["evalsha"], "read-and-lock finds the value");
@@ -1742,6 +1759,11 @@ async fn a_miss_costs_two_round_trips_and_a_value_in_redis_one() {
         ["getrange", "time"],
         "a key memory held, as likely in Redis: the pipelined read"
     );
-    // Key 1 of each name and key 7 of each, once: `lapsing(7)` was read, not loaded, again.
-    assert_eq!(LOADS.load(SeqCst), 4);
+    assert_eq!(
+        expired,
+        ["evalsha", "evalsha"],
+        "a key memory held as long as Redis: read-and-lock, then fill"
+    );
+    // Keys 1 and 7 of each of the three names, once, and `expiring(7)` again.
+    assert_eq!(LOADS.load(SeqCst), 7);
 }

@@ -40,8 +40,8 @@ enum Held<V> {
     /// A value to serve, and a background refresh of it due for this reason; the value was
     /// loaded at that instant.
     Refresh(V, Reason, Instant),
-    /// Nothing to serve; `lapsed`: memory held a value of the key, no longer servable (so the
-    /// shared tier likely holds a newer one, see [`Cache::reads_first`]).
+    /// Nothing to serve; `lapsed`: memory held a value of the key, no longer servable (see
+    /// [`Cache::reads_first`]).
     Missed { lapsed: bool },
 }
 
@@ -362,13 +362,16 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// Whether a call that finds nothing to serve in memory reads the shared tier without a
     /// lock before it goes through the key's flight: where values do not live in memory
     /// (`backend = "redis"`), whose calls mostly find their value there; and with memory in
-    /// front, for a key whose value memory held and that `lapsed` there (past `memory_ttl`, or
-    /// its ttl while another process may have refreshed it). A key this process never held (or
-    /// evicted) the tier often lacks too: the flight's first step reads it and takes its lock
-    /// in one round trip (a value found costs that round trip all the same, and a script costs
-    /// the server more than the plain read; a miss costs two beyond its load, not three).
+    /// front, for a key whose value `lapsed` there in a cache with `memory_ttl`, whose memory
+    /// gives a value up before the tier does. Otherwise the tier often lacks the key too (this
+    /// process never held it, or held it for as long as the tier keeps it): the flight's first
+    /// step reads it and takes its lock in one round trip (a value found costs that round trip
+    /// all the same, and the script costs the server a little more than the plain read; a miss
+    /// costs two round trips beyond its load, not three).
     pub(crate) fn reads_first(&self, lapsed: bool) -> bool {
-        self.tier.reads() && (lapsed || !self.core.config.in_memory())
+        self.tier.reads()
+            && (!self.core.config.in_memory()
+                || (lapsed && self.core.options().memory_ttl.is_some()))
     }
 
     /// A fresh value of `key` read from the shared tier on this task, kept in memory where

@@ -160,6 +160,22 @@ async fn rwlock_floor(id: u64) -> String {
     map.get(&id).expect("warmed before measuring").clone()
 }
 
+/// The contenders of `$list` (a macro naming each, given the measuring function, the group and
+/// the runtime, and `$extra`) as the groups `$name/1 task`, on a current-thread runtime, and
+/// `$name/2 tasks`, on a 2-worker one.
+macro_rules! one_and_two_tasks {
+    ($c:expr, $name:literal, $list:ident $(, $extra:expr)*) => {{
+        let rt = current_thread();
+        let mut group = $c.benchmark_group(concat!($name, "/1 task"));
+        $list!(one_task, &mut group, &rt $(, $extra)*);
+        group.finish();
+        let rt = two_workers();
+        let mut group = $c.benchmark_group(concat!($name, "/2 tasks"));
+        $list!(two_tasks, &mut group, &rt $(, $extra)*);
+        group.finish();
+    }};
+}
+
 // ---- an `Arc` value ----------------------------------------------------------------------------
 
 /// The same value shared: cloning it is a reference count's increment rather than a copy of the
@@ -318,20 +334,8 @@ macro_rules! zipf_hits {
 }
 
 fn zipf_hits(c: &mut Criterion) {
-    let rt = current_thread();
-    warm_zipf(&rt);
-    let mut group = c.benchmark_group("zipf/1 task");
-    zipf_hits!(one_task, &mut group, &rt);
-    group.finish();
-
-    let rt = Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a 2-worker runtime");
-    let mut group = c.benchmark_group("zipf/2 tasks");
-    zipf_hits!(two_tasks, &mut group, &rt);
-    group.finish();
+    warm_zipf(&current_thread());
+    one_and_two_tasks!(c, "zipf", zipf_hits);
 }
 
 /// The same contenders as `hits`, each returning the shared value ([`shared`]).
@@ -352,20 +356,8 @@ macro_rules! arc_hits {
 }
 
 fn arc_hits(c: &mut Criterion) {
-    let rt = current_thread();
-    warm_arcs(&rt);
-    let mut group = c.benchmark_group("arc/1 task");
-    arc_hits!(one_task, &mut group, &rt);
-    group.finish();
-
-    let rt = Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a 2-worker runtime");
-    let mut group = c.benchmark_group("arc/2 tasks");
-    arc_hits!(two_tasks, &mut group, &rt);
-    group.finish();
+    warm_arcs(&current_thread());
+    one_and_two_tasks!(c, "arc", arc_hits);
 }
 
 // ---- keys of several arguments ----------------------------------------------------------------
@@ -491,6 +483,14 @@ macro_rules! hits {
     };
 }
 
+fn two_workers() -> Runtime {
+    Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a 2-worker runtime")
+}
+
 fn current_thread() -> Runtime {
     Builder::new_current_thread()
         .enable_all()
@@ -513,19 +513,7 @@ fn hits(c: &mut Criterion, tiered: bool) {
         .write()
         .unwrap_or_else(|poison| poison.into_inner())
         .insert(KEY, value());
-
-    let mut group = c.benchmark_group("hit/1 task");
-    hits!(one_task, &mut group, &rt, tiered);
-    group.finish();
-
-    let rt = Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a 2-worker runtime");
-    let mut group = c.benchmark_group("hit/2 tasks");
-    hits!(two_tasks, &mut group, &rt, tiered);
-    group.finish();
+    one_and_two_tasks!(c, "hit", hits, tiered);
 }
 
 fn keys(c: &mut Criterion) {
@@ -599,11 +587,7 @@ fn recording(c: &mut Criterion) {
     });
     group.finish();
 
-    let rt = Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a 2-worker runtime");
+    let rt = two_workers();
     let mut group = c.benchmark_group("metrics/2 tasks");
     two_tasks(&mut group, &rt, "no recorder", |_| {
         stampede_hit(black_box(KEY))

@@ -15,7 +15,7 @@
 //! taking turns; the figure is the mean time per call of each run, then the median of the runs.
 //!
 //! Needs a Redis: `STAMPEDE_BENCH_REDIS=URL`, or a `redis-server` on `PATH`, which it starts on
-//! a free loopback port. Run: `cargo bench -p stampede-benches --bench redis_hit` (about 45 s).
+//! a free loopback port. Run: `cargo bench -p stampede-benches --bench redis_hit` (about 50 s).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -37,12 +37,21 @@ impl<'a, T: 'a> Answer<'a, T> {
     pub(crate) fn map<U: 'a, W: Send + 'a>(self, f: fn(T, W) -> U, with: W) -> Answer<'a, U> {
         match self {
             Answer::Ready(value) => Answer::Ready(f(value, with)),
-            Answer::Pending(pending) => {
-                Answer::Pending(Box::pin(async move { f(pending.await, with) }))
-            }
+            Answer::Pending(pending) => Answer::Pending(map_pending(pending, f, with)),
             Answer::Taken => Answer::Taken,
         }
     }
+}
+
+/// `pending` with `f` applied to its value and `with` when it is ready. Out of line: every
+/// cached function's call of [`Answer::map`] shares it (issue 38).
+#[inline(never)]
+fn map_pending<'a, T: 'a, U: 'a, W: Send + 'a>(
+    pending: Pin<Box<dyn Future<Output = T> + Send + 'a>>,
+    f: fn(T, W) -> U,
+    with: W,
+) -> Pin<Box<dyn Future<Output = U> + Send + 'a>> {
+    Box::pin(async move { f(pending.await, with) })
 }
 
 // The value is never pinned: it is moved out when ready.

@@ -15,6 +15,10 @@
 //!   (s = 1.0) sequence over 100,000 keys (drawn once from a fixed seed, every key warm in every
 //!   contender; the second task starts in the middle of the sequence).
 //!
+//! The floor is a `std::sync::RwLock<HashMap>` read and clone (`RwLock<HashMap> floor`); the
+//! same with `parking_lot`'s `RwLock` (`parking_lot floor`) is the floor of issue 38's harness,
+//! measured beside it in the `hit` and `arc` groups.
+//!
 //! `quick_cache get` is the store stampede's memory tier is built on, raw; `quick_cache +
 //! deadline` adds what the runtime does on a hit besides the lookup (read tokio's clock, compare
 //! with the entry's deadline). The summary also prints each contender's throughput at 1 and 2
@@ -160,6 +164,18 @@ async fn rwlock_floor(id: u64) -> String {
     map.get(&id).expect("warmed before measuring").clone()
 }
 
+/// The floor of the issue's harness: the same with `parking_lot`'s `RwLock`.
+static FLOOR_PL: LazyLock<parking_lot::RwLock<HashMap<u64, String>>> =
+    LazyLock::new(Default::default);
+
+async fn parking_lot_floor(id: u64) -> String {
+    FLOOR_PL
+        .read()
+        .get(&id)
+        .expect("warmed before measuring")
+        .clone()
+}
+
 /// The contenders of `$list` (a macro naming each, given the measuring function, the group and
 /// the runtime, and `$extra`) as the groups `$name/1 task`, on a current-thread runtime, and
 /// `$name/2 tasks`, on a 2-worker one.
@@ -223,6 +239,18 @@ async fn rwlock_floor_arc(id: u64) -> Arc<String> {
     Arc::clone(map.get(&id).expect("warmed before measuring"))
 }
 
+static FLOOR_PL_ARC: LazyLock<parking_lot::RwLock<HashMap<u64, Arc<String>>>> =
+    LazyLock::new(Default::default);
+
+async fn parking_lot_floor_arc(id: u64) -> Arc<String> {
+    Arc::clone(
+        FLOOR_PL_ARC
+            .read()
+            .get(&id)
+            .expect("warmed before measuring"),
+    )
+}
+
 /// Warms every `Arc` contender's key.
 fn warm_arcs(rt: &Runtime) {
     rt.block_on(MOKA_ARC.insert(KEY, shared()));
@@ -231,6 +259,7 @@ fn warm_arcs(rt: &Runtime) {
         .write()
         .unwrap_or_else(|poison| poison.into_inner())
         .insert(KEY, shared());
+    FLOOR_PL_ARC.write().insert(KEY, shared());
 }
 
 // ---- a Zipf spread ------------------------------------------------------------------------------
@@ -351,6 +380,9 @@ macro_rules! arc_hits {
         });
         $bench($group, $rt, "RwLock<HashMap> floor", |_| {
             rwlock_floor_arc(black_box(KEY))
+        });
+        $bench($group, $rt, "parking_lot floor", |_| {
+            parking_lot_floor_arc(black_box(KEY))
         });
     };
 }
@@ -480,6 +512,9 @@ macro_rules! hits {
         $bench($group, $rt, "RwLock<HashMap> floor", |_| {
             rwlock_floor(black_box(KEY))
         });
+        $bench($group, $rt, "parking_lot floor", |_| {
+            parking_lot_floor(black_box(KEY))
+        });
     };
 }
 
@@ -513,6 +548,7 @@ fn hits(c: &mut Criterion, tiered: bool) {
         .write()
         .unwrap_or_else(|poison| poison.into_inner())
         .insert(KEY, value());
+    FLOOR_PL.write().insert(KEY, value());
     one_and_two_tasks!(c, "hit", hits, tiered);
 }
 
@@ -601,7 +637,7 @@ fn recording(c: &mut Criterion) {
 // ---- profiling ----------------------------------------------------------------------------------
 
 /// The contenders `STAMPEDE_BENCH_PROFILE` can name.
-const PROFILED: [&str; 9] = [
+const PROFILED: [&str; 11] = [
     "stampede",
     "stampede arc",
     "floor arc",
@@ -611,6 +647,8 @@ const PROFILED: [&str; 9] = [
     "moka get_with",
     "quick_cache + deadline",
     "floor",
+    "parking_lot floor",
+    "parking_lot floor arc",
 ];
 
 /// `calls` warm hits; callgrind counts only inside this function.
@@ -671,6 +709,14 @@ fn profile(spec: &str) -> Result<(), String> {
                 .unwrap_or_else(|poison| poison.into_inner())
                 .insert(KEY, value());
             run!(|_| rwlock_floor(black_box(KEY)))
+        }
+        "parking_lot floor" => {
+            FLOOR_PL.write().insert(KEY, value());
+            run!(|_| parking_lot_floor(black_box(KEY)))
+        }
+        "parking_lot floor arc" => {
+            warm_arcs(&rt);
+            run!(|_| parking_lot_floor_arc(black_box(KEY)))
         }
         other => return Err(format!("no contender `{other}`; one of {PROFILED:?}")),
     }
@@ -740,6 +786,7 @@ fn summary(home: &std::path::Path) {
             "quick_cache get",
             "quick_cache + deadline",
             "RwLock<HashMap> floor",
+            "parking_lot floor",
         ] {
             let value = median_ns(home, group, bench);
             if value.is_none() {
@@ -768,6 +815,7 @@ fn summary(home: &std::path::Path) {
             "concurrent_cached",
             "quick_cache get",
             "RwLock<HashMap> floor",
+            "parking_lot floor",
         ] {
             let one = median_ns(home, &format!("{keys}/1 task"), bench);
             let two = median_ns(home, &format!("{keys}/2 tasks"), bench);

@@ -22,7 +22,7 @@ pub struct Snapshot {
     pub db_cpu: f64,
     /// `pg_stat_statements` on the product query.
     pub db: QueryCount,
-    /// Redis commands served so far.
+    /// Redis round trips of the clients so far (`RedisServer::round_trips`).
     pub redis: Option<u64>,
 }
 
@@ -59,7 +59,7 @@ pub struct PhaseFigures {
     pub waits: (u64, u64),
     /// The cache's own counters over the phase, summed over the instances (stampede only).
     pub cache: CacheCounters,
-    /// Redis commands per request answered.
+    /// Redis round trips per request answered.
     pub redis_per_request: Option<f64>,
     /// Mean CPU per instance, in percent of one core.
     pub cpu_per_instance: f64,

@@ -156,7 +156,7 @@ impl Bench<'_> {
             cpu: fleet.cpu(),
             db_cpu: tree_cpu_seconds(self.postgres.pid()),
             db,
-            redis: Some(self.redis.commands()),
+            redis: Some(self.redis.round_trips()),
         }
     }
 

@@ -135,7 +135,7 @@ pub fn markdown(setting: &Setting, runs: &[ContenderRun]) -> String {
     let _ = writeln!(
         out,
         "| contender | phase | requests | errors | p50 | p99 | p99.9 | max | hot keys p99 / max | DB queries | peak/s | \
-         per hot key, max (keys) | pool wait mean / max | waits (hot) | Redis cmds/req | CPU/instance | DB CPU |"
+         per hot key, max (keys) | pool wait mean / max | waits (hot) | Redis round trips/req | CPU/instance | DB CPU |"
     );
     let _ = writeln!(out, "|{}", "---|".repeat(17));
     for run in runs {
@@ -151,7 +151,9 @@ pub fn markdown(setting: &Setting, runs: &[ContenderRun]) -> String {
          queries one of them cost across the instances in the phase (and \
          how many of them were queried). Waits: requests whose cache call took at least {} in the \
          service (a wait for a load; a hit descheduled that long counts too), and of those, of hot \
-         keys. CPU: percent of one core, per instance (mean) and PostgreSQL's (all its processes).\n",
+         keys. Redis round trips: the server's reads of client requests (`INFO stats`), a script \
+         call one, requests sent together one. CPU: percent of one core, per instance (mean) and \
+         PostgreSQL's (all its processes).\n",
         micros(setting.wait_threshold.as_micros() as u64)
     );
     counters(&mut out, runs);

@@ -1052,6 +1052,37 @@ async fn invalidations_leave_no_state_in_redis_for_keys_nobody_fills() {
 }
 
 #[tokio::test]
+async fn a_fill_keeps_the_keys_fence_as_long_as_its_value() {
+    #[cached(
+        ttl = "60s",
+        stale = "30s",
+        lock = "redis",
+        redis = "kept",
+        name = "red::kept"
+    )]
+    async fn profile(id: u64) -> Result<String, AppError> {
+        Ok(format!("profile {id}"))
+    }
+
+    let server = RedisServer::start();
+    install(&server, "kept");
+    assert_eq!(within(profile(1)).await.unwrap(), "profile 1");
+    let value = server.key("test:{red::kept~*|1}:v").unwrap();
+    let fence = server.key("test:{red::kept~*|1}:f").unwrap();
+    let value_ttl: i64 = server.command(&["PTTL", &value]);
+    let fence_ttl: i64 = server.command(&["PTTL", &fence]);
+    // The read that took the lock gave the fence the lease; the fill, the value's time to live.
+    assert!(
+        value_ttl > 80_000,
+        "the value lives ttl + stale: {value_ttl}"
+    );
+    assert!(
+        fence_ttl + 1_000 >= value_ttl,
+        "the fence ({fence_ttl} ms) outlives the value ({value_ttl} ms)"
+    );
+}
+
+#[tokio::test]
 async fn require_redis_says_why_a_connection_cannot_be_used() {
     match within(stampede::require_redis(Some("never_installed"))).await {
         Err(stampede::Error::InvalidConfig { message }) => {

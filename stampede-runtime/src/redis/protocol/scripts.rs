@@ -38,19 +38,23 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 }
 
 /// `order::moved_fence` in Lua, for the scripts that move a key's fence: `move(fk, current,
-/// stamp)` moves the fence `fk` (whose value is `current`, or none) on by one, to at least
+/// stamp, keep)` moves the fence `fk` (whose value is `current`, or none) on by one, to at least
 /// `stamp` (µs on the server's clock); a fence created here starts from the clock (`micros`, the
-/// script's `TIME` in µs), as `READ_OR_LOCK` creates one. It keeps the fence's time to live
-/// with the commands an ACL user of the README already has (`SET ... KEEPTTL` would need Redis
-/// 6). Numbers are formatted whole: a µs count is above what Lua prints in full.
+/// script's `TIME` in µs), as `READ_OR_LOCK` creates one. It keeps the fence's time to live, and
+/// makes it at least `keep` ms when given (`FILL`: the value's), in the same `SET`, with the
+/// commands an ACL user of the README already has (`SET ... KEEPTTL` would need Redis 6). Numbers
+/// are formatted whole: a µs count is above what Lua prints in full.
 macro_rules! move_fence {
     () => {
         r"
-local function move(fk, current, stamp)
+local function move(fk, current, stamp, keep)
   local pttl = redis.call('PTTL', fk)
-  redis.call('SET', fk, string.format('%.0f', math.max((tonumber(current) or micros) + 1, stamp)))
+  local fence = string.format('%.0f', math.max((tonumber(current) or micros) + 1, stamp))
+  pttl = math.max(pttl, keep or 0)
   if pttl > 0 then
-    redis.call('PEXPIRE', fk, pttl)
+    redis.call('SET', fk, fence, 'PX', pttl)
+  else
+    redis.call('SET', fk, fence)
   end
 end
 "
@@ -108,9 +112,11 @@ local out = {now}
 for i = 0, #KEYS / 3 - 1 do
   local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
   local value, oversized = false, 0
-  if redis.call('STRLEN', vk) > most then
+  local length = redis.call('STRLEN', vk)
+  if length > most then
     oversized = 1
-  else
+  elseif length > 0 then
+    -- No envelope is empty: 0 is a missing key.
     value = redis.call('GET', vk)
   end
   local state, fence, pttl = false, 0, 0
@@ -257,15 +263,13 @@ for i = 0, #KEYS / 3 - 1 do
     -- The envelope carries the fence it was written over, which moves on to at least the
     -- value's stamp (`order::moved_fence`).
     fence = tonumber(current) or micros
-    move(fk, current, stamp)
+    -- The fence lives at least as long as the value.
+    move(fk, current, stamp, ttl)
     if expired then
       fence = 0
     end
     local envelope = string.format('S3 %.0f %.0f %.0f %.0f %.0f %s %s\n', fresh, stale, now, read, fence, ARGV[a + 4], version) .. ARGV[a + 6]
     redis.call('SET', vk, envelope, 'PX', ttl)
-    if redis.call('PTTL', fk) < ttl then
-      redis.call('PEXPIRE', fk, ttl)
-    end
     redis.call(publish, channel, envelope)
     out[#out + 1] = 1
     out[#out + 1] = fresh

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
-use stampede_benches::{BenchRedis, CONNECTION};
+use stampede_benches::{BenchRedis, CONNECTION, median};
 
 /// Keys on a page.
 const PAGE: u64 = 50;
@@ -335,11 +335,6 @@ async fn expire(
     }
 }
 
-fn median(mut walls: Vec<Duration>) -> Duration {
-    walls.sort();
-    walls[walls.len() / 2]
-}
-
 /// Per page: mean queries and round trips, median wall time.
 fn summary(costs: &[Cost]) -> (f64, f64, Duration) {
     let n = costs.len() as f64;
@@ -351,11 +346,9 @@ fn summary(costs: &[Cost]) -> (f64, f64, Duration) {
 }
 
 fn main() {
-    let Some(redis) = BenchRedis::installed() else {
+    let Some(redis) = BenchRedis::installed_for_cached() else {
         return;
     };
-    // SAFETY: set before any thread of this program reads the environment.
-    unsafe { std::env::set_var("CACHED_REDIS_CONNECTION_STRING", &redis.url) };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

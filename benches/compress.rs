@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use stampede_benches::BenchRedis;
+use stampede_benches::{BenchRedis, median};
 
 /// Calls per run and contender.
 const CALLS: u32 = 300;
@@ -82,11 +82,6 @@ async fn per_call<F: AsyncFn()>(call: F) -> Duration {
         call().await;
     }
     start.elapsed() / CALLS
-}
-
-fn median(mut runs: Vec<Duration>) -> Duration {
-    runs.sort();
-    runs[runs.len() / 2]
 }
 
 /// The bytes of the value key of cache `name` under this process's prefix.

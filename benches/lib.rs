@@ -1,4 +1,6 @@
-//! What the benchmarks share: [`BenchRedis`], their Redis.
+//! What the benchmarks share: [`BenchRedis`], their Redis, and [`median`].
+
+use std::time::Duration;
 
 use stampede_test_support::redis_server::{Options, RedisServer};
 
@@ -44,6 +46,16 @@ impl BenchRedis {
         redis.map_err(|why| eprintln!("no Redis: {why}")).ok()
     }
 
+    /// The Redis of [`BenchRedis::installed`], also given to the `cached` crate's Redis store,
+    /// which reads its URL from `CACHED_REDIS_CONNECTION_STRING`. Call it before any other
+    /// thread of the program runs.
+    pub fn installed_for_cached() -> Option<BenchRedis> {
+        let redis = BenchRedis::installed()?;
+        // SAFETY: the caller sets it before any thread of its program reads the environment.
+        unsafe { std::env::set_var("CACHED_REDIS_CONNECTION_STRING", &redis.url) };
+        Some(redis)
+    }
+
     /// Installs this Redis as the [`CONNECTION`], its keys under a prefix of this process's
     /// own, so that a Redis given with `--redis` holds no value from an earlier run for them.
     pub fn install(&self) -> Result<(), String> {
@@ -53,4 +65,10 @@ impl BenchRedis {
             .install_as(CONNECTION);
         Ok(())
     }
+}
+
+/// The median of a benchmark's runs (the upper one of an even count).
+pub fn median(mut runs: Vec<Duration>) -> Duration {
+    runs.sort();
+    runs[runs.len() / 2]
 }

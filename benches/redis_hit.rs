@@ -20,7 +20,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use stampede_benches::BenchRedis;
+use stampede_benches::{BenchRedis, median};
 
 /// The script of stampede's read on a cluster and of a value longer than a hit's first read
 /// (`READ_FRESH`: the size checked, a `GET`, the server's `TIME`, the envelope's fresh deadline
@@ -129,17 +129,10 @@ where
     start.elapsed() / CALLS
 }
 
-fn median(mut runs: Vec<Duration>) -> Duration {
-    runs.sort();
-    runs[runs.len() / 2]
-}
-
 fn main() {
-    let Some(redis) = BenchRedis::installed() else {
+    let Some(redis) = BenchRedis::installed_for_cached() else {
         return;
     };
-    // SAFETY: set before any thread of this program reads the environment.
-    unsafe { std::env::set_var("CACHED_REDIS_CONNECTION_STRING", &redis.url) };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -15,7 +15,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use stampede_benches::BenchRedis;
+use stampede_benches::{BenchRedis, median};
 
 /// Keys per run and contender, each asked for once.
 const KEYS: u64 = 2_000;
@@ -73,17 +73,10 @@ where
     start.elapsed() / KEYS as u32
 }
 
-fn median(mut runs: Vec<Duration>) -> Duration {
-    runs.sort();
-    runs[runs.len() / 2]
-}
-
 fn main() {
-    let Some(redis) = BenchRedis::installed() else {
+    let Some(redis) = BenchRedis::installed_for_cached() else {
         return;
     };
-    // SAFETY: set before any thread of this program reads the environment.
-    unsafe { std::env::set_var("CACHED_REDIS_CONNECTION_STRING", &redis.url) };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -72,3 +72,28 @@ pub fn median(mut runs: Vec<Duration>) -> Duration {
     runs.sort();
     runs[runs.len() / 2]
 }
+
+/// Prints one row per contender: the median of its runs in µs per call, its ratio to the
+/// median of the contender at `reference` (named `versus` in the header), and every run.
+pub fn print_runs(names: &[&str], runs: &[Vec<Duration>], reference: usize, versus: &str) {
+    let medians: Vec<Duration> = runs.iter().cloned().map(median).collect();
+    let width = versus.len() + 1;
+    println!(
+        "{:<32} {:>10} {:>width$}   runs (µs per call)",
+        "contender", "median µs", versus
+    );
+    for (i, name) in names.iter().enumerate() {
+        let each: Vec<String> = runs[i]
+            .iter()
+            .map(|t| format!("{:.1}", t.as_secs_f64() * 1e6))
+            .collect();
+        let ratio = medians[i].as_secs_f64() / medians[reference].as_secs_f64();
+        println!(
+            "{name:<32} {:>10.1} {:>w$.2}x   {}",
+            medians[i].as_secs_f64() * 1e6,
+            ratio,
+            each.join(" "),
+            w = width - 1
+        );
+    }
+}

@@ -20,7 +20,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use stampede_benches::{BenchRedis, median};
+use stampede_benches::{BenchRedis, print_runs};
 
 /// The script of stampede's read on a cluster and of a value longer than a hit's first read
 /// (`READ_FRESH`: the size checked, a `GET`, the server's `TIME`, the envelope's fresh deadline
@@ -238,27 +238,11 @@ fn main() {
         "stampede tiered, lapsed here",
         "stampede tiered, never held here",
     ];
-    let medians: Vec<Duration> = times.iter().cloned().map(median).collect();
     println!(
         "a call served from Redis: {CALLS} sequential calls per run, {RUNS} runs; Redis: {}",
         redis.origin
     );
-    println!(
-        "{:<32} {:>10} {:>9}   runs (µs per call)",
-        "contender", "median µs", "/raw GET"
-    );
-    for (i, name) in names.iter().enumerate() {
-        let runs: Vec<String> = times[i]
-            .iter()
-            .map(|t| format!("{:.1}", t.as_secs_f64() * 1e6))
-            .collect();
-        println!(
-            "{name:<32} {:>10.1} {:>8.2}x   {}",
-            medians[i].as_secs_f64() * 1e6,
-            medians[i].as_secs_f64() / medians[1].as_secs_f64(),
-            runs.join(" ")
-        );
-    }
+    print_runs(&names, &times, 1, "/raw GET");
     println!(
         "stampede's stats: {} remote hits, {} loads (1: the warm-up)",
         stats.remote_hits, stats.loads

@@ -15,7 +15,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use stampede_benches::{BenchRedis, median};
+use stampede_benches::{BenchRedis, print_runs};
 
 /// Keys per run and contender, each asked for once.
 const KEYS: u64 = 2_000;
@@ -130,27 +130,11 @@ fn main() {
             );
         }
     });
-    let medians: Vec<Duration> = times.iter().cloned().map(median).collect();
     println!(
         "a miss through Redis: {KEYS} new keys per run, {RUNS} runs; Redis: {}",
         redis.origin
     );
-    println!(
-        "{:<32} {:>10} {:>12}   runs (µs per call)",
-        "contender", "median µs", "/raw GET+SET"
-    );
-    for (i, name) in names.iter().enumerate() {
-        let runs: Vec<String> = times[i]
-            .iter()
-            .map(|t| format!("{:.1}", t.as_secs_f64() * 1e6))
-            .collect();
-        println!(
-            "{name:<32} {:>10.1} {:>11.2}x   {}",
-            medians[i].as_secs_f64() * 1e6,
-            medians[i].as_secs_f64() / medians[3].as_secs_f64(),
-            runs.join(" ")
-        );
-    }
+    print_runs(&names, &times, 3, "/raw GET+SET");
     let stats = stampede::stats("bench::miss").expect("called");
     println!(
         "bench::miss: {} loads, {} remote hits",

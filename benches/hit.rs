@@ -894,6 +894,7 @@ fn main() {
     if let Ok(spec) = std::env::var("STAMPEDE_BENCH_PROFILE") {
         if let Err(error) = profile(&spec) {
             eprintln!("{error}");
+            drop(redis); // `exit` runs no destructor: the server would outlive the program
             std::process::exit(2);
         }
         return;

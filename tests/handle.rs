@@ -53,6 +53,37 @@ async fn each_operation_on_a_memory_cache() {
 }
 
 #[tokio::test]
+async fn an_operations_future_owns_its_key_and_can_be_spawned() {
+    #[cached(ttl = "60s", name = "handle::owned")]
+    async fn label(id: u64, region: &str) -> String {
+        format!("{id}@{region}")
+    }
+
+    // Each operation copies the key when it is called: its future borrows none of the
+    // arguments, so it outlives them and can be spawned.
+    assert_eq!(within(label(1, "eu")).await, "1@eu");
+    let region = String::from("eu");
+    let found = label::invalidate_found(1, &region);
+    let primed = label::prime(2, &region, "primed".to_owned());
+    drop(region);
+    assert!(
+        within(tokio::spawn(found)).await.unwrap().unwrap(),
+        "the value was held"
+    );
+    assert_eq!(label::peek(1, "eu"), None);
+    within(tokio::spawn(primed)).await.unwrap().unwrap();
+    assert_eq!(label::peek(2, "eu").as_deref(), Some("primed"));
+
+    let region = String::from("eu");
+    let (expired, invalidated) = (label::expire(2, &region), label::invalidate(2, &region));
+    drop(region);
+    within(tokio::spawn(expired)).await.unwrap().unwrap();
+    within(tokio::spawn(invalidated)).await.unwrap().unwrap();
+    assert_eq!(label::peek(2, "eu"), None);
+    within(tokio::spawn(label::clear())).await.unwrap().unwrap();
+}
+
+#[tokio::test]
 async fn refresh_joins_the_load_running_for_the_key() {
     static LOADS: AtomicUsize = AtomicUsize::new(0);
     static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();

@@ -79,9 +79,26 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
 pub struct Companion<V>(PhantomData<fn() -> V>);
 
 impl<V: Value> Companion<V> {
-    /// Calls [`Recipe::invalidate`].
+    /// Calls [`Recipe::invalidate`], for the companion's `invalidate`.
     #[inline(always)]
     pub fn invalidate<C, S, K, T>(
+        self,
+        recipe: Recipe<C, S, K, V>,
+        key: K,
+    ) -> impl Future<Output = Result<(), Error>>
+    where
+        K: Key,
+        C: FnOnce() -> Config,
+        S: FnOnce(&Config) -> T,
+        T: Tier<K, V>,
+    {
+        let found = recipe.invalidate::<T>(key);
+        async move { found.await.map(|_found| ()) }
+    }
+
+    /// Calls [`Recipe::invalidate`], for the companion's `invalidate_found`.
+    #[inline(always)]
+    pub fn invalidate_found<C, S, K, T>(
         self,
         recipe: Recipe<C, S, K, V>,
         key: K,
@@ -118,14 +135,15 @@ impl<V: Value> Companion<V> {
         self,
         recipe: Recipe<C, S, K, V>,
         key: K,
-    ) -> impl Future<Output = Result<bool, Error>>
+    ) -> impl Future<Output = Result<(), Error>>
     where
         K: Key,
         C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        recipe.expire::<T>(key)
+        let found = recipe.expire::<T>(key);
+        async move { found.await.map(|_found| ()) }
     }
 
     /// Calls [`Recipe::prime`].

@@ -215,30 +215,63 @@ impl Expansion<'_> {
             doc_peek,
             doc_uncached,
         ] = self.docs(companion);
+        let keyed =
+            |name: &Ident, inputs: TokenStream, output: TokenStream, future: TokenStream| {
+                self.keyed_operation(companion, name, inputs, output, future)
+            };
+        let (unit, found) = (
+            quote!(::core::result::Result<(), #krate::Error>),
+            quote!(::core::result::Result<bool, #krate::Error>),
+        );
+        let keys = quote!(#(#key_inputs),*);
+        let [invalidate, invalidate_found, expire, clear, prime] = [
+            keyed(
+                &invalidate,
+                keys.clone(),
+                unit.clone(),
+                quote!(#on.invalidate(#recipe, #key)),
+            ),
+            keyed(
+                &invalidate_found,
+                keys.clone(),
+                found,
+                quote!(#on.invalidate_found(#recipe, #key)),
+            ),
+            keyed(
+                &expire,
+                keys.clone(),
+                unit.clone(),
+                quote!(#on.expire(#recipe, #key)),
+            ),
+            keyed(
+                &clear,
+                TokenStream::new(),
+                unit.clone(),
+                quote!(#on.clear(#recipe, #key_of)),
+            ),
+            keyed(
+                &prime,
+                quote!(#(#key_inputs,)* value: #value),
+                unit,
+                quote!(#on.prime(#recipe, #key, #primed)),
+            ),
+        ];
         quote! {
             #[doc = #doc_invalidate]
             #attrs
-            #vis async fn #invalidate #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
-                #on.invalidate(#recipe, #key).await.map(|_found| ())
-            }
+            #invalidate
 
             #[doc = #doc_invalidate_found]
             #attrs
-            #vis async fn #invalidate_found #generics (#(#key_inputs),*) -> ::core::result::Result<bool, #krate::Error> #where_clause {
-                #on.invalidate(#recipe, #key).await
-            }
+            #invalidate_found
 
             #[doc = #doc_expire]
             #attrs
-            #vis async fn #expire #generics (#(#key_inputs),*) -> ::core::result::Result<(), #krate::Error> #where_clause {
-                #on.expire(#recipe, #key).await.map(|_found| ())
-            }
+            #expire
 
             #[doc = #doc_clear]
             #attrs
-            #vis async fn #clear #generics () -> ::core::result::Result<(), #krate::Error> #where_clause {
-                #on.clear(#recipe, #key_of).await
-            }
+            #clear
 
             #[doc = #doc_refresh]
             #attrs
@@ -254,9 +287,7 @@ impl Expansion<'_> {
 
             #[doc = #doc_prime]
             #attrs
-            #vis async fn #prime #generics (#(#key_inputs,)* value: #value) -> ::core::result::Result<(), #krate::Error> #where_clause {
-                #on.prime(#recipe, #key, #primed).await
-            }
+            #prime
 
             #[doc = #doc_peek]
             #attrs
@@ -271,6 +302,41 @@ impl Expansion<'_> {
             #vis async fn #uncached #generics (#this #(#all_inputs),*) -> #output #where_clause {
                 #body(#this_arg #(#args),*).await
             }
+        }
+    }
+
+    /// An operation that needs only the key (`invalidate`, `expire`, `clear`, `prime`...),
+    /// whose `future` is the runtime's. For a free function, a plain `fn` that returns that
+    /// future: it copies the key when called and borrows no argument (`use<>`: a cached
+    /// function has no generic parameters), and it is no coroutine of its own to compile. For
+    /// a method, whose impl's generics a `use<..>` would have to name, an `async fn`.
+    fn keyed_operation(
+        &self,
+        companion: &Holder,
+        name: &Ident,
+        inputs: TokenStream,
+        output: TokenStream,
+        future: TokenStream,
+    ) -> TokenStream {
+        let vis = &self.function.vis;
+        let generics = &self.function.sig.generics;
+        let where_clause = &generics.where_clause;
+        match companion {
+            Holder::Type(_) => {
+                quote! {
+                    #vis fn #name (#inputs)
+                        -> impl ::core::future::Future<Output = #output> + use<>
+                        #where_clause
+                    {
+                        #future
+                    }
+                }
+            }
+            Holder::Methods(_) => quote! {
+                #vis async fn #name #generics (#inputs) -> #output #where_clause {
+                    #future.await
+                }
+            },
         }
     }
 

@@ -83,17 +83,16 @@ impl Slot {
     /// caller had just written it to, 11% of a hit (issue 25, benches/README.md). Only where
     /// optimized: a debug build keeps one copy per function rather than one per call site.
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub(crate) fn cache<K, V, C, S, T>(
+    pub(crate) fn cache<K, V, S, T>(
         &'static self,
         site: &'static str,
-        build: (C, S),
+        build: (fn() -> Config, S),
         tags: Tags<K>,
         values: Values<V>,
     ) -> &'static Cache<K, V, T>
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -170,9 +169,8 @@ trait Make<T> {
     fn make(&mut self) -> (Config, T);
 }
 
-impl<C, S, T> Make<T> for Option<(C, S)>
+impl<S, T> Make<T> for Option<(fn() -> Config, S)>
 where
-    C: FnOnce() -> Config,
     S: FnOnce(&Config) -> T,
 {
     fn make(&mut self) -> (Config, T) {
@@ -186,14 +184,14 @@ where
 /// Everything the code generated for one cached function hands the runtime but the key and the
 /// load: where its cache lives, how to build it (options, tier, tags, values) and what is known
 /// of its error type. Every entry point of the generated code takes one.
-pub struct Recipe<C, S, K, V, R = ()> {
+pub struct Recipe<S, K, V, R = ()> {
     /// The function's slot, which holds its cache.
     pub slot: &'static Slot,
     /// `type_name::<Self>()` for a method (`""` for a free function): a generic impl's
     /// instantiations get caches of their own.
     pub site: &'static str,
     /// Builds the cache's options, at the first call.
-    pub config: C,
+    pub config: fn() -> Config,
     /// Builds the cache's tier from its options, at the first call.
     pub tier: S,
     /// How a key's tags are rendered.
@@ -205,7 +203,7 @@ pub struct Recipe<C, S, K, V, R = ()> {
     pub rules: R,
 }
 
-impl<C, S, K, V, R> Recipe<C, S, K, V, R> {
+impl<S, K, V, R> Recipe<S, K, V, R> {
     /// The function's cache, built at the first call; and the rules. Inlined as
     /// [`Slot::cache`] is.
     #[cfg_attr(not(debug_assertions), inline(always))]
@@ -213,7 +211,6 @@ impl<C, S, K, V, R> Recipe<C, S, K, V, R> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -224,7 +221,7 @@ impl<C, S, K, V, R> Recipe<C, S, K, V, R> {
     }
 }
 
-impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
+impl<S, K, V, E> Recipe<S, K, V, ErrorRules<E>> {
     /// A call of a function returning `Result<V, E>`: only `Ok` values are cached. The
     /// function's own error reaches a caller as itself when that caller was the only one of the
     /// load, or when `E` is `Clone`; as `E::from(stampede::Error::Upstream(..))` (the original
@@ -247,7 +244,6 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
         K: Key,
         V: Value,
         E: LoadError + From<Error>,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
         P: FnOnce() -> L + Send + 'a,
@@ -260,7 +256,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, V, ErrorRules<E>> {
     }
 }
 
-impl<C, S, K, V> Recipe<C, S, K, V> {
+impl<S, K, V> Recipe<S, K, V> {
     /// A call of a function returning a plain value (an `Option` included), or its companion's
     /// `refresh`. Such a function has no error channel: a load that panics or times out makes
     /// every waiting caller panic. Not an `async fn`, as [`Recipe::result`] is not.
@@ -269,7 +265,6 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
         P: FnOnce() -> L + Send + 'a,
@@ -291,7 +286,6 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -306,7 +300,6 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -321,7 +314,6 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -334,7 +326,6 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -347,7 +338,6 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -361,7 +351,6 @@ impl<C, S, K, V> Recipe<C, S, K, V> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {

@@ -19,16 +19,15 @@ mod batch;
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::value`] once the returned type's checks have passed.
     #[inline(always)]
-    pub fn value<'a, C, S, K, T, P, L, Fut>(
+    pub fn value<'a, S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, V>,
+        recipe: Recipe<S, K, V>,
         call: Call,
         key: K,
         prepare: P,
     ) -> Answer<'a, V>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
         P: FnOnce() -> L + Send + 'a,
@@ -48,16 +47,15 @@ impl<V: Value> Witness<V> {
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Recipe::result`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn result<'a, C, S, K, T, P, L, Fut>(
+    pub fn result<'a, S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, V, ErrorRules<E>>,
+        recipe: Recipe<S, K, V, ErrorRules<E>>,
         call: Call,
         key: K,
         prepare: P,
     ) -> Answer<'a, Result<V, E>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
         P: FnOnce() -> L + Send + 'a,
@@ -81,14 +79,13 @@ pub struct Companion<V>(PhantomData<fn() -> V>);
 impl<V: Value> Companion<V> {
     /// Calls [`Recipe::invalidate`], for the companion's `invalidate`.
     #[inline(always)]
-    pub fn invalidate<C, S, K, T>(
+    pub fn invalidate<S, K, T>(
         self,
-        recipe: Recipe<C, S, K, V>,
+        recipe: Recipe<S, K, V>,
         key: K,
     ) -> impl Future<Output = Result<(), Error>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -98,14 +95,13 @@ impl<V: Value> Companion<V> {
 
     /// Calls [`Recipe::invalidate`], for the companion's `invalidate_found`.
     #[inline(always)]
-    pub fn invalidate_found<C, S, K, T>(
+    pub fn invalidate_found<S, K, T>(
         self,
-        recipe: Recipe<C, S, K, V>,
+        recipe: Recipe<S, K, V>,
         key: K,
     ) -> impl Future<Output = Result<bool, Error>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -114,14 +110,13 @@ impl<V: Value> Companion<V> {
 
     /// Calls [`Recipe::clear`]. `key_of` is never called: its type names the key's.
     #[inline(always)]
-    pub fn clear<C, S, K, T, A>(
+    pub fn clear<S, K, T, A>(
         self,
-        recipe: Recipe<C, S, K, V>,
+        recipe: Recipe<S, K, V>,
         key_of: impl FnOnce(A) -> K,
     ) -> impl Future<Output = Result<(), Error>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -131,14 +126,13 @@ impl<V: Value> Companion<V> {
 
     /// Calls [`Recipe::expire`].
     #[inline(always)]
-    pub fn expire<C, S, K, T>(
+    pub fn expire<S, K, T>(
         self,
-        recipe: Recipe<C, S, K, V>,
+        recipe: Recipe<S, K, V>,
         key: K,
     ) -> impl Future<Output = Result<(), Error>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -148,15 +142,14 @@ impl<V: Value> Companion<V> {
 
     /// Calls [`Recipe::prime`].
     #[inline(always)]
-    pub fn prime<C, S, K, T>(
+    pub fn prime<S, K, T>(
         self,
-        recipe: Recipe<C, S, K, V>,
+        recipe: Recipe<S, K, V>,
         key: K,
         value: V,
     ) -> impl Future<Output = Result<(), Error>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -165,10 +158,9 @@ impl<V: Value> Companion<V> {
 
     /// Calls [`Recipe::peek`].
     #[inline(always)]
-    pub fn peek<C, S, K, T>(self, recipe: Recipe<C, S, K, V>, key: K) -> Option<V>
+    pub fn peek<S, K, T>(self, recipe: Recipe<S, K, V>, key: K) -> Option<V>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
@@ -178,10 +170,9 @@ impl<V: Value> Companion<V> {
     /// Builds the cache, if not built yet (a linked function looked up by name). `key`, the
     /// key made from the tuple of its arguments, is never called: its type says the key's.
     #[inline(always)]
-    pub fn build<C, S, K, T, A, F>(self, recipe: Recipe<C, S, K, V>, key: F)
+    pub fn build<S, K, T, A, F>(self, recipe: Recipe<S, K, V>, key: F)
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
         F: FnOnce(A) -> K,

@@ -13,7 +13,7 @@ use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
 use crate::tier::{One, Tier};
 
-impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
+impl<S, K, V, E> Recipe<S, K, Option<V>, ErrorRules<E>> {
     /// A call of a batch function returning `Result<Map, E>` (or its companion's `refresh`):
     /// each key once, with its value, `None` where the function's map left the key out. When
     /// the load of one of the keys failed (and no stale or fail-safe value stood in), the call
@@ -29,7 +29,6 @@ impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
         K: Key,
         V: Value,
         E: LoadError + From<Error>,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
         P: FnOnce() -> L + Send,
@@ -55,7 +54,6 @@ impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
         K: Key,
         V: Value,
         E: LoadError + From<Error>,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
         P: FnOnce() -> L + Send,
@@ -72,7 +70,7 @@ impl<C, S, K, V, E> Recipe<C, S, K, Option<V>, ErrorRules<E>> {
     }
 }
 
-impl<C, S, K, V> Recipe<C, S, K, Option<V>> {
+impl<S, K, V> Recipe<S, K, Option<V>> {
     /// A call of a batch function returning a plain map (or its companion's `refresh`), as
     /// [`Recipe::results`]; such a function has no error channel: a load that panics or times
     /// out makes the calls that asked for its keys panic.
@@ -85,7 +83,6 @@ impl<C, S, K, V> Recipe<C, S, K, Option<V>> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
         P: FnOnce() -> L + Send,
@@ -115,7 +112,6 @@ impl<C, S, K, V> Recipe<C, S, K, Option<V>> {
     where
         K: Key,
         V: Value,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
         P: FnOnce() -> L + Send,

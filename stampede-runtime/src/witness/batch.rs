@@ -18,16 +18,15 @@ use crate::tier::Tier;
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::values`] once the value type's checks have passed.
     #[inline(always)]
-    pub fn values<C, S, K, T, P, L, Fut>(
+    pub fn values<S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, Option<V>>,
+        recipe: Recipe<S, K, Option<V>>,
         call: Call,
         keys: Vec<K>,
         prepare: P,
     ) -> impl Future<Output = Vec<(K, Option<V>)>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
         P: FnOnce() -> L + Send,
@@ -39,16 +38,15 @@ impl<V: Value> Witness<V> {
 
     /// Calls [`Recipe::value_one`] once the value type's checks have passed.
     #[inline(always)]
-    pub fn value_one<C, S, K, T, P, L, Fut>(
+    pub fn value_one<S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, Option<V>>,
+        recipe: Recipe<S, K, Option<V>>,
         key: K,
         prepare: P,
         window: Option<Duration>,
     ) -> impl Future<Output = Option<V>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
         P: FnOnce() -> L + Send,
@@ -68,16 +66,15 @@ impl<V: Value> Witness<V> {
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Recipe::results`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn results<C, S, K, T, P, L, Fut>(
+    pub fn results<S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, Option<V>, ErrorRules<E>>,
+        recipe: Recipe<S, K, Option<V>, ErrorRules<E>>,
         call: Call,
         keys: Vec<K>,
         prepare: P,
     ) -> impl Future<Output = Result<Vec<(K, Option<V>)>, E>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
         P: FnOnce() -> L + Send,
@@ -89,16 +86,15 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
 
     /// Calls [`Recipe::result_one`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn result_one<C, S, K, T, P, L, Fut>(
+    pub fn result_one<S, K, T, P, L, Fut>(
         self,
-        recipe: Recipe<C, S, K, Option<V>, ErrorRules<E>>,
+        recipe: Recipe<S, K, Option<V>, ErrorRules<E>>,
         key: K,
         prepare: P,
         window: Option<Duration>,
     ) -> impl Future<Output = Result<Option<V>, E>>
     where
         K: Key,
-        C: FnOnce() -> Config,
         S: FnOnce(&Config) -> T,
         T: Tier<K, Option<V>>,
         P: FnOnce() -> L + Send,

@@ -593,6 +593,69 @@ fn row(
     )
 }
 
+/// What one more function costs, apart from what the crate pays once (the runtime's generic
+/// code instantiated for the key and value types, the Redis client linked in): the slope
+/// between the smallest and the largest N, `(crate(N2) - crate(N1)) / (N2 - N1)`, and the
+/// intercept, what a crate of N1 costs over no cache less N1 times that slope. Nothing when
+/// only one N was measured.
+fn marginal_table(results: &Results, options: &Options, profile: Profile) -> String {
+    let (Some(&low), Some(&high)) = (options.ns.iter().min(), options.ns.iter().max()) else {
+        return String::new();
+    };
+    if low == high {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n#### one more function ({}): N = {low} to {high}\n\n\
+         | contender | s per fn | x cached | fixed s | stripped KB per fn | x cached | fixed stripped KB |\n\
+         |---|---|---|---|---|---|---|\n",
+        profile.cargo_name()
+    );
+    let get = |n, contender| results.get(&(profile, n, contender));
+    let kb = |bytes: u64| bytes as f64 / 1000.0;
+    // Slope and intercept of one quantity, when both crates and the baseline were measured.
+    let line = |contender, of: &dyn Fn(&Measure) -> Option<f64>| {
+        let (a, b, base) = (
+            of(get(low, contender)?)?,
+            of(get(high, contender)?)?,
+            of(get(low, Contender::NoCache)?)?,
+        );
+        let slope = (b - a) / (high - low) as f64;
+        Some((slope, a - base - slope * low as f64))
+    };
+    let secs = |m: &Measure| Some(m.secs());
+    let stripped = |m: &Measure| m.stripped.map(kb);
+    let cached = (
+        line(Contender::Cached, &secs),
+        line(Contender::Cached, &stripped),
+    );
+    for contender in Contender::ALL {
+        if contender == Contender::NoCache {
+            continue;
+        }
+        let (time, size) = (line(contender, &secs), line(contender, &stripped));
+        let versus = |ours: Option<(f64, f64)>, theirs: Option<(f64, f64)>| match (ours, theirs) {
+            (Some(ours), Some(theirs)) if contender.is_stampede() => ratio(ours.0, theirs.0),
+            _ => String::new(),
+        };
+        let shown = |value: Option<(f64, f64)>, digits: usize, pick: fn((f64, f64)) -> f64| {
+            value.map_or("?".into(), |value| format!("{:.digits$}", pick(value)))
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            contender.label(),
+            shown(time, 3, |(slope, _)| slope),
+            versus(time, cached.0),
+            shown(time, 2, |(_, fixed)| fixed),
+            shown(size, 1, |(slope, _)| slope),
+            versus(size, cached.1),
+            shown(size, 0, |(_, fixed)| fixed),
+        );
+    }
+    out
+}
+
 /// GNU time, if installed.
 fn gnu_time() -> Option<PathBuf> {
     let time = PathBuf::from("/usr/bin/time");
@@ -630,6 +693,7 @@ fn run() -> Result<(), String> {
         measure_profile(&builder, &options, profile, &mut results)?;
         // Each table as soon as its profile is done: a run cut short keeps what it measured.
         print!("{}", table(&results, &options, profile));
+        print!("{}", marginal_table(&results, &options, profile));
     }
     let minutes = started.elapsed().as_secs_f64() / 60.0;
     println!();

@@ -89,8 +89,7 @@ impl<V: Value> Companion<V> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        let found = recipe.invalidate::<T>(key);
-        async move { found.await.map(|_found| ()) }
+        done(recipe.invalidate::<T>(key))
     }
 
     /// Calls [`Recipe::invalidate`], for the companion's `invalidate_found`.
@@ -136,8 +135,7 @@ impl<V: Value> Companion<V> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        let found = recipe.expire::<T>(key);
-        async move { found.await.map(|_found| ()) }
+        done(recipe.expire::<T>(key))
     }
 
     /// Calls [`Recipe::prime`].
@@ -180,6 +178,11 @@ impl<V: Value> Companion<V> {
         let _ = key;
         recipe.build::<T>();
     }
+}
+
+/// What `invalidate` and `expire` answer: that they are done, not whether a value was held.
+async fn done(found: impl Future<Output = Result<bool, Error>>) -> Result<(), Error> {
+    found.await.map(|_found| ())
 }
 
 /// Whether a function's error type can be cloned, asked by the generated code with the

@@ -524,6 +524,20 @@ fn per_function(value: f64, baseline: f64, n: usize) -> f64 {
     (value - baseline) / n as f64
 }
 
+/// Bytes as KB.
+fn kb(bytes: u64) -> f64 {
+    bytes as f64 / 1000.0
+}
+
+/// A stampede contender's figure over `cached`'s (see [`ratio`]); empty for the others, or when
+/// either is unknown.
+fn versus(contender: Contender, ours: Option<f64>, theirs: Option<f64>) -> String {
+    match (ours, theirs) {
+        (Some(ours), Some(theirs)) if contender.is_stampede() => ratio(ours, theirs),
+        _ => String::new(),
+    }
+}
+
 /// `ours / theirs` as `1.2x`, or `n/a` when `theirs` is not above zero (noise).
 fn ratio(ours: f64, theirs: f64) -> String {
     if theirs > 0.0 {
@@ -563,14 +577,10 @@ fn row(
     base: &Measure,
     cached: Option<&Measure>,
 ) -> String {
-    let kb = |bytes: u64| bytes as f64 / 1000.0;
     let secs_fn = |m: &Measure| per_function(m.secs(), base.secs(), n);
     let size_fn = |m: &Measure| per_function(kb(m.size), kb(base.size), n);
     let stripped_fn = |m: &Measure| Some(per_function(kb(m.stripped?), kb(base.stripped?), n));
-    let versus = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
-        (Some(ours), Some(theirs)) if contender.is_stampede() => ratio(ours, theirs),
-        _ => String::new(),
-    };
+    let versus = |ours, theirs| versus(contender, ours, theirs);
     let is_base = contender == Contender::NoCache;
     let dash_or = |text: String| if is_base { "-".to_owned() } else { text };
     let (min, max) = measure.range();
@@ -612,7 +622,6 @@ fn marginal_table(results: &Results, options: &Options, profile: Profile) -> Str
         profile.cargo_name()
     );
     let get = |n, contender| results.get(&(profile, n, contender));
-    let kb = |bytes: u64| bytes as f64 / 1000.0;
     // Slope and intercept of one quantity, when both crates and the baseline were measured.
     let line = |contender, of: &dyn Fn(&Measure) -> Option<f64>| {
         let (a, b, base) = (
@@ -634,9 +643,13 @@ fn marginal_table(results: &Results, options: &Options, profile: Profile) -> Str
             continue;
         }
         let (time, size) = (line(contender, &secs), line(contender, &stripped));
-        let versus = |ours: Option<(f64, f64)>, theirs: Option<(f64, f64)>| match (ours, theirs) {
-            (Some(ours), Some(theirs)) if contender.is_stampede() => ratio(ours.0, theirs.0),
-            _ => String::new(),
+        // The slopes compared.
+        let versus = |ours: Option<(f64, f64)>, theirs: Option<(f64, f64)>| {
+            versus(
+                contender,
+                ours.map(|line| line.0),
+                theirs.map(|line| line.0),
+            )
         };
         let shown = |value: Option<(f64, f64)>, digits: usize, pick: fn((f64, f64)) -> f64| {
             value.map_or("?".into(), |value| format!("{:.digits$}", pick(value)))

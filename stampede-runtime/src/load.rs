@@ -1,8 +1,10 @@
 //! The function's load: what it must be, and how one load runs its attempts (timeout, retries
 //! with jittered backoff).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use tokio::time::Instant;
 
@@ -119,6 +121,45 @@ where
 
     fn attempt(&self, key: &K) -> Fut {
         self(key)
+    }
+}
+
+/// The load of a function that returns a plain value, which has no error channel: each
+/// attempt's value is the `Ok` of a load that cannot fail. A wrapper rather than an `async`
+/// block around each attempt, so that a cached function compiles no coroutine for it (issue 38).
+pub(crate) struct Plain<L>(pub(crate) L);
+
+/// The future of one attempt of a [`Plain`] load, and of a batch function's call that returns a
+/// plain map: `F`'s value, as the `Ok` of a future that cannot fail. Its `poll` is one call of
+/// `F`'s, where an `async` block or a combinator compiles a state machine per function.
+pub(crate) struct Infallibly<F>(F);
+
+/// `future`'s value, as the `Ok` of a future that cannot fail.
+pub(crate) fn infallibly<F: Future>(future: F) -> Infallibly<F> {
+    Infallibly(future)
+}
+
+impl<F: Future> Future for Infallibly<F> {
+    type Output = Result<F::Output, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: the inner future is pinned with `self` (structural pinning): it is never
+        // moved out of it, and `Infallibly` implements neither `Drop` nor `Unpin` by hand.
+        let future = unsafe { self.map_unchecked_mut(|this| &mut this.0) };
+        future.poll(cx).map(Ok)
+    }
+}
+
+impl<K, V, L, Fut> Load<K, V> for Plain<L>
+where
+    L: Fn(&K) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = V> + Send + 'static,
+{
+    type Error = Infallible;
+    type Attempt = Infallibly<Fut>;
+
+    fn attempt(&self, key: &K) -> Infallibly<Fut> {
+        infallibly((self.0)(key))
     }
 }
 

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::core::{Tags, Values};
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
-use crate::load::RetryIf;
+use crate::load::{Plain, RetryIf};
 use crate::memory::Invalidation;
 use crate::registry;
 use crate::tier::Tier;
@@ -271,12 +271,10 @@ impl<S, K, V> Recipe<S, K, V> {
         L: Fn(&K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = V> + Send + 'static,
     {
-        let prepare = move || {
-            let load = prepare();
-            move |key: &K| infallible(load(key))
-        };
         let (cache, _) = self.cache();
-        cache.call(call, key, prepare).map(plain_value, ())
+        cache
+            .call(call, key, move || Plain(prepare()))
+            .map(plain_value, ())
     }
 
     /// A companion's `invalidate`: drops `key` here, in the tier and in every other process's
@@ -477,10 +475,6 @@ fn impl_trait(site: &str) -> Option<&str> {
         }
     }
     None
-}
-
-async fn infallible<V>(load: impl Future<Output = V>) -> Result<V, std::convert::Infallible> {
-    Ok(load.await)
 }
 
 /// Gives an `async` block its output type, so that `?` and `return` in a function's body infer

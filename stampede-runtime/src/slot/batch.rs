@@ -7,10 +7,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Call, ErrorRules, Recipe, infallible, own_error};
+use super::{Call, ErrorRules, Recipe, own_error};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
+use crate::load::{Plain, infallibly};
 use crate::tier::{One, Tier};
 
 impl<S, K, V, E> Recipe<S, K, Option<V>, ErrorRules<E>> {
@@ -90,10 +91,7 @@ impl<S, K, V> Recipe<S, K, Option<V>> {
         Fut: Future<Output = Vec<Option<V>>> + Send + 'static,
     {
         let (cache, ()) = self.cache::<T>();
-        let prepare = move || {
-            let load = prepare();
-            move |keys: &Vec<K>| infallible(load(keys))
-        };
+        let prepare = move || Plain(prepare());
         let answers = cache.get_many(keys, prepare, call).await;
         match all_or_first_error(answers) {
             Ok(values) => values,
@@ -119,10 +117,7 @@ impl<S, K, V> Recipe<S, K, Option<V>> {
         Fut: Future<Output = Vec<Option<V>>> + Send + 'static,
     {
         let (cache, ()) = self.cache::<T>();
-        let prepare = move || {
-            let load = prepare();
-            move |keys: &Vec<K>| infallible(load(keys))
-        };
+        let prepare = move || Plain(prepare());
         let outcome = match window {
             Some(window) => cache.get_in_window(key, prepare, window).await,
             None => cache.get(key, move || One::new(Arc::new(prepare()))).await,
@@ -207,7 +202,7 @@ where
 {
     let calls = calls
         .into_iter()
-        .map(|(places, call)| (places, infallible(call)))
+        .map(|(places, call)| (places, infallibly(call)))
         .collect();
     match batch_answers(keys, calls).await {
         Ok(answers) => answers,

@@ -351,7 +351,18 @@ impl Expansion<'_> {
                 let body = companion.path("body");
                 let args = self.function.args.iter().map(|arg| &arg.ident);
                 let this = self.function.receiver.map(|_| quote!(&#receiver,));
-                quote!(#body(#this #(#args),*).await)
+                let call = quote!(#body(#this #(#args),*));
+                // What the body's function takes is all owned: its future is the attempt, with
+                // no `async` block around it to compile per function (issue 38).
+                if self.function.receiver.is_none()
+                    && self.function.args.iter().all(|arg| arg.borrowed.is_none())
+                {
+                    return quote! {
+                        #(#others_copied)*
+                        #call
+                    };
+                }
+                quote!(#call.await)
             }
         };
         quote! {

@@ -243,3 +243,40 @@ async fn a_wide_function_and_a_partly_used_method_companion_build_without_warnin
     assert_eq!(within(Ledger.balance(4)).await, 40);
     assert_eq!(Ledger::balance_peek(4), Some(40));
 }
+
+/// A free function whose arguments are all owned, one of them `mut` and one left out of the
+/// key: its calls, `refresh` and `read_through` reach the body with the arguments as written
+/// (the expansion hands the body's future to the load as it is, and the three share one call
+/// on the runtime), and it builds without warnings.
+#[tokio::test]
+async fn owned_arguments_reach_the_body_through_the_call_refresh_and_read_through() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s", key = "{id}")]
+    async fn scaled(id: u64, mut factor: u64) -> Result<u64, AppError> {
+        LOADS.fetch_add(1, SeqCst);
+        factor *= 10;
+        Ok(id * factor)
+    }
+
+    assert_eq!(within(scaled(2, 3)).await.unwrap(), 60);
+    assert_eq!(
+        within(scaled(2, 5)).await.unwrap(),
+        60,
+        "the factor is not part of the key: a hit"
+    );
+    assert_eq!(within(scaled::refresh(2, 5)).await.unwrap(), 100);
+    assert_eq!(
+        within(scaled(2, 3)).await.unwrap(),
+        100,
+        "the refreshed value"
+    );
+    // Memory alone: `read_through` is the key's load, as if memory held nothing.
+    assert_eq!(within(scaled::read_through(2, 7)).await.unwrap(), 140);
+    assert_eq!(
+        within(scaled(2, 3)).await.unwrap(),
+        140,
+        "the value read through"
+    );
+    assert_eq!(LOADS.load(SeqCst), 3);
+}

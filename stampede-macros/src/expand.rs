@@ -130,7 +130,7 @@ enum Holder {
 }
 
 impl Holder {
-    /// The name of a hidden item (`__slot`, `__config`, `__body`).
+    /// The name of a hidden item (`__slot`, `__config`, `__body`, `__answer`).
     fn hidden(&self, what: &str) -> Ident {
         match self {
             Holder::Type(_) => Ident::new(&format!("__{what}"), Span::call_site()),

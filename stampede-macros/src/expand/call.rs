@@ -7,38 +7,93 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::{Call, Expansion, first_span, receiver_ident, type_span, with_elided_lifetimes};
+use super::{
+    Call, Expansion, Holder, first_span, receiver_ident, type_span, with_elided_lifetimes,
+};
 use crate::checks::{Check, Finish, chain};
 use crate::func::{Arg, Returns};
 use crate::key::Segment;
 use crate::receiver::SELF;
 
 impl Expansion<'_> {
-    /// The body of the cached function: one call on the runtime, through the witness of the
-    /// returned type.
+    /// The body of the cached function (or of its companion's `refresh` or `read_through`): one
+    /// call on the runtime, through the witness of the returned type; where the companion holds
+    /// that call ([`Self::answer_item`]), a call of it.
     pub(super) fn call(&self, call: Call) -> TokenStream {
-        let witness = self.witness();
         let private = &self.private;
-        let (method, rules) = match &self.function.returns {
-            Returns::Value(_) => (quote!(value), quote!(())),
-            Returns::Result { .. } => (quote!(result), self.rules()),
-        };
         let call = match call {
             Call::Get => quote!(#private::Call::Get),
             Call::Refresh => quote!(#private::Call::Refresh),
             Call::ReadThrough => quote!(#private::Call::ReadThrough),
         };
-        let recipe = self.recipe(rules);
-        let key = self.key();
-        let prepare = self.prepare();
+        let answer = match self.shared_answer() {
+            Some(answer) => {
+                let args = self.function.args.iter().map(|arg| &arg.ident);
+                quote!(#answer(#call, #(#args),*))
+            }
+            None => self.answer(call),
+        };
         // A hit is ready when the call is made: taken here, it goes straight to the caller
         // rather than through this future's state (issue 38).
         quote! {
-            match #witness.#method(#recipe, #call, #key, #prepare) {
+            match #answer {
                 #private::Answer::Ready(__stampede_value) => {
                     __stampede_value
                 }
                 __stampede_answer => __stampede_answer.await,
+            }
+        }
+    }
+
+    /// The runtime's answer to `call` (an expression of `Call`): the witness of the returned
+    /// type, the recipe, the key and the closure that builds the load.
+    fn answer(&self, call: TokenStream) -> TokenStream {
+        let witness = self.witness();
+        let (method, rules) = match &self.function.returns {
+            Returns::Value(_) => (quote!(value), quote!(())),
+            Returns::Result { .. } => (quote!(result), self.rules()),
+        };
+        let recipe = self.recipe(rules);
+        let key = self.key();
+        let prepare = self.prepare();
+        quote!(#witness.#method(#recipe, #call, #key, #prepare))
+    }
+
+    /// The path of the companion's `__answer`, when it has one: a free function whose
+    /// arguments are all owned (nothing to lend the load) has its call on the runtime in one
+    /// function of its companion, which the function, `refresh` and `read_through` call with
+    /// their `Call`, so that it is type-checked once rather than three times (issue 38).
+    fn shared_answer(&self) -> Option<TokenStream> {
+        let Some(companion @ Holder::Type(_)) = &self.companion else {
+            return None;
+        };
+        let owned = self.function.args.iter().all(|arg| arg.borrowed.is_none());
+        (owned && self.settings.batch.is_none()).then(|| companion.path("answer"))
+    }
+
+    /// The companion's `__answer` ([`Self::shared_answer`]): the runtime's answer to the `Call`
+    /// it is given, inlined into each caller, where that `Call` is a constant.
+    pub(super) fn answer_item(&self) -> TokenStream {
+        let (Some(companion), Some(_)) = (&self.companion, self.shared_answer()) else {
+            return TokenStream::new();
+        };
+        let name = companion.hidden("answer");
+        let private = &self.private;
+        let vis = &self.function.vis;
+        let attrs = self.item_attrs();
+        let output = &self.function.output;
+        let call = Ident::new("__stampede_call", Span::mixed_site());
+        let inputs = self.function.args.iter().map(|arg| {
+            let (ident, ty) = (&arg.ident, &arg.ty);
+            quote!(#ident: #ty)
+        });
+        let answer = self.answer(quote!(#call));
+        quote! {
+            #[doc(hidden)]
+            #attrs
+            #[inline(always)]
+            #vis fn #name(#call: #private::Call, #(#inputs),*) -> #private::Answer<'static, #output> {
+                #answer
             }
         }
     }

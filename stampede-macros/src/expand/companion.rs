@@ -36,7 +36,11 @@ impl Expansion<'_> {
     /// even inside a block.
     pub(super) fn companion(&self) -> Option<TokenStream> {
         let companion = self.companion.as_ref()?;
-        let items = [self.hidden_items(companion), self.operations(companion)];
+        let items = [
+            self.hidden_items(companion),
+            self.answer_item(),
+            self.operations(companion),
+        ];
         let Holder::Type(_) = companion else {
             let hint = self.trait_impl_hint();
             return Some(quote!(#hint #(#items)*));

@@ -353,6 +353,33 @@ async fn a_detached_load_has_a_span_that_follows_the_request_that_started_it() {
     assert_eq!(lookups[0].parent.as_deref(), Some("request"));
 }
 
+/// `#[tracing::instrument]` beneath `#[cached]` wraps the call's future, as it wraps an `async
+/// fn`'s: the lookups of its calls, a miss and then a hit, are spans inside its span.
+#[tokio::test]
+async fn instrument_beneath_cached_spans_each_call() {
+    telemetry();
+    #[cached(ttl = "60s", name = "obs::instrumented")]
+    #[tracing::instrument]
+    async fn invoice(id: u64) -> String {
+        format!("invoice {id}")
+    }
+
+    within(invoice(3)).await;
+    within(invoice(3)).await;
+    let lookups: Vec<(String, Option<String>)> = spans("stampede.lookup", "obs::instrumented")
+        .into_iter()
+        .map(|span| (span.fields["outcome"].clone(), span.parent))
+        .collect();
+    let inside = Some("invoice".to_owned());
+    assert_eq!(
+        lookups,
+        [
+            ("miss".to_owned(), inside.clone()),
+            ("hit".to_owned(), inside)
+        ]
+    );
+}
+
 #[tokio::test]
 async fn redis_locks_waits_and_failures_are_counted_and_warned_once() {
     telemetry();

@@ -280,3 +280,27 @@ async fn owned_arguments_reach_the_body_through_the_call_refresh_and_read_throug
     );
     assert_eq!(LOADS.load(SeqCst), 3);
 }
+
+/// A call does nothing until it is awaited, as an `async fn`'s call: a call made before a
+/// `prime` and awaited after it gets the primed value, and a call dropped without being awaited
+/// loads nothing.
+#[tokio::test]
+async fn a_call_looks_up_its_value_when_awaited_not_when_made() {
+    static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+    #[cached(ttl = "60s")]
+    async fn label(id: u64) -> String {
+        LOADS.fetch_add(1, SeqCst);
+        format!("loaded {id}")
+    }
+
+    within(label::prime(1, "first".to_owned())).await.unwrap();
+    let call = label(1);
+    within(label::prime(1, "second".to_owned())).await.unwrap();
+    assert_eq!(within(call).await, "second");
+
+    drop(label(2));
+    tokio::task::yield_now().await;
+    assert_eq!(LOADS.load(SeqCst), 0, "nothing was loaded");
+    assert_eq!(label::peek(2), None);
+}

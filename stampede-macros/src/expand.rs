@@ -77,12 +77,25 @@ pub(crate) fn expand(mut function: Function, settings: &Settings) -> TokenStream
         shape,
         ..
     } = &function;
+    // Under `#[stampede::companions]`, the companion is that attribute's to emit.
+    let companion = companion.filter(|_| !settings.in_companions_block);
+    let deferred = expansion
+        .deferred(&sig.ident, Call::Get)
+        .filter(|_| expansion.deferrable());
+    if let Some((signature, deferred)) = deferred {
+        return quote! {
+            #(#attrs)*
+            #signature {
+                #used
+                #deferred
+            }
+            #companion
+        };
+    }
     let block = match shape {
         Shape::Async => quote!(#used #call),
         Shape::AsyncTrait => quote!(::std::boxed::Box::pin(async move { #used #call })),
     };
-    // Under `#[stampede::companions]`, the companion is that attribute's to emit.
-    let companion = companion.filter(|_| !settings.in_companions_block);
     quote! {
         #(#attrs)*
         #vis #sig {
@@ -236,6 +249,13 @@ pub(crate) fn with_elided_lifetimes(ty: &Type) -> Type {
     let mut ty = ty.clone();
     Elide.visit_type_mut(&mut ty);
     ty
+}
+
+/// An argument as a parameter of an operation: `ident: ty` (without its `mut`, which is the
+/// body's).
+fn typed(arg: &Arg) -> TokenStream {
+    let (ident, ty) = (&arg.ident, &arg.ty);
+    quote!(#ident: #ty)
 }
 
 /// The span errors about an argument's bounds point at: its type, or for `&T` the `T`.

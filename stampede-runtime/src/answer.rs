@@ -72,3 +72,55 @@ impl<T> Future for Answer<'_, T> {
         }
     }
 }
+
+/// A call of a cached free function, made when it is first polled, as an `async fn`'s call
+/// would be: what the generated function returns instead of being an `async fn` (issue 38).
+/// A coroutine is instantiated in every codegen unit that polls it, the lookup inlined in each
+/// copy; this type's `poll` is compiled once per function, with the function's `answer`
+/// (its lookup and, on a miss, the boxed rest) inlined into it. `C` says which call (the
+/// runtime's `Call`: the function's, `refresh` or `read_through`), `A` is the function's
+/// arguments, `T` what it returns.
+#[must_use = "a call of a cached function does nothing unless awaited"]
+pub struct Deferred<F, C, A, T> {
+    /// The call not yet made: which, the function that makes it, and its arguments.
+    start: Option<(C, F, A)>,
+    /// The call's answer once made, while it is pending.
+    answer: Answer<'static, T>,
+}
+
+impl<F, C, A, T> Deferred<F, C, A, T>
+where
+    F: FnOnce(C, A) -> Answer<'static, T>,
+{
+    /// `call` of the function whose `answer` makes it, with `args`, when first polled.
+    #[inline(always)]
+    pub fn new(call: C, answer: F, args: A) -> Self {
+        Deferred {
+            start: Some((call, answer, args)),
+            answer: Answer::Taken,
+        }
+    }
+}
+
+// Nothing in it is pinned: the arguments are moved out to make the call, and what is pending
+// is pinned in its own box.
+impl<F, C, A, T> Unpin for Deferred<F, C, A, T> {}
+
+impl<F, C, A, T> Future for Deferred<F, C, A, T>
+where
+    F: FnOnce(C, A) -> Answer<'static, T>,
+{
+    type Output = T;
+
+    // Not `#[inline]`: an inline function is copied into every codegen unit that polls it.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        if let Some((call, answer, args)) = this.start.take() {
+            match answer(call, args) {
+                Answer::Ready(value) => return Poll::Ready(value),
+                pending => this.answer = pending,
+            }
+        }
+        Pin::new(&mut this.answer).poll(cx)
+    }
+}

@@ -8,7 +8,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
 use super::{
-    Call, Expansion, Holder, first_span, receiver_ident, type_span, with_elided_lifetimes,
+    Call, Expansion, Holder, first_span, receiver_ident, type_span, typed, with_elided_lifetimes,
 };
 use crate::checks::{Check, Finish, chain};
 use crate::func::{Arg, Returns};
@@ -16,20 +16,16 @@ use crate::key::Segment;
 use crate::receiver::SELF;
 
 impl Expansion<'_> {
-    /// The body of the cached function (or of its companion's `refresh` or `read_through`): one
-    /// call on the runtime, through the witness of the returned type; where the companion holds
-    /// that call ([`Self::answer_item`]), a call of it.
+    /// The body of the cached function (or of its companion's `refresh` or `read_through`) as
+    /// an `async fn`: one call on the runtime, through the witness of the returned type; where
+    /// the companion holds that call ([`Self::answer_item`]), a call of it.
     pub(super) fn call(&self, call: Call) -> TokenStream {
         let private = &self.private;
-        let call = match call {
-            Call::Get => quote!(#private::Call::Get),
-            Call::Refresh => quote!(#private::Call::Refresh),
-            Call::ReadThrough => quote!(#private::Call::ReadThrough),
-        };
+        let call = call_of(call, private);
         let answer = match self.shared_answer() {
             Some(answer) => {
                 let args = self.function.args.iter().map(|arg| &arg.ident);
-                quote!(#answer(#call, #(#args),*))
+                quote!(#answer(#call, (#(#args,)*)))
             }
             None => self.answer(call),
         };
@@ -43,6 +39,48 @@ impl Expansion<'_> {
                 __stampede_answer => __stampede_answer.await,
             }
         }
+    }
+
+    /// Where the companion holds `__answer` ([`Self::answer_item`]): the signature of the
+    /// function (or of `refresh`, `read_through`) as a plain `fn` named `name`, and its body,
+    /// the `Deferred` call of `__answer` with `call` and the arguments. No coroutine of its own:
+    /// a coroutine is compiled into every codegen unit that polls it, where `Deferred`'s poll
+    /// is compiled once (issue 38).
+    pub(super) fn deferred(&self, name: &Ident, call: Call) -> Option<(TokenStream, TokenStream)> {
+        let answer = self.shared_answer()?;
+        let private = &self.private;
+        let vis = &self.function.vis;
+        let output = &self.function.output;
+        let call = call_of(call, private);
+        let inputs = self.function.args.iter().map(typed);
+        let args = self.function.args.iter().map(|arg| &arg.ident);
+        let signature = quote! {
+            #vis fn #name(#(#inputs),*) -> impl ::core::future::Future<Output = #output> + use<>
+        };
+        let body = quote!(#private::Deferred::new(#call, #answer, (#(#args,)*)));
+        Some((signature, body))
+    }
+
+    /// Whether the function may be emitted as a plain `fn` that returns its call
+    /// ([`Self::deferred`]): its other attributes are ones that mean the same on either. An
+    /// attribute macro beneath `#[cached]` (`#[tracing::instrument]`) gets the `async fn` it
+    /// expects, whose future it can wrap.
+    pub(super) fn deferrable(&self) -> bool {
+        const PLAIN: [&str; 9] = [
+            "doc",
+            "cfg",
+            "allow",
+            "expect",
+            "warn",
+            "deny",
+            "forbid",
+            "must_use",
+            "deprecated",
+        ];
+        self.function
+            .attrs
+            .iter()
+            .all(|attr| PLAIN.iter().any(|name| attr.path().is_ident(name)))
     }
 
     /// The runtime's answer to `call` (an expression of `Call`): the witness of the returned
@@ -61,8 +99,9 @@ impl Expansion<'_> {
 
     /// The path of the companion's `__answer`, when it has one: a free function whose
     /// arguments are all owned (nothing to lend the load) has its call on the runtime in one
-    /// function of its companion, which the function, `refresh` and `read_through` call with
-    /// their `Call`, so that it is type-checked once rather than three times (issue 38).
+    /// function of its companion, which the function, `refresh` and `read_through` return
+    /// [`deferred`](Self::deferred) with their `Call`, so that it is type-checked once rather
+    /// than three times (issue 38).
     fn shared_answer(&self) -> Option<TokenStream> {
         let Some(companion @ Holder::Type(_)) = &self.companion else {
             return None;
@@ -72,7 +111,8 @@ impl Expansion<'_> {
     }
 
     /// The companion's `__answer` ([`Self::shared_answer`]): the runtime's answer to the `Call`
-    /// it is given, inlined into each caller, where that `Call` is a constant.
+    /// it is given, inlined into its caller: `Deferred`'s poll, one for the function's three
+    /// calls, or the `async fn` of a function that cannot be deferred.
     pub(super) fn answer_item(&self) -> TokenStream {
         let (Some(companion), Some(_)) = (&self.companion, self.shared_answer()) else {
             return TokenStream::new();
@@ -83,16 +123,22 @@ impl Expansion<'_> {
         let attrs = self.item_attrs();
         let output = &self.function.output;
         let call = Ident::new("__stampede_call", Span::mixed_site());
-        let inputs = self.function.args.iter().map(|arg| {
-            let (ident, ty) = (&arg.ident, &arg.ty);
-            quote!(#ident: #ty)
-        });
+        let (idents, types): (Vec<_>, Vec<_>) = self
+            .function
+            .args
+            .iter()
+            .map(|arg| (&arg.ident, &arg.ty))
+            .unzip();
         let answer = self.answer(quote!(#call));
+        // The arguments as one tuple: `Deferred` holds them until it is polled.
         quote! {
             #[doc(hidden)]
             #attrs
             #[inline(always)]
-            #vis fn #name(#call: #private::Call, #(#inputs),*) -> #private::Answer<'static, #output> {
+            #vis fn #name(
+                #call: #private::Call,
+                (#(#idents,)*): (#(#types,)*),
+            ) -> #private::Answer<'static, #output> {
                 #answer
             }
         }
@@ -444,5 +490,14 @@ fn optional_fn(path: Option<&syn::Path>) -> TokenStream {
             quote_spanned!(span=> ::core::option::Option::Some(#path))
         }
         None => quote!(::core::option::Option::None),
+    }
+}
+
+/// The runtime's `Call` for `call`.
+fn call_of(call: Call, private: &TokenStream) -> TokenStream {
+    match call {
+        Call::Get => quote!(#private::Call::Get),
+        Call::Refresh => quote!(#private::Call::Refresh),
+        Call::ReadThrough => quote!(#private::Call::ReadThrough),
     }
 }

@@ -10,7 +10,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 
 use super::config::{config, name as cache_name};
-use super::{Call, Expansion, Holder, with_elided_lifetimes};
+use super::{Call, Expansion, Holder, typed, with_elided_lifetimes};
 use crate::func::{Arg, Returns};
 
 /// The operations of a companion, by the name they end in.
@@ -219,6 +219,20 @@ impl Expansion<'_> {
             doc_peek,
             doc_uncached,
         ] = self.docs(companion);
+        // `refresh` and `read_through`: deferred calls of the companion's `__answer` where it
+        // has one, else `async fn`s that make the call.
+        let full = |name: &Ident, call: Call, body: TokenStream| match self.deferred(name, call) {
+            Some((signature, deferred)) => quote!(#signature { #deferred }),
+            None => quote! {
+                #vis async fn #name #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                    #body
+                }
+            },
+        };
+        let (refresh, read_through) = (
+            full(&refresh_fn, Call::Refresh, refresh),
+            full(&read_through_fn, Call::ReadThrough, read_through),
+        );
         let keyed =
             |name: &Ident, inputs: TokenStream, output: TokenStream, future: TokenStream| {
                 self.keyed_operation(companion, name, inputs, output, future)
@@ -279,15 +293,11 @@ impl Expansion<'_> {
 
             #[doc = #doc_refresh]
             #attrs
-            #vis async fn #refresh_fn #generics (#this #(#all_inputs),*) -> #output #where_clause {
-                #refresh
-            }
+            #refresh
 
             #[doc = #doc_read_through]
             #attrs
-            #vis async fn #read_through_fn #generics (#this #(#all_inputs),*) -> #output #where_clause {
-                #read_through
-            }
+            #read_through
 
             #[doc = #doc_prime]
             #attrs
@@ -561,11 +571,4 @@ fn key_closure<'a>(args: impl IntoIterator<Item = &'a Arg>, key: &TokenStream) -
     let (idents, types): (Vec<_>, Vec<_>) =
         args.into_iter().map(|arg| (&arg.ident, &arg.ty)).unzip();
     quote!(|(#(#idents,)*): (#(#types,)*)| #key)
-}
-
-/// An argument as a parameter of an operation: `ident: ty` (without its `mut`, which is the
-/// body's).
-fn typed(arg: &Arg) -> TokenStream {
-    let (ident, ty) = (&arg.ident, &arg.ty);
-    quote!(#ident: #ty)
 }

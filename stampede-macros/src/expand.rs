@@ -24,6 +24,11 @@
 //! }
 //! ```
 //!
+//! A free function whose arguments are all owned has that call in its companion's `__answer`,
+//! and becomes `fn product(id: u64) -> impl Future<Output = ..> + use<>`, whose body is
+//! `Deferred::new(Call::Get, product::__answer, (id,))`: the call is made when the future is first
+//! polled, and no coroutine is compiled for the function (`call::deferred`).
+//!
 //! `call` emits the body (the witness of the returned type, the recipe, the key, the load),
 //! `companion` the operations on the cache next to the function, and `config` where the cache
 //! lives and how it is built (its slot, its options, its tier).

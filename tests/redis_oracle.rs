@@ -130,17 +130,18 @@ fn unrest<T>(f: impl FnOnce(&mut Unrest) -> T) -> T {
 /// lasts and until the connection is used again after it, the cache "falls back to local
 /// singleflight and the function's own load" (faults page, "When Redis is sick"), and a link
 /// lost drops the process's memory and detaches its loads ("A lost invalidation is never
-/// silent").
-fn calm(function: u8, key: u16, process: usize, bound: Duration) -> bool {
+/// silent"). Another process's fault too: once Redis answers it again, it drops from Redis the
+/// keys it loaded meanwhile "and announces them" (faults page), an invalidation that detaches
+/// this process's flights of those keys within the bound.
+fn calm(function: u8, key: u16, bound: Duration) -> bool {
     let now = tokio::time::Instant::now();
     unrest(|unrest| {
-        let (fault, faults_on) = unrest.faults[process];
-        let calm = faults_on == 0
-            && fault.is_none_or(|at| at + bound + BACK_AFTER_FAULT <= now)
-            && unrest
-                .keys
-                .get(&(function, key))
-                .is_none_or(|&at| at + bound <= now);
+        let calm = unrest.faults.iter().all(|&(fault, faults_on)| {
+            faults_on == 0 && fault.is_none_or(|at| at + bound + BACK_AFTER_FAULT <= now)
+        }) && unrest
+            .keys
+            .get(&(function, key))
+            .is_none_or(|&at| at + bound <= now);
         match calm {
             true => unrest.counted.0 += 1,
             false => unrest.counted.1 += 1,
@@ -197,7 +198,7 @@ impl Drop for Ended {
 /// The source: reads the key's version, then takes a few milliseconds, as a query would. The
 /// oracle counts it (`calm`: compared with the others, or apart).
 async fn load(function: u8, process: usize, key: u16) -> Loaded {
-    let flight = match calm(function, key, process, oracle().bound) {
+    let flight = match calm(function, key, oracle().bound) {
         true => oracle().flight(function, key),
         false => oracle().flight_apart(function, key),
     };

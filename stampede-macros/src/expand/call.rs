@@ -106,8 +106,14 @@ impl Expansion<'_> {
         let Some(companion @ Holder::Type(_)) = &self.companion else {
             return None;
         };
-        let owned = self.function.args.iter().all(|arg| arg.borrowed.is_none());
-        (owned && self.settings.batch.is_none()).then(|| companion.path("answer"))
+        (self.lends_nothing() && self.settings.batch.is_none()).then(|| companion.path("answer"))
+    }
+
+    /// Whether the function takes nothing the load must lend back to its body: no receiver and
+    /// no borrowed argument, so that the body's future owns all it needs.
+    fn lends_nothing(&self) -> bool {
+        self.function.receiver.is_none()
+            && self.function.args.iter().all(|arg| arg.borrowed.is_none())
     }
 
     /// The companion's `__answer` ([`Self::shared_answer`]): the runtime's answer to the `Call`
@@ -455,9 +461,7 @@ impl Expansion<'_> {
                 let call = quote!(#body(#this #(#args),*));
                 // What the body's function takes is all owned: its future is the attempt, with
                 // no `async` block around it to compile per function (issue 38).
-                if self.function.receiver.is_none()
-                    && self.function.args.iter().all(|arg| arg.borrowed.is_none())
-                {
+                if self.lends_nothing() {
                     return quote! {
                         #(#others_copied)*
                         #call

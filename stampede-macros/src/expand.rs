@@ -256,6 +256,28 @@ pub(crate) fn with_elided_lifetimes(ty: &Type) -> Type {
     ty
 }
 
+/// `ty` with every lifetime `'static`: a type named where the signature's lifetimes do not exist
+/// and only `'static` ones may be (a key's or a value's, in the companion's `__ops`).
+pub(crate) fn with_static_lifetimes(ty: &Type) -> Type {
+    struct Static;
+    impl VisitMut for Static {
+        fn visit_lifetime_mut(&mut self, lifetime: &mut Lifetime) {
+            *lifetime = Lifetime::new("'static", lifetime.apostrophe);
+        }
+
+        fn visit_type_reference_mut(&mut self, reference: &mut syn::TypeReference) {
+            let span = reference.and_token.span;
+            reference
+                .lifetime
+                .get_or_insert_with(|| Lifetime::new("'static", span));
+            syn::visit_mut::visit_type_reference_mut(self, reference);
+        }
+    }
+    let mut ty = ty.clone();
+    Static.visit_type_mut(&mut ty);
+    ty
+}
+
 /// An argument as a parameter of an operation: `ident: ty` (without its `mut`, which is the
 /// body's).
 fn typed(arg: &Arg) -> TokenStream {

@@ -114,6 +114,6 @@ pub mod __private {
         Call, ErrorRules, Recipe, Slot, batch_answers, batch_values, groups, method_name, typed,
     };
     pub use crate::tier::local;
-    pub use crate::witness::{CloneError, Companion, ErrorClone, NoCloneError};
+    pub use crate::witness::{CloneError, Companion, ErrorClone, NoCloneError, ops};
     pub use inventory;
 }

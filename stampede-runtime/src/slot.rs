@@ -12,7 +12,6 @@ use crate::core::{Tags, Values};
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
 use crate::load::{Plain, RetryIf};
-use crate::memory::Invalidation;
 use crate::registry;
 use crate::tier::Tier;
 
@@ -275,72 +274,6 @@ impl<S, K, V> Recipe<S, K, V> {
         cache
             .call(call, key, move || Plain(prepare()))
             .map(plain_value, ())
-    }
-
-    /// A companion's `invalidate`: drops `key` here, in the tier and in every other process's
-    /// memory (see `stampede::invalidate`); whether a value was held for it, here or in the
-    /// tier. Builds the cache if this process never called it.
-    pub async fn invalidate<T>(self, key: K) -> Result<bool, Error>
-    where
-        K: Key,
-        V: Value,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        let (cache, ()) = self.cache::<T>();
-        cache.invalidate(&key).await
-    }
-
-    /// A companion's `clear`: drops every value of the cache, here, in the tier (every key of
-    /// its name) and in every other process's memory (see `stampede::clear`). Builds the cache
-    /// if this process never called it.
-    pub async fn clear<T>(self) -> Result<(), Error>
-    where
-        K: Key,
-        V: Value,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        let (cache, ()) = self.cache::<T>();
-        cache.clear().await
-    }
-
-    /// A companion's `expire`: `key`'s value is no longer fresh, here, in the tier and in every
-    /// other process's memory (see `stampede::expire`); whether a value was held for it, here
-    /// or in the tier. Builds the cache if this process never called it.
-    pub async fn expire<T>(self, key: K) -> Result<bool, Error>
-    where
-        K: Key,
-        V: Value,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        let (cache, ()) = self.cache::<T>();
-        cache.invalidate_as(&key, Invalidation::Expire).await
-    }
-
-    /// A companion's `prime`: stores `value` for `key` as if it had been loaded now.
-    pub async fn prime<T>(self, key: K, value: V) -> Result<(), Error>
-    where
-        K: Key,
-        V: Value,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        let (cache, ()) = self.cache::<T>();
-        cache.prime(key, value).await
-    }
-
-    /// A companion's `peek`: the value held in this process's memory for `key`, if servable.
-    pub fn peek<T>(self, key: &K) -> Option<V>
-    where
-        K: Key,
-        V: Value,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        let (cache, ()) = self.cache::<T>();
-        cache.peek(key)
     }
 
     /// Builds a free function's cache if this process has not yet (see

@@ -15,6 +15,7 @@ use crate::slot::{Call, ErrorRules, Recipe};
 use crate::tier::Tier;
 
 mod batch;
+pub mod ops;
 
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::value`] once the returned type's checks have passed.
@@ -72,97 +73,26 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     }
 }
 
-/// The operations of a cached function's companion that need only its value type `V` (the
-/// returned type's checks have passed): invalidate, prime, peek and build, through its recipe.
+/// What a cached function's companion reaches once its value type `V` is checked: its cache as
+/// the operations that load nothing take it ([`Companion::ops`]), and its build by name.
 pub struct Companion<V>(PhantomData<fn() -> V>);
 
 impl<V: Value> Companion<V> {
-    /// Calls [`Recipe::invalidate`], for the companion's `invalidate`.
+    /// The function's cache as its companion's operations reach it (see [`ops`]), for its
+    /// hidden `__ops`. `key_of` is never called: it checks the key's type and names it.
     #[inline(always)]
-    pub fn invalidate<S, K, T>(
-        self,
-        recipe: Recipe<S, K, V>,
-        key: K,
-    ) -> impl Future<Output = Result<(), Error>>
-    where
-        K: Key,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        done(recipe.invalidate::<T>(key))
-    }
-
-    /// Calls [`Recipe::invalidate`], for the companion's `invalidate_found`.
-    #[inline(always)]
-    pub fn invalidate_found<S, K, T>(
-        self,
-        recipe: Recipe<S, K, V>,
-        key: K,
-    ) -> impl Future<Output = Result<bool, Error>>
-    where
-        K: Key,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        recipe.invalidate::<T>(key)
-    }
-
-    /// Calls [`Recipe::clear`]. `key_of` is never called: its type names the key's.
-    #[inline(always)]
-    pub fn clear<S, K, T, A>(
+    pub fn ops<S, K, T, A>(
         self,
         recipe: Recipe<S, K, V>,
         key_of: impl FnOnce(A) -> K,
-    ) -> impl Future<Output = Result<(), Error>>
+    ) -> &'static dyn ops::Ops<K, V>
     where
         K: Key,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
         drop(key_of);
-        recipe.clear::<T>()
-    }
-
-    /// Calls [`Recipe::expire`].
-    #[inline(always)]
-    pub fn expire<S, K, T>(
-        self,
-        recipe: Recipe<S, K, V>,
-        key: K,
-    ) -> impl Future<Output = Result<(), Error>>
-    where
-        K: Key,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        done(recipe.expire::<T>(key))
-    }
-
-    /// Calls [`Recipe::prime`].
-    #[inline(always)]
-    pub fn prime<S, K, T>(
-        self,
-        recipe: Recipe<S, K, V>,
-        key: K,
-        value: V,
-    ) -> impl Future<Output = Result<(), Error>>
-    where
-        K: Key,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        recipe.prime(key, value)
-    }
-
-    /// Calls [`Recipe::peek`].
-    #[inline(always)]
-    pub fn peek<S, K, T>(self, recipe: Recipe<S, K, V>, key: K) -> Option<V>
-    where
-        K: Key,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        recipe.peek::<T>(&key)
+        recipe.cache::<T>().0
     }
 
     /// Builds the cache, if not built yet (a linked function looked up by name). `key`, the
@@ -178,11 +108,6 @@ impl<V: Value> Companion<V> {
         let _ = key;
         recipe.build::<T>();
     }
-}
-
-/// What `invalidate` and `expire` answer: that they are done, not whether a value was held.
-async fn done(found: impl Future<Output = Result<bool, Error>>) -> Result<(), Error> {
-    found.await.map(|_found| ())
 }
 
 /// Whether a function's error type can be cloned, asked by the generated code with the

@@ -9,6 +9,7 @@ use quote::{format_ident, quote, quote_spanned};
 
 use super::{
     Call, Expansion, Holder, first_span, receiver_ident, type_span, typed, with_elided_lifetimes,
+    with_static_lifetimes,
 };
 use crate::checks::{Check, Finish, chain};
 use crate::func::{Arg, Returns};
@@ -287,11 +288,7 @@ impl Expansion<'_> {
         let private = &self.private;
         let checks = Check::key(self.in_redis);
         let parts = args.iter().map(|arg| {
-            let ident = &arg.ident;
-            let part = match &arg.borrowed {
-                Some(elem) => quote!(<#elem as ::std::borrow::ToOwned>::to_owned(#ident)),
-                None => quote!(#ident),
-            };
+            let part = owned_part(arg);
             chain(
                 type_span(arg),
                 private,
@@ -299,6 +296,26 @@ impl Expansion<'_> {
                 &checks,
                 Finish::Value,
             )
+        });
+        quote!((#(#parts,)*))
+    }
+
+    /// The key made of `args` as [`Self::key_of`] makes it, without the checks: for the
+    /// companion's operations, whose `__ops` made them.
+    pub(super) fn unchecked_key_of(args: &[&Arg]) -> TokenStream {
+        let parts = args.iter().map(|arg| owned_part(arg));
+        quote!((#(#parts,)*))
+    }
+
+    /// The type of the key made of `args`: each part's owned type, its lifetimes `'static`
+    /// (a key is `'static`), so that the companion's `__ops` can name it.
+    pub(super) fn key_type_of(args: &[&Arg]) -> TokenStream {
+        let parts = args.iter().map(|arg| {
+            let part: syn::Type = match &arg.borrowed {
+                Some(elem) => syn::parse_quote!(<#elem as ::std::borrow::ToOwned>::Owned),
+                None => arg.ty.clone(),
+            };
+            with_static_lifetimes(&part)
         });
         quote!((#(#parts,)*))
     }
@@ -503,5 +520,14 @@ fn call_of(call: Call, private: &TokenStream) -> TokenStream {
         Call::Get => quote!(#private::Call::Get),
         Call::Refresh => quote!(#private::Call::Refresh),
         Call::ReadThrough => quote!(#private::Call::ReadThrough),
+    }
+}
+
+/// A key's part as the key owns it: a by-value argument moved in, a borrowed one turned owned.
+fn owned_part(arg: &Arg) -> TokenStream {
+    let ident = &arg.ident;
+    match &arg.borrowed {
+        Some(elem) => quote!(<#elem as ::std::borrow::ToOwned>::to_owned(#ident)),
+        None => quote!(#ident),
     }
 }

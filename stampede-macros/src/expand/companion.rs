@@ -10,7 +10,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 
 use super::config::{config, name as cache_name};
-use super::{Call, Expansion, Holder, typed, with_elided_lifetimes};
+use super::{Call, Expansion, Holder, typed, with_elided_lifetimes, with_static_lifetimes};
 use crate::func::{Arg, Returns};
 
 /// The operations of a companion, by the name they end in.
@@ -184,18 +184,17 @@ impl Expansion<'_> {
         let value = self.value_type();
         let this = function.receiver.map(|_| quote!(&self,));
         let this_arg = function.receiver.map(|_| quote!(self,));
-        let recipe = self.recipe(quote!(()));
+        let private = &self.private;
         let OneKey {
             inputs: key_inputs,
             key,
-            on,
             refresh,
             read_through,
             primed,
             peeked,
             one,
-            key_of,
         } = self.one_key(companion);
+        let ops = companion.path("ops");
         let body = companion.path("body");
         let [
             invalidate,
@@ -247,34 +246,36 @@ impl Expansion<'_> {
                 &invalidate,
                 keys.clone(),
                 unit.clone(),
-                quote!(#on.invalidate(#recipe, #key)),
+                quote!(#private::ops::invalidate(#ops, #key)),
             ),
             keyed(
                 &invalidate_found,
                 keys.clone(),
                 found,
-                quote!(#on.invalidate_found(#recipe, #key)),
+                quote!(#private::ops::invalidate_found(#ops, #key)),
             ),
             keyed(
                 &expire,
                 keys.clone(),
                 unit.clone(),
-                quote!(#on.expire(#recipe, #key)),
+                quote!(#private::ops::expire(#ops, #key)),
             ),
             keyed(
                 &clear,
                 TokenStream::new(),
                 unit.clone(),
-                quote!(#on.clear(#recipe, #key_of)),
+                quote!(#private::ops::clear(#ops)),
             ),
             keyed(
                 &prime,
                 quote!(#(#key_inputs,)* value: #value),
                 unit,
-                quote!(#on.prime(#recipe, #key, #primed)),
+                quote!(#private::ops::prime(#ops, #key, #primed)),
             ),
         ];
+        let ops_item = self.ops_item(companion);
         quote! {
+
             #[doc = #doc_invalidate]
             #attrs
             #invalidate
@@ -306,7 +307,7 @@ impl Expansion<'_> {
             #[doc = #doc_peek]
             #attrs
             #vis fn #peek #generics (#(#key_inputs),*) -> #peeked #where_clause {
-                #on.peek(#recipe, #key)
+                #private::ops::peek(#ops, #key)
             }
 
             #one
@@ -316,6 +317,8 @@ impl Expansion<'_> {
             #vis async fn #uncached #generics (#this #(#all_inputs),*) -> #output #where_clause {
                 #body(#this_arg #(#args),*).await
             }
+
+            #ops_item
         }
     }
 
@@ -358,14 +361,13 @@ impl Expansion<'_> {
     /// function, whose operations act on that key alone and keep `None` for a key its map
     /// leaves out.
     fn one_key(&self, companion: &Holder) -> OneKey {
+        let args = self.one_key_args();
+        let args: Vec<&Arg> = args.iter().collect();
+        let key = Self::unchecked_key_of(&args);
         match &self.settings.batch {
             None => OneKey {
                 inputs: self.key_args.iter().map(|arg| typed(arg)).collect(),
-                key: self.key(),
-                on: {
-                    let (witness, companion_of) = (self.witness(), self.companion_of());
-                    quote!(#witness.#companion_of())
-                },
+                key,
                 refresh: self.call(Call::Refresh),
                 read_through: self.call(Call::ReadThrough),
                 primed: quote!(value),
@@ -374,22 +376,67 @@ impl Expansion<'_> {
                     quote!(::core::option::Option<#value>)
                 },
                 one: TokenStream::new(),
-                key_of: key_closure(self.key_args.iter().copied(), &self.key()),
             },
             Some(_) => OneKey {
-                inputs: self.element_args().iter().map(typed).collect(),
-                key: self.element_key(),
-                on: {
-                    let (witness, companion_of) = (self.batch_witness(), self.batch_companion_of());
-                    quote!(#witness.#companion_of())
-                },
+                inputs: args.iter().map(|arg| typed(arg)).collect(),
+                key,
                 refresh: self.batch_call(Call::Refresh),
                 read_through: self.batch_call(Call::ReadThrough),
                 primed: self.primed(),
                 peeked: self.peeked(),
                 one: self.one_operation(companion),
-                key_of: key_closure(&self.element_args(), &self.element_key()),
             },
+        }
+    }
+
+    /// The arguments of the key the operations take: the key's, or for a batch function the
+    /// key's with one element of the batch in place of the batch.
+    fn one_key_args(&self) -> Vec<Arg> {
+        match &self.settings.batch {
+            None => self.key_args.iter().map(|arg| (*arg).clone()).collect(),
+            Some(_) => self.element_args(),
+        }
+    }
+
+    /// The companion's hidden `__ops`, which the operations that load nothing call: the
+    /// function's cache as an object, once the key's and the value's checks have passed at the
+    /// spans the user wrote those types. The operations pass their key unchecked and prove no
+    /// bound, so a type that fails a check is reported once, here and at the call (issue 38).
+    fn ops_item(&self, companion: &Holder) -> TokenStream {
+        let private = &self.private;
+        let vis = &self.function.vis;
+        let attrs = self.item_attrs();
+        let name = companion.hidden("ops");
+        let recipe = self.recipe(quote!(()));
+        let args = self.one_key_args();
+        let args: Vec<&Arg> = args.iter().collect();
+        let key_type = Self::key_type_of(&args);
+        let (on, checked_key, stored) = match &self.settings.batch {
+            None => {
+                let (witness, companion_of) = (self.witness(), self.companion_of());
+                let value = with_static_lifetimes(self.value_type());
+                (quote!(#witness.#companion_of()), self.key(), quote!(#value))
+            }
+            Some(_) => {
+                let (witness, companion_of) = (self.batch_witness(), self.batch_companion_of());
+                let value = with_static_lifetimes(self.value_type());
+                (
+                    quote!(#witness.#companion_of()),
+                    self.element_key(),
+                    quote!(::core::option::Option<#value>),
+                )
+            }
+        };
+        let key_of = key_closure(args.iter().copied(), &checked_key);
+        quote! {
+            #[doc(hidden)]
+            #attrs
+            #vis fn #name() -> &'static dyn #private::ops::Ops<#key_type, #stored> {
+                // Through a `let`: the key's type is then the checked key's, an error type
+                // (and no further error) when a check fails, not the declared one.
+                let ops = #on.ops(#recipe, #key_of);
+                ops
+            }
         }
     }
 
@@ -546,11 +593,9 @@ impl Expansion<'_> {
 struct OneKey {
     /// The key's arguments as the operations take them (`id: u64`).
     inputs: Vec<TokenStream>,
-    /// The expression of the key, built from those arguments.
+    /// The expression of the key, built from those arguments without the checks (`__ops`
+    /// makes them).
     key: TokenStream,
-    /// The expression of the cache's companion handle, on which `invalidate`, `prime` and
-    /// `peek` are called.
-    on: TokenStream,
     /// The body of `refresh`.
     refresh: TokenStream,
     /// The body of `read_through`.
@@ -561,9 +606,6 @@ struct OneKey {
     peeked: TokenStream,
     /// The operation only a batch function's companion has, or nothing.
     one: TokenStream,
-    /// A closure from the key's arguments (as one tuple) to the key, never called: what tells
-    /// `clear`, which takes no key, the key's type, through the key's checks.
-    key_of: TokenStream,
 }
 
 /// `|(a, b,): (A, B,)| key`: the closure of [`OneKey::key_of`] over `args`.

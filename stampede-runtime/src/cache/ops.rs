@@ -105,11 +105,6 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         cleared
     }
 
-    /// [`Cache::invalidate_as`] with [`Invalidation::Drop`].
-    pub(crate) async fn invalidate(&self, key: &K) -> Result<bool, Error> {
-        self.invalidate_as(key, Invalidation::Drop).await
-    }
-
     /// Drops this process's copy of `key` (or with [`Invalidation::Expire`] ends its fresh
     /// time) and detaches its running load (which stores nothing); then does the same in the
     /// tier. Whether a value was held for it, here or in the shared tier.

@@ -214,7 +214,9 @@ async fn an_invalidation_detaches_the_running_load() {
     let source = Source::new(Duration::from_secs(1));
     let before = tokio::spawn(source.get(cache, 5));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    within(cache.invalidate(&5)).await.unwrap();
+    within(cache.invalidate_as(&5, Invalidation::Drop))
+        .await
+        .unwrap();
     // After the invalidation returned, a call starts its own load.
     let after = within(source.get(cache, 5)).await.unwrap();
     assert_eq!(after, "5 v2");
@@ -233,7 +235,9 @@ async fn an_invalidation_stops_only_the_loads_of_its_key() {
         tokio::spawn(source.get(cache, 2)),
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
-    within(cache.invalidate(&1)).await.unwrap();
+    within(cache.invalidate_as(&1, Invalidation::Drop))
+        .await
+        .unwrap();
     within(one).await.unwrap().unwrap();
     within(two).await.unwrap().unwrap();
     assert_eq!(source.loads(), 2);
@@ -255,7 +259,9 @@ async fn an_invalidation_reaches_the_other_processes_memory() {
     let source = Source::new(Duration::from_millis(10));
     assert_eq!(within(source.get(a, 9)).await.unwrap(), "9 v1");
     assert_eq!(within(source.get(b, 9)).await.unwrap(), "9 v1"); // read from the store
-    within(a.invalidate(&9)).await.unwrap();
+    within(a.invalidate_as(&9, Invalidation::Drop))
+        .await
+        .unwrap();
     assert_eq!(within(source.get(b, 9)).await.unwrap(), "9 v2");
     assert_eq!(within(source.get(a, 9)).await.unwrap(), "9 v2");
     assert_eq!(source.loads(), 2);
@@ -395,7 +401,9 @@ async fn a_feed_back_replays_what_it_missed_from_the_log_and_serves_the_rest_aga
         let lasting = store.bound + Duration::from_millis(700);
         store.cut_feed(process, Duration::from_millis(10), lasting, logged);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        within(b.invalidate(&1)).await.unwrap(); // announced while a hears nothing
+        within(b.invalidate_as(&1, Invalidation::Drop))
+            .await
+            .unwrap(); // announced while a hears nothing
         assert_eq!(
             a.peek(&2).as_deref(),
             Some("2 v2"),
@@ -508,7 +516,9 @@ async fn a_refresh_that_the_store_refuses_after_an_invalidation_is_not_shared() 
     let source = Source::new(Duration::from_secs(1));
     let loading = tokio::spawn(source.get(a, 3));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    within(b.invalidate(&3)).await.unwrap();
+    within(b.invalidate_as(&3, Invalidation::Drop))
+        .await
+        .unwrap();
     assert_eq!(within(loading).await.unwrap().unwrap(), "3 v1");
     assert_eq!(store.value(&3), None, "the old load wrote nothing");
     assert_eq!(within(source.get(a, 3)).await.unwrap(), "3 v2");

@@ -17,6 +17,7 @@ use crate::memory::Invalidation;
 use crate::registry::{self, AnyCache as _};
 use crate::stats::Stats;
 use crate::tier::{One, Tier};
+use crate::witness::ops::Ops;
 
 pub use crate::core::Values;
 pub use crate::testing::fake_tier::{Event, Fake, Process, Space, Store, tier, tier_of};
@@ -75,29 +76,30 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
             .call(call, key, move || RetryIf { load, retry_if })
     }
 
-    /// The companion's `invalidate`; whether a value was held for the key.
+    /// The companion's `invalidate`; whether a value was held for the key. This and the
+    /// operations below go through [`Ops`], as the generated code's do.
     pub async fn invalidate(self, key: K) -> Result<bool, Error> {
-        self.cache.invalidate(&key).await
+        Ops::invalidate(self.cache, key, Invalidation::Drop).await
     }
 
     /// The companion's `clear`.
     pub async fn clear(self) -> Result<(), Error> {
-        self.cache.clear().await
+        Ops::clear(self.cache).await
     }
 
     /// The companion's `expire`; whether a value was held for the key.
     pub async fn expire(self, key: K) -> Result<bool, Error> {
-        self.cache.invalidate_as(&key, Invalidation::Expire).await
+        Ops::invalidate(self.cache, key, Invalidation::Expire).await
     }
 
     /// The companion's `prime`.
     pub async fn prime(self, key: K, value: V) -> Result<(), Error> {
-        self.cache.prime(key, value).await
+        Ops::prime(self.cache, key, value).await
     }
 
     /// The companion's `peek`.
     pub fn peek(self, key: &K) -> Option<V> {
-        self.cache.peek(key)
+        Ops::peek(self.cache, key)
     }
 
     /// Its counters.

@@ -112,7 +112,7 @@ impl Expansion<'_> {
 
     /// Whether the function takes nothing the load must lend back to its body: no receiver and
     /// no borrowed argument, so that the body's future owns all it needs.
-    fn lends_nothing(&self) -> bool {
+    pub(super) fn lends_nothing(&self) -> bool {
         self.function.receiver.is_none()
             && self.function.args.iter().all(|arg| arg.borrowed.is_none())
     }

@@ -274,6 +274,22 @@ impl Expansion<'_> {
             ),
         ];
         let ops_item = self.ops_item(companion);
+        // A free function that lends its body nothing returns the body's future as it is: no
+        // coroutine of its own to compile.
+        let uncached_fn = match companion {
+            Holder::Type(_) if self.lends_nothing() => quote! {
+                #vis fn #uncached(#(#all_inputs),*)
+                    -> impl ::core::future::Future<Output = #output> + use<>
+                {
+                    #body(#(#args),*)
+                }
+            },
+            _ => quote! {
+                #vis async fn #uncached #generics (#this #(#all_inputs),*) -> #output #where_clause {
+                    #body(#this_arg #(#args),*).await
+                }
+            },
+        };
         quote! {
 
             #[doc = #doc_invalidate]
@@ -314,9 +330,7 @@ impl Expansion<'_> {
 
             #[doc = #doc_uncached]
             #attrs
-            #vis async fn #uncached #generics (#this #(#all_inputs),*) -> #output #where_clause {
-                #body(#this_arg #(#args),*).await
-            }
+            #uncached_fn
 
             #ops_item
         }

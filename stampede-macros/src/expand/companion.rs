@@ -337,10 +337,12 @@ impl Expansion<'_> {
     }
 
     /// An operation that needs only the key (`invalidate`, `expire`, `clear`, `prime`...),
-    /// whose `future` is the runtime's. For a free function, a plain `fn` that returns that
-    /// future: it copies the key when called and borrows no argument (`use<>`: a cached
-    /// function has no generic parameters), and it is no coroutine of its own to compile. For
-    /// a method, whose impl's generics a `use<..>` would have to name, an `async fn`.
+    /// whose `future` is the runtime's: a plain `fn` that returns that future, no coroutine of
+    /// its own to compile. It copies the key when called and borrows no argument: for a free
+    /// function, which has no generic parameters, the future says so (`use<>`); a method's
+    /// leaves its capture to the edition's default, as its impl's generics, which a `use<..>`
+    /// would have to name, are not known here (the future names no lifetime: a key and a
+    /// value are `'static`).
     fn keyed_operation(
         &self,
         companion: &Holder,
@@ -364,8 +366,11 @@ impl Expansion<'_> {
                 }
             }
             Holder::Methods(_) => quote! {
-                #vis async fn #name #generics (#inputs) -> #output #where_clause {
-                    #future.await
+                #vis fn #name #generics (#inputs)
+                    -> impl ::core::future::Future<Output = #output>
+                    #where_clause
+                {
+                    #future
                 }
             },
         }

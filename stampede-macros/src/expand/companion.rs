@@ -430,23 +430,12 @@ impl Expansion<'_> {
         let args = self.one_key_args();
         let args: Vec<&Arg> = args.iter().collect();
         let key_type = Self::key_type_of(&args);
-        let (on, checked_key, stored) = match &self.settings.batch {
-            None => {
-                let (witness, companion_of) = (self.witness(), self.companion_of());
-                let value = with_static_lifetimes(self.value_type());
-                (quote!(#witness.#companion_of()), self.key(), quote!(#value))
-            }
-            Some(_) => {
-                let (witness, companion_of) = (self.batch_witness(), self.batch_companion_of());
-                let value = with_static_lifetimes(self.value_type());
-                (
-                    quote!(#witness.#companion_of()),
-                    self.element_key(),
-                    quote!(::core::option::Option<#value>),
-                )
-            }
+        let value = with_static_lifetimes(self.value_type());
+        let stored = match &self.settings.batch {
+            None => quote!(#value),
+            Some(_) => quote!(::core::option::Option<#value>),
         };
-        let key_of = key_closure(args.iter().copied(), &checked_key);
+        let (on, key_of) = self.checked_companion();
         quote! {
             #[doc(hidden)]
             #attrs
@@ -457,6 +446,23 @@ impl Expansion<'_> {
                 ops
             }
         }
+    }
+
+    /// The companion handle of the cache (`witness.value_companion()`, a batch function's of
+    /// its map's value), and a closure from the key's arguments to the key, never called: both
+    /// with the checks at the spans the user wrote the types, for `__ops` and `__build`, which
+    /// reach the cache without a call.
+    fn checked_companion(&self) -> (TokenStream, TokenStream) {
+        let (witness, companion_of, key) = match &self.settings.batch {
+            None => (self.witness(), self.companion_of(), self.key()),
+            Some(_) => (
+                self.batch_witness(),
+                self.batch_companion_of(),
+                self.element_key(),
+            ),
+        };
+        let args = self.one_key_args();
+        (quote!(#witness.#companion_of()), key_closure(&args, &key))
     }
 
     /// The operations' doc comments, in the order of [`OPERATIONS`].
@@ -566,25 +572,7 @@ impl Expansion<'_> {
         let cfgs = quote!(#(#cfgs)*);
         let recipe = self.recipe(quote!(()));
         // A batch function's cache is keyed by one key of it.
-        let (witness, companion_of, key_args, key) = match &self.settings.batch {
-            None => (
-                self.witness(),
-                self.companion_of(),
-                self.key_args
-                    .iter()
-                    .map(|arg| (*arg).clone())
-                    .collect::<Vec<Arg>>(),
-                self.key(),
-            ),
-            Some(_) => (
-                self.batch_witness(),
-                self.batch_companion_of(),
-                self.element_args(),
-                self.element_key(),
-            ),
-        };
-        let idents = key_args.iter().map(|arg| &arg.ident);
-        let types = key_args.iter().map(|arg| with_elided_lifetimes(&arg.ty));
+        let (on, key_of) = self.checked_companion();
         let tagged = !self.settings.tags.is_empty();
         // A free function's name is a constant (`name = ".."` or its path): the registry finds a
         // function by it without building its options, whose paths it would read.
@@ -595,7 +583,7 @@ impl Expansion<'_> {
                 #[doc(hidden)]
                 #vis fn __build() {
                     // The closure is never called: its type says the key's.
-                    #witness.#companion_of().build(#recipe, |(#(#idents,)*): (#(#types,)*)| #key)
+                    #on.build(#recipe, #key_of)
                 }
             }
 
@@ -627,9 +615,12 @@ struct OneKey {
     one: TokenStream,
 }
 
-/// `|(a, b,): (A, B,)| key`: the closure of [`OneKey::key_of`] over `args`.
-fn key_closure<'a>(args: impl IntoIterator<Item = &'a Arg>, key: &TokenStream) -> TokenStream {
-    let (idents, types): (Vec<_>, Vec<_>) =
-        args.into_iter().map(|arg| (&arg.ident, &arg.ty)).unzip();
+/// `|(a, b,): (A, B,)| key`: a closure from the key's arguments (as one tuple) to the key, never
+/// called, whose type names the key's ([`Expansion::checked_companion`]); lifetimes elided.
+fn key_closure(args: &[Arg], key: &TokenStream) -> TokenStream {
+    let (idents, types): (Vec<_>, Vec<_>) = args
+        .iter()
+        .map(|arg| (&arg.ident, with_elided_lifetimes(&arg.ty)))
+        .unzip();
     quote!(|(#(#idents,)*): (#(#types,)*)| #key)
 }

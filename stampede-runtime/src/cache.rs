@@ -17,13 +17,13 @@ use tracing::field::Empty;
 
 pub(crate) use crate::answer::Answer;
 use crate::config::{Config, Lock};
-use crate::core::{Core, Tags, Values};
+use crate::core::{Core, Tags, Values, form_of};
 use crate::entry::{Entry, Found, Freshness};
 use crate::error::{Error, LoadError};
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
 use crate::load::{Erased, ErasedPrepare, Load, erased};
-use crate::memory::{Invalidation, Kept};
+use crate::memory::{Forms, Invalidation, Kept, Shape, for_form};
 use crate::telemetry::Reason;
 use crate::tier::{Direct, Run, Shared, Start, Tier};
 use run::Running;
@@ -32,8 +32,21 @@ use run::Running;
 pub(crate) struct Cache<K: Key, V: Value, T> {
     core: Core<K, V>,
     tier: T,
+    /// [`Cache::held_as`] for the form of the store's entries.
+    held: fn(&Self, &K) -> Held<V>,
     /// The open window of single-key calls to load together (`batch_window`), if any.
     window: batch::Window<K, V>,
+}
+
+/// Builds a cache from its options, tier, tags and values ([`Cache::with_entries`]).
+pub(crate) type New<K, V, T> = fn(Config, T, Tags<K>, Values<V>) -> Cache<K, V, T>;
+
+impl<K: Key, V: Value, T: Tier<K, V>> Forms<K, V> for Cache<K, V, T> {
+    type Made = New<K, V, T>;
+
+    fn make<E: Shape<V>>() -> New<K, V, T> {
+        Cache::new::<E>
+    }
 }
 
 /// What [`Cache::held`] found in memory.
@@ -59,21 +72,47 @@ struct Miss<P> {
 }
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
-    pub(crate) fn new(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
+    /// A cache with these options, tier, tags and values, its entries kept as `E`: of the form
+    /// [`form_of`] gives, which [`Cache::with_entries`] chooses.
+    fn new<E: Shape<V>>(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
+        debug_assert_eq!(T::SHARES, tier.shared_through().is_some());
         if tags.is_some() {
             tier.tagged();
         }
+        let core = Core::new::<E>(config, tags, values, tier.key_name());
+        debug_assert_eq!(
+            core.memory.form(),
+            form_of(&core.config, core.tags.is_some(), T::SHARES),
+            "the entries' form decided at compile time is not the options'"
+        );
         Cache {
-            core: Core::new(
-                config,
-                tags,
-                values,
-                tier.key_name(),
-                tier.shared_through().is_some(),
-            ),
+            core,
             tier,
+            held: Self::held_as::<E>,
             window: batch::Window::default(),
         }
+    }
+
+    /// What builds a cache whose entries are lean or not (`LEAN`, which the generated code
+    /// decides when the function is compiled: `slot::Entries`): only the store of that form is
+    /// compiled for the value type, not all three (issue 38).
+    pub(crate) fn with_entries<const LEAN: bool>() -> New<K, V, T> {
+        if T::SHARES {
+            for_form::<K, V, Self, LEAN, true>()
+        } else {
+            for_form::<K, V, Self, LEAN, false>()
+        }
+    }
+
+    /// A cache as [`Cache::new`] builds it, its entries' form chosen at run time from its
+    /// options and tier: all three forms compiled, for the tests and the simulator.
+    #[cfg(any(test, feature = "simulation"))]
+    pub(crate) fn of_form(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
+        let new = match form_of(&config, tags.is_some(), T::SHARES).lean() {
+            true => Self::with_entries::<true>(),
+            false => Self::with_entries::<false>(),
+        };
+        new(config, tier, tags, values)
     }
 
     /// What `call` asks of `key`: the generated code's one entry for a single key. Not an
@@ -242,14 +281,22 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
 
     /// What memory holds for `key` that a call may serve now, counted as a hit (or a stale
     /// value served) when it does: whether a background refresh of it is due, and why.
-    #[inline(never)]
+    #[inline(always)]
     fn held(&self, key: &K) -> Held<V> {
+        (self.held)(self, key)
+    }
+
+    /// [`Cache::held`], for a store of entries `E`: chosen when the cache is built, so that a
+    /// hit reaches the store by its type, with one call as before the store's forms were
+    /// compiled apart (issue 38).
+    #[inline(never)]
+    fn held_as<E: Shape<V>>(&self, key: &K) -> Held<V> {
         let core = &self.core;
         if !core.config.in_memory() {
             return Held::Missed { lapsed: false };
         }
         // The coarse clock first: the exact one only near the entry's deadline.
-        match core.memory.find(key) {
+        match core.memory.find_as::<E>(key) {
             Found::Fresh(value, filled) => {
                 core.hit(key, || filled);
                 Held::Hit(value)

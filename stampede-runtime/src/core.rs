@@ -17,7 +17,7 @@ use crate::hot::HotKeys;
 use crate::kv::{Key, Value};
 use crate::limit::Limit;
 use crate::load::Loaded;
-use crate::memory::{Form, Kept, Loading, Memory};
+use crate::memory::{Form, Kept, Loading, Memory, Shape};
 use crate::order::Stays;
 use crate::tags::Stamp;
 use crate::telemetry::{Labels, Telemetry};
@@ -55,6 +55,19 @@ impl<V> Values<V> {
     };
 }
 
+/// The form of the entries of a cache with these options and tags (`tagged`), whose tier
+/// shares values beyond this process or not: what a cached function's recipe decides when it
+/// is compiled ([`lean`](crate::memory::lean), `Tier::SHARES`).
+pub(crate) fn form_of(config: &Config, tagged: bool, shares: bool) -> Form {
+    let lean = crate::memory::lean(
+        tagged,
+        config.refresh_after.is_some(),
+        config.xfetch.is_some(),
+        config.fail_safe.is_some(),
+    );
+    Form::of(lean, shares)
+}
+
 /// What every tier's flights use of a cache. A tier reaches it only through the handle it is
 /// lent (`tier::Handle`, `tier::Direct`).
 pub(crate) struct Core<K: Key, V: Value> {
@@ -78,34 +91,20 @@ pub(crate) struct Core<K: Key, V: Value> {
 }
 
 impl<K: Key, V: Value> Core<K, V> {
-    /// The core of a cache with these options, tags and values; `key_name`: how its tier names
-    /// a key to other processes, when it does; `shares`: whether its tier shares values beyond
-    /// this process.
-    pub(crate) fn new(
+    /// The core of a cache with these options, tags and values, its entries kept as `E`;
+    /// `key_name`: how its tier names a key to other processes, when it does.
+    pub(crate) fn new<E: Shape<V>>(
         config: Config,
         tags: Tags<K>,
         values: Values<V>,
         key_name: Option<fn(&K) -> Option<String>>,
-        shares: bool,
     ) -> Self {
         let options = crate::tuning::options_of(&config);
         if tags.is_some() {
             crate::tags::keep_marks_for(options.longest_use().max(config.longest_use()));
         }
-        // Only these options give an entry a tag stamp, a refresh point before its fresh
-        // deadline or a fail-safe deadline past its stale one: without them, the lean form,
-        // with each value's read where the tier shares values (`entry::LeanRead`).
-        let lean = tags.is_none()
-            && config.refresh_after.is_none()
-            && config.xfetch.is_none()
-            && config.fail_safe.is_none();
-        let form = match (lean, shares) {
-            (true, false) => Form::Lean,
-            (true, true) => Form::LeanRead,
-            (false, _) => Form::Full,
-        };
         Core {
-            memory: Memory::new(config.capacity, form, key_name, values.source_version),
+            memory: Memory::new::<E>(config.capacity, key_name, values.source_version),
             breaker: config.breaker.map(|threshold| {
                 let open = metrics::gauge!("cache_breaker_open", Labels::new(&config).cache());
                 Breaker::new(threshold, config.breaker_cooldown, open)

@@ -107,11 +107,13 @@ pub mod __private {
         FromConst, FromFn, Given, Setting, batch_window, from_code, missing_ttl, set, set_on,
     };
     pub use crate::kv::{Key, Value};
+    pub use crate::memory::lean;
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};
     pub use crate::registry::Linked;
     pub use crate::slot::{
-        Call, ErrorRules, Recipe, Slot, batch_answers, batch_values, groups, method_name, typed,
+        Call, Entries, ErrorRules, Recipe, Slot, batch_answers, batch_values, groups, method_name,
+        typed,
     };
     pub use crate::tier::local;
     pub use crate::witness::{CloneError, Companion, ErrorClone, NoCloneError, ops};

@@ -15,9 +15,13 @@
 //! ([`Memory::reclaim`]) or eviction takes it, always within the capacity bound.
 //!
 //! A cache without `tags`, `fail_safe` or `refresh_after` keeps its entries in the lean form
-//! ([`Lean`]: no tag stamp, two deadlines fewer), every other cache as [`Entry`]: the form is
-//! chosen once, when the cache is built ([`Form`]).
+//! ([`Lean`]: no tag stamp, two deadlines fewer), every other cache as [`Entry`] ([`Form`]).
+//! The form is known when the function is compiled ([`lean`], `Tier::SHARES`), and the store is
+//! reached through [`Store`], so that only the form a cache uses is compiled for its value type
+//! (issue 38: the three forms were a third of a release build's code per value type). A hit
+//! alone reaches it by its type ([`Memory::find_as`]), without an indirect call.
 
+use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -29,7 +33,10 @@ use crate::kv::{Key, Value};
 use crate::order::{self, Stays};
 
 pub(crate) struct Memory<K, V> {
-    store: Store<K, V>,
+    store: Box<dyn Store<K, V>>,
+    /// The store's type, kept beside it: a hit compares it with a constant rather than asking
+    /// the store's vtable ([`Memory::find_as`]).
+    type_id: TypeId,
     /// `source_version`: an entry is not replaced by one of an older version.
     version: Option<fn(&V) -> Option<u64>>,
     /// The generations of the keys with a load running.
@@ -53,6 +60,15 @@ struct Names<K> {
     prune_above: usize,
 }
 
+/// Whether a cache keeps its entries in the lean form ([`Form::Lean`], [`Form::LeanRead`]):
+/// only `tags`, `refresh_after`, `xfetch` and `fail_safe` give an entry a tag stamp, a refresh
+/// point before its fresh deadline or a fail-safe deadline past its stale one. A constant
+/// function, so that the generated code decides it when the function is compiled, from the
+/// options the attribute turns on (run time never turns one on: `tuning`).
+pub const fn lean(tags: bool, refresh_after: bool, xfetch: bool, fail_safe: bool) -> bool {
+    !(tags || refresh_after || xfetch || fail_safe)
+}
+
 /// How a cache's entries are kept in its store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Form {
@@ -67,22 +83,44 @@ pub(crate) enum Form {
     Full,
 }
 
-/// The store, in the cache's [`Form`].
-enum Store<K, V> {
-    Lean(quick_cache::sync::Cache<K, Lean<V>>),
-    LeanRead(quick_cache::sync::Cache<K, Lean<V, Nanos>>),
-    Full(quick_cache::sync::Cache<K, Entry<V>>),
+impl Form {
+    /// The form of a cache whose entries are [`lean`] or not, and whose tier shares values
+    /// beyond this process or not.
+    pub(crate) const fn of(lean: bool, shares: bool) -> Form {
+        match (lean, shares) {
+            (true, false) => Form::Lean,
+            (true, true) => Form::LeanRead,
+            (false, _) => Form::Full,
+        }
+    }
+
+    /// Whether its entries are lean ([`lean`]).
+    #[cfg(any(test, feature = "simulation"))]
+    pub(crate) fn lean(self) -> bool {
+        self != Form::Full
+    }
 }
 
-/// `$body` with `$store` bound to the quick_cache store, whichever its form.
-macro_rules! either {
-    ($memory:expr, $store:ident => $body:expr) => {
-        match &$memory.store {
-            Store::Lean($store) => $body,
-            Store::LeanRead($store) => $body,
-            Store::Full($store) => $body,
-        }
-    };
+/// The form of the entries of a cache whose entries are lean or not (`LEAN`) and whose tier
+/// shares values (`SHARES`): `Entry<V>`, `Lean<V, Nanos>` or `Lean<V>` ([`Form::of`]).
+pub(crate) trait Forms<K: Key, V: Value> {
+    /// What is made for the chosen form.
+    type Made;
+    /// Makes it for entries of type `E`.
+    fn make<E: Shape<V>>() -> Self::Made;
+}
+
+/// What `F` makes for the form of `LEAN` and `SHARES`: where both are constants, nothing is
+/// compiled for the other forms (their branches are not instantiated).
+pub(crate) fn for_form<K: Key, V: Value, F: Forms<K, V>, const LEAN: bool, const SHARES: bool>()
+-> F::Made {
+    if !LEAN {
+        F::make::<Entry<V>>()
+    } else if SHARES {
+        F::make::<Lean<V, Nanos>>()
+    } else {
+        F::make::<Lean<V>>()
+    }
 }
 
 /// What an invalidation does to a key's value, here and (with a shared tier) everywhere.
@@ -164,34 +202,28 @@ impl<K: Key, V: Value> Loading<'_, K, V> {
 }
 
 impl<K: Key, V: Value> Memory<K, V> {
-    /// A store of at most `capacity` entries (at least one), in `form`. `name_of`: how the
-    /// tier names a key to other processes, when it does ([`Memory::invalidate_named`]);
+    /// A store of at most `capacity` entries (at least one), of entries `E`. `name_of`: how
+    /// the tier names a key to other processes, when it does ([`Memory::invalidate_named`]);
     /// `version`: the values' source version, when the cache has one.
-    pub(crate) fn new(
+    pub(crate) fn new<E: Shape<V>>(
         capacity: u64,
-        form: Form,
         name_of: Option<fn(&K) -> Option<String>>,
         version: Option<fn(&V) -> Option<u64>>,
     ) -> Self {
         let capacity = capacity.max(1);
-        // The estimate only sizes the ghost (recently evicted) list; the store allocates as
-        // it fills, so a large capacity reserves nothing up front.
+        // The estimate only sizes the ghost (recently evicted) list; the store allocates as it
+        // fills, so a large capacity reserves nothing up front.
         let items = usize::try_from(capacity).unwrap_or(usize::MAX);
-        fn store<K: Key, E: Clone>(items: usize, capacity: u64) -> quick_cache::sync::Cache<K, E> {
-            quick_cache::sync::Cache::with(
-                items,
-                capacity,
-                quick_cache::UnitWeighter,
-                quick_cache::DefaultHashBuilder::default(),
-                quick_cache::sync::DefaultLifecycle::default(),
-            )
-        }
+        let store = quick_cache::sync::Cache::<K, E>::with(
+            items,
+            capacity,
+            quick_cache::UnitWeighter,
+            quick_cache::DefaultHashBuilder::default(),
+            quick_cache::sync::DefaultLifecycle::default(),
+        );
         Memory {
-            store: match form {
-                Form::Lean => Store::Lean(store(items, capacity)),
-                Form::LeanRead => Store::LeanRead(store(items, capacity)),
-                Form::Full => Store::Full(store(items, capacity)),
-            },
+            type_id: TypeId::of::<quick_cache::sync::Cache<K, E>>(),
+            store: Box::new(store),
             version,
             loading: Mutex::new(HashMap::new()),
             names: name_of.map(|name_of| Names {
@@ -205,41 +237,39 @@ impl<K: Key, V: Value> Memory<K, V> {
 
     /// What a lookup of `key` finds: its value when surely fresh, read from the coarse clock
     /// (a hit's one check, without building an [`Entry`]: issue 38), else the entry to judge,
-    /// unless one of its tags was invalidated since its load began.
+    /// unless one of its tags was invalidated since its load began. `E`: the store's entries,
+    /// as the cache was built (else through the store's vtable).
     #[inline(always)]
-    pub(crate) fn find(&self, key: &K) -> Found<V> {
-        match &self.store {
-            Store::Lean(store) => match store.get(key) {
-                Some(lean) => lean.found(),
+    pub(crate) fn find_as<E: Shape<V>>(&self, key: &K) -> Found<V> {
+        if self.type_id == TypeId::of::<quick_cache::sync::Cache<K, E>>() {
+            let store: *const dyn Store<K, V> = &*self.store;
+            // SAFETY: `type_id` is the id of the store's concrete type (`Memory::new`), and it
+            // is this one: the cast is `<dyn Any>::downcast_ref`'s, without a call of the
+            // vtable on every hit.
+            let store = unsafe { &*store.cast::<quick_cache::sync::Cache<K, E>>() };
+            return match store.get(key) {
+                Some(held) => held.found(),
                 None => Found::Nothing,
-            },
-            Store::LeanRead(store) => match store.get(key) {
-                Some(lean) => lean.found(),
-                None => Found::Nothing,
-            },
-            Store::Full(store) => match store.get(key) {
-                Some(entry) if entry.current() => entry.found(),
-                _ => Found::Nothing,
-            },
+            };
         }
+        self.store.find(key)
     }
 
     /// The key's entry, whatever its freshness.
     #[inline]
     pub(crate) fn get(&self, key: &K) -> Option<Entry<V>> {
-        match &self.store {
-            Store::Lean(store) => store.get(key).map(Lean::entry),
-            Store::LeanRead(store) => store.get(key).map(Lean::entry),
-            Store::Full(store) => store.get(key),
-        }
+        self.store.get(key)
+    }
+
+    /// The form of the store's entries.
+    pub(crate) fn form(&self) -> Form {
+        self.store.form()
     }
 
     /// Drops the key's entry if it is past every use at `now` (not even a fail-safe value), so
     /// that an expired value does not wait for eviction. A value stored meanwhile stays.
     pub(crate) fn reclaim(&self, key: &K, now: Instant) {
-        either!(self, store => {
-            store.remove_if(key, |entry| !entry.fail_safe(now));
-        });
+        self.store.reclaim(key, now);
     }
 
     /// Registers a load of `key`, with the key's generation now.
@@ -310,16 +340,10 @@ impl<K: Key, V: Value> Memory<K, V> {
             let mut by_name = names.by_name.lock().unwrap_or_else(PoisonError::into_inner);
             by_name.insert(name, load.key.clone());
             if by_name.len() > names.prune_above {
-                by_name.retain(|_, key| {
-                    either!(self, store => store.contains_key(key)) || *key == load.key
-                });
+                by_name.retain(|_, key| self.store.contains(key) || *key == load.key);
             }
         }
-        match &self.store {
-            Store::Full(store) => store.insert(load.key.clone(), entry),
-            Store::Lean(store) => insert_lean(store, &load.key, entry),
-            Store::LeanRead(store) => insert_lean(store, &load.key, entry),
-        }
+        self.store.insert(&load.key, entry);
         Kept::Stored
     }
 
@@ -333,7 +357,7 @@ impl<K: Key, V: Value> Memory<K, V> {
     pub(crate) fn invalidate(&self, key: &K) -> bool {
         let mut loading = self.loading();
         Self::detach_in(&mut loading, key);
-        either!(self, store => store.remove(key).is_some())
+        self.store.remove(key)
     }
 
     /// The key's value is no longer fresh from `now` on ([`Entry::expire`]: stale for its stale
@@ -349,13 +373,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         if let Some(saved) = self.suspended().as_mut() {
             saved.remove(key);
         }
-        either!(self, store => {
-            let held = store.entry(key, None, |_, held| match Held::expire(held, now) {
-                true => quick_cache::sync::EntryAction::Retain(()),
-                false => quick_cache::sync::EntryAction::Remove,
-            });
-            !matches!(held, quick_cache::sync::EntryResult::Vacant(_))
-        })
+        self.store.update(key, &mut |held| held.expire(now))
     }
 
     /// Drops every value (`clear`); loads running now will not store theirs.
@@ -372,7 +390,7 @@ impl<K: Key, V: Value> Memory<K, V> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clear();
         }
-        either!(self, store => store.clear());
+        self.store.clear();
     }
 
     /// Loads of the key running now will not store their value; the value stored stays.
@@ -413,9 +431,9 @@ impl<K: Key, V: Value> Memory<K, V> {
             Invalidation::Expire => {
                 self.expire_in(&mut loading, &key, Instant::now());
             }
-            Invalidation::Drop => either!(self, store => {
-                store.remove(&key);
-            }),
+            Invalidation::Drop => {
+                self.store.remove(&key);
+            }
         }
     }
 
@@ -431,21 +449,13 @@ impl<K: Key, V: Value> Memory<K, V> {
             generation.bump();
         }
         let saved = self.suspended().take().unwrap_or_default();
-        either!(self, store => {
-            for key in stored_keys(store) {
-                let held = store.entry(&key, None, |_, held| {
-                    let kept_while_deaf = saved.get(&key).is_some_and(|saved| held.holds(saved));
-                    if kept_while_deaf && held.servable(now) {
-                        return quick_cache::sync::EntryAction::Retain(());
-                    }
-                    match last_good && held.suspend(now, now).is_some() {
-                        true => quick_cache::sync::EntryAction::Retain(()),
-                        false => quick_cache::sync::EntryAction::Remove,
-                    }
-                });
-                drop(held);
-            }
-        });
+        for key in self.store.keys() {
+            self.store.update(&key, &mut |held| {
+                let kept_while_deaf = saved.get(&key).is_some_and(|saved| held.holds(saved));
+                (kept_while_deaf && held.servable(now))
+                    || (last_good && held.suspend(now, now).is_some())
+            });
+        }
     }
 
     /// Takes every value out of service from `until` on because a shared tier's invalidation
@@ -462,19 +472,17 @@ impl<K: Key, V: Value> Memory<K, V> {
         }
         let mut suspended = self.suspended();
         let saved = suspended.get_or_insert_with(HashMap::new);
-        either!(self, store => {
-            for key in stored_keys(store) {
-                let held = store.entry(&key, None, |_, held| match held.suspend(now, until) {
+        for key in self.store.keys() {
+            self.store
+                .update(&key, &mut |held| match held.suspend(now, until) {
                     Some(deadlines) => {
                         // Suspended twice before a resume: the first deadlines are the value's.
                         saved.entry(key.clone()).or_insert(deadlines);
-                        quick_cache::sync::EntryAction::Retain(())
+                        true
                     }
-                    None => quick_cache::sync::EntryAction::Remove,
+                    None => false,
                 });
-                drop(held);
-            }
-        });
+        }
     }
 
     /// While a [`Memory::suspend`] waits for its resume: the deadlines `saved` of a value of
@@ -486,7 +494,7 @@ impl<K: Key, V: Value> Memory<K, V> {
         let Some(remembered) = suspended.as_mut() else {
             return;
         };
-        let room = either!(self, store => store.capacity());
+        let room = self.store.capacity();
         if remembered.contains_key(key) || (remembered.len() as u64) < room {
             remembered.insert(key.clone(), saved);
         }
@@ -501,28 +509,25 @@ impl<K: Key, V: Value> Memory<K, V> {
         let Some(saved) = self.suspended().take() else {
             return;
         };
-        either!(self, store => {
-            for (key, deadlines) in saved {
-                let held = store.entry(&key, None, |_, held| {
-                    held.resume(&deadlines);
-                    quick_cache::sync::EntryAction::Retain(())
-                });
-                drop(held);
-            }
-        });
+        for (key, deadlines) in saved {
+            self.store.update(&key, &mut |held| {
+                held.resume(&deadlines);
+                true
+            });
+        }
     }
 
     /// The keys the store holds and those loading now: what a tag's expiry visits (an expiry
     /// keeps each value, so it is capped where it is, not checked against a mark on read).
     pub(crate) fn keys(&self) -> Vec<K> {
         let mut keys: Vec<K> = self.loading().keys().cloned().collect();
-        either!(self, store => keys.extend(stored_keys(store)));
+        keys.extend(self.store.keys());
         keys
     }
 
     /// How many entries the store holds.
     pub(crate) fn entry_count(&self) -> u64 {
-        either!(self, store => store.len()) as u64
+        self.store.len() as u64
     }
 
     /// How many keys have a load running.
@@ -543,8 +548,9 @@ impl<K: Key, V: Value> Memory<K, V> {
     }
 }
 
-/// An entry as a store holds it, in either form: what a suspension does to it.
-trait Held {
+/// An entry as a store holds it, in any form: what a suspension, a resume or an expiry does to
+/// it.
+pub(crate) trait Held {
     /// Takes it out of service from `until` on, past which it is only its key's last good value
     /// for the rest of its fail-safe window; its deadlines before, or `None` when it is past
     /// every use at `now` (to be dropped).
@@ -627,31 +633,167 @@ impl<V: Value, R: LeanRead> Held for Lean<V, R> {
     }
 }
 
-/// The keys `store` holds now (each to be visited under its shard's lock after).
-fn stored_keys<K: Key, E: Clone>(store: &quick_cache::sync::Cache<K, E>) -> Vec<K> {
-    // `retain` takes a `Fn`: the keys are gathered through a `RefCell`.
-    let keys = std::cell::RefCell::new(Vec::with_capacity(store.len()));
-    store.retain(|key, _| {
-        keys.borrow_mut().push(key.clone());
-        true
-    });
-    keys.into_inner()
+/// A store of entries of one form, seen through the operations memory makes of it: one
+/// `quick_cache` store, whose form only its own code knows.
+pub(crate) trait Store<K, V>: Send + Sync {
+    /// What a lookup of `key` finds ([`Memory::find`]).
+    fn find(&self, key: &K) -> Found<V>;
+    /// The key's entry, whatever its freshness.
+    fn get(&self, key: &K) -> Option<Entry<V>>;
+    /// Stores `entry` as the key's.
+    fn insert(&self, key: &K, entry: Entry<V>);
+    /// Drops the key's entry if it is past every use at `now` ([`Memory::reclaim`]).
+    fn reclaim(&self, key: &K, now: Instant);
+    /// Drops the key's entry; whether there was one.
+    fn remove(&self, key: &K) -> bool;
+    /// Whether the store holds an entry of the key.
+    fn contains(&self, key: &K) -> bool;
+    /// Changes the key's entry in place under its shard's lock with `change`, which tells
+    /// whether the entry stays (else it is dropped); whether there was one.
+    fn update(&self, key: &K, change: &mut dyn FnMut(&mut dyn Held) -> bool) -> bool;
+    /// Drops every entry.
+    fn clear(&self);
+    /// The keys held now (each to be visited under its shard's lock after).
+    fn keys(&self) -> Vec<K>;
+    /// How many entries it holds.
+    fn len(&self) -> usize;
+    /// How many entries it may hold.
+    fn capacity(&self) -> u64;
+    /// The form of its entries.
+    fn form(&self) -> Form;
 }
 
-/// Stores `entry` in a store of the lean form.
-fn insert_lean<K: Key, V: Value, R: LeanRead>(
-    store: &quick_cache::sync::Cache<K, Lean<V, R>>,
-    key: &K,
-    entry: Entry<V>,
-) {
-    match Lean::of(entry) {
-        Some(lean) => store.insert(key.clone(), lean),
-        None => {
-            // A tag stamp this form cannot check: never the case, since only a cache with tags
-            // stamps its entries; the value is not kept (the one stored before it is older).
-            debug_assert!(false, "a tagged entry in a cache without tags");
-            store.remove(key);
+/// An entry in one form, as a store of that form holds it.
+pub(crate) trait Shape<V>: Held + Clone + Send + Sync + 'static {
+    const FORM: Form;
+    /// `entry` in this form; `None` for one this form cannot hold (see [`Lean::of`]).
+    fn of(entry: Entry<V>) -> Option<Self>;
+    /// What a lookup finds in it.
+    fn found(self) -> Found<V>;
+    /// The entry, as every path but the store handles it.
+    fn entry(self) -> Entry<V>;
+    /// Whether the value may stand in for a failed load at `now` ([`Entry::fail_safe`]).
+    fn fail_safe(&self, now: Instant) -> bool;
+}
+
+impl<V: Value> Shape<V> for Entry<V> {
+    const FORM: Form = Form::Full;
+
+    fn of(entry: Entry<V>) -> Option<Self> {
+        Some(entry)
+    }
+
+    #[inline(always)]
+    fn found(self) -> Found<V> {
+        match self.current() {
+            true => Entry::found(self),
+            false => Found::Nothing,
         }
+    }
+
+    fn entry(self) -> Entry<V> {
+        self
+    }
+
+    fn fail_safe(&self, now: Instant) -> bool {
+        Entry::fail_safe(self, now)
+    }
+}
+
+impl<V: Value, R: LeanRead + Send + Sync + 'static> Shape<V> for Lean<V, R> {
+    const FORM: Form = match R::KEPT {
+        true => Form::LeanRead,
+        false => Form::Lean,
+    };
+
+    fn of(entry: Entry<V>) -> Option<Self> {
+        Lean::of(entry)
+    }
+
+    #[inline(always)]
+    fn found(self) -> Found<V> {
+        Lean::found(self)
+    }
+
+    fn entry(self) -> Entry<V> {
+        Lean::entry(self)
+    }
+
+    fn fail_safe(&self, now: Instant) -> bool {
+        Lean::fail_safe(self, now)
+    }
+}
+
+impl<K: Key, V: Value, E: Shape<V>> Store<K, V> for quick_cache::sync::Cache<K, E> {
+    fn find(&self, key: &K) -> Found<V> {
+        match self.get(key) {
+            Some(held) => held.found(),
+            None => Found::Nothing,
+        }
+    }
+
+    fn get(&self, key: &K) -> Option<Entry<V>> {
+        quick_cache::sync::Cache::get(self, key).map(E::entry)
+    }
+
+    fn insert(&self, key: &K, entry: Entry<V>) {
+        match E::of(entry) {
+            Some(held) => quick_cache::sync::Cache::insert(self, key.clone(), held),
+            None => {
+                // A tag stamp a lean form cannot check: never the case, since only a cache with
+                // tags stamps its entries; the value is not kept (the one stored before it is
+                // older).
+                debug_assert!(false, "a tagged entry in a cache without tags");
+                quick_cache::sync::Cache::remove(self, key);
+            }
+        }
+    }
+
+    fn reclaim(&self, key: &K, now: Instant) {
+        self.remove_if(key, |held| !held.fail_safe(now));
+    }
+
+    fn remove(&self, key: &K) -> bool {
+        quick_cache::sync::Cache::remove(self, key).is_some()
+    }
+
+    fn contains(&self, key: &K) -> bool {
+        self.contains_key(key)
+    }
+
+    fn update(&self, key: &K, change: &mut dyn FnMut(&mut dyn Held) -> bool) -> bool {
+        use quick_cache::sync::{EntryAction, EntryResult};
+        let held = self.entry(key, None, |_, held| match change(held) {
+            true => EntryAction::Retain(()),
+            false => EntryAction::Remove,
+        });
+        !matches!(held, EntryResult::Vacant(_))
+    }
+
+    fn clear(&self) {
+        quick_cache::sync::Cache::clear(self);
+    }
+
+    fn keys(&self) -> Vec<K> {
+        // `retain` takes a `Fn`: the keys are gathered through a `RefCell`.
+        let keys = std::cell::RefCell::new(Vec::with_capacity(self.len()));
+        self.retain(|key, _| {
+            keys.borrow_mut().push(key.clone());
+            true
+        });
+        keys.into_inner()
+    }
+
+    fn len(&self) -> usize {
+        quick_cache::sync::Cache::len(self)
+    }
+
+    fn capacity(&self) -> u64 {
+        quick_cache::sync::Cache::capacity(self)
+    }
+
+    fn form(&self) -> Form {
+        E::FORM
     }
 }
 
@@ -697,7 +839,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_invalidation_stops_only_the_loads_of_its_own_key() {
-        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(100, None, None);
         let (one, two) = (memory.begin(&1), memory.begin(&2));
         memory.invalidate(&1);
         assert!(
@@ -711,7 +853,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_load_that_began_after_the_invalidation_stores_its_value() {
-        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(100, None, None);
         let old = memory.begin(&1);
         memory.invalidate(&1);
         let new = memory.begin(&1);
@@ -729,7 +871,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_generation_outlives_the_loads_of_its_key() {
-        let memory = Memory::<u32, u32>::new(100, Form::Lean, Some(named), None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(100, Some(named), None);
         for key in 0..1_000 {
             let load = memory.begin(&key);
             memory.invalidate_named(&format!("k{}", key / 2 * 2), Invalidation::Drop);
@@ -740,7 +882,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_never_holds_more_than_its_capacity() {
-        let memory = Memory::<u32, u32>::new(1_000, Form::Lean, None, None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(1_000, None, None);
         for key in 0..100_000 {
             let load = memory.begin(&key);
             memory.keep(&load, entry(key));
@@ -751,7 +893,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_name_drops_its_key_and_only_it() {
-        let memory = Memory::<u32, u32>::new(100, Form::Lean, Some(named), None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(100, Some(named), None);
         for key in 0..10 {
             memory.keep(&memory.begin(&key), entry(key));
         }
@@ -768,7 +910,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_index_of_names_stays_bounded_and_finds_every_stored_key() {
-        let memory = Memory::<u32, u32>::new(100, Form::Lean, Some(named), None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(100, Some(named), None);
         for key in 0..100_000 {
             memory.keep(&memory.begin(&key), entry(key));
         }
@@ -794,7 +936,7 @@ mod tests {
     async fn each_form_gives_back_the_entry_it_kept() {
         let now = Instant::now();
         let (fresh, stale) = (Duration::from_secs(60), Duration::from_secs(30));
-        let lean = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        let lean = Memory::<u32, u32>::new::<Lean<u32>>(100, None, None);
         lean.keep(&lean.begin(&1), Entry::loaded(1, now, fresh, stale));
         let back = lean.get(&1).expect("kept");
         assert_eq!(back.filled_at(), now);
@@ -806,7 +948,7 @@ mod tests {
 
         // The lean form with reads keeps when the value's source was read.
         let read = now - Duration::from_millis(250);
-        let lean = Memory::<u32, u32>::new(100, Form::LeanRead, None, None);
+        let lean = Memory::<u32, u32>::new::<Lean<u32, Nanos>>(100, None, None);
         let entry = Entry::loaded(1, now, fresh, stale).read_from(read);
         lean.keep(&lean.begin(&1), entry);
         let back = lean.get(&1).expect("kept");
@@ -814,7 +956,7 @@ mod tests {
         assert_eq!(back.stale_until(), now + fresh + stale);
 
         // The full form keeps a tag stamp, and deadlines of their own.
-        let full = Memory::<u32, u32>::new(100, Form::Full, None, None);
+        let full = Memory::<u32, u32>::new::<Entry<u32>>(100, None, None);
         let stamp = crate::tags::Stamp::new(vec!["memory-test:forms".into()]);
         let entry = Entry::loaded(2, now, fresh, stale)
             .refreshing_from(now + Duration::from_secs(10))
@@ -837,7 +979,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn reclaim_drops_only_an_entry_past_every_use() {
-        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(100, None, None);
         memory.keep(&memory.begin(&1), entry(1));
         memory.reclaim(&1, Instant::now());
         assert!(memory.get(&1).is_some(), "still fresh");
@@ -848,9 +990,8 @@ mod tests {
 
     #[tokio::test]
     async fn with_a_source_version_an_older_value_does_not_replace_a_newer_one() {
-        let memory = Memory::<u32, u32>::new(
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(
             100,
-            Form::Lean,
             None,
             Some(|value: &u32| Some(u64::from(*value))),
         );
@@ -880,7 +1021,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_value_whose_source_was_read_earlier_does_not_replace_one_read_later() {
-        let memory = Memory::<u32, u32>::new(100, Form::LeanRead, None, None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32, Nanos>>(100, None, None);
         let read = Instant::now();
         tokio::time::advance(Duration::from_millis(5)).await;
         let later = entry(2).read_from(read + Duration::from_millis(2));
@@ -916,7 +1057,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn while_a_keys_loads_run_a_later_read_orders_them_though_its_value_is_gone() {
         // In every form: a lean store without reads orders a key's running loads too.
-        let memory = Memory::<u32, u32>::new(100, Form::Lean, None, None);
+        let memory = Memory::<u32, u32>::new::<Lean<u32>>(100, None, None);
         let read = Instant::now();
         let (first, second) = (memory.begin(&1), memory.begin(&1));
         tokio::time::advance(Duration::from_millis(5)).await;

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{OnceLock, PoisonError, RwLock};
 
 use crate::answer::Answer;
-use crate::cache::Cache;
+use crate::cache::{Cache, New};
 use crate::config::Config;
 use crate::core::{Tags, Values};
 use crate::error::{Error, LoadError};
@@ -88,6 +88,7 @@ impl Slot {
         build: (fn() -> Config, S),
         tags: Tags<K>,
         values: Values<V>,
+        new: New<K, V, T>,
     ) -> &'static Cache<K, V, T>
     where
         K: Key,
@@ -100,7 +101,7 @@ impl Slot {
         }
         // Built once: the options and tier through an object, so that what builds a cache is
         // compiled once per key, value and tier type, not per cached function (issue 38).
-        self.built(site, &mut Some(build), tags, values)
+        self.built(site, &mut Some(build), tags, values, new)
     }
 
     /// The cache of `site` and these types, built with `made` if there is none yet.
@@ -111,15 +112,16 @@ impl Slot {
         made: &mut dyn Make<T>,
         tags: Tags<K>,
         values: Values<V>,
+        new: New<K, V, T>,
     ) -> &'static Cache<K, V, T> {
         let first = *self.first.get_or_init(|| {
             let (config, tier) = made.make();
-            Built::new(site, leak(config, tier, tags, values))
+            Built::new(site, leak(new(config, tier, tags, values)))
         });
         if let Some(cache) = first.cache(site) {
             return cache;
         }
-        self.other(site, made, tags, values)
+        self.other(site, made, tags, values, new)
     }
 
     /// The cache of a further instantiation or (key, value) type pair, in a generic impl.
@@ -130,6 +132,7 @@ impl Slot {
         made: &mut dyn Make<T>,
         tags: Tags<K>,
         values: Values<V>,
+        new: New<K, V, T>,
     ) -> &'static Cache<K, V, T> {
         let find = |others: &[Built]| others.iter().find_map(|other| other.cache(site));
         if let Some(cache) = find(&self.others.read().unwrap_or_else(PoisonError::into_inner)) {
@@ -154,7 +157,7 @@ impl Slot {
             )
             .into();
         }
-        let cache = leak(config, tier, tags, values);
+        let cache = leak(new(config, tier, tags, values));
         others.push(Built::new(site, cache));
         cache
     }
@@ -180,10 +183,16 @@ where
     }
 }
 
+/// Whether a cached function's entries are kept in the lean form ([`lean`](crate::memory::lean)),
+/// decided by the generated code when the function is compiled: only the store of that form
+/// (and of the tier's kind, `Tier::SHARES`) is compiled for the function's value type, not all
+/// three (issue 38).
+pub struct Entries<const LEAN: bool>;
+
 /// Everything the code generated for one cached function hands the runtime but the key and the
 /// load: where its cache lives, how to build it (options, tier, tags, values) and what is known
 /// of its error type. Every entry point of the generated code takes one.
-pub struct Recipe<S, K, V, R = ()> {
+pub struct Recipe<S, K, V, R, const LEAN: bool> {
     /// The function's slot, which holds its cache.
     pub slot: &'static Slot,
     /// `type_name::<Self>()` for a method (`""` for a free function): a generic impl's
@@ -197,12 +206,14 @@ pub struct Recipe<S, K, V, R = ()> {
     pub tags: Tags<K>,
     /// What the attribute says of the values (`source_version`).
     pub values: Values<V>,
+    /// Whether the entries are kept in the lean form.
+    pub entries: Entries<LEAN>,
     /// What is known of the function's error type ([`ErrorRules`]); `()` for a function that
     /// returns a plain value, and for the companion's operations.
     pub rules: R,
 }
 
-impl<S, K, V, R> Recipe<S, K, V, R> {
+impl<S, K, V, R, const LEAN: bool> Recipe<S, K, V, R, LEAN> {
     /// The function's cache, built at the first call; and the rules. Inlined as
     /// [`Slot::cache`] is.
     #[cfg_attr(not(debug_assertions), inline(always))]
@@ -213,14 +224,16 @@ impl<S, K, V, R> Recipe<S, K, V, R> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
+        let new = Cache::with_entries::<LEAN>();
+        let build = (self.config, self.tier);
         let cache = self
             .slot
-            .cache(self.site, (self.config, self.tier), self.tags, self.values);
+            .cache(self.site, build, self.tags, self.values, new);
         (cache, self.rules)
     }
 }
 
-impl<S, K, V, E> Recipe<S, K, V, ErrorRules<E>> {
+impl<S, K, V, E, const LEAN: bool> Recipe<S, K, V, ErrorRules<E>, LEAN> {
     /// A call of a function returning `Result<V, E>`: only `Ok` values are cached. The
     /// function's own error reaches a caller as itself when that caller was the only one of the
     /// load, or when `E` is `Clone`; as `E::from(stampede::Error::Upstream(..))` (the original
@@ -255,7 +268,7 @@ impl<S, K, V, E> Recipe<S, K, V, ErrorRules<E>> {
     }
 }
 
-impl<S, K, V> Recipe<S, K, V> {
+impl<S, K, V, const LEAN: bool> Recipe<S, K, V, (), LEAN> {
     /// A call of a function returning a plain value (an `Option` included), or its companion's
     /// `refresh`. Such a function has no error channel: a load that panics or times out makes
     /// every waiting caller panic. Not an `async fn`, as [`Recipe::result`] is not.
@@ -356,12 +369,7 @@ fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E
 }
 
 /// Builds a cache that lives as long as the process, and lists it in the registry.
-fn leak<K, V, T>(
-    config: Config,
-    tier: T,
-    tags: Tags<K>,
-    values: Values<V>,
-) -> &'static Cache<K, V, T>
+fn leak<K, V, T>(cache: Cache<K, V, T>) -> &'static Cache<K, V, T>
 where
     K: Key,
     V: Value,
@@ -369,8 +377,7 @@ where
 {
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(crate::telemetry::describe);
-    let cache: &'static Cache<K, V, T> =
-        Box::leak(Box::new(Cache::new(config, tier, tags, values)));
+    let cache: &'static Cache<K, V, T> = Box::leak(Box::new(cache));
     registry::register(cache);
     cache
 }

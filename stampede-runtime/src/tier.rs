@@ -142,6 +142,10 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
         None
     }
 
+    /// Whether [`Tier::shared_through`] names a connection, known from the tier's type: a
+    /// cached function's store is then chosen when it is compiled (`memory::Form::of`).
+    const SHARES: bool = false;
+
     /// The cache has `tags`: a tag's invalidation must reach the shared store this tier uses.
     fn tagged(&self) {}
 

@@ -20,9 +20,9 @@ pub mod ops;
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::value`] once the returned type's checks have passed.
     #[inline(always)]
-    pub fn value<'a, S, K, T, P, L, Fut>(
+    pub fn value<'a, S, K, T, P, L, Fut, const LEAN: bool>(
         self,
-        recipe: Recipe<S, K, V>,
+        recipe: Recipe<S, K, V, (), LEAN>,
         call: Call,
         key: K,
         prepare: P,
@@ -48,9 +48,9 @@ impl<V: Value> Witness<V> {
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Recipe::result`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn result<'a, S, K, T, P, L, Fut>(
+    pub fn result<'a, S, K, T, P, L, Fut, const LEAN: bool>(
         self,
-        recipe: Recipe<S, K, V, ErrorRules<E>>,
+        recipe: Recipe<S, K, V, ErrorRules<E>, LEAN>,
         call: Call,
         key: K,
         prepare: P,
@@ -81,9 +81,9 @@ impl<V: Value> Companion<V> {
     /// The function's cache as its companion's operations reach it (see [`ops`]), for its
     /// hidden `__ops`. `key_of` is never called: it checks the key's type and names it.
     #[inline(always)]
-    pub fn ops<S, K, T, A>(
+    pub fn ops<S, K, T, A, const LEAN: bool>(
         self,
-        recipe: Recipe<S, K, V>,
+        recipe: Recipe<S, K, V, (), LEAN>,
         key_of: impl FnOnce(A) -> K,
     ) -> &'static dyn ops::Ops<K, V>
     where
@@ -98,7 +98,7 @@ impl<V: Value> Companion<V> {
     /// Builds the cache, if not built yet (a linked function looked up by name). `key`, the
     /// key made from the tuple of its arguments, is never called: its type says the key's.
     #[inline(always)]
-    pub fn build<S, K, T, A, F>(self, recipe: Recipe<S, K, V>, key: F)
+    pub fn build<S, K, T, A, F, const LEAN: bool>(self, recipe: Recipe<S, K, V, (), LEAN>, key: F)
     where
         K: Key,
         S: FnOnce(&Config) -> T,

@@ -163,6 +163,7 @@ impl Expansion<'_> {
         };
         let tags = self.tags();
         let values = self.values();
+        let entries = self.entries();
         quote! {
             #private::Recipe {
                 slot: #slot,
@@ -171,8 +172,24 @@ impl Expansion<'_> {
                 tier: #tier,
                 tags: #tags,
                 values: #values,
+                entries: #entries,
                 rules: #rules,
             }
+        }
+    }
+
+    /// Whether the cache's entries are lean: the runtime's rule (`lean`), given the options the
+    /// attribute turns on, evaluated when the function is compiled, so that only the store of
+    /// that form is compiled for its value type.
+    fn entries(&self) -> TokenStream {
+        let private = &self.private;
+        let settings = &self.settings;
+        let tags = !settings.tags.is_empty();
+        let refresh_after = settings.refresh_after.is_some();
+        let xfetch = settings.xfetch.is_some();
+        let fail_safe = settings.fail_safe.is_some();
+        quote! {
+            #private::Entries::<{ #private::lean(#tags, #refresh_after, #xfetch, #fail_safe) }>
         }
     }
 

@@ -14,7 +14,7 @@ use crate::kv::{Key, Value};
 use crate::load::{Plain, infallibly};
 use crate::tier::{One, Tier};
 
-impl<S, K, V, E> Recipe<S, K, Option<V>, ErrorRules<E>> {
+impl<S, K, V, E, const LEAN: bool> Recipe<S, K, Option<V>, ErrorRules<E>, LEAN> {
     /// A call of a batch function returning `Result<Map, E>` (or its companion's `refresh`):
     /// each key once, with its value, `None` where the function's map left the key out. When
     /// the load of one of the keys failed (and no stale or fail-safe value stood in), the call
@@ -71,7 +71,7 @@ impl<S, K, V, E> Recipe<S, K, Option<V>, ErrorRules<E>> {
     }
 }
 
-impl<S, K, V> Recipe<S, K, Option<V>> {
+impl<S, K, V, const LEAN: bool> Recipe<S, K, Option<V>, (), LEAN> {
     /// A call of a batch function returning a plain map (or its companion's `refresh`), as
     /// [`Recipe::results`]; such a function has no error channel: a load that panics or times
     /// out makes the calls that asked for its keys panic.

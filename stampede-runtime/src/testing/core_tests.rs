@@ -61,7 +61,7 @@ fn locked(name: &str) -> Config {
 
 /// A cache that lives as long as the test process, listed in the registry.
 fn leak<T: Tier<u64, String>>(config: Config, tier: T) -> &'static Cache<u64, String, T> {
-    let cache = Box::leak(Box::new(Cache::new(config, tier, None, Values::NONE)));
+    let cache = Box::leak(Box::new(Cache::of_form(config, tier, None, Values::NONE)));
     registry::register(cache);
     cache
 }
@@ -1267,7 +1267,12 @@ fn the_trust_cap_bounds_every_serving_window_and_leaves_the_last_good_value() {
         let mut options = config("core::kept");
         options.fail_safe = Some(Duration::from_secs(3_600));
         options.refresh_after = Some(Duration::from_secs(5));
-        let core = crate::core::Core::<u64, String>::new(options, None, Values::NONE, None, false);
+        let core = crate::core::Core::<u64, String>::new::<crate::entry::Entry<String>>(
+            options,
+            None,
+            Values::NONE,
+            None,
+        );
         let bound = Duration::from_secs(2);
         let begun = crate::core::Begun::new(&core, &1);
         let entry = begun.entry(core.loaded(Loaded::now("v".to_owned())), Some(bound));

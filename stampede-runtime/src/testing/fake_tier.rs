@@ -974,6 +974,8 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         true
     }
 
+    const SHARES: bool = true;
+
     fn shared_through(&self) -> Option<&str> {
         Some(self.connection.as_deref().unwrap_or(DEFAULT_CONNECTION))
     }

@@ -51,7 +51,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
     /// A cache with these options over `tier`, listed in the registry, living until
     /// [`SimCache::free`].
     pub fn new(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
-        let cache = Box::leak(Box::new(Cache::new(config, tier, tags, values)));
+        let cache = Box::leak(Box::new(Cache::of_form(config, tier, tags, values)));
         registry::register(cache);
         SimCache { cache }
     }

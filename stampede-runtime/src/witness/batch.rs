@@ -18,9 +18,9 @@ use crate::tier::Tier;
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::values`] once the value type's checks have passed.
     #[inline(always)]
-    pub fn values<S, K, T, P, L, Fut>(
+    pub fn values<S, K, T, P, L, Fut, const LEAN: bool>(
         self,
-        recipe: Recipe<S, K, Option<V>>,
+        recipe: Recipe<S, K, Option<V>, (), LEAN>,
         call: Call,
         keys: Vec<K>,
         prepare: P,
@@ -38,9 +38,9 @@ impl<V: Value> Witness<V> {
 
     /// Calls [`Recipe::value_one`] once the value type's checks have passed.
     #[inline(always)]
-    pub fn value_one<S, K, T, P, L, Fut>(
+    pub fn value_one<S, K, T, P, L, Fut, const LEAN: bool>(
         self,
-        recipe: Recipe<S, K, Option<V>>,
+        recipe: Recipe<S, K, Option<V>, (), LEAN>,
         key: K,
         prepare: P,
         window: Option<Duration>,
@@ -66,9 +66,9 @@ impl<V: Value> Witness<V> {
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Recipe::results`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn results<S, K, T, P, L, Fut>(
+    pub fn results<S, K, T, P, L, Fut, const LEAN: bool>(
         self,
-        recipe: Recipe<S, K, Option<V>, ErrorRules<E>>,
+        recipe: Recipe<S, K, Option<V>, ErrorRules<E>, LEAN>,
         call: Call,
         keys: Vec<K>,
         prepare: P,
@@ -86,9 +86,9 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
 
     /// Calls [`Recipe::result_one`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn result_one<S, K, T, P, L, Fut>(
+    pub fn result_one<S, K, T, P, L, Fut, const LEAN: bool>(
         self,
-        recipe: Recipe<S, K, Option<V>, ErrorRules<E>>,
+        recipe: Recipe<S, K, Option<V>, ErrorRules<E>, LEAN>,
         key: K,
         prepare: P,
         window: Option<Duration>,

@@ -127,6 +127,8 @@ where
         Some(|key| keys::args_text(key).ok())
     }
 
+    const SHARES: bool = true;
+
     fn shared_through(&self) -> Option<&str> {
         Some(self.connection.as_deref().unwrap_or(installed::DEFAULT))
     }

@@ -17,7 +17,7 @@ use tracing::field::Empty;
 
 pub(crate) use crate::answer::Answer;
 use crate::config::{Config, Lock};
-use crate::core::{Core, Tags, Values, form_of};
+use crate::core::{Core, Tags, Values, lean_for};
 use crate::entry::{Entry, Found, Freshness};
 use crate::error::{Error, LoadError};
 use crate::flight::{Joined, Leader, Waiter};
@@ -72,8 +72,8 @@ struct Miss<P> {
 }
 
 impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
-    /// A cache with these options, tier, tags and values, its entries kept as `E`: of the form
-    /// [`form_of`] gives, which [`Cache::with_entries`] chooses.
+    /// A cache with these options, tier, tags and values, its entries kept as `E`, which
+    /// [`Cache::with_entries`] chooses.
     fn new<E: Shape<V>>(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
         debug_assert_eq!(T::SHARES, tier.shared_through().is_some());
         if tags.is_some() {
@@ -81,8 +81,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         }
         let core = Core::new::<E>(config, tags, values, tier.key_name());
         debug_assert_eq!(
-            core.memory.form(),
-            form_of(&core.config, core.tags.is_some(), T::SHARES),
+            core.memory.form().lean(),
+            lean_for(&core.config, core.tags.is_some()),
             "the entries' form decided at compile time is not the options'"
         );
         Cache {
@@ -108,7 +108,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// options and tier: all three forms compiled, for the tests and the simulator.
     #[cfg(any(test, feature = "simulation"))]
     pub(crate) fn of_form(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
-        let new = match form_of(&config, tags.is_some(), T::SHARES).lean() {
+        let new = match lean_for(&config, tags.is_some()) {
             true => Self::with_entries::<true>(),
             false => Self::with_entries::<false>(),
         };

@@ -17,7 +17,7 @@ use crate::hot::HotKeys;
 use crate::kv::{Key, Value};
 use crate::limit::Limit;
 use crate::load::Loaded;
-use crate::memory::{Form, Kept, Loading, Memory, Shape};
+use crate::memory::{Kept, Loading, Memory, Shape, lean};
 use crate::order::Stays;
 use crate::tags::Stamp;
 use crate::telemetry::{Labels, Telemetry};
@@ -55,17 +55,15 @@ impl<V> Values<V> {
     };
 }
 
-/// The form of the entries of a cache with these options and tags (`tagged`), whose tier
-/// shares values beyond this process or not: what a cached function's recipe decides when it
-/// is compiled ([`lean`](crate::memory::lean), `Tier::SHARES`).
-pub(crate) fn form_of(config: &Config, tagged: bool, shares: bool) -> Form {
-    let lean = crate::memory::lean(
+/// Whether a cache with these options and tags (`tagged`) keeps its entries in the lean form:
+/// what a cached function's recipe decides when it is compiled ([`lean`]).
+pub(crate) fn lean_for(config: &Config, tagged: bool) -> bool {
+    lean(
         tagged,
         config.refresh_after.is_some(),
         config.xfetch.is_some(),
         config.fail_safe.is_some(),
-    );
-    Form::of(lean, shares)
+    )
 }
 
 /// What every tier's flights use of a cache. A tier reaches it only through the handle it is

@@ -60,9 +60,9 @@ struct Names<K> {
     prune_above: usize,
 }
 
-/// Whether a cache keeps its entries in the lean form ([`Form::Lean`], [`Form::LeanRead`]):
-/// only `tags`, `refresh_after`, `xfetch` and `fail_safe` give an entry a tag stamp, a refresh
-/// point before its fresh deadline or a fail-safe deadline past its stale one. A constant
+/// Whether a cache keeps its entries in the lean form (no tag stamp, two deadlines fewer): only
+/// `tags`, `refresh_after`, `xfetch` and `fail_safe` give an entry a tag stamp, a refresh point
+/// before its fresh deadline or a fail-safe deadline past its stale one. A constant
 /// function, so that the generated code decides it when the function is compiled, from the
 /// options the attribute turns on (run time never turns one on: `tuning`).
 pub const fn lean(tags: bool, refresh_after: bool, xfetch: bool, fail_safe: bool) -> bool {
@@ -84,25 +84,15 @@ pub(crate) enum Form {
 }
 
 impl Form {
-    /// The form of a cache whose entries are [`lean`] or not, and whose tier shares values
-    /// beyond this process or not.
-    pub(crate) const fn of(lean: bool, shares: bool) -> Form {
-        match (lean, shares) {
-            (true, false) => Form::Lean,
-            (true, true) => Form::LeanRead,
-            (false, _) => Form::Full,
-        }
-    }
-
     /// Whether its entries are lean ([`lean`]).
-    #[cfg(any(test, feature = "simulation"))]
     pub(crate) fn lean(self) -> bool {
         self != Form::Full
     }
 }
 
 /// The form of the entries of a cache whose entries are lean or not (`LEAN`) and whose tier
-/// shares values (`SHARES`): `Entry<V>`, `Lean<V, Nanos>` or `Lean<V>` ([`Form::of`]).
+/// shares values (`SHARES`): [`Form::Full`], [`Form::LeanRead`] or [`Form::Lean`]
+/// ([`for_form`]).
 pub(crate) trait Forms<K: Key, V: Value> {
     /// What is made for the chosen form.
     type Made;
@@ -110,8 +100,9 @@ pub(crate) trait Forms<K: Key, V: Value> {
     fn make<E: Shape<V>>() -> Self::Made;
 }
 
-/// What `F` makes for the form of `LEAN` and `SHARES`: where both are constants, nothing is
-/// compiled for the other forms (their branches are not instantiated).
+/// What `F` makes for the form of `LEAN` and `SHARES`, the one rule from them to the form:
+/// where both are constants, nothing is compiled for the other forms (their branches are not
+/// instantiated).
 pub(crate) fn for_form<K: Key, V: Value, F: Forms<K, V>, const LEAN: bool, const SHARES: bool>()
 -> F::Made {
     if !LEAN {

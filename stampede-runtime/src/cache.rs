@@ -16,14 +16,16 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 
 pub(crate) use crate::answer::Answer;
+use crate::clock::Nanos;
 use crate::config::{Config, Lock};
 use crate::core::{Core, Tags, Values, lean_for};
+use crate::entry::Lean;
 use crate::entry::{Entry, Found, Freshness};
 use crate::error::{Error, LoadError};
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
 use crate::load::{Erased, ErasedPrepare, Load, erased};
-use crate::memory::{Forms, Invalidation, Kept, Shape, for_form};
+use crate::memory::{Invalidation, Kept, Shape};
 use crate::telemetry::Reason;
 use crate::tier::{Direct, Run, Shared, Start, Tier};
 use run::Running;
@@ -40,14 +42,6 @@ pub(crate) struct Cache<K: Key, V: Value, T> {
 
 /// Builds a cache from its options, tier, tags and values ([`Cache::with_entries`]).
 pub(crate) type New<K, V, T> = fn(Config, T, Tags<K>, Values<V>) -> Cache<K, V, T>;
-
-impl<K: Key, V: Value, T: Tier<K, V>> Forms<K, V> for Cache<K, V, T> {
-    type Made = New<K, V, T>;
-
-    fn make<E: Shape<V>>() -> New<K, V, T> {
-        Cache::new::<E>
-    }
-}
 
 /// What [`Cache::held`] found in memory.
 enum Held<V> {
@@ -81,7 +75,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         }
         let core = Core::new::<E>(config, tags, values, tier.key_name());
         debug_assert_eq!(
-            core.memory.form().lean(),
+            core.memory.lean(),
             lean_for(&core.config, core.tags.is_some()),
             "the entries' form decided at compile time is not the options'"
         );
@@ -94,13 +88,17 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     }
 
     /// What builds a cache whose entries are lean or not (`LEAN`, which the generated code
-    /// decides when the function is compiled: `slot::Entries`): only the store of that form is
-    /// compiled for the value type, not all three (issue 38).
+    /// decides when the function is compiled: `slot::Entries`): the one rule from it and the
+    /// tier to the entries' form. [`Entry`] whole; or [`Lean`], with when each value's source
+    /// was read where the tier shares values (`entry::LeanRead`). The conditions are constants,
+    /// so only the store of that form is compiled for the value type, not all three (issue 38).
     pub(crate) fn with_entries<const LEAN: bool>() -> New<K, V, T> {
-        if T::SHARES {
-            for_form::<K, V, Self, LEAN, true>()
+        if !LEAN {
+            Cache::new::<Entry<V>>
+        } else if T::SHARES {
+            Cache::new::<Lean<V, Nanos>>
         } else {
-            for_form::<K, V, Self, LEAN, false>()
+            Cache::new::<Lean<V>>
         }
     }
 

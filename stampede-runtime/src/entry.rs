@@ -77,8 +77,6 @@ pub(crate) struct Lean<V, R = ()> {
 /// loads beside one begun longer ago than the trust bound, and values come from other
 /// processes.
 pub(crate) trait LeanRead: Copy + std::fmt::Debug {
-    /// Whether the read is kept.
-    const KEPT: bool;
     /// What is kept of `read_at`.
     fn of(read_at: Nanos) -> Self;
     /// The read back: [`Nanos::EARLIEST`] where nothing is kept (it orders nothing).
@@ -86,8 +84,6 @@ pub(crate) trait LeanRead: Copy + std::fmt::Debug {
 }
 
 impl LeanRead for () {
-    const KEPT: bool = false;
-
     fn of(_: Nanos) -> Self {}
 
     fn read_at(self) -> Nanos {
@@ -96,8 +92,6 @@ impl LeanRead for () {
 }
 
 impl LeanRead for Nanos {
-    const KEPT: bool = true;
-
     fn of(read_at: Nanos) -> Self {
         read_at
     }

@@ -15,8 +15,9 @@
 //! ([`Memory::reclaim`]) or eviction takes it, always within the capacity bound.
 //!
 //! A cache without `tags`, `fail_safe` or `refresh_after` keeps its entries in the lean form
-//! ([`Lean`]: no tag stamp, two deadlines fewer), every other cache as [`Entry`] ([`Form`]).
-//! The form is known when the function is compiled ([`lean`], `Tier::SHARES`), and the store is
+//! ([`Lean`]: no tag stamp, two deadlines fewer; with the read where the tier shares values),
+//! every other cache as [`Entry`]. The form is known when the function is compiled ([`lean`],
+//! `Tier::SHARES`, `Cache::with_entries`), and the store is
 //! reached through [`Store`], so that only the form a cache uses is compiled for its value type
 //! (issue 38: the three forms were a third of a release build's code per value type). A hit
 //! alone reaches it by its type ([`Memory::find_as`]), without an indirect call.
@@ -67,51 +68,6 @@ struct Names<K> {
 /// options the attribute turns on (run time never turns one on: `tuning`).
 pub const fn lean(tags: bool, refresh_after: bool, xfetch: bool, fail_safe: bool) -> bool {
     !(tags || refresh_after || xfetch || fail_safe)
-}
-
-/// How a cache's entries are kept in its store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Form {
-    /// [`Lean`]: for a cache whose entries never have a tag stamp, a refresh point before
-    /// their fresh deadline, or a fail-safe deadline after their stale one (no `tags`,
-    /// `refresh_after` or `fail_safe`), and whose tier shares nothing (no read kept).
-    Lean,
-    /// [`Lean`] with when each value's source was read: the same, for a tier that shares
-    /// values ([`LeanRead`]).
-    LeanRead,
-    /// [`Entry`], whole.
-    Full,
-}
-
-impl Form {
-    /// Whether its entries are lean ([`lean`]).
-    pub(crate) fn lean(self) -> bool {
-        self != Form::Full
-    }
-}
-
-/// The form of the entries of a cache whose entries are lean or not (`LEAN`) and whose tier
-/// shares values (`SHARES`): [`Form::Full`], [`Form::LeanRead`] or [`Form::Lean`]
-/// ([`for_form`]).
-pub(crate) trait Forms<K: Key, V: Value> {
-    /// What is made for the chosen form.
-    type Made;
-    /// Makes it for entries of type `E`.
-    fn make<E: Shape<V>>() -> Self::Made;
-}
-
-/// What `F` makes for the form of `LEAN` and `SHARES`, the one rule from them to the form:
-/// where both are constants, nothing is compiled for the other forms (their branches are not
-/// instantiated).
-pub(crate) fn for_form<K: Key, V: Value, F: Forms<K, V>, const LEAN: bool, const SHARES: bool>()
--> F::Made {
-    if !LEAN {
-        F::make::<Entry<V>>()
-    } else if SHARES {
-        F::make::<Lean<V, Nanos>>()
-    } else {
-        F::make::<Lean<V>>()
-    }
 }
 
 /// What an invalidation does to a key's value, here and (with a shared tier) everywhere.
@@ -238,10 +194,7 @@ impl<K: Key, V: Value> Memory<K, V> {
             // is this one: the cast is `<dyn Any>::downcast_ref`'s, without a call of the
             // vtable on every hit.
             let store = unsafe { &*store.cast::<quick_cache::sync::Cache<K, E>>() };
-            return match store.get(key) {
-                Some(held) => held.found(),
-                None => Found::Nothing,
-            };
+            return Store::find(store, key);
         }
         self.store.find(key)
     }
@@ -252,9 +205,9 @@ impl<K: Key, V: Value> Memory<K, V> {
         self.store.get(key)
     }
 
-    /// The form of the store's entries.
-    pub(crate) fn form(&self) -> Form {
-        self.store.form()
+    /// Whether the store's entries are lean ([`lean`]).
+    pub(crate) fn lean(&self) -> bool {
+        self.store.lean()
     }
 
     /// Drops the key's entry if it is past every use at `now` (not even a fail-safe value), so
@@ -627,7 +580,7 @@ impl<V: Value, R: LeanRead> Held for Lean<V, R> {
 /// A store of entries of one form, seen through the operations memory makes of it: one
 /// `quick_cache` store, whose form only its own code knows.
 pub(crate) trait Store<K, V>: Send + Sync {
-    /// What a lookup of `key` finds ([`Memory::find`]).
+    /// What a lookup of `key` finds ([`Memory::find_as`]).
     fn find(&self, key: &K) -> Found<V>;
     /// The key's entry, whatever its freshness.
     fn get(&self, key: &K) -> Option<Entry<V>>;
@@ -650,13 +603,14 @@ pub(crate) trait Store<K, V>: Send + Sync {
     fn len(&self) -> usize;
     /// How many entries it may hold.
     fn capacity(&self) -> u64;
-    /// The form of its entries.
-    fn form(&self) -> Form;
+    /// Whether its entries are lean ([`lean`]).
+    fn lean(&self) -> bool;
 }
 
 /// An entry in one form, as a store of that form holds it.
 pub(crate) trait Shape<V>: Held + Clone + Send + Sync + 'static {
-    const FORM: Form;
+    /// Whether it is a lean form ([`lean`]).
+    const LEAN: bool;
     /// `entry` in this form; `None` for one this form cannot hold (see [`Lean::of`]).
     fn of(entry: Entry<V>) -> Option<Self>;
     /// What a lookup finds in it.
@@ -668,7 +622,7 @@ pub(crate) trait Shape<V>: Held + Clone + Send + Sync + 'static {
 }
 
 impl<V: Value> Shape<V> for Entry<V> {
-    const FORM: Form = Form::Full;
+    const LEAN: bool = false;
 
     fn of(entry: Entry<V>) -> Option<Self> {
         Some(entry)
@@ -692,10 +646,7 @@ impl<V: Value> Shape<V> for Entry<V> {
 }
 
 impl<V: Value, R: LeanRead + Send + Sync + 'static> Shape<V> for Lean<V, R> {
-    const FORM: Form = match R::KEPT {
-        true => Form::LeanRead,
-        false => Form::Lean,
-    };
+    const LEAN: bool = true;
 
     fn of(entry: Entry<V>) -> Option<Self> {
         Lean::of(entry)
@@ -716,6 +667,7 @@ impl<V: Value, R: LeanRead + Send + Sync + 'static> Shape<V> for Lean<V, R> {
 }
 
 impl<K: Key, V: Value, E: Shape<V>> Store<K, V> for quick_cache::sync::Cache<K, E> {
+    #[inline(always)]
     fn find(&self, key: &K) -> Found<V> {
         match self.get(key) {
             Some(held) => held.found(),
@@ -783,8 +735,8 @@ impl<K: Key, V: Value, E: Shape<V>> Store<K, V> for quick_cache::sync::Cache<K, 
         quick_cache::sync::Cache::capacity(self)
     }
 
-    fn form(&self) -> Form {
-        E::FORM
+    fn lean(&self) -> bool {
+        E::LEAN
     }
 }
 

@@ -143,7 +143,7 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
     }
 
     /// Whether [`Tier::shared_through`] names a connection, known from the tier's type: a
-    /// cached function's store is then chosen when it is compiled (`memory::for_form`).
+    /// cached function's store is then chosen when it is compiled (`Cache::with_entries`).
     const SHARES: bool = false;
 
     /// The cache has `tags`: a tag's invalidation must reach the shared store this tier uses.

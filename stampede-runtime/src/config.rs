@@ -145,6 +145,74 @@ pub struct Config {
     pub max_loads_full: LoadsFull,
 }
 
+/// The options `#[cached]` wrote as literals, as a constant: [`Config`] but for the cache's name
+/// and `ttl_from` (which the generated code gives beside it: a method's name is made at run
+/// time, and `ttl_from` names the function's value type), and with its texts `&'static str`.
+/// The generated code holds it as data and makes its `Config` with one call of
+/// [`Config::written`], where a literal of every field was code in every cached function
+/// (issue 38: 390 bytes of a release build per function).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Written {
+    pub ttl: Duration,
+    pub jitter: u8,
+    pub stale: Duration,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub backoff: Duration,
+    pub lock: Lock,
+    pub backend: Backend,
+    pub capacity: u64,
+    pub refresh_after: Option<Duration>,
+    pub xfetch: Option<f64>,
+    pub fail_safe: Option<Duration>,
+    pub fail_safe_throttle: Duration,
+    pub soft_timeout: Option<Duration>,
+    pub memory_ttl: Option<Duration>,
+    pub compress: Option<usize>,
+    pub breaker: Option<u32>,
+    pub breaker_cooldown: Duration,
+    pub key: Option<&'static str>,
+    pub version: Option<&'static str>,
+    pub batch_max: Option<usize>,
+    pub max_loads: Option<u32>,
+    pub max_loads_full: LoadsFull,
+}
+
+impl Config {
+    /// The options of the cache `name` as its attribute wrote them.
+    #[doc(hidden)]
+    pub fn written(name: &str, ttl_from: Option<TtlFrom>, written: &Written) -> Config {
+        Config {
+            name: Arc::from(name),
+            ttl: written.ttl,
+            jitter: written.jitter,
+            stale: written.stale,
+            timeout: written.timeout,
+            retries: written.retries,
+            backoff: written.backoff,
+            lock: written.lock,
+            backend: written.backend,
+            capacity: written.capacity,
+            refresh_after: written.refresh_after,
+            xfetch: written.xfetch,
+            fail_safe: written.fail_safe,
+            fail_safe_throttle: written.fail_safe_throttle,
+            soft_timeout: written.soft_timeout,
+            memory_ttl: written.memory_ttl,
+            compress: written.compress,
+            breaker: written.breaker,
+            breaker_cooldown: written.breaker_cooldown,
+            key: written.key.map(Arc::from),
+            version: written.version.map(Arc::from),
+            ttl_from,
+            batch_max: written.batch_max,
+            max_loads: written.max_loads,
+            max_loads_full: written.max_loads_full,
+        }
+    }
+}
+
 /// An option's value that [`Config::check`] refuses: which option, and why.
 #[derive(Debug)]
 pub(crate) struct Refusal {

@@ -101,7 +101,7 @@ pub mod __private {
         #[cfg(feature = "redis")]
         pub use crate::redis::codec::bounds::*;
     }
-    pub use crate::config::{Backend, Config, LoadsFull, Lock, TtlFrom};
+    pub use crate::config::{Backend, Config, LoadsFull, Lock, TtlFrom, Written};
     pub use crate::core::{Tags, Values, tagged};
     pub use crate::given::{
         FromConst, FromFn, Given, Setting, batch_window, from_code, missing_ttl, set, set_on,

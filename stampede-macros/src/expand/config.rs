@@ -1,5 +1,5 @@
-//! Where a function's cache lives and how it is built: its slot, the `Config` literal of its
-//! options, and its tier.
+//! Where a function's cache lives and how it is built: its slot, its options (the runtime's
+//! `Config`, made from a constant of the literals), and its tier.
 
 use std::time::Duration;
 
@@ -103,7 +103,9 @@ fn some<T: ToTokens>(value: Option<T>) -> TokenStream {
     }
 }
 
-/// The `Config` literal of the cache: its options, as the runtime reads them.
+/// The cache's options, as the runtime reads them: the attribute's literals as a constant
+/// (`Written`), made into a `Config` with the name and `ttl_from` by one call, then the options
+/// given as paths read into it.
 pub(super) fn config(
     fn_name: &syn::Ident,
     is_method: bool,
@@ -143,47 +145,46 @@ pub(super) fn config(
         FullKind::Wait => quote!(Wait),
         FullKind::Error => quote!(Error),
     };
-    let arc = |text: TokenStream| quote!(::std::sync::Arc::from(#text));
-    let version = some(settings.version.as_ref().map(|v| arc(v.to_token_stream())));
+    let version = some(settings.version.as_ref());
+    let key = some(settings.key_template.as_ref());
     let batch_max = some(
         settings
             .batch_max
             .and_then(|most| usize::try_from(most).ok()),
     );
-    let key = some(
-        settings
-            .key_template
-            .as_ref()
-            .map(|k| arc(k.to_token_stream())),
-    );
+    // The literals as a constant: data in the binary, not code in every cached function.
     let literal = quote! {
-        #private::Config {
-            name: ::std::sync::Arc::from(#name),
-            ttl: #ttl,
-            jitter: #jitter,
-            stale: #stale,
-            timeout: #timeout,
-            retries: #retries,
-            backoff: #backoff,
-            lock: #private::Lock::#lock,
-            backend: #private::Backend::#backend,
-            capacity: #capacity,
-            refresh_after: #refresh_after,
-            xfetch: #xfetch,
-            fail_safe: #fail_safe,
-            fail_safe_throttle: #fail_safe_throttle,
-            soft_timeout: #soft_timeout,
-            memory_ttl: #memory_ttl,
-            compress: #compress,
-            breaker: #breaker,
-            breaker_cooldown: #breaker_cooldown,
-            key: #key,
-            version: #version,
-            ttl_from: #ttl_from,
-            batch_max: #batch_max,
-            max_loads: #max_loads,
-            max_loads_full: #private::LoadsFull::#max_loads_full,
-        }
+        #private::Config::written(
+            &(#name),
+            #ttl_from,
+            &const {
+                #private::Written {
+                    ttl: #ttl,
+                    jitter: #jitter,
+                    stale: #stale,
+                    timeout: #timeout,
+                    retries: #retries,
+                    backoff: #backoff,
+                    lock: #private::Lock::#lock,
+                    backend: #private::Backend::#backend,
+                    capacity: #capacity,
+                    refresh_after: #refresh_after,
+                    xfetch: #xfetch,
+                    fail_safe: #fail_safe,
+                    fail_safe_throttle: #fail_safe_throttle,
+                    soft_timeout: #soft_timeout,
+                    memory_ttl: #memory_ttl,
+                    compress: #compress,
+                    breaker: #breaker,
+                    breaker_cooldown: #breaker_cooldown,
+                    key: #key,
+                    version: #version,
+                    batch_max: #batch_max,
+                    max_loads: #max_loads,
+                    max_loads_full: #private::LoadsFull::#max_loads_full,
+                }
+            },
+        )
     };
     from_code(literal, &settings.from_code, private)
 }

@@ -61,6 +61,27 @@ end
     };
 }
 
+/// A value's read in Lua, for the scripts that return one: `read_value(key, most)` is the value
+/// of `key` and `0`, or `false` and `1` when it is longer than `most` bytes (it stays on the
+/// server: unusable), or `false` and `0` when there is none. `STRLEN` first, so that neither a
+/// missing value nor one too long is read.
+macro_rules! read_value {
+    () => {
+        r"
+local function read_value(key, most)
+  local length = redis.call('STRLEN', key)
+  if length > most then
+    return false, 1
+  elseif length > 0 then
+    -- No envelope is empty: 0 is a missing key.
+    return redis.call('GET', key), 0
+  end
+  return false, 0
+end
+"
+    };
+}
+
 /// Reads each value if it is fresh, and nothing else: a call's read on its own task, which
 /// serves a fresh value and leaves anything else to the key's flight (`READ_OR_LOCK`).
 ///
@@ -71,14 +92,12 @@ end
 pub(crate) static READ_FRESH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         now_ms!(),
+        read_value!(),
         r"
 local out = {now}
 local most = tonumber(ARGV[1])
 for i, key in ipairs(KEYS) do
-  local value = false
-  if redis.call('STRLEN', key) <= most then
-    value = redis.call('GET', key)
-  end
+  local value = read_value(key, most)
   local fresh = value and tonumber(string.match(value, '^S3 (%d+) '))
   if fresh and fresh > now then
     out[i + 1] = value
@@ -104,6 +123,7 @@ return out
 pub(crate) static READ_OR_LOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         now_ms!(),
+        read_value!(),
         r"
 local token = ARGV[1]
 local lease = ARGV[2]
@@ -111,14 +131,7 @@ local most = tonumber(ARGV[3])
 local out = {now}
 for i = 0, #KEYS / 3 - 1 do
   local vk, lk, fk = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local value, oversized = false, 0
-  local length = redis.call('STRLEN', vk)
-  if length > most then
-    oversized = 1
-  elseif length > 0 then
-    -- No envelope is empty: 0 is a missing key.
-    value = redis.call('GET', vk)
-  end
+  local value, oversized = read_value(vk, most)
   local state, fence, pttl = false, 0, 0
   if value and ARGV[4 + i] ~= '1' then
     local fresh = tonumber(string.match(value, '^S3 (%d+) '))
@@ -193,6 +206,7 @@ pub(crate) static FILL: LazyLock<Script> = LazyLock::new(|| {
 local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
 ",
         move_fence!(),
+        read_value!(),
         r"
 local publish = ARGV[1]
 local most = tonumber(ARGV[2])
@@ -236,10 +250,7 @@ for i = 0, #KEYS / 3 - 1 do
   end
   if refused then
     redis.call(publish, channel, '')
-    local stored = false
-    if redis.call('STRLEN', vk) <= most then
-      stored = redis.call('GET', vk)
-    end
+    local stored = read_value(vk, most)
     out[#out + 1] = refused
     out[#out + 1] = 0
     out[#out + 1] = 0

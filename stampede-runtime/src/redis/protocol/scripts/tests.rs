@@ -460,3 +460,43 @@ fn sequences_of_reads_fills_primes_invalidations_and_expiries_decide_in_lua_as_i
         sequence(&endpoint, &server, case, &steps);
     });
 }
+
+/// How many `GET`s the server has run, scripts' included.
+fn gets_run(server: &RedisServer) -> u64 {
+    let stats: String = server.command(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_get:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[test]
+fn the_scripts_read_no_value_that_strlen_says_is_missing() {
+    let server = RedisServer::start();
+    let endpoint = Endpoint::new(
+        "read_unit",
+        RedisConfig::new(&server.url()).unwrap().prefix("read"),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let keys = RedisKeys::of_base("read:{missing}");
+    let before = gets_run(&server);
+    let read = runtime
+        .block_on(endpoint.read_fresh_many(&[&keys.value]))
+        .unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].0, None);
+    let read = runtime
+        .block_on(endpoint.read_or_lock_many(&[&keys], None, &[false]))
+        .unwrap();
+    assert_eq!(read.len(), 1);
+    // The lock-free read looked for a fence (a `GET` of its own); no value was read.
+    assert_eq!(
+        gets_run(&server) - before,
+        1,
+        "a missing value was read with GET"
+    );
+}

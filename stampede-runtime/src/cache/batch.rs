@@ -234,9 +234,14 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         load: &Arc<L>,
     ) {
         let core = &self.core;
+        // The rule asked once for each answer it may give, not once per key: it reads the
+        // options under their lock.
+        let reads_first = [self.reads_first(false), self.reads_first(true)];
         let (read, directs): (Vec<usize>, Vec<Direct<'_, K, V>>) = missed
             .iter()
-            .filter(|&&at| self.reads_first(lapsed[at]) && !core.flights.contains(&keys[at]))
+            .filter(|&&at| {
+                reads_first[usize::from(lapsed[at])] && !core.flights.contains(&keys[at])
+            })
             .filter_map(|&at| Some((at, Direct::new(core, &keys[at])?)))
             .unzip();
         if directs.is_empty() {

@@ -749,9 +749,9 @@ fn max_loads(
     (most, full.value)
 }
 
-/// What stands in the written options (`Written`) for an option given as a path until the path is read
-/// (and, if its value is refused, what the cache keeps nothing under): the option's default,
-/// or where it has none, one that fits the other options.
+/// What stands in the written options (`Written`) for an option given as a path until the path
+/// is read (and, if its value is refused, what the cache keeps nothing under): the option's
+/// default, or where it has none, one that fits the other options.
 const STAND_IN_TTL: Duration = Duration::from_secs(60);
 const STAND_IN_COUNT: u32 = 16;
 const STAND_IN_COMPRESS: usize = 16_384;

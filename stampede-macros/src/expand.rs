@@ -6,7 +6,7 @@
 //!     (PhantomData::<Result<Product, AppError>>,) /* checks of `Product` and `AppError` */
 //!         .__stampede_witness()
 //!         .result(
-//!             Recipe { slot, site: "", config: || Config { .. }, tier: local(), tags: None,
+//!             Recipe { slot, site: "", config: || Config::written(..), tier: local(), tags: None,
 //!                      values, entries: Entries::<{ lean(..) }>, rules },
 //!             Call::Get,
 //!             ((id,) /* checks */.0, (name.to_owned(),) /* checks */.0),

@@ -75,7 +75,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         }
         let core = Core::new::<E>(config, tags, values, tier.key_name());
         debug_assert_eq!(
-            core.memory.lean(),
+            E::LEAN,
             lean_for(&core.config, core.tags.is_some()),
             "the entries' form decided at compile time is not the options'"
         );

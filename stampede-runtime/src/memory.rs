@@ -205,11 +205,6 @@ impl<K: Key, V: Value> Memory<K, V> {
         self.store.get(key)
     }
 
-    /// Whether the store's entries are lean ([`lean`]).
-    pub(crate) fn lean(&self) -> bool {
-        self.store.lean()
-    }
-
     /// Drops the key's entry if it is past every use at `now` (not even a fail-safe value), so
     /// that an expired value does not wait for eviction. A value stored meanwhile stays.
     pub(crate) fn reclaim(&self, key: &K, now: Instant) {
@@ -603,8 +598,6 @@ pub(crate) trait Store<K, V>: Send + Sync {
     fn len(&self) -> usize;
     /// How many entries it may hold.
     fn capacity(&self) -> u64;
-    /// Whether its entries are lean ([`lean`]).
-    fn lean(&self) -> bool;
 }
 
 /// An entry in one form, as a store of that form holds it.
@@ -733,10 +726,6 @@ impl<K: Key, V: Value, E: Shape<V>> Store<K, V> for quick_cache::sync::Cache<K, 
 
     fn capacity(&self) -> u64 {
         quick_cache::sync::Cache::capacity(self)
-    }
-
-    fn lean(&self) -> bool {
-        E::LEAN
     }
 }
 

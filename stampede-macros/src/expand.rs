@@ -10,15 +10,21 @@
 //!                      values, entries: Entries::<{ lean(..) }>, rules },
 //!             Call::Get,
 //!             ((id,) /* checks */.0, (name.to_owned(),) /* checks */.0),
-//!             move || {
-//!                 // runs only when a load must start: owned copies of what the load needs
-//!                 move |key: &_| {
-//!                     let (id, name) = key.clone();
+//!             // the load's context, made only when a load must start: owned copies of what
+//!             // the load needs beyond the key (a receiver, arguments left out of the key), as
+//!             // `move || (receiver, ..)`; here nothing
+//!             no_context,
+//!             // one attempt, from the context and the key: a closure that captures nothing,
+//!             // which the runtime takes as a `fn` pointer
+//!             |context: &_, key: &_| {
+//!                 let () = context;
+//!                 let (id, name) = key.clone();
+//!                 attempt({
 //!                     typed::<Result<Product, AppError>, _>(async move {
 //!                         let name: &str = name.borrow();
 //!                         /* the original body */
 //!                     })
-//!                 }
+//!                 })
 //!             },
 //!         )
 //!         .await

@@ -107,6 +107,7 @@ pub mod __private {
         FromConst, FromFn, Given, Setting, batch_window, from_code, missing_ttl, set, set_on,
     };
     pub use crate::kv::{Key, Value};
+    pub use crate::load::{ErasedAttempt, attempt, no_context, plain_attempt};
     pub use crate::memory::lean;
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};

@@ -28,10 +28,16 @@ pub trait Load<K, V>: Send + Sync + 'static {
         let _ = error;
         true
     }
+    /// One attempt, boxed: what an [`Erased`] load makes. A load whose attempts are boxed
+    /// already ([`Bound`]) hands them over as they are.
+    fn boxed(&self, key: &K) -> ErasedAttempt<V, Self::Error> {
+        Box::pin(self.attempt(key))
+    }
 }
 
-/// The future of one attempt of an [`Erased`] load.
-pub(crate) type ErasedAttempt<V, E> = Pin<Box<dyn Future<Output = Result<V, E>> + Send>>;
+/// The future of one attempt, boxed: what an erased load makes, and the load `#[cached]`
+/// generates.
+pub type ErasedAttempt<V, E> = Pin<Box<dyn Future<Output = Result<V, E>> + Send>>;
 
 /// A load as an object: what [`Erased`] holds.
 trait DynLoad<K, V, E>: Send + Sync {
@@ -41,7 +47,7 @@ trait DynLoad<K, V, E>: Send + Sync {
 
 impl<K, V, L: Load<K, V>> DynLoad<K, V, L::Error> for L {
     fn attempt(&self, key: &K) -> ErasedAttempt<V, L::Error> {
-        Box::pin(Load::attempt(self, key))
+        Load::boxed(self, key)
     }
 
     fn retryable(&self, error: &L::Error) -> bool {
@@ -108,7 +114,63 @@ impl<K, V, L: Load<K, V>> Load<K, V> for RetryIf<L, L::Error> {
     fn retryable(&self, error: &L::Error) -> bool {
         (self.retry_if)(error)
     }
+
+    fn boxed(&self, key: &K) -> ErasedAttempt<V, L::Error> {
+        self.load.boxed(key)
+    }
 }
+
+/// The load `#[cached]` generates: what it needs beyond the key (`context`: a method's
+/// receiver, the arguments left out of the key, each owned) and a function that starts one
+/// attempt from it and the key, its future boxed there. Its type names no cached function, so
+/// the miss path above [`Erased`] (the call's entry, the erasure) is compiled once per key,
+/// value, error and context, not once per function (issue 38).
+pub(crate) struct Bound<C, K, V, E> {
+    pub(crate) context: C,
+    pub(crate) attempt: fn(&C, &K) -> ErasedAttempt<V, E>,
+}
+
+impl<C, K, V, E> Load<K, V> for Bound<C, K, V, E>
+where
+    C: Send + Sync + 'static,
+    K: 'static,
+    V: Send + 'static,
+    E: LoadError,
+{
+    type Error = E;
+    type Attempt = ErasedAttempt<V, E>;
+
+    fn attempt(&self, key: &K) -> ErasedAttempt<V, E> {
+        (self.attempt)(&self.context, key)
+    }
+
+    fn boxed(&self, key: &K) -> ErasedAttempt<V, E> {
+        Load::attempt(self, key)
+    }
+}
+
+/// One attempt of a function returning `Result<V, E>`, boxed: what the load `#[cached]`
+/// generates makes of the body's future.
+pub fn attempt<V, E, F>(future: F) -> ErasedAttempt<V, E>
+where
+    F: Future<Output = Result<V, E>> + Send + 'static,
+{
+    Box::pin(future)
+}
+
+/// One attempt of a function returning a plain value, boxed: the body's value as the `Ok` of a
+/// load that cannot fail.
+pub fn plain_attempt<V, F>(future: F) -> ErasedAttempt<V, Infallible>
+where
+    F: Future<Output = V> + Send + 'static,
+{
+    Box::pin(Infallibly(future))
+}
+
+/// What a function whose load needs nothing beyond the key (a free function whose arguments
+/// all make the key) hands as its load's context: one function for all of them, so that what
+/// takes it is compiled once per key and value type, not per function (issue 38).
+pub fn no_context() {}
 
 impl<K, V, E, F, Fut> Load<K, V> for F
 where
@@ -124,28 +186,26 @@ where
     }
 }
 
-/// The load of a function that returns a plain value, which has no error channel: each
+/// The load of a batch function that returns a plain map, which has no error channel: each
 /// attempt's value is the `Ok` of a load that cannot fail. A wrapper rather than an `async`
 /// block around each attempt, so that a cached function compiles no coroutine for it (issue 38).
 pub(crate) struct Plain<L>(pub(crate) L);
 
-/// The future of one attempt of a [`Plain`] load, and of a batch function's call that returns a
-/// plain map: `F`'s value, as the `Ok` of a future that cannot fail. Its `poll` is one call of
-/// `F`'s, where an `async` block or a combinator compiles a state machine per function.
-pub(crate) struct Infallibly<F>(F);
-
-/// `future`'s value, as the `Ok` of a future that cannot fail.
-pub(crate) fn infallibly<F: Future>(future: F) -> Infallibly<F> {
-    Infallibly(future)
-}
+/// The future of one attempt of a plain value's load ([`plain_attempt`], [`Plain`]), and of a
+/// batch function's call that returns a plain map: `F`'s value, as the `Ok` of a future that
+/// cannot fail. Its `poll` is one call of `F`'s, where an `async` block or a combinator compiles
+/// a state machine per function.
+pub(crate) struct Infallibly<F>(pub(crate) F);
 
 impl<F: Future> Future for Infallibly<F> {
     type Output = Result<F::Output, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: the inner future is pinned with `self` (structural pinning): it is never
-        // moved out of it, and `Infallibly` implements neither `Drop` nor `Unpin` by hand.
-        let future = unsafe { self.map_unchecked_mut(|this| &mut this.0) };
+        // moved out of it, and `Infallibly` implements neither `Drop` nor `Unpin` by hand. Not
+        // `map_unchecked_mut`: its closure would be two more items to compile per cached
+        // function in a debug build (issue 38).
+        let future = unsafe { Pin::new_unchecked(&mut self.get_unchecked_mut().0) };
         future.poll(cx).map(Ok)
     }
 }
@@ -159,7 +219,7 @@ where
     type Attempt = Infallibly<Fut>;
 
     fn attempt(&self, key: &K) -> Infallibly<Fut> {
-        infallibly((self.0)(key))
+        Infallibly((self.0)(key))
     }
 }
 

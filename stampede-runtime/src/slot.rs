@@ -2,6 +2,7 @@
 //! [`Recipe`]; and the calls the generated code makes with them.
 
 use std::any::{Any, TypeId, type_name};
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::{OnceLock, PoisonError, RwLock};
 
@@ -11,7 +12,7 @@ use crate::config::Config;
 use crate::core::{Tags, Values};
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
-use crate::load::{Plain, RetryIf};
+use crate::load::{Bound, ErasedAttempt, RetryIf};
 use crate::registry;
 use crate::tier::Tier;
 
@@ -243,14 +244,19 @@ impl<S, K, V, E, const LEAN: bool> Recipe<S, K, V, ErrorRules<E>, LEAN> {
     /// `call` says which: a call of the function, or its companion's `refresh` (loads the key
     /// now through its flight, joining the load running for it, if any, and stores the value).
     ///
+    /// The load is `context`, called only when a load must start (it makes what the load needs
+    /// beyond the key), and `attempt`, which starts one attempt from that and the key: a `fn`
+    /// pointer, so that nothing the call compiles below it names the cached function (issue 38).
+    ///
     /// Not an `async fn`: memory is looked in when it is called (see `Cache::call`); the
     /// generated code awaits it at once.
     #[inline(always)]
-    pub fn result<'a, T, P, L, Fut>(
+    pub fn result<'a, T, P, C>(
         self,
         call: Call,
         key: K,
-        prepare: P,
+        context: P,
+        attempt: fn(&C, &K) -> ErasedAttempt<V, E>,
     ) -> Answer<'a, Result<V, E>>
     where
         K: Key,
@@ -258,12 +264,11 @@ impl<S, K, V, E, const LEAN: bool> Recipe<S, K, V, ErrorRules<E>, LEAN> {
         E: LoadError + From<Error>,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L + Send + 'a,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        P: FnOnce() -> C + Send + 'a,
+        C: Send + Sync + 'static,
     {
         let (cache, rules) = self.cache();
-        let prepare = rules.retrying(prepare);
+        let prepare = rules.retrying(bound(context, attempt));
         cache.call(call, key, prepare).map(own_result, rules.clone)
     }
 }
@@ -271,21 +276,27 @@ impl<S, K, V, E, const LEAN: bool> Recipe<S, K, V, ErrorRules<E>, LEAN> {
 impl<S, K, V, const LEAN: bool> Recipe<S, K, V, (), LEAN> {
     /// A call of a function returning a plain value (an `Option` included), or its companion's
     /// `refresh`. Such a function has no error channel: a load that panics or times out makes
-    /// every waiting caller panic. Not an `async fn`, as [`Recipe::result`] is not.
+    /// every waiting caller panic. Its load is made as [`Recipe::result`]'s is; not an
+    /// `async fn`, as [`Recipe::result`] is not.
     #[inline(always)]
-    pub fn value<'a, T, P, L, Fut>(self, call: Call, key: K, prepare: P) -> Answer<'a, V>
+    pub fn value<'a, T, P, C>(
+        self,
+        call: Call,
+        key: K,
+        context: P,
+        attempt: fn(&C, &K) -> ErasedAttempt<V, Infallible>,
+    ) -> Answer<'a, V>
     where
         K: Key,
         V: Value,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L + Send + 'a,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = V> + Send + 'static,
+        P: FnOnce() -> C + Send + 'a,
+        C: Send + Sync + 'static,
     {
         let (cache, _) = self.cache();
         cache
-            .call(call, key, move || Plain(prepare()))
+            .call(call, key, bound(context, attempt))
             .map(plain_value, ())
     }
 
@@ -332,6 +343,19 @@ impl<E> ErrorRules<E> {
             load: prepare(),
             retry_if,
         }
+    }
+}
+
+/// What builds a call's load, only when a load must start: its context, made by `context` (a
+/// method's receiver and the arguments left out of the key, cloned then, so that a hit clones
+/// nothing but the key), with the generated `attempt`.
+fn bound<'a, C: 'static, K: 'static, V: 'static, E: 'static>(
+    context: impl FnOnce() -> C + Send + 'a,
+    attempt: fn(&C, &K) -> ErasedAttempt<V, E>,
+) -> impl FnOnce() -> Bound<C, K, V, E> + Send + 'a {
+    move || Bound {
+        context: context(),
+        attempt,
     }
 }
 

@@ -3,7 +3,7 @@
 //! companion's operations through [`Companion`]. A failed check makes the witness an error type,
 //! which silences the call it flows into.
 
-use std::future::Future;
+use std::convert::Infallible;
 use std::marker::PhantomData;
 
 use crate::answer::Answer;
@@ -11,6 +11,7 @@ use crate::checks::Witness;
 use crate::config::Config;
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
+use crate::load::ErasedAttempt;
 use crate::slot::{Call, ErrorRules, Recipe};
 use crate::tier::Tier;
 
@@ -20,22 +21,22 @@ pub mod ops;
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::value`] once the returned type's checks have passed.
     #[inline(always)]
-    pub fn value<'a, S, K, T, P, L, Fut, const LEAN: bool>(
+    pub fn value<'a, S, K, T, P, C, const LEAN: bool>(
         self,
         recipe: Recipe<S, K, V, (), LEAN>,
         call: Call,
         key: K,
-        prepare: P,
+        context: P,
+        attempt: fn(&C, &K) -> ErasedAttempt<V, Infallible>,
     ) -> Answer<'a, V>
     where
         K: Key,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L + Send + 'a,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = V> + Send + 'static,
+        P: FnOnce() -> C + Send + 'a,
+        C: Send + Sync + 'static,
     {
-        recipe.value(call, key, prepare)
+        recipe.value(call, key, context, attempt)
     }
 
     /// The operations of a companion on the cache of a function returning a plain `V`.
@@ -48,22 +49,22 @@ impl<V: Value> Witness<V> {
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Recipe::result`] once the checks of `V` and `E` have passed.
     #[inline(always)]
-    pub fn result<'a, S, K, T, P, L, Fut, const LEAN: bool>(
+    pub fn result<'a, S, K, T, P, C, const LEAN: bool>(
         self,
         recipe: Recipe<S, K, V, ErrorRules<E>, LEAN>,
         call: Call,
         key: K,
-        prepare: P,
+        context: P,
+        attempt: fn(&C, &K) -> ErasedAttempt<V, E>,
     ) -> Answer<'a, Result<V, E>>
     where
         K: Key,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> L + Send + 'a,
-        L: Fn(&K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        P: FnOnce() -> C + Send + 'a,
+        C: Send + Sync + 'static,
     {
-        recipe.result(call, key, prepare)
+        recipe.result(call, key, context, attempt)
     }
 
     /// The operations of a companion on the cache of a function returning `Result<V, E>`.

@@ -290,12 +290,15 @@ impl Expansion<'_> {
             .flatten()
             .filter(|_| in_load);
         let attempt = self.attempt();
+        // The attempt copies what the load holds beyond the key from references to it.
+        let (_, held) = self.owned_captures();
         let answers = match shape.error {
             None => quote!(batch_values),
             Some(_) => quote!(batch_answers),
         };
         quote! {
             move |#keys: &::std::vec::Vec<_>| {
+                let (#(#held,)*) = (#(&#held,)*);
                 let __stampede_calls = ::core::iter::Iterator::collect::<::std::vec::Vec<_>>(
                     ::core::iter::Iterator::map(
                         ::core::iter::IntoIterator::into_iter(

@@ -94,8 +94,9 @@ impl Expansion<'_> {
         };
         let recipe = self.recipe(rules);
         let key = self.key();
-        let prepare = self.prepare();
-        quote!(#witness.#method(#recipe, #call, #key, #prepare))
+        let context = self.context();
+        let attempt = self.attempt_fn();
+        quote!(#witness.#method(#recipe, #call, #key, #context, #attempt))
     }
 
     /// The path of the companion's `__answer`, when it has one: a free function whose
@@ -381,20 +382,47 @@ impl Expansion<'_> {
         }
     }
 
-    /// The closure the runtime calls only when a load must start: it takes owned copies of
-    /// what the load needs beyond the key (the receiver, borrowed arguments left out of the
-    /// key), so that a hit clones nothing but the key; it returns the load.
-    fn prepare(&self) -> TokenStream {
-        let load = self.load();
-        self.prepare_with(load)
+    /// What the runtime calls only when a load must start, to make the load's context: owned
+    /// copies of what the load needs beyond the key (the receiver, the arguments left out of the
+    /// key), as a tuple, so that a hit clones nothing but the key. A function that needs nothing
+    /// beyond its key hands the runtime's `no_context`, one function for all of them, so that
+    /// what takes it is compiled once per key and value type (issue 38).
+    fn context(&self) -> TokenStream {
+        let private = &self.private;
+        if self.function.receiver.is_none() && self.other_args.is_empty() {
+            return quote!(#private::no_context);
+        }
+        let (owned, parts) = self.owned_captures();
+        quote! {
+            move || {
+                #(#owned)*
+                (#(#parts,)*)
+            }
+        }
     }
 
     /// The closure that builds `load` when a load must start, with the owned copies it needs of
-    /// what is not part of the key, as [`Self::prepare`].
+    /// what is not part of the key, as [`Self::context`] makes them (a batch function's load).
     pub(super) fn prepare_with(&self, load: TokenStream) -> TokenStream {
+        let (owned, _) = self.owned_captures();
+        quote! {
+            move || {
+                #(#owned)*
+                #load
+            }
+        }
+    }
+
+    /// The statements that take owned copies of what a load needs beyond the key (the
+    /// receiver, checked; the borrowed arguments left out of the key, turned into owned ones;
+    /// the owned ones move as they are), and the names they are bound to, in the order of the
+    /// load's context.
+    pub(super) fn owned_captures(&self) -> (Vec<TokenStream>, Vec<Ident>) {
         let private = &self.private;
         let receiver = receiver_ident();
-        let receiver_owned = self.function.receiver.map(|span| {
+        let mut owned = Vec::new();
+        let mut names = Vec::new();
+        if let Some(span) = self.function.receiver {
             let this = Ident::new("self", span);
             let this = chain(
                 span,
@@ -403,28 +431,30 @@ impl Expansion<'_> {
                 Check::RECEIVER,
                 Finish::CloneOf(quote!(#this)),
             );
-            quote!(let #receiver = #this;)
-        });
-        let others_owned = self.other_args.iter().filter_map(|arg| {
-            let ident = &arg.ident;
-            arg.borrowed.as_ref().map(
-                |elem| quote!(let #ident = <#elem as ::std::borrow::ToOwned>::to_owned(#ident);),
-            )
-        });
-        quote! {
-            move || {
-                #receiver_owned
-                #(#others_owned)*
-                #load
-            }
+            owned.push(quote!(let #receiver = #this;));
+            names.push(receiver);
         }
+        for arg in &self.other_args {
+            let ident = &arg.ident;
+            if let Some(elem) = &arg.borrowed {
+                owned.push(
+                    quote!(let #ident = <#elem as ::std::borrow::ToOwned>::to_owned(#ident);),
+                );
+            }
+            names.push(ident.clone());
+        }
+        (owned, names)
     }
 
-    /// The load: a closure that makes one attempt from the key and the captures of
-    /// [`prepare`](Self::prepare), each attempt with its own copies, and runs the user's body
-    /// with the arguments (and `self`) bound as the body expects them.
-    fn load(&self) -> TokenStream {
+    /// The function that starts one attempt, from the load's context ([`Self::context`]) and
+    /// the key: a closure that captures nothing, so that the runtime takes it as a `fn`
+    /// pointer, and the load's type names no function (issue 38). It binds the key's
+    /// arguments (owned) and the context's parts (by reference: each attempt copies what it
+    /// takes), and boxes the attempt's future.
+    fn attempt_fn(&self) -> TokenStream {
+        let private = &self.private;
         let key = Ident::new("__stampede_key", Span::mixed_site());
+        let context = Ident::new("__stampede_context", Span::mixed_site());
         // With a companion, the body is its own function, which binds `mut` arguments itself.
         let in_load = self.companion.is_none();
         let key_bindings = self.key_args.iter().map(|arg| {
@@ -433,18 +463,24 @@ impl Expansion<'_> {
             let mutability = mutability.filter(|_| in_load);
             quote!(#mutability #ident)
         });
+        let (_, parts) = self.owned_captures();
+        let boxed = match &self.function.returns {
+            Returns::Value(_) => quote!(#private::plain_attempt),
+            Returns::Result { .. } => quote!(#private::attempt),
+        };
         let attempt = self.attempt();
         quote! {
-            move |#key: &_| {
+            |#context: &_, #key: &_| {
+                let (#(#parts,)*) = #context;
                 let (#(#key_bindings,)*) = ::core::clone::Clone::clone(#key);
-                #attempt
+                #boxed({ #attempt })
             }
         }
     }
 
-    /// One attempt's future, with the key's arguments bound (owned): the load's own copies of
-    /// the receiver and of the other arguments, and the user's body, with `self` and the
-    /// borrowed arguments lent back as it expects them.
+    /// One attempt's future, with the key's arguments bound (owned) and the load's receiver
+    /// and other arguments bound by reference: its own copies of them, and the user's body,
+    /// with `self` and the borrowed arguments lent back as it expects them.
     pub(super) fn attempt(&self) -> TokenStream {
         let private = &self.private;
         let output = &self.function.output;
@@ -454,7 +490,7 @@ impl Expansion<'_> {
         let receiver_copy = self
             .function
             .receiver
-            .map(|_| quote!(let #receiver = ::core::clone::Clone::clone(&#receiver);));
+            .map(|_| quote!(let #receiver = ::core::clone::Clone::clone(#receiver);));
         let others_copied = self.other_args.iter().map(|arg| {
             let ident = &arg.ident;
             let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
@@ -462,9 +498,9 @@ impl Expansion<'_> {
             let copy = chain(
                 type_span(arg),
                 private,
-                quote!(#private::probe(&#ident)),
+                quote!(#private::probe(#ident)),
                 Check::ARG,
-                Finish::CloneOf(quote!(&#ident)),
+                Finish::CloneOf(quote!(#ident)),
             );
             quote!(let #mutability #ident = #copy;)
         });

@@ -11,7 +11,7 @@ use super::{Call, ErrorRules, Recipe, own_error};
 use crate::config::Config;
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
-use crate::load::{Plain, infallibly};
+use crate::load::{Infallibly, Plain};
 use crate::tier::{One, Tier};
 
 impl<S, K, V, E, const LEAN: bool> Recipe<S, K, Option<V>, ErrorRules<E>, LEAN> {
@@ -202,7 +202,7 @@ where
 {
     let calls = calls
         .into_iter()
-        .map(|(places, call)| (places, infallibly(call)))
+        .map(|(places, call)| (places, Infallibly(call)))
         .collect();
     match batch_answers(keys, calls).await {
         Ok(answers) => answers,

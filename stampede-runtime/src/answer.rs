@@ -33,7 +33,7 @@ impl<'a, T: 'a> Answer<'a, T> {
     /// This answer with `f` applied to its value and `with`, ready or when it is. A function
     /// pointer rather than a closure: what maps a pending answer is compiled once per type, not
     /// for every caller's closure (every cached function's, issue 38).
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub(crate) fn map<U: 'a, W: Send + 'a>(self, f: fn(T, W) -> U, with: W) -> Answer<'a, U> {
         match self {
             Answer::Ready(value) => Answer::Ready(f(value, with)),
@@ -60,7 +60,7 @@ impl<T> Unpin for Answer<'_, T> {}
 impl<T> Future for Answer<'_, T> {
     type Output = T;
 
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let answer = self.get_mut();
         if let Answer::Pending(pending) = answer {

@@ -250,7 +250,7 @@ impl<S, K, V, E, const LEAN: bool> Recipe<S, K, V, ErrorRules<E>, LEAN> {
     ///
     /// Not an `async fn`: memory is looked in when it is called (see `Cache::call`); the
     /// generated code awaits it at once.
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn result<'a, T, P, C>(
         self,
         call: Call,
@@ -278,7 +278,7 @@ impl<S, K, V, const LEAN: bool> Recipe<S, K, V, (), LEAN> {
     /// `refresh`. Such a function has no error channel: a load that panics or times out makes
     /// every waiting caller panic. Its load is made as [`Recipe::result`]'s is; not an
     /// `async fn`, as [`Recipe::result`] is not.
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn value<'a, T, P, C>(
         self,
         call: Call,

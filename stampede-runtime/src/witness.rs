@@ -20,7 +20,7 @@ pub mod ops;
 
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::value`] once the returned type's checks have passed.
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn value<'a, S, K, T, P, C, const LEAN: bool>(
         self,
         recipe: Recipe<S, K, V, (), LEAN>,
@@ -48,7 +48,7 @@ impl<V: Value> Witness<V> {
 
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Recipe::result`] once the checks of `V` and `E` have passed.
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn result<'a, S, K, T, P, C, const LEAN: bool>(
         self,
         recipe: Recipe<S, K, V, ErrorRules<E>, LEAN>,

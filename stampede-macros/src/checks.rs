@@ -166,6 +166,11 @@ pub(crate) enum Finish {
     Witness,
     /// A clone of this value (the receiver, an argument left out of the key), for the load.
     CloneOf(TokenStream),
+    /// This value as it is (the receiver, an argument left out of the key), which the load's
+    /// context is made of.
+    Checked(TokenStream),
+    /// An owned copy of this borrowed value (an argument left out of the key), for the load.
+    OwnedOf(TokenStream),
     /// The value under check, out of its `(value,)`: a key part.
     Value,
 }
@@ -197,6 +202,14 @@ pub(crate) fn chain(
         Finish::CloneOf(value) => {
             traits.push(Ident::new("Probed", span));
             Some(quote_spanned!(span=> .__stampede_clone_of(#value)))
+        }
+        Finish::Checked(value) => {
+            traits.push(Ident::new("Probed", span));
+            Some(quote_spanned!(span=> .__stampede_checked(#value)))
+        }
+        Finish::OwnedOf(value) => {
+            traits.push(Ident::new("Probed", span));
+            Some(quote_spanned!(span=> .__stampede_owned_of(#value)))
         }
     };
     quote_spanned! {span=>

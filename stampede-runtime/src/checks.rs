@@ -49,6 +49,15 @@ pub trait Probed<T>: Sized {
     fn __stampede_clone_of(self, value: &T) -> T
     where
         T: Clone;
+
+    /// `value` (the receiver, an argument left out of the key) as it is: what the load's
+    /// context is made of, when a load starts.
+    fn __stampede_checked<U>(self, value: U) -> U;
+
+    /// An owned copy of `value`, a borrowed argument left out of the key, for the load.
+    fn __stampede_owned_of<B>(self, value: &B) -> T
+    where
+        B: ?Sized + ToOwned<Owned = T>;
 }
 
 impl<T> Probed<T> for Probe<T> {
@@ -63,6 +72,19 @@ impl<T> Probed<T> for Probe<T> {
         T: Clone,
     {
         value.clone()
+    }
+
+    #[inline(always)]
+    fn __stampede_checked<U>(self, value: U) -> U {
+        value
+    }
+
+    #[inline(always)]
+    fn __stampede_owned_of<B>(self, value: &B) -> T
+    where
+        B: ?Sized + ToOwned<Owned = T>,
+    {
+        value.to_owned()
     }
 }
 

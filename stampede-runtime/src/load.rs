@@ -168,9 +168,8 @@ where
 }
 
 /// What a function whose load needs nothing beyond the key (a free function whose arguments
-/// all make the key) hands as its load's context: one function for all of them, so that what
-/// takes it is compiled once per key and value type, not per function (issue 38).
-pub fn no_context() {}
+/// all make the key) makes its load's context with: one function for all of them.
+pub fn no_context((): ()) {}
 
 impl<K, V, E, F, Fut> Load<K, V> for F
 where

@@ -244,18 +244,20 @@ impl<S, K, V, E, const LEAN: bool> Recipe<S, K, V, ErrorRules<E>, LEAN> {
     /// `call` says which: a call of the function, or its companion's `refresh` (loads the key
     /// now through its flight, joining the load running for it, if any, and stores the value).
     ///
-    /// The load is `context`, called only when a load must start (it makes what the load needs
-    /// beyond the key), and `attempt`, which starts one attempt from that and the key: a `fn`
-    /// pointer, so that nothing the call compiles below it names the cached function (issue 38).
+    /// The load is `context`, called with `args` only when a load must start (it makes what
+    /// the load needs beyond the key), and `attempt`, which starts one attempt from that and the
+    /// key: `fn` pointers, so that nothing the call compiles below it names the cached function
+    /// (issue 38).
     ///
     /// Not an `async fn`: memory is looked in when it is called (see `Cache::call`); the
     /// generated code awaits it at once.
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn result<'a, T, P, C>(
+    pub fn result<'a, T, A, C>(
         self,
         call: Call,
         key: K,
-        context: P,
+        args: A,
+        context: fn(A) -> C,
         attempt: fn(&C, &K) -> ErasedAttempt<V, E>,
     ) -> Answer<'a, Result<V, E>>
     where
@@ -264,11 +266,11 @@ impl<S, K, V, E, const LEAN: bool> Recipe<S, K, V, ErrorRules<E>, LEAN> {
         E: LoadError + From<Error>,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> C + Send + 'a,
+        A: Send + 'a,
         C: Send + Sync + 'static,
     {
         let (cache, rules) = self.cache();
-        let prepare = rules.retrying(bound(context, attempt));
+        let prepare = rules.retrying(bound(args, context, attempt));
         cache.call(call, key, prepare).map(own_result, rules.clone)
     }
 }
@@ -279,11 +281,12 @@ impl<S, K, V, const LEAN: bool> Recipe<S, K, V, (), LEAN> {
     /// every waiting caller panic. Its load is made as [`Recipe::result`]'s is; not an
     /// `async fn`, as [`Recipe::result`] is not.
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn value<'a, T, P, C>(
+    pub fn value<'a, T, A, C>(
         self,
         call: Call,
         key: K,
-        context: P,
+        args: A,
+        context: fn(A) -> C,
         attempt: fn(&C, &K) -> ErasedAttempt<V, Infallible>,
     ) -> Answer<'a, V>
     where
@@ -291,12 +294,12 @@ impl<S, K, V, const LEAN: bool> Recipe<S, K, V, (), LEAN> {
         V: Value,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> C + Send + 'a,
+        A: Send + 'a,
         C: Send + Sync + 'static,
     {
         let (cache, _) = self.cache();
         cache
-            .call(call, key, bound(context, attempt))
+            .call(call, key, bound(args, context, attempt))
             .map(plain_value, ())
     }
 
@@ -346,15 +349,25 @@ impl<E> ErrorRules<E> {
     }
 }
 
-/// What builds a call's load, only when a load must start: its context, made by `context` (a
-/// method's receiver and the arguments left out of the key, cloned then, so that a hit clones
-/// nothing but the key), with the generated `attempt`.
-fn bound<'a, C: 'static, K: 'static, V: 'static, E: 'static>(
-    context: impl FnOnce() -> C + Send + 'a,
+/// What builds a call's load, only when a load must start: its context, made by `context` of
+/// `args` (owned copies of a method's receiver and of the arguments left out of the key, made
+/// then, so that a hit clones nothing but the key), with the generated `attempt`. Generic over
+/// types only, never a function's closure: it is compiled once per argument, context, key and
+/// value type (issue 38).
+fn bound<'a, A, C, K, V, E>(
+    args: A,
+    context: fn(A) -> C,
     attempt: fn(&C, &K) -> ErasedAttempt<V, E>,
-) -> impl FnOnce() -> Bound<C, K, V, E> + Send + 'a {
+) -> impl FnOnce() -> Bound<C, K, V, E> + Send + 'a
+where
+    A: Send + 'a,
+    C: 'static,
+    K: 'static,
+    V: 'static,
+    E: 'static,
+{
     move || Bound {
-        context: context(),
+        context: context(args),
         attempt,
     }
 }

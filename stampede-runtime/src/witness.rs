@@ -21,22 +21,23 @@ pub mod ops;
 impl<V: Value> Witness<V> {
     /// Calls [`Recipe::value`] once the returned type's checks have passed.
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn value<'a, S, K, T, P, C, const LEAN: bool>(
+    pub fn value<'a, S, K, T, A, C, const LEAN: bool>(
         self,
         recipe: Recipe<S, K, V, (), LEAN>,
         call: Call,
         key: K,
-        context: P,
+        args: A,
+        context: fn(A) -> C,
         attempt: fn(&C, &K) -> ErasedAttempt<V, Infallible>,
     ) -> Answer<'a, V>
     where
         K: Key,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> C + Send + 'a,
+        A: Send + 'a,
         C: Send + Sync + 'static,
     {
-        recipe.value(call, key, context, attempt)
+        recipe.value(call, key, args, context, attempt)
     }
 
     /// The operations of a companion on the cache of a function returning a plain `V`.
@@ -49,22 +50,23 @@ impl<V: Value> Witness<V> {
 impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
     /// Calls [`Recipe::result`] once the checks of `V` and `E` have passed.
     #[cfg_attr(not(debug_assertions), inline(always))]
-    pub fn result<'a, S, K, T, P, C, const LEAN: bool>(
+    pub fn result<'a, S, K, T, A, C, const LEAN: bool>(
         self,
         recipe: Recipe<S, K, V, ErrorRules<E>, LEAN>,
         call: Call,
         key: K,
-        context: P,
+        args: A,
+        context: fn(A) -> C,
         attempt: fn(&C, &K) -> ErasedAttempt<V, E>,
     ) -> Answer<'a, Result<V, E>>
     where
         K: Key,
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
-        P: FnOnce() -> C + Send + 'a,
+        A: Send + 'a,
         C: Send + Sync + 'static,
     {
-        recipe.result(call, key, context, attempt)
+        recipe.result(call, key, args, context, attempt)
     }
 
     /// The operations of a companion on the cache of a function returning `Result<V, E>`.

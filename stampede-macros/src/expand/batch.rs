@@ -291,7 +291,7 @@ impl Expansion<'_> {
             .filter(|_| in_load);
         let attempt = self.attempt();
         // The attempt copies what the load holds beyond the key from references to it.
-        let (_, held) = self.owned_captures();
+        let held = self.held();
         let answers = match shape.error {
             None => quote!(batch_values),
             Some(_) => quote!(batch_answers),

@@ -94,9 +94,9 @@ impl Expansion<'_> {
         };
         let recipe = self.recipe(rules);
         let key = self.key();
-        let context = self.context();
+        let (args, context) = self.context();
         let attempt = self.attempt_fn();
-        quote!(#witness.#method(#recipe, #call, #key, #context, #attempt))
+        quote!(#witness.#method(#recipe, #call, #key, #args, #context, #attempt))
     }
 
     /// The path of the companion's `__answer`, when it has one: a free function whose
@@ -382,68 +382,108 @@ impl Expansion<'_> {
         }
     }
 
-    /// What the runtime calls only when a load must start, to make the load's context: owned
-    /// copies of what the load needs beyond the key (the receiver, the arguments left out of the
-    /// key), as a tuple, so that a hit clones nothing but the key. A function that needs nothing
-    /// beyond its key hands the runtime's `no_context`, one function for all of them, so that
-    /// what takes it is compiled once per key and value type (issue 38).
-    fn context(&self) -> TokenStream {
+    /// What the runtime makes the load's context of, only when a load must start: the
+    /// arguments it takes it from (the receiver, the arguments left out of the key, as the
+    /// function has them) and a closure that captures nothing, which the runtime takes as a
+    /// `fn` pointer, that makes owned copies of them, so that a hit clones nothing but the key.
+    /// Neither names the function, so what takes them is compiled once per their types, not per
+    /// function (issue 38); a function that needs nothing beyond its key hands `()` and the
+    /// runtime's `no_context`.
+    fn context(&self) -> (TokenStream, TokenStream) {
         let private = &self.private;
         if self.function.receiver.is_none() && self.other_args.is_empty() {
-            return quote!(#private::no_context);
+            return (quote!(()), quote!(#private::no_context));
         }
-        let (owned, parts) = self.owned_captures();
-        quote! {
-            move || {
-                #(#owned)*
-                (#(#parts,)*)
-            }
-        }
+        // Each part passes its checks both as it is handed over and as it is copied, so that a
+        // failed check silences the errors of both types (rustc reports it once).
+        let this = self.function.receiver.map(|span| {
+            let this = Ident::new("self", span);
+            self.checked_receiver(span, quote!(#this), Finish::Checked(quote!(#this)))
+        });
+        let others = self.other_args.iter().map(|arg| {
+            let ident = &arg.ident;
+            self.checked_arg(arg, Finish::Checked(quote!(#ident)))
+        });
+        let args = this.into_iter().chain(others);
+        let args = quote!((#(#args,)*));
+        let parts = self.held();
+        let copies = self.held_copies(&receiver_ident());
+        let make = quote! {
+            |(#(#parts,)*)| (#(#copies,)*)
+        };
+        (args, make)
     }
 
     /// The closure that builds `load` when a load must start, with the owned copies it needs of
     /// what is not part of the key, as [`Self::context`] makes them (a batch function's load).
     pub(super) fn prepare_with(&self, load: TokenStream) -> TokenStream {
-        let (owned, _) = self.owned_captures();
+        let this = self.function.receiver.map(|span| Ident::new("self", span));
+        let copies = self.held_copies(this.as_ref().unwrap_or(&receiver_ident()));
+        let parts = self.held();
         quote! {
             move || {
-                #(#owned)*
+                #(let #parts = #copies;)*
                 #load
             }
         }
     }
 
-    /// The statements that take owned copies of what a load needs beyond the key (the
-    /// receiver, checked; the borrowed arguments left out of the key, turned into owned ones;
-    /// the owned ones move as they are), and the names they are bound to, in the order of the
-    /// load's context.
-    pub(super) fn owned_captures(&self) -> (Vec<TokenStream>, Vec<Ident>) {
+    /// The receiver's checks, of `receiver` (a reference to it), at its span (`self` in the
+    /// user's signature), finished by `finish`.
+    fn checked_receiver(&self, span: Span, receiver: TokenStream, finish: Finish) -> TokenStream {
         let private = &self.private;
-        let receiver = receiver_ident();
-        let mut owned = Vec::new();
-        let mut names = Vec::new();
-        if let Some(span) = self.function.receiver {
-            let this = Ident::new("self", span);
-            let this = chain(
-                span,
-                private,
-                quote!(#private::probe(#this)),
-                Check::RECEIVER,
-                Finish::CloneOf(quote!(#this)),
-            );
-            owned.push(quote!(let #receiver = #this;));
-            names.push(receiver);
-        }
-        for arg in &self.other_args {
+        chain(
+            span,
+            private,
+            quote!(#private::probe(#receiver)),
+            Check::RECEIVER,
+            finish,
+        )
+    }
+
+    /// The checks of an argument left out of the key, of the type the load holds of it (its
+    /// owned type, for a borrowed one), at the span of its type, finished by `finish`.
+    fn checked_arg(&self, arg: &Arg, finish: Finish) -> TokenStream {
+        let private = &self.private;
+        let held: syn::Type = match &arg.borrowed {
+            Some(elem) => syn::parse_quote!(<#elem as ::std::borrow::ToOwned>::Owned),
+            None => arg.ty.clone(),
+        };
+        let held = with_elided_lifetimes(&held);
+        chain(
+            type_span(arg),
+            private,
+            quote!((::core::marker::PhantomData::<#held>,)),
+            Check::ARG,
+            finish,
+        )
+    }
+
+    /// The owned copies a load holds of what it needs beyond the key, in the order of
+    /// [`Self::held`], each once its checks passed: of the receiver (`receiver`, a reference to
+    /// it), a clone; of each argument left out of the key, bound to its name as the function
+    /// has it, an owned one of a borrowed argument and an owned one as it is.
+    fn held_copies(&self, receiver: &Ident) -> Vec<TokenStream> {
+        let this = self.function.receiver.map(|span| {
+            self.checked_receiver(span, quote!(#receiver), Finish::CloneOf(quote!(#receiver)))
+        });
+        let others = self.other_args.iter().map(|arg| {
             let ident = &arg.ident;
-            if let Some(elem) = &arg.borrowed {
-                owned.push(
-                    quote!(let #ident = <#elem as ::std::borrow::ToOwned>::to_owned(#ident);),
-                );
-            }
-            names.push(ident.clone());
-        }
-        (owned, names)
+            let finish = match arg.borrowed {
+                Some(_) => Finish::OwnedOf(quote!(#ident)),
+                None => Finish::Checked(quote!(#ident)),
+            };
+            self.checked_arg(arg, finish)
+        });
+        this.into_iter().chain(others).collect()
+    }
+
+    /// The names of what a load holds beyond the key, in the order of its context: the
+    /// receiver's copy, then the arguments left out of the key.
+    pub(super) fn held(&self) -> Vec<Ident> {
+        let receiver = self.function.receiver.map(|_| receiver_ident());
+        let others = self.other_args.iter().map(|arg| arg.ident.clone());
+        receiver.into_iter().chain(others).collect()
     }
 
     /// The function that starts one attempt, from the load's context ([`Self::context`]) and
@@ -463,7 +503,7 @@ impl Expansion<'_> {
             let mutability = mutability.filter(|_| in_load);
             quote!(#mutability #ident)
         });
-        let (_, parts) = self.owned_captures();
+        let parts = self.held();
         let boxed = match &self.function.returns {
             Returns::Value(_) => quote!(#private::plain_attempt),
             Returns::Result { .. } => quote!(#private::attempt),
@@ -495,14 +535,8 @@ impl Expansion<'_> {
             let ident = &arg.ident;
             let mutability = arg.borrowed.is_none().then_some(arg.mutability).flatten();
             let mutability = mutability.filter(|_| in_load);
-            let copy = chain(
-                type_span(arg),
-                private,
-                quote!(#private::probe(#ident)),
-                Check::ARG,
-                Finish::CloneOf(quote!(#ident)),
-            );
-            quote!(let #mutability #ident = #copy;)
+            // Checked where the load's context is made ([`Self::checked_arg`]).
+            quote!(let #mutability #ident = ::core::clone::Clone::clone(#ident);)
         });
         // Inside the load, `self` and borrowed arguments are lent back as the body expects.
         let self_ident = format_ident!("{SELF}");

@@ -304,3 +304,67 @@ async fn a_call_looks_up_its_value_when_awaited_not_when_made() {
     assert_eq!(LOADS.load(SeqCst), 0, "nothing was loaded");
     assert_eq!(label::peek(2), None);
 }
+
+/// A handle whose clones are counted: the load's context copies it, a hit must not.
+struct Counted {
+    clones: Arc<AtomicUsize>,
+    label: String,
+}
+
+impl Clone for Counted {
+    fn clone(&self) -> Self {
+        self.clones.fetch_add(1, SeqCst);
+        Counted {
+            clones: self.clones.clone(),
+            label: self.label.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Flaky {
+    handle: Counted,
+    attempts: Arc<AtomicUsize>,
+}
+
+impl Flaky {
+    /// Fails its first attempt of each load, then answers from the receiver and from the
+    /// arguments left out of the key (one borrowed, one owned).
+    #[cached(ttl = "60s", key = "{id}", retries = 1, backoff = "1ms")]
+    async fn label(&self, id: u64, note: &Counted, owned: Counted) -> Result<String, AppError> {
+        if self.attempts.fetch_add(1, SeqCst) % 2 == 0 {
+            return Err(AppError::Db("flaky".into()));
+        }
+        Ok(format!(
+            "{id} {} {} {}",
+            self.handle.label, note.label, owned.label
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_hit_copies_nothing_and_each_attempt_gets_the_receiver_and_left_out_arguments() {
+    let clones = Arc::new(AtomicUsize::new(0));
+    let counted = |label: &str| Counted {
+        clones: clones.clone(),
+        label: label.to_owned(),
+    };
+    let repo = Flaky {
+        handle: counted("repo"),
+        attempts: Arc::new(AtomicUsize::new(0)),
+    };
+    let note = counted("note");
+
+    // A miss: the first attempt fails, the retry sees every argument as it was given.
+    let miss = within(repo.label(1, &note, counted("owned"))).await;
+    assert_eq!(miss.unwrap(), "1 repo note owned");
+    assert_eq!(repo.attempts.load(SeqCst), 2);
+    let after_miss = clones.load(SeqCst);
+    assert!(after_miss > 0, "the load works on copies");
+
+    // A hit: the value, and not one copy of the receiver or of the other arguments.
+    let hit = within(repo.label(1, &counted("other note"), counted("other"))).await;
+    assert_eq!(hit.unwrap(), "1 repo note owned");
+    assert_eq!(clones.load(SeqCst), after_miss, "a hit copies nothing");
+    assert_eq!(repo.attempts.load(SeqCst), 2);
+}

@@ -368,3 +368,24 @@ async fn a_hit_copies_nothing_and_each_attempt_gets_the_receiver_and_left_out_ar
     assert_eq!(clones.load(SeqCst), after_miss, "a hit copies nothing");
     assert_eq!(repo.attempts.load(SeqCst), 2);
 }
+
+/// A free function whose owned argument is left out of the key: its call is deferred, and the
+/// load's context owns that argument.
+#[cached(ttl = "60s", key = "{id}")]
+async fn priced(id: u64, currency: String) -> String {
+    format!("{id} in {currency}")
+}
+
+#[tokio::test]
+async fn an_owned_argument_left_out_of_the_key_reaches_the_load_of_a_deferred_call() {
+    let call = priced(3, "EUR".to_owned());
+    assert_eq!(within(call).await, "3 in EUR");
+    // The key is the id alone: another currency is served the first call's value.
+    assert_eq!(within(priced(3, "USD".to_owned())).await, "3 in EUR");
+    // `refresh` loads again with the arguments it is given.
+    assert_eq!(
+        within(priced::refresh(3, "CHF".to_owned())).await,
+        "3 in CHF"
+    );
+    assert_eq!(within(priced(3, "USD".to_owned())).await, "3 in CHF");
+}

@@ -10,9 +10,10 @@
 //!                      values, entries: Entries::<{ lean(..) }>, rules },
 //!             Call::Get,
 //!             ((id,) /* checks */.0, (name.to_owned(),) /* checks */.0),
-//!             // the load's context, made only when a load must start: owned copies of what
-//!             // the load needs beyond the key (a receiver, arguments left out of the key), as
-//!             // `move || (receiver, ..)`; here nothing
+//!             // what the load needs beyond the key (a receiver, arguments left out of the
+//!             // key), as the function has them, and a closure that captures nothing, which
+//!             // makes owned copies of them only when a load must start; here nothing
+//!             (),
 //!             no_context,
 //!             // one attempt, from the context and the key: a closure that captures nothing,
 //!             // which the runtime takes as a `fn` pointer

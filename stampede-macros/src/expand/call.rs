@@ -417,8 +417,11 @@ impl Expansion<'_> {
     /// The closure that builds `load` when a load must start, with the owned copies it needs of
     /// what is not part of the key, as [`Self::context`] makes them (a batch function's load).
     pub(super) fn prepare_with(&self, load: TokenStream) -> TokenStream {
-        let this = self.function.receiver.map(|span| Ident::new("self", span));
-        let copies = self.held_copies(this.as_ref().unwrap_or(&receiver_ident()));
+        let this = Ident::new(
+            "self",
+            self.function.receiver.unwrap_or_else(Span::call_site),
+        );
+        let copies = self.held_copies(&this);
         let parts = self.held();
         quote! {
             move || {
@@ -461,7 +464,7 @@ impl Expansion<'_> {
 
     /// The owned copies a load holds of what it needs beyond the key, in the order of
     /// [`Self::held`], each once its checks passed: of the receiver (`receiver`, a reference to
-    /// it), a clone; of each argument left out of the key, bound to its name as the function
+    /// it; unused without one), a clone; of each argument left out of the key, bound to its name as the function
     /// has it, an owned one of a borrowed argument and an owned one as it is.
     fn held_copies(&self, receiver: &Ident) -> Vec<TokenStream> {
         let this = self.function.receiver.map(|span| {

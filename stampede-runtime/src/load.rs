@@ -31,13 +31,35 @@ pub trait Load<K, V>: Send + Sync + 'static {
     /// One attempt, boxed: what an [`Erased`] load makes. A load whose attempts are boxed
     /// already ([`Bound`]) hands them over as they are.
     fn boxed(&self, key: &K) -> ErasedAttempt<V, Self::Error> {
-        Box::pin(self.attempt(key))
+        ErasedAttempt(Boxed::Fallible(Box::pin(self.attempt(key))))
     }
 }
 
 /// The future of one attempt, boxed: what an erased load makes, and the load `#[cached]`
 /// generates.
-pub type ErasedAttempt<V, E> = Pin<Box<dyn Future<Output = Result<V, E>> + Send>>;
+pub struct ErasedAttempt<V, E>(Boxed<V, E>);
+
+/// What an [`ErasedAttempt`] holds. A plain value's future is boxed as it is, its value made
+/// the `Ok` of an attempt that cannot fail where it is polled: so what wraps it is compiled
+/// once per value type, not once per cached function (issue 38: two items of a debug build),
+/// and it costs no second allocation.
+enum Boxed<V, E> {
+    /// The future of a function returning `Result<V, E>` (or of any [`Load`]).
+    Fallible(Pin<Box<dyn Future<Output = Result<V, E>> + Send>>),
+    /// The future of a function returning a plain value.
+    Plain(Pin<Box<dyn Future<Output = V> + Send>>),
+}
+
+impl<V, E> Future for ErasedAttempt<V, E> {
+    type Output = Result<V, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<V, E>> {
+        match &mut self.get_mut().0 {
+            Boxed::Fallible(future) => future.as_mut().poll(cx),
+            Boxed::Plain(future) => future.as_mut().poll(cx).map(Ok),
+        }
+    }
+}
 
 /// A load as an object: what [`Erased`] holds.
 trait DynLoad<K, V, E>: Send + Sync {
@@ -150,21 +172,24 @@ where
 }
 
 /// One attempt of a function returning `Result<V, E>`, boxed: what the load `#[cached]`
-/// generates makes of the body's future.
+/// generates makes of the body's future. Pinned once erased (not `Box::pin`): only `Box::new`
+/// is then compiled per cached function in a debug build, `into_pin` once per value type.
 pub fn attempt<V, E, F>(future: F) -> ErasedAttempt<V, E>
 where
     F: Future<Output = Result<V, E>> + Send + 'static,
 {
-    Box::pin(future)
+    let future: Box<dyn Future<Output = Result<V, E>> + Send> = Box::new(future);
+    ErasedAttempt(Boxed::Fallible(Box::into_pin(future)))
 }
 
-/// One attempt of a function returning a plain value, boxed: the body's value as the `Ok` of a
-/// load that cannot fail.
+/// One attempt of a function returning a plain value, boxed (pinned once erased, as
+/// [`attempt`]'s): the body's value as the `Ok` of a load that cannot fail.
 pub fn plain_attempt<V, F>(future: F) -> ErasedAttempt<V, Infallible>
 where
     F: Future<Output = V> + Send + 'static,
 {
-    Box::pin(Infallibly(future))
+    let future: Box<dyn Future<Output = V> + Send> = Box::new(future);
+    ErasedAttempt(Boxed::Plain(Box::into_pin(future)))
 }
 
 /// What a function whose load needs nothing beyond the key (a free function whose arguments
@@ -190,10 +215,10 @@ where
 /// block around each attempt, so that a cached function compiles no coroutine for it (issue 38).
 pub(crate) struct Plain<L>(pub(crate) L);
 
-/// The future of one attempt of a plain value's load ([`plain_attempt`], [`Plain`]), and of a
-/// batch function's call that returns a plain map: `F`'s value, as the `Ok` of a future that
-/// cannot fail. Its `poll` is one call of `F`'s, where an `async` block or a combinator compiles
-/// a state machine per function.
+/// The future of one attempt of a batch function's load that returns a plain map ([`Plain`]),
+/// and of such a function's call: `F`'s value, as the `Ok` of a future that cannot fail. Its
+/// `poll` is one call of `F`'s, where an `async` block or a combinator compiles a state machine
+/// per function.
 pub(crate) struct Infallibly<F>(pub(crate) F);
 
 impl<F: Future> Future for Infallibly<F> {
@@ -202,7 +227,7 @@ impl<F: Future> Future for Infallibly<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: the inner future is pinned with `self` (structural pinning): it is never
         // moved out of it, and `Infallibly` implements neither `Drop` nor `Unpin` by hand. Not
-        // `map_unchecked_mut`: its closure would be two more items to compile per cached
+        // `map_unchecked_mut`: its closure would be two more items to compile per cached batch
         // function in a debug build (issue 38).
         let future = unsafe { Pin::new_unchecked(&mut self.get_unchecked_mut().0) };
         future.poll(cx).map(Ok)

@@ -76,10 +76,10 @@ impl<T> Future for Answer<'_, T> {
 /// A call of a cached free function, made when it is first polled, as an `async fn`'s call
 /// would be: what the generated function returns instead of being an `async fn` (issue 38).
 /// A coroutine is instantiated in every codegen unit that polls it, the lookup inlined in each
-/// copy; this type's `poll` is compiled once per function, with the function's `answer`
-/// (its lookup and, on a miss, the boxed rest) inlined into it. `C` says which call (the
-/// runtime's `Call`: the function's, `refresh` or `read_through`), `A` is the function's
-/// arguments, `T` what it returns.
+/// copy. `C` says which call (the runtime's `Call`: the function's, `refresh` or
+/// `read_through`), `A` is the function's arguments, `T` what it returns, and `F` the
+/// function's `answer` (its lookup and, on a miss, the boxed rest), as [`Deferred::new`] takes
+/// it.
 #[must_use = "a call of a cached function does nothing unless awaited"]
 pub struct Deferred<F, C, A, T> {
     /// The call not yet made: which, the function that makes it, and its arguments.
@@ -88,11 +88,35 @@ pub struct Deferred<F, C, A, T> {
     answer: Answer<'static, T>,
 }
 
+/// The `answer` of a [`Deferred`] call in a debug build: a `fn` pointer.
+#[cfg(debug_assertions)]
+type AnswerFn<C, A, T> = fn(C, A) -> Answer<'static, T>;
+
+#[cfg(debug_assertions)]
+impl<C, A, T> Deferred<AnswerFn<C, A, T>, C, A, T> {
+    /// `call` of the function whose `answer` makes it, with `args`, when first polled.
+    ///
+    /// In a debug build `answer` is taken as a `fn` pointer: the `Deferred` is then the same
+    /// type for every function with the same arguments and value, and its `poll`, drop and
+    /// `await` are compiled once for all of them rather than once per function (issue 38: four
+    /// items of a cached function's debug build). Optimized, the function itself is kept (see
+    /// the other `new`), so that its lookup is inlined into the caller's poll.
+    pub fn new(call: C, answer: AnswerFn<C, A, T>, args: A) -> Self {
+        Deferred {
+            start: Some((call, answer, args)),
+            answer: Answer::Taken,
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
 impl<F, C, A, T> Deferred<F, C, A, T>
 where
     F: FnOnce(C, A) -> Answer<'static, T>,
 {
-    /// `call` of the function whose `answer` makes it, with `args`, when first polled.
+    /// `call` of the function whose `answer` makes it, with `args`, when first polled: the
+    /// function itself, whose lookup the caller's poll inlines (a debug build takes a `fn`
+    /// pointer, see the other `new`).
     #[inline(always)]
     pub fn new(call: C, answer: F, args: A) -> Self {
         Deferred {

@@ -302,18 +302,6 @@ impl<S, K, V, const LEAN: bool> Recipe<S, K, V, (), LEAN> {
             .call(call, key, bound(args, context, attempt))
             .map(plain_value, ())
     }
-
-    /// Builds a free function's cache if this process has not yet (see
-    /// [`crate::registry::Linked`]).
-    pub fn build<T>(self)
-    where
-        K: Key,
-        V: Value,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-    {
-        self.cache::<T>();
-    }
 }
 
 pub use crate::tier::Call;

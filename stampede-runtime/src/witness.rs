@@ -77,7 +77,8 @@ impl<V: Value, E: LoadError + From<Error>> Witness<Result<V, E>> {
 }
 
 /// What a cached function's companion reaches once its value type `V` is checked: its cache as
-/// the operations that load nothing take it ([`Companion::ops`]), and its build by name.
+/// the operations that load nothing take it ([`Companion::ops`]), which its build by name
+/// (`__build`) reaches too.
 pub struct Companion<V>(PhantomData<fn() -> V>);
 
 impl<V: Value> Companion<V> {
@@ -96,20 +97,6 @@ impl<V: Value> Companion<V> {
     {
         drop(key_of);
         recipe.cache::<T>().0
-    }
-
-    /// Builds the cache, if not built yet (a linked function looked up by name). `key`, the
-    /// key made from the tuple of its arguments, is never called: its type says the key's.
-    #[inline(always)]
-    pub fn build<S, K, T, A, F, const LEAN: bool>(self, recipe: Recipe<S, K, V, (), LEAN>, key: F)
-    where
-        K: Key,
-        S: FnOnce(&Config) -> T,
-        T: Tier<K, V>,
-        F: FnOnce(A) -> K,
-    {
-        let _ = key;
-        recipe.build::<T>();
     }
 }
 

@@ -450,8 +450,8 @@ impl Expansion<'_> {
 
     /// The companion handle of the cache (`witness.value_companion()`, a batch function's of
     /// its map's value), and a closure from the key's arguments to the key, never called: both
-    /// with the checks at the spans the user wrote the types, for `__ops` and `__build`, which
-    /// reach the cache without a call.
+    /// with the checks at the spans the user wrote the types, for `__ops`, which reaches the
+    /// cache without a call.
     fn checked_companion(&self) -> (TokenStream, TokenStream) {
         let (witness, companion_of, key) = match &self.settings.batch {
             None => (self.witness(), self.companion_of(), self.key()),
@@ -570,9 +570,6 @@ impl Expansion<'_> {
         let vis = &self.function.vis;
         let cfgs = self.cfgs();
         let cfgs = quote!(#(#cfgs)*);
-        let recipe = self.recipe(quote!(()));
-        // A batch function's cache is keyed by one key of it.
-        let (on, key_of) = self.checked_companion();
         let tagged = !self.settings.tags.is_empty();
         // A free function's name is a constant (`name = ".."` or its path): the registry finds a
         // function by it without building its options, whose paths it would read.
@@ -582,8 +579,8 @@ impl Expansion<'_> {
             impl #name {
                 #[doc(hidden)]
                 #vis fn __build() {
-                    // The closure is never called: its type says the key's.
-                    #on.build(#recipe, #key_of)
+                    // The cache as the operations reach it, built at the first use.
+                    #name::__ops();
                 }
             }
 

@@ -95,7 +95,7 @@ impl<V: Value> Companion<V> {
         S: FnOnce(&Config) -> T,
         T: Tier<K, V>,
     {
-        drop(key_of);
+        let _ = key_of;
         recipe.cache::<T>().0
     }
 }

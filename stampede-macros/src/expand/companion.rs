@@ -57,7 +57,7 @@ impl Expansion<'_> {
         // Named at the attribute: the name is the function's, in the style of a function, and
         // the lints of type names are for the types a user writes.
         let name = Ident::new(&fn_name, Span::call_site());
-        let linked = self.linked(name.clone());
+        let linked = self.linked(name.clone(), companion.path("ops"));
         Some(quote! {
             #(#cfgs)*
             #[doc = #doc]
@@ -559,10 +559,11 @@ impl Expansion<'_> {
     }
 
     /// A non-generic free function's listing in the runtime's registry of linked functions
-    /// (before `main`), with a hidden `__build` in its companion that builds its cache: so that
-    /// `stampede::invalidate(name, key)` reaches it in a process that never called it. Nothing
-    /// for a method or a generic function, whose key types only a call can name.
-    fn linked(&self, name: Ident) -> TokenStream {
+    /// (before `main`), with a hidden `__build` in its companion that builds its cache through
+    /// `ops` (the path of its `__ops`): so that `stampede::invalidate(name, key)` reaches it in
+    /// a process that never called it. Nothing for a method or a generic function, whose key
+    /// types only a call can name.
+    fn linked(&self, name: Ident, ops: TokenStream) -> TokenStream {
         if !self.function.sig.generics.params.is_empty() {
             return TokenStream::new();
         }
@@ -580,7 +581,7 @@ impl Expansion<'_> {
                 #[doc(hidden)]
                 #vis fn __build() {
                     // The cache as the operations reach it, built at the first use.
-                    #name::__ops();
+                    #ops();
                 }
             }
 

@@ -389,3 +389,37 @@ async fn an_owned_argument_left_out_of_the_key_reaches_the_load_of_a_deferred_ca
     );
     assert_eq!(within(priced(3, "USD".to_owned())).await, "3 in CHF");
 }
+
+/// A store generic over its row type, whose associated functions have no receiver.
+struct Rows<T>(std::marker::PhantomData<T>);
+
+/// How many rows `Rows::fetch` read, of every row type.
+static ROWS_READ: AtomicUsize = AtomicUsize::new(0);
+
+impl<T: Default + Clone + Send + Sync + 'static> Rows<T> {
+    fn fetch(id: u64) -> (u64, T) {
+        ROWS_READ.fetch_add(1, SeqCst);
+        (id * 10, T::default())
+    }
+
+    /// An associated function without a receiver: its attribute cannot tell it from a free
+    /// function, so it goes without a companion, and its body names `Self` and the impl's `T`
+    /// as any associated function's can.
+    #[cached(ttl = "60s", name = "shapes::rows", companion = false)]
+    async fn row(id: u64) -> (u64, T) {
+        Self::fetch(id)
+    }
+}
+
+#[tokio::test]
+async fn an_associated_function_without_a_receiver_names_self_and_the_impls_parameters() {
+    assert_eq!(within(Rows::<String>::row(4)).await, (40, String::new()));
+    assert_eq!(within(Rows::<String>::row(4)).await, (40, String::new()));
+    assert_eq!(ROWS_READ.load(SeqCst), 1, "the second call is a hit");
+    assert_eq!(
+        within(Rows::<u32>::row(4)).await,
+        (40, 0),
+        "another instantiation gets its own value"
+    );
+    assert_eq!(ROWS_READ.load(SeqCst), 2);
+}

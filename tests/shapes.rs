@@ -422,4 +422,12 @@ async fn an_associated_function_without_a_receiver_names_self_and_the_impls_para
         "another instantiation gets its own value"
     );
     assert_eq!(ROWS_READ.load(SeqCst), 2);
+
+    // The instantiations share the cache's name: an invalidation by name reaches both.
+    within(stampede::invalidate("shapes::rows", (4u64,)))
+        .await
+        .unwrap();
+    assert_eq!(within(Rows::<String>::row(4)).await, (40, String::new()));
+    assert_eq!(within(Rows::<u32>::row(4)).await, (40, 0));
+    assert_eq!(ROWS_READ.load(SeqCst), 4, "both loaded again");
 }

@@ -4,7 +4,7 @@
 use std::any::{Any, TypeId, type_name};
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::{OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use crate::answer::Answer;
 use crate::cache::{Cache, New};
@@ -117,7 +117,7 @@ impl Slot {
     ) -> &'static Cache<K, V, T> {
         let first = *self.first.get_or_init(|| {
             let (config, tier) = made.make();
-            Built::new(site, leak(new(config, tier, tags, values)))
+            Built::new(site, leak(new(config, tier, tags, values), None))
         });
         if let Some(cache) = first.cache(site) {
             return cache;
@@ -144,21 +144,23 @@ impl Slot {
             return cache;
         }
         let (mut config, tier) = made.make();
+        let mut asked = None;
         if others
             .iter()
             .chain(self.first.get())
             .any(|other| same_site(other.site, site))
         {
-            // Same instantiation, other types: keep the names apart.
-            config.name = format!(
+            // Same instantiation, other types: keep the names (and so the shared stores)
+            // apart; a lookup by name still finds it by the name asked for.
+            let renamed = format!(
                 "{}<{}, {}>",
                 config.name,
                 type_name::<K>(),
                 type_name::<V>()
-            )
-            .into();
+            );
+            asked = Some(std::mem::replace(&mut config.name, renamed.into()));
         }
-        let cache = leak(new(config, tier, tags, values));
+        let cache = leak(new(config, tier, tags, values), asked);
         others.push(Built::new(site, cache));
         cache
     }
@@ -393,8 +395,9 @@ fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E
     }
 }
 
-/// Builds a cache that lives as long as the process, and lists it in the registry.
-fn leak<K, V, T>(cache: Cache<K, V, T>) -> &'static Cache<K, V, T>
+/// Builds a cache that lives as long as the process, and lists it in the registry (also under
+/// the name it was `asked` for, when it was renamed).
+fn leak<K, V, T>(cache: Cache<K, V, T>, asked: Option<Arc<str>>) -> &'static Cache<K, V, T>
 where
     K: Key,
     V: Value,
@@ -403,7 +406,7 @@ where
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(crate::telemetry::describe);
     let cache: &'static Cache<K, V, T> = Box::leak(Box::new(cache));
-    registry::register(cache);
+    registry::register(cache, asked);
     cache
 }
 

@@ -36,7 +36,7 @@ use crate::kv::{Key, Value};
 use crate::load::{Load, Loaded};
 use crate::memory::Invalidation;
 use crate::order;
-use crate::registry::AnyCache;
+use crate::registry::{self, AnyCache};
 use crate::tier::{Batch, BatchLoad, Direct, Fetched, Group, Handle, Shared, Single, Tier};
 
 /// The name a tier on the default connection shares its values through.
@@ -205,10 +205,14 @@ impl Heard {
     /// What was `told` of the caches named `name` in `space` reaches the process (the loads it
     /// concerns detach).
     fn deliver(&self, space: &Space, name: &str, told: &Told) {
+        // Which caches answer to `name` is the registry's rule, as for the real feed's.
+        let named = registry::named(name);
         let mut caches = self
             .caches
             .iter()
-            .filter(|(at, _, cache)| at == space && &*cache.config().name == name)
+            .filter(|(at, _, cache)| {
+                at == space && named.iter().any(|other| std::ptr::addr_eq(*other, *cache))
+            })
             .peekable();
         if caches.peek().is_none() {
             return;

@@ -463,9 +463,9 @@ impl Expansion<'_> {
     }
 
     /// The owned copies a load holds of what it needs beyond the key, in the order of
-    /// [`Self::held`], each once its checks passed: of the receiver (`receiver`, a reference to
-    /// it; unused without one), a clone; of each argument left out of the key, bound to its name as the function
-    /// has it, an owned one of a borrowed argument and an owned one as it is.
+    /// [`Self::held`], each once its checks passed: a clone of the receiver (`receiver`, a
+    /// reference to it; unused without one), and of each argument left out of the key, named as
+    /// the function has it, an owned copy of a borrowed one or an owned one as it is.
     fn held_copies(&self, receiver: &Ident) -> Vec<TokenStream> {
         let this = self.function.receiver.map(|span| {
             self.checked_receiver(span, quote!(#receiver), Finish::CloneOf(quote!(#receiver)))

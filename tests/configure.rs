@@ -228,3 +228,47 @@ async fn batch_max_set_at_run_time_splits_the_next_batch() {
     sizes.sort_unstable();
     assert_eq!(sizes, [1, 2, 2]);
 }
+
+/// A store generic over its row type, whose associated function has no receiver: each
+/// instantiation with other types is a cache of its own, renamed from the name asked for.
+struct Rows<T>(std::marker::PhantomData<T>);
+
+/// How many rows `Rows::row` loaded, of every row type.
+static ROWS_LOADED: AtomicUsize = AtomicUsize::new(0);
+
+impl<T: Default + Clone + Send + Sync + 'static> Rows<T> {
+    #[cached(ttl = "1h", jitter = 0, name = "configure::rows", companion = false)]
+    async fn row(id: u64) -> (u64, T) {
+        ROWS_LOADED.fetch_add(1, SeqCst);
+        (id, T::default())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn options_set_for_a_name_reach_an_instantiation_built_after_them() {
+    assert_eq!(within(Rows::<u8>::row(1)).await, (1, 0));
+    stampede::configure("configure::rows")
+        .ttl(Duration::from_secs(2))
+        .apply()
+        .unwrap();
+    // Built after the options were set, under another name (`configure::rows<..>`).
+    assert_eq!(within(Rows::<u16>::row(1)).await, (1, 0));
+    assert_eq!(ROWS_LOADED.load(SeqCst), 2);
+    let ttls: Vec<_> = stampede::caches()
+        .into_iter()
+        .filter(|cache| cache.config.name.starts_with("configure::rows"))
+        .map(|cache| (cache.config.name.to_string(), cache.config.ttl))
+        .collect();
+    assert_eq!(ttls.len(), 2, "{ttls:?}");
+    assert!(
+        ttls.iter().all(|(_, ttl)| *ttl == Duration::from_secs(2)),
+        "{ttls:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    assert_eq!(within(Rows::<u16>::row(1)).await, (1, 0));
+    assert_eq!(
+        ROWS_LOADED.load(SeqCst),
+        3,
+        "the later instantiation's value expired after 2 s, not an hour"
+    );
+}

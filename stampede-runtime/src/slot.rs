@@ -13,7 +13,7 @@ use crate::core::{Tags, Values};
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
 use crate::load::{Bound, ErasedAttempt, RetryIf};
-use crate::registry;
+use crate::registry::{self, AnyCache};
 use crate::tier::Tier;
 
 mod batch;
@@ -406,6 +406,11 @@ where
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(crate::telemetry::describe);
     let cache: &'static Cache<K, V, T> = Box::leak(Box::new(cache));
+    if let Some(asked) = asked.as_deref() {
+        // Built with the options set for its own name only: those set for the name asked for
+        // apply to it too, as to every cache `registry::named` finds by that name.
+        cache.retune(crate::tuning::options_of(cache.config(), Some(asked)));
+    }
     registry::register(cache, asked);
     cache
 }

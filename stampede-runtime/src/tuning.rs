@@ -149,13 +149,17 @@ pub(crate) fn merged(name: &str, overrides: &Overrides) -> Overrides {
     overrides.over(&earlier.unwrap_or_default())
 }
 
-/// The options a cache built now runs with: `built` with the overrides set for its name, or
-/// `built` alone (with an error logged) when they do not fit it (a method's cache of a name
-/// another cache validated them against).
-pub(crate) fn options_of(built: &Config) -> Config {
+/// The options a cache built now runs with: `built` with the overrides set for its name (and,
+/// for a renamed cache, for the name it was `asked` for, its own name's on top), or `built`
+/// alone (with an error logged) when they do not fit it (a method's cache of a name another
+/// cache validated them against).
+pub(crate) fn options_of(built: &Config, asked: Option<&str>) -> Config {
     let set = SET.read().unwrap_or_else(PoisonError::into_inner);
-    let Some(overrides) = set.as_ref().and_then(|all| all.get(&*built.name)) else {
-        return built.clone();
+    let of = |name: &str| set.as_ref().and_then(|all| all.get(name));
+    let overrides = match (asked.and_then(of), of(&built.name)) {
+        (None, None) => return built.clone(),
+        (Some(asked), Some(own)) => own.over(asked),
+        (Some(only), None) | (None, Some(only)) => only.clone(),
     };
     match overrides.applied_to(built) {
         Ok(config) => config,

@@ -884,3 +884,90 @@ fn an_invalidation_that_reaches_no_process_of_the_name_says_so() {
         })
     });
 }
+
+/// A row type of a generic store: two of them with the same serde shape.
+trait Shelved: Serialize + serde::de::DeserializeOwned + Clone + std::fmt::Debug {
+    fn of(id: u64) -> Self;
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+struct Euros(u64);
+
+impl Shelved for Euros {
+    fn of(id: u64) -> Self {
+        Euros(id * 100)
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+struct Cents(u64);
+
+impl Shelved for Cents {
+    fn of(id: u64) -> Self {
+        Cents(id)
+    }
+}
+
+struct Shelf<T>(std::marker::PhantomData<T>);
+
+static SHELF_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+impl<T: Shelved + Send + Sync + 'static> Shelf<T> {
+    /// Without a receiver: one cache per instantiation, all asked for by one name.
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        redis = "shelves",
+        name = "ident::shelf",
+        companion = false
+    )]
+    async fn item(id: u64) -> T {
+        SHELF_LOADS.fetch_add(1, SeqCst);
+        T::of(id)
+    }
+}
+
+#[tokio::test]
+async fn instantiations_of_one_name_keep_apart_in_redis_and_are_invalidated_by_it() {
+    let server = RedisServer::start();
+    install(&server, "shelves");
+    // Every call reads Redis (`backend = "redis"`): a shared key would hand one type's value
+    // to the other, as both have one shape.
+    assert_eq!(within(Shelf::<Euros>::item(1)).await, Euros(100));
+    assert_eq!(within(Shelf::<Cents>::item(1)).await, Cents(1));
+    assert_eq!(within(Shelf::<Euros>::item(1)).await, Euros(100));
+    assert_eq!(within(Shelf::<Cents>::item(1)).await, Cents(1));
+    assert_eq!(
+        SHELF_LOADS.load(SeqCst),
+        2,
+        "one load each, then Redis hits"
+    );
+
+    let identities: HashSet<_> = stampede::caches()
+        .into_iter()
+        .filter(|cache| cache.config.name.starts_with("ident::shelf"))
+        .filter_map(|cache| cache.identity)
+        .map(|identity| format!("{}~{}", identity.name, identity.fingerprint))
+        .collect();
+    assert_eq!(
+        identities.len(),
+        2,
+        "two caches, two identities: {identities:?}"
+    );
+    let values = || server.command::<Vec<String>>(&["KEYS", "test:{ident::shelf*|1}:v"]);
+    assert_eq!(
+        values().len(),
+        2,
+        "each keeps its own Redis key: {:?}",
+        values()
+    );
+
+    within(stampede::invalidate("ident::shelf", (1u64,)))
+        .await
+        .unwrap();
+    assert_eq!(values(), Vec::<String>::new(), "the name reached both");
+    assert_eq!(within(Shelf::<Cents>::item(1)).await, Cents(1));
+    assert_eq!(within(Shelf::<Euros>::item(1)).await, Euros(100));
+    assert_eq!(SHELF_LOADS.load(SeqCst), 4, "both loaded again");
+}

@@ -116,7 +116,8 @@ impl Slot {
         new: New<K, V, T>,
     ) -> &'static Cache<K, V, T> {
         let first = *self.first.get_or_init(|| {
-            let (config, tier) = made.make();
+            let config = made.config();
+            let tier = made.tier(&config);
             Built::new(site, leak(new(config, tier, tags, values), None))
         });
         if let Some(cache) = first.cache(site) {
@@ -143,7 +144,7 @@ impl Slot {
         if let Some(cache) = find(&others) {
             return cache;
         }
-        let (mut config, tier) = made.make();
+        let mut config = made.config();
         let mut asked = None;
         if others
             .iter()
@@ -160,29 +161,35 @@ impl Slot {
             );
             asked = Some(std::mem::replace(&mut config.name, renamed.into()));
         }
+        // Made under the name it runs with, which its identity in Redis is made of.
+        let tier = made.tier(&config);
         let cache = leak(new(config, tier, tags, values), asked);
         others.push(Built::new(site, cache));
         cache
     }
 }
 
-/// What builds a cache's options and tier, called through an object. A trait of one method
-/// rather than `dyn FnMut`, whose vtable would hold the body twice (`call_mut` and
-/// `call_once`), in every cached function (issue 38).
+/// What builds a cache's options and tier, called through an object rather than `dyn FnMut`,
+/// whose vtable would hold the body twice (`call_mut` and `call_once`), in every cached
+/// function (issue 38).
 trait Make<T> {
-    /// The options, and the tier built from them; called once.
-    fn make(&mut self) -> (Config, T);
+    /// The options the attribute gives.
+    fn config(&self) -> Config;
+    /// The tier, built from the options the cache runs with; called once.
+    fn tier(&mut self, config: &Config) -> T;
 }
 
 impl<S, T> Make<T> for Option<(fn() -> Config, S)>
 where
     S: FnOnce(&Config) -> T,
 {
-    fn make(&mut self) -> (Config, T) {
-        let (config, tier) = self.take().expect("a cache is built once per call");
-        let config = config();
-        let tier = tier(&config);
-        (config, tier)
+    fn config(&self) -> Config {
+        self.as_ref().expect("a cache is built once per call").0()
+    }
+
+    fn tier(&mut self, config: &Config) -> T {
+        let (_, tier) = self.take().expect("a cache is built once per call");
+        tier(config)
     }
 }
 

@@ -5,6 +5,7 @@ mod common;
 
 extern crate stampede as renamed_stampede;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
@@ -430,4 +431,59 @@ async fn an_associated_function_without_a_receiver_names_self_and_the_impls_para
     assert_eq!(within(Rows::<String>::row(4)).await, (40, String::new()));
     assert_eq!(within(Rows::<u32>::row(4)).await, (40, 0));
     assert_eq!(ROWS_READ.load(SeqCst), 4, "both loaded again");
+}
+
+/// Where a store's prices come from: the impl's parameter, named in the body only.
+trait Source: Send + Sync + 'static {
+    fn price(id: u64) -> u64;
+}
+
+struct Tens;
+
+impl Source for Tens {
+    fn price(id: u64) -> u64 {
+        id * 10
+    }
+}
+
+struct Hundreds;
+
+impl Source for Hundreds {
+    fn price(id: u64) -> u64 {
+        id * 100
+    }
+}
+
+struct Prices<S>(std::marker::PhantomData<S>);
+
+impl<S: Source> Prices<S> {
+    /// Its key and value types are the same in every instantiation; its body is not.
+    #[cached(ttl = "60s", companion = false)]
+    async fn price(id: u64) -> u64 {
+        S::price(id)
+    }
+}
+
+#[tokio::test]
+async fn instantiations_with_one_key_and_value_type_keep_their_own_values() {
+    assert_eq!(within(Prices::<Tens>::price(3)).await, 30);
+    assert_eq!(
+        within(Prices::<Hundreds>::price(3)).await,
+        300,
+        "not the other instantiation's value"
+    );
+    assert_eq!(within(Prices::<Tens>::price(3)).await, 30);
+    // Named as a method would be: its type's path, the instantiation included.
+    let names: HashSet<_> = stampede::caches()
+        .into_iter()
+        .map(|cache| cache.config.name.to_string())
+        .filter(|name| name.contains("Prices<"))
+        .collect();
+    assert_eq!(
+        names,
+        HashSet::from([
+            "shapes::Prices<shapes::Tens>::price".to_owned(),
+            "shapes::Prices<shapes::Hundreds>::price".to_owned(),
+        ])
+    );
 }

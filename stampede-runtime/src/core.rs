@@ -97,7 +97,7 @@ impl<K: Key, V: Value> Core<K, V> {
         values: Values<V>,
         key_name: Option<fn(&K) -> Option<String>>,
     ) -> Self {
-        let options = crate::tuning::options_of(&config, None);
+        let options = crate::tuning::options_of(&config);
         if tags.is_some() {
             crate::tags::keep_marks_for(options.longest_use().max(config.longest_use()));
         }

@@ -17,6 +17,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("order", 0),
     ("previous", 0),
     ("answer", 0),
+    ("names", 0),
     ("config", 1),
     ("tuning", 2),
     ("given", 2),

@@ -51,6 +51,7 @@ mod layers;
 mod limit;
 mod load;
 mod memory;
+mod names;
 // The one ordering: memory applies it, the fake tier too, and the Redis scripts' tests check
 // the Lua side against it.
 mod order;
@@ -109,12 +110,12 @@ pub mod __private {
     pub use crate::kv::{Key, Value};
     pub use crate::load::{ErasedAttempt, attempt, no_context, plain_attempt};
     pub use crate::memory::lean;
+    pub use crate::names::{function_name, method_name};
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};
     pub use crate::registry::Linked;
     pub use crate::slot::{
-        Call, Entries, ErrorRules, Recipe, Slot, batch_answers, batch_values, groups, method_name,
-        typed,
+        Call, Entries, ErrorRules, Recipe, Slot, batch_answers, batch_values, groups, typed,
     };
     pub use crate::tier::local;
     pub use crate::witness::{CloneError, Companion, ErrorClone, NoCloneError, ops};

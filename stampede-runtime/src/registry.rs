@@ -5,7 +5,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{PoisonError, RwLock};
 
 use crate::config::Config;
 use crate::error::Error;
@@ -64,24 +64,14 @@ pub(crate) trait AnyCache: Send + Sync {
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A cache in the registry, and the name it was asked for when it has another.
-#[derive(Clone)]
-struct Listed {
-    cache: &'static dyn AnyCache,
-    /// For a further instantiation of a generic function whose types make another cache than
-    /// the first's under the same site, renamed `name<K, V>` to keep its shared store apart
-    /// (`Slot::other`): `name`, which a lookup by name still finds it by.
-    asked: Option<Arc<str>>,
-}
+static REGISTRY: RwLock<Vec<&'static dyn AnyCache>> = RwLock::new(Vec::new());
 
-static REGISTRY: RwLock<Vec<Listed>> = RwLock::new(Vec::new());
-
-/// Lists `cache`, found by its name and, when it was renamed, by the name it was `asked` for.
-pub(crate) fn register(cache: &'static dyn AnyCache, asked: Option<Arc<str>>) {
+/// Lists `cache`.
+pub(crate) fn register(cache: &'static dyn AnyCache) {
     REGISTRY
         .write()
         .unwrap_or_else(PoisonError::into_inner)
-        .push(Listed { cache, asked });
+        .push(cache);
 }
 
 /// Takes `cache` off the registry (the simulation, before it frees the caches of a run).
@@ -90,7 +80,7 @@ pub(crate) fn unregister(cache: &'static dyn AnyCache) {
     REGISTRY
         .write()
         .unwrap_or_else(PoisonError::into_inner)
-        .retain(|listed| !std::ptr::addr_eq(listed.cache, cache));
+        .retain(|listed| !std::ptr::addr_eq(*listed, cache));
 }
 
 /// Every cache of the process.
@@ -98,23 +88,19 @@ pub(crate) fn all() -> Vec<&'static dyn AnyCache> {
     REGISTRY
         .read()
         .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .map(|listed| listed.cache)
-        .collect()
+        .clone()
 }
 
-/// The caches called `name` (several in a generic impl, or when names are shared), and those
-/// renamed from it: an invalidation, a `clear` or the stats by name reach every instantiation
-/// of a generic function, whatever its types.
+/// The caches that answer to `name` ([`answers_to`](crate::names::answers_to)): several in a
+/// generic impl, or when names are shared. An invalidation, a `clear` or the stats by name
+/// reach every instantiation of a generic function.
 pub(crate) fn named(name: &str) -> Vec<&'static dyn AnyCache> {
     REGISTRY
         .read()
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
-        .filter(|listed| {
-            &*listed.cache.config().name == name || listed.asked.as_deref() == Some(name)
-        })
-        .map(|listed| listed.cache)
+        .filter(|cache| crate::names::answers_to(&cache.config().name, name))
+        .copied()
         .collect()
 }
 

@@ -1,10 +1,10 @@
 //! The `static` that `#[cached]` puts in each function, which holds its cache; the function's
 //! [`Recipe`]; and the calls the generated code makes with them.
 
-use std::any::{Any, TypeId, type_name};
+use std::any::{Any, TypeId};
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{OnceLock, PoisonError, RwLock};
 
 use crate::answer::Answer;
 use crate::cache::{Cache, New};
@@ -13,7 +13,7 @@ use crate::core::{Tags, Values};
 use crate::error::{Error, LoadError};
 use crate::kv::{Key, Value};
 use crate::load::{Bound, ErasedAttempt, RetryIf};
-use crate::registry::{self, AnyCache};
+use crate::registry;
 use crate::tier::Tier;
 
 mod batch;
@@ -22,7 +22,9 @@ pub use batch::{batch_answers, batch_values, groups};
 
 type Erased = &'static (dyn Any + Send + Sync);
 
-/// A cache and the `Self` type of the method it was built for (`""` for a free function).
+/// A cache and the site of the instantiation it was built for: the `Self` type of a method, the
+/// body's path of a function without a receiver or a companion (`names::function_name`), `""`
+/// for a free function with a companion.
 #[derive(Clone, Copy)]
 struct Built {
     site: &'static str,
@@ -58,10 +60,11 @@ impl Built {
 /// Holds the cache of one function. It is type-erased because a `static` inside a method may not
 /// name `Self` or the impl's generic parameters; the key and value types are named at the call.
 ///
-/// A method of a generic impl shares one `static` between instantiations, so a slot keeps a
-/// cache per instantiation (the `Self` type, as `type_name` writes it) and (key, value) types:
-/// the first in a lock-free cell, any others in a list. `Store<u8>::label` and
-/// `Store<u16>::label` never share a cache, even when their keys and values have one type.
+/// A function of a generic impl shares one `static` between instantiations, so a slot keeps a
+/// cache per instantiation (its site) and (key, value) types: the first in a lock-free cell, any
+/// others in a list. `Store<u8>::label` and `Store<u16>::label` never share a cache, even when
+/// their keys and values have one type, nor do `Shelf<u8>::item` and `Shelf<u16>::item`
+/// without a receiver.
 pub struct Slot {
     first: OnceLock<Built>,
     others: RwLock<Vec<Built>>,
@@ -118,7 +121,7 @@ impl Slot {
         let first = *self.first.get_or_init(|| {
             let config = made.config();
             let tier = made.tier(&config);
-            Built::new(site, leak(new(config, tier, tags, values), None))
+            Built::new(site, leak(new(config, tier, tags, values)))
         });
         if let Some(cache) = first.cache(site) {
             return cache;
@@ -126,7 +129,7 @@ impl Slot {
         self.other(site, made, tags, values, new)
     }
 
-    /// The cache of a further instantiation or (key, value) type pair, in a generic impl.
+    /// The cache of a further instantiation, in a generic impl.
     #[cold]
     fn other<K: Key, V: Value, T: Tier<K, V>>(
         &'static self,
@@ -144,26 +147,9 @@ impl Slot {
         if let Some(cache) = find(&others) {
             return cache;
         }
-        let mut config = made.config();
-        let mut asked = None;
-        if others
-            .iter()
-            .chain(self.first.get())
-            .any(|other| same_site(other.site, site))
-        {
-            // Same instantiation, other types: keep the names (and so the shared stores)
-            // apart; a lookup by name still finds it by the name asked for.
-            let renamed = format!(
-                "{}<{}, {}>",
-                config.name,
-                type_name::<K>(),
-                type_name::<V>()
-            );
-            asked = Some(std::mem::replace(&mut config.name, renamed.into()));
-        }
-        // Made under the name it runs with, which its identity in Redis is made of.
+        let config = made.config();
         let tier = made.tier(&config);
-        let cache = leak(new(config, tier, tags, values), asked);
+        let cache = leak(new(config, tier, tags, values));
         others.push(Built::new(site, cache));
         cache
     }
@@ -402,9 +388,8 @@ fn own_error<E: LoadError + From<Error>>(error: Error, clone_error: Option<fn(&E
     }
 }
 
-/// Builds a cache that lives as long as the process, and lists it in the registry (also under
-/// the name it was `asked` for, when it was renamed).
-fn leak<K, V, T>(cache: Cache<K, V, T>, asked: Option<Arc<str>>) -> &'static Cache<K, V, T>
+/// Builds a cache that lives as long as the process, and lists it in the registry.
+fn leak<K, V, T>(cache: Cache<K, V, T>) -> &'static Cache<K, V, T>
 where
     K: Key,
     V: Value,
@@ -413,12 +398,7 @@ where
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(crate::telemetry::describe);
     let cache: &'static Cache<K, V, T> = Box::leak(Box::new(cache));
-    if let Some(asked) = asked.as_deref() {
-        // Built with the options set for its own name only: those set for the name asked for
-        // apply to it too, as to every cache `registry::named` finds by that name.
-        cache.retune(crate::tuning::options_of(cache.config(), Some(asked)));
-    }
-    registry::register(cache, asked);
+    registry::register(cache);
     cache
 }
 
@@ -426,58 +406,8 @@ fn same_site(a: &str, b: &str) -> bool {
     std::ptr::eq(a, b) || a == b
 }
 
-/// The default name of a method's cache: `path::Type::method` for an inherent method, and
-/// `<path::Type as path::Trait>::method` for a trait's, with the impl's generic arguments as
-/// this instantiation has them. `site` is the `type_name` of a type declared in the method's
-/// generated code, whose path runs through the impl (`<path::Type<_> as path::Trait>::...`):
-/// the only place a method's trait can be read from.
-pub fn method_name(self_type: &str, site: &str, method: &str) -> String {
-    match impl_trait(site) {
-        Some(trait_path) => format!("<{self_type} as {trait_path}>::{method}"),
-        None => format!("{self_type}::{method}"),
-    }
-}
-
-/// `path::Trait` in `<path::Type<_> as path::Trait>::rest`, or `None` for an inherent impl.
-fn impl_trait(site: &str) -> Option<&str> {
-    let inner = site.strip_prefix('<')?;
-    let mut depth = 0usize;
-    let mut trait_start = None;
-    for (at, c) in inner.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' if depth == 0 => return trait_start.map(|start| &inner[start..at]),
-            '>' => depth -= 1,
-            ' ' if depth == 0 && trait_start.is_none() && inner[at..].starts_with(" as ") => {
-                trait_start = Some(at + 4);
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
 /// Gives an `async` block its output type, so that `?` and `return` in a function's body infer
 /// as they did before the body moved into the load.
 pub fn typed<T, F: Future<Output = T>>(future: F) -> F {
     future
-}
-
-#[cfg(test)]
-mod tests {
-    use super::method_name;
-
-    #[test]
-    fn a_methods_name_says_its_trait_and_instantiation() {
-        let site = "<app::Store<_> as app::Repo<u8>>::get::{{closure}}::__StampedeSite";
-        assert_eq!(
-            method_name("app::Store<u16>", site, "get"),
-            "<app::Store<u16> as app::Repo<u8>>::get"
-        );
-        let inherent = "app::Store<_>::label::{{closure}}::__StampedeSite";
-        assert_eq!(
-            method_name("app::Store<u8>", inherent, "label"),
-            "app::Store<u8>::label"
-        );
-    }
 }

@@ -149,17 +149,24 @@ pub(crate) fn merged(name: &str, overrides: &Overrides) -> Overrides {
     overrides.over(&earlier.unwrap_or_default())
 }
 
-/// The options a cache built now runs with: `built` with the overrides set for its name (and,
-/// for a renamed cache, for the name it was `asked` for, its own name's on top), or `built`
-/// alone (with an error logged) when they do not fit it (a method's cache of a name another
-/// cache validated them against).
-pub(crate) fn options_of(built: &Config, asked: Option<&str>) -> Config {
+/// The options a cache built now runs with: `built` with the overrides set for the names it
+/// answers to (its own on top of a generic function's written name), or `built` alone (with
+/// an error logged) when they do not fit it (a method's cache of a name another cache
+/// validated them against).
+pub(crate) fn options_of(built: &Config) -> Config {
     let set = SET.read().unwrap_or_else(PoisonError::into_inner);
-    let of = |name: &str| set.as_ref().and_then(|all| all.get(name));
-    let overrides = match (asked.and_then(of), of(&built.name)) {
-        (None, None) => return built.clone(),
-        (Some(asked), Some(own)) => own.over(asked),
-        (Some(only), None) | (None, Some(only)) => only.clone(),
+    let mut found: Vec<_> = set
+        .iter()
+        .flatten()
+        .filter(|(name, _)| crate::names::answers_to(&built.name, name))
+        .collect();
+    found.sort_by_key(|(name, _)| **name == *built.name);
+    let Some(overrides) = found
+        .into_iter()
+        .map(|(_, overrides)| overrides.clone())
+        .reduce(|earlier, later| later.over(&earlier))
+    else {
+        return built.clone();
     };
     match overrides.applied_to(built) {
         Ok(config) => config,

@@ -7,6 +7,7 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
+use super::config::body_site;
 use super::{
     Call, Expansion, Holder, first_span, receiver_ident, type_span, typed, with_elided_lifetimes,
     with_static_lifetimes,
@@ -158,9 +159,11 @@ impl Expansion<'_> {
     pub(super) fn recipe(&self, rules: TokenStream) -> TokenStream {
         let private = &self.private;
         let (slot, config, tier) = self.cache();
-        let site = match self.function.receiver {
-            Some(_) => quote!(::core::any::type_name::<Self>()),
-            None => quote!(""),
+        let site = match (self.function.receiver, &self.companion) {
+            (Some(_), _) => quote!(::core::any::type_name::<Self>()),
+            // A free function: one instantiation.
+            (None, Some(_)) => quote!(""),
+            (None, None) => body_site(),
         };
         let tags = self.tags();
         let values = self.values();

@@ -9,7 +9,7 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 
-use super::config::{config, name as cache_name};
+use super::config::{Named, config, name as cache_name};
 use super::{Call, Expansion, Holder, typed, with_elided_lifetimes, with_static_lifetimes};
 use crate::func::{Arg, Returns};
 
@@ -126,9 +126,13 @@ impl Expansion<'_> {
         let function = self.function;
         let vis = &function.vis;
         let attrs = self.item_attrs();
+        let named = match function.receiver {
+            Some(_) => Named::Method,
+            None => Named::Path,
+        };
         let config = config(
             &function.sig.ident,
-            function.receiver.is_some(),
+            named,
             self.settings,
             private,
             &self.ttl_from(),
@@ -574,7 +578,12 @@ impl Expansion<'_> {
         let tagged = !self.settings.tags.is_empty();
         // A free function's name is a constant (`name = ".."` or its path): the registry finds a
         // function by it without building its options, whose paths it would read.
-        let cache = cache_name(&self.function.sig.ident, false, self.settings, private);
+        let cache = cache_name(
+            &self.function.sig.ident,
+            Named::Path,
+            self.settings,
+            private,
+        );
         quote! {
             #cfgs
             impl #name {

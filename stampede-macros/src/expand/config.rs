@@ -22,9 +22,13 @@ impl Expansion<'_> {
                 (quote!(#slot()), companion.path("config"), tier)
             }
             None => {
+                let named = match self.function.receiver {
+                    Some(_) => Named::Method,
+                    None => Named::Body,
+                };
                 let config = config(
                     &self.function.sig.ident,
-                    self.function.receiver.is_some(),
+                    named,
                     self.settings,
                     private,
                     &self.ttl_from(),
@@ -108,12 +112,12 @@ fn some<T: ToTokens>(value: Option<T>) -> TokenStream {
 /// given as paths read into it.
 pub(super) fn config(
     fn_name: &syn::Ident,
-    is_method: bool,
+    named: Named,
     settings: &Settings,
     private: &TokenStream,
     ttl_from: &TokenStream,
 ) -> TokenStream {
-    let name = name(fn_name, is_method, settings, private);
+    let name = name(fn_name, named, settings, private);
     let ttl = duration(settings.ttl);
     let jitter = settings.jitter;
     let stale = duration(settings.stale);
@@ -299,24 +303,50 @@ fn duration(duration: Duration) -> TokenStream {
     quote!(::core::time::Duration::from_nanos(#nanos))
 }
 
+/// Where a function without a receiver is, as its body sees it: the type name of a closure
+/// there, which names an associated function's impl with its generic arguments
+/// (`app::Shelf<app::Euros>::item::{{closure}}`), where the attribute cannot tell it from a free
+/// function. Its site, and what its name is made of.
+pub(super) fn body_site() -> TokenStream {
+    quote!(::core::any::type_name_of_val(&|| ()))
+}
+
+/// What a cache's name is made of, by where the function is.
+#[derive(Clone, Copy)]
+pub(super) enum Named {
+    /// A free function with a companion: its path, a constant.
+    Path,
+    /// A method: its type's path and, in a trait impl, its trait's.
+    Method,
+    /// A function without a receiver or a companion, which may be an associated function of a
+    /// generic impl: its path as its body sees it, whose type names the instantiation.
+    Body,
+}
+
 /// The cache's name: `name = ".."`, else the function's path (`module_path!()::function`), or for
-/// a method its type's and, in a trait impl, its trait's.
+/// a method its type's and, in a trait impl, its trait's; for a function named from its body,
+/// its path with the impl's type, and a written name followed by the impl's generic arguments.
 pub(super) fn name(
     fn_name: &syn::Ident,
-    is_method: bool,
+    named: Named,
     settings: &Settings,
     private: &TokenStream,
 ) -> TokenStream {
     let method = fn_name;
     let fn_name = fn_name.to_string();
-    match &settings.name {
-        Some(name) => quote!(#name),
+    match (&settings.name, named) {
+        (written, Named::Body) => {
+            let written = some(written.as_ref());
+            let site = body_site();
+            quote!(#private::function_name(#written, #site))
+        }
+        (Some(name), _) => quote!(#name),
         // A method's cache is named after its type and, in a trait impl, its trait, which only
         // the body can name: the trait through the path of a type declared here. The companion
         // `#[stampede::companions]` emits for a method of a trait impl lives in an inherent
         // impl: it names the trait through the method's own path, which `type_name` writes in
         // the same form (`<path::Type as path::Trait>::method`).
-        None if is_method => {
+        (None, Named::Method) => {
             let site = match &settings.trait_path {
                 Some(trait_path) => {
                     quote!(::core::any::type_name_of_val(&<Self as #trait_path>::#method))
@@ -335,6 +365,6 @@ pub(super) fn name(
                 #fn_name,
             ))
         }
-        None => function_path(method),
+        (None, Named::Path) => function_path(method),
     }
 }

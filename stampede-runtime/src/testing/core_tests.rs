@@ -62,7 +62,7 @@ fn locked(name: &str) -> Config {
 /// A cache that lives as long as the test process, listed in the registry.
 fn leak<T: Tier<u64, String>>(config: Config, tier: T) -> &'static Cache<u64, String, T> {
     let cache = Box::leak(Box::new(Cache::of_form(config, tier, None, Values::NONE)));
-    registry::register(cache, None);
+    registry::register(cache);
     cache
 }
 

@@ -52,7 +52,7 @@ impl<K: Key, V: Value, T: Tier<K, V>> SimCache<K, V, T> {
     /// [`SimCache::free`].
     pub fn new(config: Config, tier: T, tags: Tags<K>, values: Values<V>) -> Self {
         let cache = Box::leak(Box::new(Cache::of_form(config, tier, tags, values)));
-        registry::register(cache, None);
+        registry::register(cache);
         SimCache { cache }
     }
 

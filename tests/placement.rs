@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
@@ -382,4 +383,70 @@ async fn where_clauses_are_kept() {
     assert_eq!(within(labels.of(5)).await, "#5");
     assert_eq!(within(labels.of(5)).await, "#5");
     assert_eq!(labels.loads.count(), 1);
+}
+
+// ---- a written name, in impls and a trait's default method ----------------------------------
+
+/// A default method given a name: each implementor's cache is the name followed by its type.
+trait Rated: Clone + Send + Sync + 'static {
+    fn base(&self) -> u32;
+
+    #[cached(ttl = "60s", name = "placement::rate")]
+    async fn rate(&self, id: u32) -> u32 {
+        self.base() + id
+    }
+}
+
+impl Rated for Shop {
+    fn base(&self) -> u32 {
+        10
+    }
+}
+
+impl Rated for Market {
+    fn base(&self) -> u32 {
+        20
+    }
+}
+
+impl Repo<Postgres> {
+    /// A concrete impl of a generic type: the name as written.
+    #[cached(ttl = "60s", name = "placement::count")]
+    async fn count(&self, id: u32) -> u32 {
+        id
+    }
+}
+
+fn names_from(prefix: &str) -> HashSet<String> {
+    stampede::caches()
+        .into_iter()
+        .map(|cache| cache.config.name.to_string())
+        .filter(|name| name.starts_with(prefix))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_written_name_tells_implementors_apart_and_stays_as_written_in_a_concrete_impl() {
+    let (shop, market) = (Shop::default(), Market::default());
+    assert_eq!(within(shop.rate(1)).await, 11);
+    assert_eq!(within(market.rate(1)).await, 21);
+    assert_eq!(
+        names_from("placement::rate"),
+        HashSet::from([
+            "placement::rate<placement::Shop>".to_owned(),
+            "placement::rate<placement::Market>".to_owned(),
+        ])
+    );
+    let stats = stampede::stats("placement::rate").unwrap();
+    assert_eq!(stats.loads, 2, "a lookup by the written name reaches both");
+
+    let pg = Repo {
+        db: Postgres,
+        loads: Loads::default(),
+    };
+    assert_eq!(within(pg.count(4)).await, 4);
+    assert_eq!(
+        names_from("placement::count"),
+        HashSet::from(["placement::count".to_owned()])
+    );
 }

@@ -971,3 +971,43 @@ async fn instantiations_of_one_name_keep_apart_in_redis_and_are_invalidated_by_i
     assert_eq!(within(Shelf::<Euros>::item(1)).await, Euros(100));
     assert_eq!(SHELF_LOADS.load(SeqCst), 4, "both loaded again");
 }
+
+/// A repository generic over its row type, whose method's cache is given one name.
+#[derive(Clone)]
+struct Ledger<T>(std::marker::PhantomData<T>);
+
+static LEDGER_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+impl<T: Shelved + Send + Sync + 'static> Ledger<T> {
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        backend = "redis",
+        redis = "ledgers",
+        name = "ident::ledger"
+    )]
+    async fn entry(&self, id: u64) -> T {
+        LEDGER_LOADS.fetch_add(1, SeqCst);
+        T::of(id)
+    }
+}
+
+#[tokio::test]
+async fn a_written_name_on_a_generic_impls_method_keeps_its_instantiations_apart_in_redis() {
+    let server = RedisServer::start();
+    install(&server, "ledgers");
+    let (euros, cents) = (
+        Ledger::<Euros>(std::marker::PhantomData),
+        Ledger::<Cents>(std::marker::PhantomData),
+    );
+    assert_eq!(within(euros.entry(2)).await, Euros(200));
+    assert_eq!(within(cents.entry(2)).await, Cents(2), "not Euros' value");
+    assert_eq!(within(euros.entry(2)).await, Euros(200));
+    assert_eq!(LEDGER_LOADS.load(SeqCst), 2);
+    let values = || server.command::<Vec<String>>(&["KEYS", "test:{ident::ledger*|2}:v"]);
+    assert_eq!(values().len(), 2, "{:?}", values());
+    within(stampede::invalidate("ident::ledger", (2u64,)))
+        .await
+        .unwrap();
+    assert_eq!(values(), Vec::<String>::new(), "the name reached both");
+}

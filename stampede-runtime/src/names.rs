@@ -24,22 +24,41 @@ pub fn method_name(self_type: &str, site: &str, method: &str) -> String {
     }
 }
 
-/// The name of the cache of a function without a receiver and without a companion, which may
-/// be an associated function of a generic impl, from `site`: the type name of a closure in its
-/// body (its path, `Type<Args>` included for an associated function, then `::{{closure}}`
-/// per closure). Without a `written` name, that path; with one, the name followed by the
-/// generic arguments in the path (`name<Args>`), so that no two instantiations share a name
-/// and the name stays the same in every process. A lookup by `written` reaches them all
-/// (`names::answers_to`).
-pub fn function_name(written: Option<&str>, site: &str) -> String {
+/// The default name of the cache of a function without a receiver or a companion, which may be
+/// an associated function of a generic impl: its path as its body sees it, `site` being the
+/// type name of a closure there (`app::Shelf<app::Euros>::item::{{closure}}`), without its
+/// closures (`app::Shelf<app::Euros>::item`).
+pub fn function_name(site: &str) -> String {
     let mut path = site;
     while let Some(outer) = path.strip_suffix("::{{closure}}") {
         path = outer;
     }
-    let Some(written) = written else {
-        return path.to_owned();
-    };
-    let arguments = generic_arguments(path);
+    path.to_owned()
+}
+
+/// The name of the cache of a function given `name = "written"` in an impl: `written`, followed
+/// in a generic impl by the generic arguments of this instantiation (`written<app::Euros>`), so
+/// that no two instantiations share a name, or a Redis key, and each is named alike in every
+/// process. `site` is the type name of a closure in the function's body, which writes the impl
+/// as instantiated (`app::Shelf<app::Euros>::item::{{closure}}`); `shape` that of a type
+/// declared there, which writes the impl's parameters as `_` (`app::Shelf<_>::item::Site`):
+/// an argument is the instantiation's where the shape has `_`, so a concrete impl
+/// (`impl Repo<Postgres>`) keeps the name as written. A lookup by `written` reaches every
+/// instantiation (`answers_to`).
+pub fn written_name(written: &str, site: &str, shape: &str) -> String {
+    let instantiated = generic_arguments(site);
+    let parameters = generic_arguments(shape);
+    let arguments: Vec<&str> = instantiated
+        .iter()
+        .zip(&parameters)
+        .flat_map(|(arguments, parameters)| {
+            top_level(arguments)
+                .into_iter()
+                .zip(top_level(parameters))
+                .filter(|(_, parameter)| *parameter == "_")
+                .map(|(argument, _)| argument)
+        })
+        .collect();
     if arguments.is_empty() {
         written.to_owned()
     } else {
@@ -47,12 +66,57 @@ pub fn function_name(written: Option<&str>, site: &str) -> String {
     }
 }
 
+/// [`written_name`] for a method, `self_type` being `type_name::<Self>()`. In a trait's default
+/// method `Self` is a parameter that `shape` does not show (`app::Priced::price::Site`): each
+/// implementor's cache is `written<self_type>`.
+pub fn written_method_name(written: &str, self_type: &str, shape: &str) -> String {
+    let (own, shape_path) = (bare(self_type), bare(shape));
+    let in_impl = shape_path.starts_with(&format!("{own}::"))
+        || shape_path.starts_with(&format!("<{own} as "));
+    if in_impl {
+        written_name(written, self_type, shape)
+    } else {
+        format!("{written}<{self_type}>")
+    }
+}
+
+/// A path as `type_name` writes it, without its generic argument lists:
+/// `<app::Map as app::Get>::get` for `<app::Map<u8> as app::Get<u16>>::get`.
+fn bare(path: &str) -> String {
+    let mut bare = String::with_capacity(path.len());
+    // Per open `<`: whether it opened arguments.
+    let mut open: Vec<bool> = Vec::new();
+    let mut previous = ' ';
+    for c in path.chars() {
+        let in_arguments = open.iter().any(|&arguments| arguments);
+        match c {
+            '<' => {
+                let opens_arguments = previous.is_alphanumeric() || previous == '_';
+                if !in_arguments && !opens_arguments {
+                    bare.push(c);
+                }
+                open.push(opens_arguments);
+            }
+            '>' => {
+                let closed_arguments = open.pop().unwrap_or(false);
+                if !closed_arguments && !open.iter().any(|&arguments| arguments) {
+                    bare.push(c);
+                }
+            }
+            _ if !in_arguments => bare.push(c),
+            _ => {}
+        }
+        previous = c;
+    }
+    bare
+}
+
 /// The generic argument lists in a path as `type_name` writes it, outermost only:
 /// `["u8", "alloc::string::String"]` in `<app::Map<u8> as app::Get<alloc::string::String>>::get`.
 /// A `<` that follows a name opens arguments; one that opens a qualified path does not.
 fn generic_arguments(path: &str) -> Vec<&str> {
     let mut arguments = Vec::new();
-    // Per open `<`: whether it opened arguments, and where they start.
+    // Per open `<`: where the arguments it opened start, if it opened arguments.
     let mut open: Vec<Option<usize>> = Vec::new();
     let mut previous = ' ';
     for (at, c) in path.char_indices() {
@@ -76,6 +140,25 @@ fn generic_arguments(path: &str) -> Vec<&str> {
     arguments
 }
 
+/// The arguments of one list, split at its own commas: `["u8", "app::Map<u8, u16>"]` in
+/// `u8, app::Map<u8, u16>`.
+fn top_level(list: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0usize, 0);
+    for (at, c) in list.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(list[start..at].trim());
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(list[start..].trim());
+    parts
+}
+
 /// `path::Trait` in `<path::Type<_> as path::Trait>::rest`, or `None` for an inherent impl.
 fn impl_trait(site: &str) -> Option<&str> {
     let inner = site.strip_prefix('<')?;
@@ -97,7 +180,7 @@ fn impl_trait(site: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::{answers_to, function_name, method_name};
+    use super::{answers_to, bare, function_name, method_name, written_method_name, written_name};
 
     #[test]
     fn a_methods_name_says_its_trait_and_instantiation() {
@@ -116,21 +199,53 @@ mod tests {
     #[test]
     fn a_function_without_a_receiver_is_named_from_its_body() {
         let free = "app::catalog::product::{{closure}}::{{closure}}";
-        assert_eq!(function_name(None, free), "app::catalog::product");
-        assert_eq!(function_name(Some("catalog"), free), "catalog");
+        assert_eq!(function_name(free), "app::catalog::product");
         let generic = "app::Shelf<app::Euros>::item::{{closure}}::{{closure}}";
-        assert_eq!(function_name(None, generic), "app::Shelf<app::Euros>::item");
-        assert_eq!(function_name(Some("shelf"), generic), "shelf<app::Euros>");
-        let nested = "app::Map<u8, alloc::vec::Vec<u16>>::get::{{closure}}";
+        assert_eq!(function_name(generic), "app::Shelf<app::Euros>::item");
+    }
+
+    #[test]
+    fn a_written_name_is_followed_by_the_instantiations_arguments() {
+        let shelf = |site: &str| written_name("shelf", site, "app::Shelf<_>::item::{{closure}}::S");
         assert_eq!(
-            function_name(Some("map"), nested),
-            "map<u8, alloc::vec::Vec<u16>>"
+            shelf("app::Shelf<app::Euros>::item::{{closure}}::{{closure}}"),
+            "shelf<app::Euros>"
         );
-        // A trait impl's qualified path opens no arguments; its type's and trait's do.
-        let qualified = "<app::Repo as app::Get>::get::{{closure}}";
-        assert_eq!(function_name(Some("get"), qualified), "get");
-        let both = "<app::Repo<u8> as app::Get<u16>>::get::{{closure}}";
-        assert_eq!(function_name(Some("get"), both), "get<u8, u16>");
+        assert_eq!(
+            shelf("app::Shelf<(u8, alloc::vec::Vec<u16>)>::item::{{closure}}"),
+            "shelf<(u8, alloc::vec::Vec<u16>)>"
+        );
+        // Free, or a concrete impl: as written.
+        assert_eq!(
+            written_name("product", "app::product::{{closure}}", "app::product::S"),
+            "product"
+        );
+        assert_eq!(
+            written_name(
+                "repo",
+                "app::Repo<app::Postgres>::get::{{closure}}",
+                "app::Repo<app::Postgres>::get::S"
+            ),
+            "repo"
+        );
+        // The impl's parameters only, in its type and its trait; a qualified path's `<`
+        // opens none.
+        assert_eq!(
+            written_name(
+                "get",
+                "<app::Map<alloc::string::String, u16> as app::Get<i32>>::get::{{closure}}",
+                "<app::Map<_, u16> as app::Get<_>>::get::S"
+            ),
+            "get<alloc::string::String, i32>"
+        );
+        assert_eq!(
+            written_name(
+                "get",
+                "<app::Repo as app::Get>::get::{{closure}}",
+                "<app::Repo as app::Get>::get::S"
+            ),
+            "get"
+        );
     }
 
     #[test]
@@ -142,5 +257,34 @@ mod tests {
         assert!(!answers_to("shelves", "shelf"));
         assert!(!answers_to("shelf", "shelf<app::Euros>"));
         assert!(!answers_to("app::Store<u8>::label", "app::Store"));
+    }
+
+    #[test]
+    fn a_written_name_on_a_method_follows_its_impl_or_its_implementor() {
+        let shape = "<app::Ledger<_> as app::Book>::entry::{{closure}}::S";
+        assert_eq!(
+            written_method_name("ledger", "app::Ledger<app::Euros>", shape),
+            "ledger<app::Euros>"
+        );
+        let inherent = "app::Ledger<_>::entry::{{closure}}::S";
+        assert_eq!(
+            written_method_name("ledger", "app::Ledger<app::Euros>", inherent),
+            "ledger<app::Euros>"
+        );
+        let concrete = "app::Repo<app::Postgres>::get::{{closure}}::S";
+        assert_eq!(
+            written_method_name("repo", "app::Repo<app::Postgres>", concrete),
+            "repo"
+        );
+        // A trait's default method: `Self` is the parameter.
+        let default = "app::Priced::price::{{closure}}::S";
+        assert_eq!(
+            written_method_name("price", "app::Shop", default),
+            "price<app::Shop>"
+        );
+        assert_eq!(
+            bare("<app::Map<u8, app::K<u16>> as app::Get<u16>>::get"),
+            "<app::Map as app::Get>::get"
+        );
     }
 }

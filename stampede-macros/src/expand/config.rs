@@ -323,9 +323,10 @@ pub(super) enum Named {
     Body,
 }
 
-/// The cache's name: `name = ".."`, else the function's path (`module_path!()::function`), or for
-/// a method its type's and, in a trait impl, its trait's; for a function named from its body,
-/// its path with the impl's type, and a written name followed by the impl's generic arguments.
+/// The cache's name: `name = ".."` (in an impl, followed by the instantiation's generic
+/// arguments), else the function's path (`module_path!()::function`), or for a method its
+/// type's and, in a trait impl, its trait's; for a function named from its body, its path with
+/// the impl's type.
 pub(super) fn name(
     fn_name: &syn::Ident,
     named: Named,
@@ -334,13 +335,31 @@ pub(super) fn name(
 ) -> TokenStream {
     let method = fn_name;
     let fn_name = fn_name.to_string();
+    // A type declared in the generated code: its `type_name` writes the impl's parameters as
+    // `_`, and its path runs through the function, so it tells a method's trait too.
+    let shape = {
+        let site = Ident::new("__StampedeSite", Span::mixed_site());
+        quote!({
+            struct #site;
+            ::core::any::type_name::<#site>()
+        })
+    };
     match (&settings.name, named) {
-        (written, Named::Body) => {
-            let written = some(written.as_ref());
+        (Some(name), Named::Path) => quote!(#name),
+        // In an impl, the instantiation's generic arguments follow the written name.
+        (Some(name), Named::Method) => quote!(#private::written_method_name(
+            #name,
+            ::core::any::type_name::<Self>(),
+            #shape,
+        )),
+        (Some(name), Named::Body) => {
             let site = body_site();
-            quote!(#private::function_name(#written, #site))
+            quote!(#private::written_name(#name, #site, #shape))
         }
-        (Some(name), _) => quote!(#name),
+        (None, Named::Body) => {
+            let site = body_site();
+            quote!(#private::function_name(#site))
+        }
         // A method's cache is named after its type and, in a trait impl, its trait, which only
         // the body can name: the trait through the path of a type declared here. The companion
         // `#[stampede::companions]` emits for a method of a trait impl lives in an inherent
@@ -351,13 +370,7 @@ pub(super) fn name(
                 Some(trait_path) => {
                     quote!(::core::any::type_name_of_val(&<Self as #trait_path>::#method))
                 }
-                None => {
-                    let site = Ident::new("__StampedeSite", Span::mixed_site());
-                    quote!({
-                        struct #site;
-                        ::core::any::type_name::<#site>()
-                    })
-                }
+                None => shape,
             };
             quote!(#private::method_name(
                 ::core::any::type_name::<Self>(),

@@ -450,3 +450,53 @@ async fn a_written_name_tells_implementors_apart_and_stays_as_written_in_a_concr
         HashSet::from(["placement::count".to_owned()])
     );
 }
+
+/// A default method without a receiver: its body names `Self`, which each implementor's cache
+/// follows, named or not.
+trait Sourced: Send + Sync + 'static {
+    const BASE: u32;
+
+    #[cached(ttl = "60s", companion = false)]
+    async fn sourced(id: u32) -> u32 {
+        Self::BASE + id
+    }
+
+    #[cached(ttl = "60s", companion = false, name = "placement::named_source")]
+    async fn named_source(id: u32) -> u32 {
+        Self::BASE + id
+    }
+}
+
+impl Sourced for Shop {
+    const BASE: u32 = 1000;
+}
+
+impl Sourced for Market {
+    const BASE: u32 = 2000;
+}
+
+#[tokio::test]
+async fn a_default_method_without_a_receiver_is_cached_per_implementor() {
+    assert_eq!(within(Shop::sourced(1)).await, 1001);
+    assert_eq!(within(Market::sourced(1)).await, 2001, "a cache of its own");
+    assert_eq!(within(Shop::named_source(1)).await, 1001);
+    assert_eq!(within(Market::named_source(1)).await, 2001, "a cache of its own");
+    let sourced: HashSet<_> = names_from("<placement::")
+        .into_iter()
+        .filter(|name| name.ends_with(">::sourced"))
+        .collect();
+    assert_eq!(
+        sourced,
+        HashSet::from([
+            "<placement::Shop as placement::Sourced>::sourced".to_owned(),
+            "<placement::Market as placement::Sourced>::sourced".to_owned(),
+        ])
+    );
+    assert_eq!(
+        names_from("placement::named_source"),
+        HashSet::from([
+            "placement::named_source<placement::Shop>".to_owned(),
+            "placement::named_source<placement::Market>".to_owned(),
+        ])
+    );
+}

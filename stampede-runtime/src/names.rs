@@ -18,7 +18,7 @@ pub(crate) fn answers_to(cache: &str, name: &str) -> bool {
 /// generated code, whose path runs through the impl (`<path::Type<_> as path::Trait>::...`):
 /// the only place a method's trait can be read from.
 pub fn method_name(self_type: &str, site: &str, method: &str) -> String {
-    match impl_trait(site) {
+    match qualified(site).map(|(_, trait_path)| trait_path) {
         Some(trait_path) => format!("<{self_type} as {trait_path}>::{method}"),
         None => format!("{self_type}::{method}"),
     }
@@ -43,9 +43,16 @@ pub fn function_name(site: &str) -> String {
 /// as instantiated (`app::Shelf<app::Euros>::item::{{closure}}`); `shape` that of a type
 /// declared there, which writes the impl's parameters as `_` (`app::Shelf<_>::item::Site`):
 /// an argument is the instantiation's where the shape has `_`, so a concrete impl
-/// (`impl Repo<Postgres>`) keeps the name as written. A lookup by `written` reaches every
+/// (`impl Repo<Postgres>`) keeps the name as written. In a trait's default method, where the
+/// site names the implementor (`<app::Shop as app::Priced>::price::{{closure}}`) and the shape
+/// does not, the implementor follows the name. A lookup by `written` reaches every
 /// instantiation (`answers_to`).
 pub fn written_name(written: &str, site: &str, shape: &str) -> String {
+    // A trait's default method: the site names the implementor, which the shape, declared in
+    // the trait, does not.
+    if let (Some((implementor, _)), None) = (qualified(site), qualified(shape)) {
+        return format!("{written}<{implementor}>");
+    }
     let instantiated = generic_arguments(site);
     let parameters = generic_arguments(shape);
     let arguments: Vec<&str> = instantiated
@@ -159,18 +166,21 @@ fn top_level(list: &str) -> Vec<&str> {
     parts
 }
 
-/// `path::Trait` in `<path::Type<_> as path::Trait>::rest`, or `None` for an inherent impl.
-fn impl_trait(site: &str) -> Option<&str> {
+/// `path::Type<_>` and `path::Trait` in `<path::Type<_> as path::Trait>::rest`; `None` for a
+/// path that is not qualified (an inherent impl's, a free function's, a trait's own).
+fn qualified(site: &str) -> Option<(&str, &str)> {
     let inner = site.strip_prefix('<')?;
     let mut depth = 0usize;
-    let mut trait_start = None;
+    let mut as_at = None;
     for (at, c) in inner.char_indices() {
         match c {
             '<' => depth += 1,
-            '>' if depth == 0 => return trait_start.map(|start| &inner[start..at]),
+            '>' if depth == 0 => {
+                return as_at.map(|as_at| (&inner[..as_at], &inner[as_at + 4..at]));
+            }
             '>' => depth -= 1,
-            ' ' if depth == 0 && trait_start.is_none() && inner[at..].starts_with(" as ") => {
-                trait_start = Some(at + 4);
+            ' ' if depth == 0 && as_at.is_none() && inner[at..].starts_with(" as ") => {
+                as_at = Some(at);
             }
             _ => {}
         }
@@ -245,6 +255,15 @@ mod tests {
                 "<app::Repo as app::Get>::get::S"
             ),
             "get"
+        );
+        // A trait's default method.
+        assert_eq!(
+            written_name(
+                "price",
+                "<app::Shop as app::Priced>::price::{{closure}}",
+                "app::Priced::price::{{closure}}::S"
+            ),
+            "price<app::Shop>"
         );
     }
 

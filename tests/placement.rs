@@ -480,7 +480,11 @@ async fn a_default_method_without_a_receiver_is_cached_per_implementor() {
     assert_eq!(within(Shop::sourced(1)).await, 1001);
     assert_eq!(within(Market::sourced(1)).await, 2001, "a cache of its own");
     assert_eq!(within(Shop::named_source(1)).await, 1001);
-    assert_eq!(within(Market::named_source(1)).await, 2001, "a cache of its own");
+    assert_eq!(
+        within(Market::named_source(1)).await,
+        2001,
+        "a cache of its own"
+    );
     let sourced: HashSet<_> = names_from("<placement::")
         .into_iter()
         .filter(|name| name.ends_with(">::sourced"))

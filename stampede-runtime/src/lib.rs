@@ -110,7 +110,7 @@ pub mod __private {
     pub use crate::kv::{Key, Value};
     pub use crate::load::{ErasedAttempt, attempt, no_context, plain_attempt};
     pub use crate::memory::lean;
-    pub use crate::names::{function_name, method_name, written_method_name, written_name};
+    pub use crate::names::{function_name, method_name, written_name};
     #[cfg(feature = "redis")]
     pub use crate::redis::{Busy, redis};
     pub use crate::registry::Linked;

@@ -36,28 +36,30 @@ pub fn function_name(site: &str) -> String {
     path.to_owned()
 }
 
-/// The name of the cache of a function given `name = "written"` in an impl: `written`, followed
-/// in a generic impl by the generic arguments of this instantiation (`written<app::Euros>`), so
-/// that no two instantiations share a name, or a Redis key, and each is named alike in every
-/// process. `site` is the type name of a closure in the function's body, which writes the impl
-/// as instantiated (`app::Shelf<app::Euros>::item::{{closure}}`); `shape` that of a type
-/// declared there, which writes the impl's parameters as `_` (`app::Shelf<_>::item::Site`):
-/// an argument is the instantiation's where the shape has `_`, so a concrete impl
-/// (`impl Repo<Postgres>`) keeps the name as written. In a trait's default method, where the
-/// site names the implementor (`<app::Shop as app::Priced>::price::{{closure}}`) and the shape
-/// does not, the implementor follows the name. A lookup by `written` reaches every
-/// instantiation (`answers_to`).
+/// The name of the cache of a function given `name = "written"`: `written`, followed where one
+/// function has a cache per instantiation or implementor by what tells them apart, so that no
+/// two share a name, or a Redis key, and each is named alike in every process.
+///
+/// `site` is the type name of a closure in the function's body, which writes the impl as
+/// instantiated (`app::Shelf<app::Euros>::item::{{closure}}`); `shape` that of a type declared
+/// there, which writes the impl's parameters as `_` (`app::Shelf<_>::item::Site`):
+/// - in an impl, the arguments of its type where the shape has `_` (`written<app::Euros>`), so
+///   a concrete impl (`impl Repo<Postgres>`) keeps the name as written, and a trait impl's
+///   method is named as the companion emitted for it in an inherent impl;
+/// - in a trait's default method, where the site names the implementor
+///   (`<app::Shop as app::Priced>::price::{{closure}}`) and the shape does not, the implementor
+///   (`written<app::Shop>`).
+///
+/// A lookup by `written` reaches every instantiation (`answers_to`).
 pub fn written_name(written: &str, site: &str, shape: &str) -> String {
-    // A trait's default method: the site names the implementor, which the shape, declared in
-    // the trait, does not.
-    if let (Some((implementor, _)), None) = (qualified(site), qualified(shape)) {
-        return format!("{written}<{implementor}>");
-    }
-    let instantiated = generic_arguments(site);
-    let parameters = generic_arguments(shape);
-    let arguments: Vec<&str> = instantiated
-        .iter()
-        .zip(&parameters)
+    let (site, shape) = match (qualified(site), qualified(shape)) {
+        (Some((implementor, _)), None) => return format!("{written}<{implementor}>"),
+        (Some((site, _)), Some((shape, _))) => (site, shape),
+        _ => (site, shape),
+    };
+    let arguments: Vec<&str> = generic_arguments(site)
+        .into_iter()
+        .zip(generic_arguments(shape))
         .flat_map(|(arguments, parameters)| {
             top_level(arguments)
                 .into_iter()
@@ -71,51 +73,6 @@ pub fn written_name(written: &str, site: &str, shape: &str) -> String {
     } else {
         format!("{written}<{}>", arguments.join(", "))
     }
-}
-
-/// [`written_name`] for a method, `self_type` being `type_name::<Self>()`. In a trait's default
-/// method `Self` is a parameter that `shape` does not show (`app::Priced::price::Site`): each
-/// implementor's cache is `written<self_type>`.
-pub fn written_method_name(written: &str, self_type: &str, shape: &str) -> String {
-    let (own, shape_path) = (bare(self_type), bare(shape));
-    let in_impl = shape_path.starts_with(&format!("{own}::"))
-        || shape_path.starts_with(&format!("<{own} as "));
-    if in_impl {
-        written_name(written, self_type, shape)
-    } else {
-        format!("{written}<{self_type}>")
-    }
-}
-
-/// A path as `type_name` writes it, without its generic argument lists:
-/// `<app::Map as app::Get>::get` for `<app::Map<u8> as app::Get<u16>>::get`.
-fn bare(path: &str) -> String {
-    let mut bare = String::with_capacity(path.len());
-    // Per open `<`: whether it opened arguments.
-    let mut open: Vec<bool> = Vec::new();
-    let mut previous = ' ';
-    for c in path.chars() {
-        let in_arguments = open.iter().any(|&arguments| arguments);
-        match c {
-            '<' => {
-                let opens_arguments = previous.is_alphanumeric() || previous == '_';
-                if !in_arguments && !opens_arguments {
-                    bare.push(c);
-                }
-                open.push(opens_arguments);
-            }
-            '>' => {
-                let closed_arguments = open.pop().unwrap_or(false);
-                if !closed_arguments && !open.iter().any(|&arguments| arguments) {
-                    bare.push(c);
-                }
-            }
-            _ if !in_arguments => bare.push(c),
-            _ => {}
-        }
-        previous = c;
-    }
-    bare
 }
 
 /// The generic argument lists in a path as `type_name` writes it, outermost only:
@@ -190,7 +147,7 @@ fn qualified(site: &str) -> Option<(&str, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{answers_to, bare, function_name, method_name, written_method_name, written_name};
+    use super::{answers_to, function_name, method_name, written_name};
 
     #[test]
     fn a_methods_name_says_its_trait_and_instantiation() {
@@ -238,15 +195,14 @@ mod tests {
             ),
             "repo"
         );
-        // The impl's parameters only, in its type and its trait; a qualified path's `<`
-        // opens none.
+        // The impl's parameters in its type only, as its companion's inherent impl shows them.
         assert_eq!(
             written_name(
                 "get",
                 "<app::Map<alloc::string::String, u16> as app::Get<i32>>::get::{{closure}}",
                 "<app::Map<_, u16> as app::Get<_>>::get::S"
             ),
-            "get<alloc::string::String, i32>"
+            "get<alloc::string::String>"
         );
         assert_eq!(
             written_name(
@@ -280,30 +236,22 @@ mod tests {
 
     #[test]
     fn a_written_name_on_a_method_follows_its_impl_or_its_implementor() {
-        let shape = "<app::Ledger<_> as app::Book>::entry::{{closure}}::S";
-        assert_eq!(
-            written_method_name("ledger", "app::Ledger<app::Euros>", shape),
-            "ledger<app::Euros>"
+        let (site, shape) = (
+            "<app::Ledger<app::Euros> as app::Book<u8>>::entry::{{closure}}::{{closure}}",
+            "<app::Ledger<_> as app::Book<_>>::entry::{{closure}}::S",
         );
-        let inherent = "app::Ledger<_>::entry::{{closure}}::S";
-        assert_eq!(
-            written_method_name("ledger", "app::Ledger<app::Euros>", inherent),
-            "ledger<app::Euros>"
+        assert_eq!(written_name("ledger", site, shape), "ledger<app::Euros>");
+        // Its companion, in an inherent impl: the same name.
+        let (site, shape) = (
+            "app::Ledger<app::Euros>::entry_config::{{closure}}",
+            "app::Ledger<_>::entry_config::S",
         );
-        let concrete = "app::Repo<app::Postgres>::get::{{closure}}::S";
-        assert_eq!(
-            written_method_name("repo", "app::Repo<app::Postgres>", concrete),
-            "repo"
+        assert_eq!(written_name("ledger", site, shape), "ledger<app::Euros>");
+        // A trait's default method: the implementor.
+        let (site, shape) = (
+            "<app::Shop<u8> as app::Priced>::price::{{closure}}::{{closure}}",
+            "app::Priced::price::{{closure}}::S",
         );
-        // A trait's default method: `Self` is the parameter.
-        let default = "app::Priced::price::{{closure}}::S";
-        assert_eq!(
-            written_method_name("price", "app::Shop", default),
-            "price<app::Shop>"
-        );
-        assert_eq!(
-            bare("<app::Map<u8, app::K<u16>> as app::Get<u16>>::get"),
-            "<app::Map as app::Get>::get"
-        );
+        assert_eq!(written_name("price", site, shape), "price<app::Shop<u8>>");
     }
 }

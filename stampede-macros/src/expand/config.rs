@@ -346,13 +346,9 @@ pub(super) fn name(
     };
     match (&settings.name, named) {
         (Some(name), Named::Path) => quote!(#name),
-        // In an impl, the instantiation's generic arguments follow the written name.
-        (Some(name), Named::Method) => quote!(#private::written_method_name(
-            #name,
-            ::core::any::type_name::<Self>(),
-            #shape,
-        )),
-        (Some(name), Named::Body) => {
+        // In an impl or a trait's default method, what tells its caches apart follows the
+        // written name.
+        (Some(name), Named::Method | Named::Body) => {
             let site = body_site();
             quote!(#private::written_name(#name, #site, #shape))
         }

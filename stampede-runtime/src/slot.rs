@@ -119,8 +119,7 @@ impl Slot {
         new: New<K, V, T>,
     ) -> &'static Cache<K, V, T> {
         let first = *self.first.get_or_init(|| {
-            let config = made.config();
-            let tier = made.tier(&config);
+            let (config, tier) = made.make();
             Built::new(site, leak(new(config, tier, tags, values)))
         });
         if let Some(cache) = first.cache(site) {
@@ -147,35 +146,30 @@ impl Slot {
         if let Some(cache) = find(&others) {
             return cache;
         }
-        let config = made.config();
-        let tier = made.tier(&config);
+        let (config, tier) = made.make();
         let cache = leak(new(config, tier, tags, values));
         others.push(Built::new(site, cache));
         cache
     }
 }
 
-/// What builds a cache's options and tier, called through an object rather than `dyn FnMut`,
-/// whose vtable would hold the body twice (`call_mut` and `call_once`), in every cached
-/// function (issue 38).
+/// What builds a cache's options and tier, called through an object. A trait of one method
+/// rather than `dyn FnMut`, whose vtable would hold the body twice (`call_mut` and
+/// `call_once`), in every cached function (issue 38).
 trait Make<T> {
-    /// The options the attribute gives.
-    fn config(&self) -> Config;
-    /// The tier, built from the options the cache runs with; called once.
-    fn tier(&mut self, config: &Config) -> T;
+    /// The options, and the tier built from them; called once.
+    fn make(&mut self) -> (Config, T);
 }
 
 impl<S, T> Make<T> for Option<(fn() -> Config, S)>
 where
     S: FnOnce(&Config) -> T,
 {
-    fn config(&self) -> Config {
-        self.as_ref().expect("a cache is built once per call").0()
-    }
-
-    fn tier(&mut self, config: &Config) -> T {
-        let (_, tier) = self.take().expect("a cache is built once per call");
-        tier(config)
+    fn make(&mut self) -> (Config, T) {
+        let (config, tier) = self.take().expect("a cache is built once per call");
+        let config = config();
+        let tier = tier(&config);
+        (config, tier)
     }
 }
 

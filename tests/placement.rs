@@ -504,3 +504,79 @@ async fn a_default_method_without_a_receiver_is_cached_per_implementor() {
         ])
     );
 }
+
+// ---- a trait impl whose parameter only its trait has -----------------------------------------
+
+trait Tagged: Send + Sync + 'static {
+    const BASE: u32;
+}
+
+struct Euro;
+
+impl Tagged for Euro {
+    const BASE: u32 = 100;
+}
+
+struct Pound;
+
+impl Tagged for Pound {
+    const BASE: u32 = 200;
+}
+
+trait Book<U> {
+    fn entry(&self, id: u32) -> impl std::future::Future<Output = u32> + Send;
+    fn named_entry(&self, id: u32) -> impl std::future::Future<Output = u32> + Send;
+}
+
+#[derive(Clone)]
+struct Ledger;
+
+impl<U: Tagged> Book<U> for Ledger {
+    /// One `Self` for every `U`, and one key and value type: only the trait tells them apart.
+    #[cached(ttl = "60s")]
+    async fn entry(&self, id: u32) -> u32 {
+        U::BASE + id
+    }
+
+    #[cached(ttl = "60s", name = "placement::book")]
+    async fn named_entry(&self, id: u32) -> u32 {
+        U::BASE + id
+    }
+}
+
+#[tokio::test]
+async fn a_trait_impls_parameter_only_its_trait_has_gets_a_cache_per_instantiation() {
+    let ledger = Ledger;
+    assert_eq!(within(<Ledger as Book<Euro>>::entry(&ledger, 1)).await, 101);
+    assert_eq!(
+        within(<Ledger as Book<Pound>>::entry(&ledger, 1)).await,
+        201,
+        "not the other instantiation's value"
+    );
+    assert_eq!(
+        within(<Ledger as Book<Euro>>::named_entry(&ledger, 1)).await,
+        101
+    );
+    assert_eq!(
+        within(<Ledger as Book<Pound>>::named_entry(&ledger, 1)).await,
+        201
+    );
+    let entries: HashSet<_> = names_from("<placement::Ledger as ")
+        .into_iter()
+        .filter(|name| name.ends_with(">::entry"))
+        .collect();
+    assert_eq!(
+        entries,
+        HashSet::from([
+            "<placement::Ledger as placement::Book<placement::Euro>>::entry".to_owned(),
+            "<placement::Ledger as placement::Book<placement::Pound>>::entry".to_owned(),
+        ])
+    );
+    assert_eq!(
+        names_from("placement::book"),
+        HashSet::from([
+            "placement::book<placement::Euro>".to_owned(),
+            "placement::book<placement::Pound>".to_owned(),
+        ])
+    );
+}

@@ -12,14 +12,16 @@ pub(crate) fn answers_to(cache: &str, name: &str) -> bool {
             .is_some_and(|rest| rest.ends_with('>'))
 }
 
-/// The default name of a method's cache: `path::Type::method` for an inherent method, and
-/// `<path::Type as path::Trait>::method` for a trait's, with the impl's generic arguments as
-/// this instantiation has them. `site` is the `type_name` of a type declared in the method's
-/// generated code, whose path runs through the impl (`<path::Type<_> as path::Trait>::...`):
-/// the only place a method's trait can be read from.
-pub fn method_name(self_type: &str, site: &str, method: &str) -> String {
-    match qualified(site).map(|(_, trait_path)| trait_path) {
-        Some(trait_path) => format!("<{self_type} as {trait_path}>::{method}"),
+/// The default name of a method's cache: `path::Type::method` for an inherent method or a
+/// trait's default method, and `<path::Type as path::Trait>::method` for a trait impl's, with
+/// the impl's generic arguments as this instantiation has them, in its type and its trait.
+/// `shape` is the `type_name` of a type declared in the method's generated code, whose path
+/// runs through the impl (`<path::Type<_> as path::Trait<_>>::...`): qualified only in a trait
+/// impl. `site` is the type name of a closure in the method's body, which writes the trait as
+/// instantiated (`<path::Type<u8> as path::Trait<u16>>::...`).
+pub fn method_name(self_type: &str, shape: &str, site: &str, method: &str) -> String {
+    match qualified(shape).and(qualified(site)) {
+        Some((_, trait_path)) => format!("<{self_type} as {trait_path}>::{method}"),
         None => format!("{self_type}::{method}"),
     }
 }
@@ -43,20 +45,18 @@ pub fn function_name(site: &str) -> String {
 /// `site` is the type name of a closure in the function's body, which writes the impl as
 /// instantiated (`app::Shelf<app::Euros>::item::{{closure}}`); `shape` that of a type declared
 /// there, which writes the impl's parameters as `_` (`app::Shelf<_>::item::Site`):
-/// - in an impl, the arguments of its type where the shape has `_` (`written<app::Euros>`), so
-///   a concrete impl (`impl Repo<Postgres>`) keeps the name as written, and a trait impl's
-///   method is named as the companion emitted for it in an inherent impl;
+/// - in an impl, the arguments of its type and trait where the shape has `_`
+///   (`written<app::Euros>`), so a concrete impl (`impl Repo<Postgres>`) keeps the name as
+///   written;
 /// - in a trait's default method, where the site names the implementor
 ///   (`<app::Shop as app::Priced>::price::{{closure}}`) and the shape does not, the implementor
 ///   (`written<app::Shop>`).
 ///
 /// A lookup by `written` reaches every instantiation (`answers_to`).
 pub fn written_name(written: &str, site: &str, shape: &str) -> String {
-    let (site, shape) = match (qualified(site), qualified(shape)) {
-        (Some((implementor, _)), None) => return format!("{written}<{implementor}>"),
-        (Some((site, _)), Some((shape, _))) => (site, shape),
-        _ => (site, shape),
-    };
+    if let (Some((implementor, _)), None) = (qualified(site), qualified(shape)) {
+        return format!("{written}<{implementor}>");
+    }
     let arguments: Vec<&str> = generic_arguments(site)
         .into_iter()
         .zip(generic_arguments(shape))
@@ -151,15 +151,24 @@ mod tests {
 
     #[test]
     fn a_methods_name_says_its_trait_and_instantiation() {
-        let site = "<app::Store<_> as app::Repo<u8>>::get::{{closure}}::__StampedeSite";
+        let shape = "<app::Store<_> as app::Repo<_>>::get::{{closure}}::__StampedeSite";
+        let site = "<app::Store<u16> as app::Repo<u8>>::get::{{closure}}::{{closure}}";
         assert_eq!(
-            method_name("app::Store<u16>", site, "get"),
+            method_name("app::Store<u16>", shape, site, "get"),
             "<app::Store<u16> as app::Repo<u8>>::get"
         );
         let inherent = "app::Store<_>::label::{{closure}}::__StampedeSite";
+        let site = "app::Store<u8>::label::{{closure}}::{{closure}}";
         assert_eq!(
-            method_name("app::Store<u8>", inherent, "label"),
+            method_name("app::Store<u8>", inherent, site, "label"),
             "app::Store<u8>::label"
+        );
+        // A trait's default method: named after the implementor.
+        let default = "app::Priced::price::{{closure}}::__StampedeSite";
+        let site = "<app::Shop as app::Priced>::price::{{closure}}::{{closure}}";
+        assert_eq!(
+            method_name("app::Shop", default, site, "price"),
+            "app::Shop::price"
         );
     }
 
@@ -195,14 +204,14 @@ mod tests {
             ),
             "repo"
         );
-        // The impl's parameters in its type only, as its companion's inherent impl shows them.
+        // The impl's parameters, in its type and its trait.
         assert_eq!(
             written_name(
                 "get",
                 "<app::Map<alloc::string::String, u16> as app::Get<i32>>::get::{{closure}}",
                 "<app::Map<_, u16> as app::Get<_>>::get::S"
             ),
-            "get<alloc::string::String>"
+            "get<alloc::string::String, i32>"
         );
         assert_eq!(
             written_name(
@@ -240,8 +249,11 @@ mod tests {
             "<app::Ledger<app::Euros> as app::Book<u8>>::entry::{{closure}}::{{closure}}",
             "<app::Ledger<_> as app::Book<_>>::entry::{{closure}}::S",
         );
-        assert_eq!(written_name("ledger", site, shape), "ledger<app::Euros>");
-        // Its companion, in an inherent impl: the same name.
+        assert_eq!(
+            written_name("ledger", site, shape),
+            "ledger<app::Euros, u8>"
+        );
+        // A companion, in an inherent impl.
         let (site, shape) = (
             "app::Ledger<app::Euros>::entry_config::{{closure}}",
             "app::Ledger<_>::entry_config::S",

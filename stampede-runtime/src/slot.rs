@@ -22,9 +22,9 @@ pub use batch::{batch_answers, batch_values, groups};
 
 type Erased = &'static (dyn Any + Send + Sync);
 
-/// A cache and the site of the instantiation it was built for: the `Self` type of a method, the
-/// body's path of a function without a receiver or a companion (`names::function_name`), `""`
-/// for a free function with a companion.
+/// A cache and the site of the instantiation it was built for: the `Self` type of a method with a
+/// companion, the type name of a closure in the body of a function without one (its path with
+/// the impl's type and trait as instantiated), `""` for a free function with a companion.
 #[derive(Clone, Copy)]
 struct Built {
     site: &'static str,

@@ -160,10 +160,13 @@ impl Expansion<'_> {
         let private = &self.private;
         let (slot, config, tier) = self.cache();
         let site = match (self.function.receiver, &self.companion) {
-            (Some(_), _) => quote!(::core::any::type_name::<Self>()),
+            // The method and its companion's operations reach the cache alike; an impl with a
+            // companion has its parameters in its type.
+            (Some(_), Some(_)) => quote!(::core::any::type_name::<Self>()),
             // A free function: one instantiation.
             (None, Some(_)) => quote!(""),
-            (None, None) => body_site(),
+            // Its instantiation, a trait's parameters included, as its body sees it.
+            (_, None) => body_site(),
         };
         let tags = self.tags();
         let values = self.values();

@@ -362,14 +362,17 @@ pub(super) fn name(
         // impl: it names the trait through the method's own path, which `type_name` writes in
         // the same form (`<path::Type as path::Trait>::method`).
         (None, Named::Method) => {
-            let site = match &settings.trait_path {
+            let (shape, site) = match &settings.trait_path {
                 Some(trait_path) => {
-                    quote!(::core::any::type_name_of_val(&<Self as #trait_path>::#method))
+                    let path =
+                        quote!(::core::any::type_name_of_val(&<Self as #trait_path>::#method));
+                    (path.clone(), path)
                 }
-                None => shape,
+                None => (shape, body_site()),
             };
             quote!(#private::method_name(
                 ::core::any::type_name::<Self>(),
+                #shape,
                 #site,
                 #fn_name,
             ))

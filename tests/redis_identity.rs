@@ -1011,3 +1011,42 @@ async fn a_written_name_on_a_generic_impls_method_keeps_its_instantiations_apart
         .unwrap();
     assert_eq!(values(), Vec::<String>::new(), "the name reached both");
 }
+
+#[cached(ttl = "60s", lock = "redis", redis = "copied", name = "ident::copied")]
+async fn copied_price(id: u64) -> u64 {
+    id
+}
+
+/// The same name and value shape as `copied_price`: a copied `name`.
+#[cached(ttl = "60s", lock = "redis", redis = "copied", name = "ident::copied")]
+async fn copied_stock(id: u64) -> u64 {
+    id + 1
+}
+
+#[test]
+fn two_functions_of_one_name_in_a_process_are_reported() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let logged_events = Logged::default();
+    let subscriber = tracing_subscriber::registry().with(logged_events.clone());
+    let server = RedisServer::start();
+    install(&server, "copied");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            within(copied_price(1)).await;
+            within(copied_stock(1)).await;
+        })
+    });
+    let events = logged_events.0.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|(level, text)| *level == tracing::Level::ERROR
+                && text.contains("ident::copied")
+                && text.contains("Give each its own `name`")),
+        "{events:#?}"
+    );
+}

@@ -66,12 +66,20 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 static REGISTRY: RwLock<Vec<&'static dyn AnyCache>> = RwLock::new(Vec::new());
 
-/// Lists `cache`.
+/// Lists `cache`, and reports a name another cache of this process has: two functions (each
+/// instantiation or implementor has a name of its own), almost always a copied `name = ".."`.
 pub(crate) fn register(cache: &'static dyn AnyCache) {
-    REGISTRY
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(cache);
+    let mut registry = REGISTRY.write().unwrap_or_else(PoisonError::into_inner);
+    let name = &cache.config().name;
+    if registry.iter().any(|other| other.config().name == *name) {
+        tracing::error!(
+            cache = %name,
+            "stampede: two cached functions in this process are named `{name}`: a lookup by \
+             the name reaches both, and through Redis they share their values when their key \
+             and value shapes match. Give each its own `name`."
+        );
+    }
+    registry.push(cache);
 }
 
 /// Takes `cache` off the registry (the simulation, before it frees the caches of a run).

@@ -2,7 +2,7 @@
 //! protocol's steps share (a key's Redis keys, a load here when Redis cannot be used, the keys
 //! changed meanwhile). What the core asks of it is answered in `calls`.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -75,15 +75,14 @@ where
 ///
 /// A shape that cannot be traced is stood for by the `version`; without one, the cache shares
 /// nothing (it loads locally) and says so at error level, naming the type and the fix. Two
-/// caches of this process given one name with different shapes, templates or versions get
-/// different identities, so they share nothing; the first such pair is reported, since it is
-/// almost always a copied `name = "..."`.
+/// caches given one name with different shapes, templates or versions get different
+/// identities, so they share nothing. (Two of one process are reported when the registry lists
+/// the second: almost always a copied `name = "..."`.)
 fn identity(
     config: &Config,
     key: Result<Shape, Untraceable>,
     value: Result<Shape, Untraceable>,
 ) -> (String, Identity) {
-    static SEEN: Mutex<Vec<(Arc<str>, String)>> = Mutex::new(Vec::new());
     let describe = |traced: &Result<Shape, Untraceable>| match traced {
         Ok(shape) => shape.description.clone(),
         Err(untraceable) => format!("untraceable: {}", untraceable.reason),
@@ -119,17 +118,6 @@ fn identity(
             value_shape = %value_shape,
             "stampede: the cache's identity in Redis is {identity}"
         ),
-    }
-    let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
-    match seen.iter().find(|(name, _)| *name == config.name) {
-        Some((_, other)) if *other != identity => tracing::error!(
-            cache = %config.name,
-            "stampede: two cached functions share this name with different key or value \
-             shapes, key templates or versions; they share no values in Redis. Give each its \
-             own `name`."
-        ),
-        Some(_) => {}
-        None => seen.push((config.name.clone(), identity.clone())),
     }
     let shown = Identity {
         name: config.name.clone(),

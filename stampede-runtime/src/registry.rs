@@ -75,7 +75,7 @@ pub(crate) fn register(cache: &'static dyn AnyCache) {
         tracing::error!(
             cache = %name,
             "stampede: two cached functions in this process are named `{name}`: a lookup by \
-             the name reaches both, and through Redis they share their values when their key \
+             the name reaches both, and on one Redis they share their values when their key \
              and value shapes match. Give each its own `name`."
         );
     }

@@ -449,6 +449,25 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logged {
     }
 }
 
+/// The events `calls` log, at every level: run on a runtime of their own, with a real
+/// `redis-server` installed as the connection `connection`.
+fn logged_by<F: std::future::Future<Output = ()>>(
+    connection: &str,
+    calls: impl FnOnce() -> F,
+) -> Vec<(tracing::Level, String)> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let logged_events = Logged::default();
+    let subscriber = tracing_subscriber::registry().with(logged_events.clone());
+    let server = RedisServer::start();
+    install(&server, connection);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || runtime.block_on(calls()));
+    logged_events.0.lock().unwrap().clone()
+}
+
 #[cached(ttl = "60s", lock = "redis", redis = "logged", name = "ident::logged")]
 async fn logged(id: u64) -> Price {
     Price { sku: id, cents: 1 }
@@ -468,22 +487,10 @@ async fn logged_untraced(id: u64) -> Document {
 /// at error level, naming the type and the fix.
 #[test]
 fn the_identity_is_logged_when_the_cache_is_built() {
-    use tracing_subscriber::layer::SubscriberExt as _;
-    let logged_events = Logged::default();
-    let subscriber = tracing_subscriber::registry().with(logged_events.clone());
-    let server = RedisServer::start();
-    install(&server, "logged");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        runtime.block_on(async {
-            within(logged(1)).await;
-            within(logged_untraced(1)).await;
-        })
+    let events = logged_by("logged", || async {
+        within(logged(1)).await;
+        within(logged_untraced(1)).await;
     });
-    let events = logged_events.0.lock().unwrap().clone();
     let identity = identity_of("ident::logged");
     assert!(
         events
@@ -1025,22 +1032,10 @@ async fn copied_stock(id: u64) -> u64 {
 
 #[test]
 fn two_functions_of_one_name_in_a_process_are_reported() {
-    use tracing_subscriber::layer::SubscriberExt as _;
-    let logged_events = Logged::default();
-    let subscriber = tracing_subscriber::registry().with(logged_events.clone());
-    let server = RedisServer::start();
-    install(&server, "copied");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        runtime.block_on(async {
-            within(copied_price(1)).await;
-            within(copied_stock(1)).await;
-        })
+    let events = logged_by("copied", || async {
+        within(copied_price(1)).await;
+        within(copied_stock(1)).await;
     });
-    let events = logged_events.0.lock().unwrap().clone();
     assert!(
         events
             .iter()

@@ -1,8 +1,8 @@
 //! Cache names: what a cache is called by default, and what a lookup by name finds.
 
-/// Whether the cache called `cache` answers to a lookup by `name`: its own name, or the name
-/// written on an associated function of a generic impl that [`function_name`] followed with
-/// the instantiation's generic arguments (`name<Args>`). One rule for every lookup by name
+/// Whether the cache called `cache` answers to a lookup by `name`: its own name, or a written
+/// name that [`written_name`] followed with what tells one function's caches apart
+/// (`name<Args>`). One rule for every lookup by name
 /// (`invalidate`, `expire`, `clear`, `stats`, `configure`, the invalidation feed).
 pub(crate) fn answers_to(cache: &str, name: &str) -> bool {
     cache == name
@@ -89,6 +89,8 @@ fn generic_arguments(path: &str) -> Vec<&str> {
                 let opens_arguments = previous.is_alphanumeric() || previous == '_';
                 open.push(opens_arguments.then_some(at + 1));
             }
+            // A function pointer's `->` closes nothing.
+            '>' if previous == '-' => {}
             '>' => {
                 // Outermost: no argument list is open below this one.
                 if let Some(Some(start)) = open.pop()
@@ -108,8 +110,10 @@ fn generic_arguments(path: &str) -> Vec<&str> {
 /// `u8, app::Map<u8, u16>`.
 fn top_level(list: &str) -> Vec<&str> {
     let (mut parts, mut depth, mut start) = (Vec::new(), 0usize, 0);
+    let mut previous = ' ';
     for (at, c) in list.char_indices() {
         match c {
+            '>' if previous == '-' => {}
             '<' | '(' | '[' => depth += 1,
             '>' | ')' | ']' => depth = depth.saturating_sub(1),
             ',' if depth == 0 => {
@@ -118,6 +122,7 @@ fn top_level(list: &str) -> Vec<&str> {
             }
             _ => {}
         }
+        previous = c;
     }
     parts.push(list[start..].trim());
     parts
@@ -129,8 +134,10 @@ fn qualified(site: &str) -> Option<(&str, &str)> {
     let inner = site.strip_prefix('<')?;
     let mut depth = 0usize;
     let mut as_at = None;
+    let mut previous = ' ';
     for (at, c) in inner.char_indices() {
         match c {
+            '>' if previous == '-' => {}
             '<' => depth += 1,
             '>' if depth == 0 => {
                 return as_at.map(|as_at| (&inner[..as_at], &inner[as_at + 4..at]));
@@ -141,6 +148,7 @@ fn qualified(site: &str) -> Option<(&str, &str)> {
             }
             _ => {}
         }
+        previous = c;
     }
     None
 }
@@ -190,6 +198,19 @@ mod tests {
         assert_eq!(
             shelf("app::Shelf<(u8, alloc::vec::Vec<u16>)>::item::{{closure}}"),
             "shelf<(u8, alloc::vec::Vec<u16>)>"
+        );
+        // A function pointer's `->` closes no list.
+        assert_eq!(
+            shelf("app::Shelf<fn(u8) -> u16>::item::{{closure}}"),
+            "shelf<fn(u8) -> u16>"
+        );
+        assert_eq!(
+            written_name(
+                "get",
+                "<app::Map<fn() -> u8, u16> as app::Get<i32>>::get::{{closure}}",
+                "<app::Map<_, u16> as app::Get<_>>::get::S"
+            ),
+            "get<fn() -> u8, i32>"
         );
         // Free, or a concrete impl: as written.
         assert_eq!(

@@ -580,3 +580,25 @@ async fn a_trait_impls_parameter_only_its_trait_has_gets_a_cache_per_instantiati
         ])
     );
 }
+
+/// The same under `#[async_trait]`, used through `dyn Journal<U>`.
+#[async_trait]
+trait Journal<U> {
+    async fn line(&self, id: u32) -> u32;
+}
+
+#[async_trait]
+impl<U: Tagged> Journal<U> for Ledger {
+    #[cached(ttl = "60s")]
+    async fn line(&self, id: u32) -> u32 {
+        U::BASE + id
+    }
+}
+
+#[tokio::test]
+async fn an_async_trait_impls_parameter_only_its_trait_has_gets_a_cache_per_instantiation() {
+    let (euros, pounds): (&dyn Journal<Euro>, &dyn Journal<Pound>) = (&Ledger, &Ledger);
+    assert_eq!(within(euros.line(1)).await, 101);
+    assert_eq!(within(pounds.line(1)).await, 201, "not the other's value");
+    assert_eq!(within(euros.line(1)).await, 101);
+}

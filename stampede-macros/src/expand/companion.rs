@@ -126,13 +126,9 @@ impl Expansion<'_> {
         let function = self.function;
         let vis = &function.vis;
         let attrs = self.item_attrs();
-        let named = match function.receiver {
-            Some(_) => Named::Method,
-            None => Named::Path,
-        };
         let config = config(
             &function.sig.ident,
-            named,
+            self.named(),
             self.settings,
             private,
             &self.ttl_from(),

@@ -22,19 +22,25 @@ impl Expansion<'_> {
                 (quote!(#slot()), companion.path("config"), tier)
             }
             None => {
-                let named = match self.function.receiver {
-                    Some(_) => Named::Method,
-                    None => Named::Body,
-                };
                 let config = config(
                     &self.function.sig.ident,
-                    named,
+                    self.named(),
                     self.settings,
                     private,
                     &self.ttl_from(),
                 );
                 (slot(private), quote!(|| #config), tier)
             }
+        }
+    }
+
+    /// What the cache's name is made of: a method's type (and trait), a free function's path
+    /// when its companion holds the cache, else its body's path.
+    pub(super) fn named(&self) -> Named {
+        match (self.function.receiver, &self.companion) {
+            (Some(_), _) => Named::Method,
+            (None, Some(_)) => Named::Path,
+            (None, None) => Named::Body,
         }
     }
 

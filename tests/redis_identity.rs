@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use common::{eventually, within};
+use common::{WAIT, another_process, eventually, until, within};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use stampede::{Error, RedisConfig, cached};
@@ -1017,6 +1017,104 @@ async fn a_written_name_on_a_generic_impls_method_keeps_its_instantiations_apart
         .await
         .unwrap();
     assert_eq!(values(), Vec::<String>::new(), "the name reached both");
+}
+
+/// A repository generic over its row type, of which this process builds one instantiation and
+/// another process (`bin_writer`) the other.
+struct Bin<T>(std::marker::PhantomData<T>);
+
+static BIN_LOADS: AtomicUsize = AtomicUsize::new(0);
+
+impl<T: Shelved + Send + Sync + 'static> Bin<T> {
+    #[cached(
+        ttl = "60s",
+        lock = "redis",
+        redis = "bins",
+        name = "ident::bin",
+        companion = false
+    )]
+    async fn item(id: u64) -> T {
+        BIN_LOADS.fetch_add(1, SeqCst);
+        T::of(id)
+    }
+}
+
+const BIN_WRITER: &str = "STAMPEDE_TEST_BIN_WRITER";
+
+/// The other process's part (a plain pass in the normal run): builds `Bin<Euros>`'s cache only,
+/// then invalidates key 3 by the written name, or expires it, or clears the name, as told.
+#[test]
+fn bin_writer() {
+    let Ok(part) = std::env::var(BIN_WRITER) else {
+        return;
+    };
+    let (url, how) = part.split_once(' ').expect("a URL and an operation");
+    RedisConfig::new(url)
+        .unwrap()
+        .prefix("test")
+        .install_as("bins");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        assert_eq!(within(Bin::<Euros>::item(3)).await, Euros(300));
+        let done = match how {
+            "invalidate" => within(stampede::invalidate("ident::bin", (3u64,))).await,
+            "expire" => within(stampede::expire("ident::bin", (3u64,))).await,
+            _ => within(stampede::clear("ident::bin")).await,
+        };
+        done.expect("the invalidation by the written name");
+    });
+    println!("bin writer: done");
+}
+
+/// An invalidation (expiry, clear) by a written name from a process that built one
+/// instantiation reaches the instantiations only another process built, in its memory and in
+/// Redis.
+async fn reaches_another_process(how: &str, server: &RedisServer) {
+    let loads = BIN_LOADS.load(SeqCst);
+    assert_eq!(within(Bin::<Cents>::item(3)).await, Cents(3));
+    assert_eq!(
+        within(Bin::<Cents>::item(3)).await,
+        Cents(3),
+        "a memory hit"
+    );
+    assert_eq!(BIN_LOADS.load(SeqCst), loads + 1);
+    let value = || server.command::<Vec<String>>(&["KEYS", "test:{ident::bin<*Cents>~*|3}:v"]);
+    assert_eq!(value().len(), 1, "this process's value in Redis");
+
+    let output =
+        another_process("bin_writer", BIN_WRITER, &format!("{} {how}", server.url())).await;
+    assert!(output.contains("bin writer: done"), "{output}");
+    if how != "expire" {
+        assert_eq!(value(), Vec::<String>::new(), "dropped from Redis by {how}");
+    }
+    // The announcement drops (or expires) this process's copy: the next call loads.
+    until(
+        "the other process's invalidation to reach this one",
+        WAIT,
+        || async {
+            assert_eq!(Bin::<Cents>::item(3).await, Cents(3));
+            (BIN_LOADS.load(SeqCst) > loads + 1).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_written_names_invalidation_reaches_what_only_another_process_built() {
+    let server = RedisServer::start();
+    install(&server, "bins");
+    reaches_another_process("invalidate", &server).await;
+    within(stampede::invalidate("ident::bin", (3u64,)))
+        .await
+        .unwrap();
+    reaches_another_process("expire", &server).await;
+    within(stampede::invalidate("ident::bin", (3u64,)))
+        .await
+        .unwrap();
+    reaches_another_process("clear", &server).await;
 }
 
 #[cached(ttl = "60s", lock = "redis", redis = "copied", name = "ident::copied")]

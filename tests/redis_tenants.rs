@@ -11,13 +11,11 @@
 
 mod common;
 
-use std::io::Read as _;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use common::{WAIT, eventually, until, within};
+use common::{WAIT, another_process, eventually, until, within};
 use stampede::{RedisConfig, cached};
 use tokio::sync::Semaphore;
 
@@ -183,51 +181,6 @@ fn tenant_writer() {
     println!("tenant writer: done");
 }
 
-/// Kills the writer process when dropped (a failed test leaves no process behind).
-struct Writer(Child);
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Runs the writer process against the server at `url` and waits for it to end; its output.
-async fn run_writer(url: &str) -> String {
-    let exe = std::env::current_exe().expect("this test binary's path");
-    let mut writer = Writer(
-        Command::new(exe)
-            .args([
-                "--exact",
-                "tenant_writer",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(WRITER, url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cannot start the writer process"),
-    );
-    let status = until("the writer process to end", WAIT, || {
-        let exited = writer.0.try_wait().expect("the writer's status");
-        async move { exited }
-    })
-    .await;
-    let mut output = String::new();
-    writer
-        .0
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut output)
-        .unwrap();
-    assert!(status.success(), "the writer failed: {output}");
-    output
-}
-
 /// Tenant 1 invalidating a key of a cache that tenant 2 has too does not drop tenant 2's copy
 /// from its memory (nor from Redis): tenant 2 does not load it again.
 #[tokio::test]
@@ -253,7 +206,7 @@ async fn an_invalidation_in_another_database_does_not_drop_this_ones_memory() {
     assert_eq!(keys.len(), 1, "tenant 2's value in database 2: {keys:?}");
     let _: i64 = redis::cmd("DEL").arg(&keys).query(&mut two).unwrap();
 
-    let output = run_writer(&url).await;
+    let output = another_process("tenant_writer", WRITER, &url).await;
     assert!(output.contains("tenant writer: done"), "{output}");
     // Tenant 2's own invalidation, announced after tenant 1's, reached this process.
     until(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::memory::Invalidation;
-use crate::registry::{self, AnyCache};
+use crate::registry;
 use crate::stats::{CacheInfo, Stats};
 use crate::tuning::Overrides;
 
@@ -128,7 +128,7 @@ pub async fn clear(name: &str) -> Result<(), Error> {
     }
     let mut failed = None;
     for cache in caches {
-        if let Err(error) = cache.clear().await {
+        if let Err(error) = cache.clear(name).await {
             failed.get_or_insert(error);
         }
     }
@@ -301,11 +301,11 @@ async fn invalidate_named<K: Any + Send + Sync>(
     key: &K,
     how: Invalidation,
 ) -> Result<(), Error> {
-    if invalidate_in(registry::named(name), key, how).await? {
+    if invalidate_in(name, key, how).await? {
         return Ok(());
     }
     // Not called yet in this process: build the caches of the linked functions of that name.
-    if registry::build_linked(name) && invalidate_in(registry::named(name), key, how).await? {
+    if registry::build_linked(name) && invalidate_in(name, key, how).await? {
         return Ok(());
     }
     Err(Error::invalid_config(format!(
@@ -314,16 +314,16 @@ async fn invalidate_named<K: Any + Send + Sync>(
     )))
 }
 
-/// Invalidates `key` (as `how` says) in those of `caches` whose key type it is; whether any
-/// was.
+/// Invalidates `key` (as `how` says) in those of the caches called `name` whose key type it
+/// is, as asked for by `name`; whether any was.
 async fn invalidate_in(
-    caches: Vec<&'static dyn AnyCache>,
+    name: &str,
     key: &(dyn Any + Send + Sync),
     how: Invalidation,
 ) -> Result<bool, Error> {
     let mut found = false;
-    for cache in caches {
-        if let Some(invalidation) = cache.invalidate(key, how) {
+    for cache in registry::named(name) {
+        if let Some(invalidation) = cache.invalidate(name, key, how) {
             found = true;
             invalidation.await?;
         }

@@ -1,15 +1,38 @@
 //! Cache names: what a cache is called by default, and what a lookup by name finds.
 
-/// Whether the cache called `cache` answers to a lookup by `name`: its own name, or a written
-/// name that [`written_name`] followed with what tells one function's caches apart
-/// (`name<Args>`). One rule for every lookup by name
-/// (`invalidate`, `expire`, `clear`, `stats`, `configure`, the invalidation feed).
+/// Whether the cache called `cache` answers to a lookup by `name`: its own name, or its
+/// [`stem`] (a written name that [`written_name`] followed with what tells one function's
+/// caches apart, `name<Args>`, or a generic free function's default name). One rule for every
+/// lookup by name (`invalidate`, `expire`, `clear`, `stats`, `configure`, the invalidation
+/// feed).
 pub(crate) fn answers_to(cache: &str, name: &str) -> bool {
-    cache == name
-        || cache
-            .strip_prefix(name)
-            .and_then(|rest| rest.strip_prefix('<'))
-            .is_some_and(|rest| rest.ends_with('>'))
+    cache == name || stem(cache) == Some(name)
+}
+
+/// The name one function's caches share when `cache` is one of several (`name` in `name<Args>`,
+/// `app::rows` in `app::rows<u8>`): what a lookup reaching them all asks for, and what their
+/// identities are registered under in Redis too, so that it reaches another process's.
+/// `None` for a name that ends in no argument list.
+pub(crate) fn stem(cache: &str) -> Option<&str> {
+    if !cache.ends_with('>') || cache.ends_with("->") {
+        return None;
+    }
+    // Where each open `<` is; the one the last `>` closes starts the list.
+    let (mut open, mut previous, mut start) = (Vec::new(), ' ', None);
+    for (at, c) in cache.char_indices() {
+        match c {
+            '<' => open.push(at),
+            '>' if previous == '-' => {}
+            '>' => start = open.pop(),
+            _ => {}
+        }
+        previous = c;
+    }
+    let start = start.filter(|_| open.is_empty())?;
+    let stem = &cache[..start];
+    // A list follows a name; a `<` that begins a qualified path (`<A as B>`) does not.
+    stem.ends_with(|c: char| c.is_alphanumeric() || c == '_')
+        .then_some(stem)
 }
 
 /// The default name of a method's cache: `path::Type::method` for an inherent method or a
@@ -155,7 +178,7 @@ fn qualified(site: &str) -> Option<(&str, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{answers_to, function_name, method_name, written_name};
+    use super::{answers_to, function_name, method_name, stem, written_name};
 
     #[test]
     fn a_methods_name_says_its_trait_and_instantiation() {
@@ -262,6 +285,28 @@ mod tests {
         assert!(!answers_to("shelves", "shelf"));
         assert!(!answers_to("shelf", "shelf<app::Euros>"));
         assert!(!answers_to("app::Store<u8>::label", "app::Store"));
+        // Only the last list, whole: not a function nested in a generic one.
+        assert!(answers_to("app::rows<u8>", "app::rows"));
+        assert!(!answers_to("app::outer<u8>::inner<u16>", "app::outer"));
+        assert!(answers_to(
+            "app::outer<u8>::inner<u16>",
+            "app::outer<u8>::inner"
+        ));
+    }
+
+    #[test]
+    fn a_stem_is_the_name_before_its_last_argument_list() {
+        assert_eq!(stem("shelf<app::Euros>"), Some("shelf"));
+        assert_eq!(stem("shelf<app::Map<u8, u16>, u8>"), Some("shelf"));
+        assert_eq!(stem("shelf<fn(u8) -> u16>"), Some("shelf"));
+        assert_eq!(stem("shelf<fn(u8) -> app::Row<u8>>"), Some("shelf"));
+        assert_eq!(stem("shelf"), None);
+        assert_eq!(stem("app::Store<u8>::label"), None);
+        assert_eq!(stem("<app::Ledger as app::Book<u8>>"), None);
+        assert_eq!(stem("<a>"), None);
+        assert_eq!(stem("shelf<u8"), None);
+        assert_eq!(stem("shelf u8>"), None);
+        assert_eq!(stem("f->"), None);
     }
 
     #[test]

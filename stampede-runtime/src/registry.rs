@@ -23,10 +23,12 @@ pub(crate) trait AnyCache: Send + Sync {
     fn retune(&self, options: Config);
     /// Its counters now.
     fn stats(&self) -> Stats;
-    /// Drops `key` from the cache (or expires it, as `how` says), here and in its tier; `None`
-    /// when `key` is not of the cache's key type.
+    /// Drops `key` from the cache (or expires it, as `how` says), here and in its tier, as a
+    /// lookup by `name` found it (see `Cache::invalidate_by`); `None` when `key` is not of
+    /// the cache's key type.
     fn invalidate<'a>(
         &'a self,
+        name: &'a str,
         key: &'a (dyn Any + Send + Sync),
         how: Invalidation,
     ) -> Option<BoxFuture<'a, Result<(), Error>>>;
@@ -43,8 +45,8 @@ pub(crate) trait AnyCache: Send + Sync {
     /// the keys the cache holds and loads.
     fn expire_tag(&self, tag: &str);
     /// Drops every value of the cache, here and in its tier, and every other process's memory
-    /// of it (`clear`).
-    fn clear(&self) -> BoxFuture<'_, Result<(), Error>>;
+    /// of it (`clear`), as a lookup by `name` found it (see `Cache::clear_by`).
+    fn clear<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), Error>>;
     /// Drops, in this process only, every value of the cache (a clear another process
     /// announced) and detaches its running loads.
     fn clear_here(&self);

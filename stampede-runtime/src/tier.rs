@@ -72,17 +72,22 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
 
     /// Drops `key` (or expires it, as `how` says) from the shared store and from every other
     /// process's memory (this process's memory has done so already); whether the shared store
-    /// held a value for it.
+    /// held a value for it. `name` is what the invalidation asked for: the cache's own name, or
+    /// the stem it shares with the function's other caches (`names::stem`), which reaches
+    /// theirs too, in every process.
     fn invalidate(
         &self,
         config: &Config,
+        name: &str,
         key: &K,
         how: Invalidation,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
     /// Drops every key of the cache's name from the shared store, and every other process's
-    /// memory of the cache (this process's memory has dropped it already).
-    fn clear(&self, config: &Config) -> impl Future<Output = Result<(), Error>> + Send;
+    /// memory of the cache (this process's memory has dropped it already). `name` is what the
+    /// clear asked for, as for [`Tier::invalidate`]: asked for by the stem, it reaches the
+    /// function's other caches too, in every process.
+    fn clear(&self, config: &Config, name: &str) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Gets the values of many keys this process has no usable value for, as [`Tier::fetch`]
     /// does for one, with one load of the keys it must load here: a batch function's call, or
@@ -204,11 +209,11 @@ impl<K: Key, V: Value> Tier<K, V> for Local {
         handle.load_here(None).await
     }
 
-    async fn invalidate(&self, _: &Config, _: &K, _: Invalidation) -> Result<bool, Error> {
+    async fn invalidate(&self, _: &Config, _: &str, _: &K, _: Invalidation) -> Result<bool, Error> {
         Ok(false)
     }
 
-    async fn clear(&self, _: &Config) -> Result<(), Error> {
+    async fn clear(&self, _: &Config, _: &str) -> Result<(), Error> {
         Ok(())
     }
 }

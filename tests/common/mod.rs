@@ -41,3 +41,47 @@ impl From<stampede::Error> for AppError {
         }
     }
 }
+
+/// Runs this test binary's test `part` as another process of the service, told its part by the
+/// environment variable `var` (`value`), and waits for it to end; its output. Fails the test if
+/// it does not end within [`WAIT`], or fails. The part is a `#[test]` that returns at once when
+/// `var` is unset (a plain pass in the normal run).
+pub async fn another_process(part: &str, var: &str, value: &str) -> String {
+    use std::io::Read as _;
+    use std::process::{Command, Stdio};
+
+    /// Kills the process when dropped (a failed test leaves no process behind).
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    let exe = std::env::current_exe().expect("this test binary's path");
+    let mut child = Killed(
+        Command::new(exe)
+            .args(["--exact", part, "--nocapture", "--test-threads", "1"])
+            .env(var, value)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start the {part} process: {error}")),
+    );
+    let status = until(&format!("the {part} process to end"), WAIT, || {
+        let exited = child.0.try_wait().expect("the process's status");
+        async move { exited }
+    })
+    .await;
+    let mut output = String::new();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut output)
+        .unwrap();
+    assert!(status.success(), "the {part} process failed: {output}");
+    output
+}

@@ -95,8 +95,13 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// Drops every value of the cache here and detaches its running loads; then in the tier,
     /// every key of the cache's name there and every other process's memory of it (`clear`).
     pub(crate) async fn clear(&self) -> Result<(), Error> {
+        self.clear_by(&self.core.config.name).await
+    }
+
+    /// [`Cache::clear`] asked for by `name`, as for [`Cache::invalidate_by`].
+    pub(crate) async fn clear_by(&self, name: &str) -> Result<(), Error> {
         self.clear_here();
-        let cleared = self.tier.clear(&self.core.config).await;
+        let cleared = self.tier.clear(&self.core.config, name).await;
         // A call meanwhile may have read an old value from a shared tier before it was dropped
         // there, and kept it: clear again, rather than wait for the announcement's echo.
         if self.tier.key_name().is_some() {
@@ -109,8 +114,23 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
     /// time) and detaches its running load (which stores nothing); then does the same in the
     /// tier. Whether a value was held for it, here or in the shared tier.
     pub(crate) async fn invalidate_as(&self, key: &K, how: Invalidation) -> Result<bool, Error> {
+        self.invalidate_by(&self.core.config.name, key, how).await
+    }
+
+    /// [`Cache::invalidate_as`] asked for by `name`: the cache's own, or the stem it shares
+    /// with its function's other caches (`names::stem`), which the tier announces so that
+    /// every process's caches of that function hear it.
+    pub(crate) async fn invalidate_by(
+        &self,
+        name: &str,
+        key: &K,
+        how: Invalidation,
+    ) -> Result<bool, Error> {
         let here = self.forget_as(key, how);
-        let dropped = self.tier.invalidate(&self.core.config, key, how).await;
+        let dropped = self
+            .tier
+            .invalidate(&self.core.config, name, key, how)
+            .await;
         // A call meanwhile may have read the old value from a shared tier before it was dropped
         // there, and kept it: forget again, rather than wait for the announcement's echo.
         if self.tier.key_name().is_some() {

@@ -56,12 +56,15 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
 
     fn invalidate<'a>(
         &'a self,
+        name: &'a str,
         key: &'a (dyn Any + Send + Sync),
         how: Invalidation,
     ) -> Option<BoxFuture<'a, Result<(), Error>>> {
         let key = key.downcast_ref::<K>()?;
         Some(Box::pin(async move {
-            Cache::invalidate_as(self, key, how).await.map(|_found| ())
+            Cache::invalidate_by(self, name, key, how)
+                .await
+                .map(|_found| ())
         }))
     }
 
@@ -77,8 +80,8 @@ impl<K: Key, V: Value, T: Tier<K, V>> AnyCache for Cache<K, V, T> {
         self.core.memory.invalidate_named(name, how);
     }
 
-    fn clear(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(Cache::clear(self))
+    fn clear<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(Cache::clear_by(self, name))
     }
 
     fn clear_here(&self) {

@@ -920,7 +920,13 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         Ok(())
     }
 
-    async fn invalidate(&self, config: &Config, key: &K, how: Invalidation) -> Result<bool, Error> {
+    async fn invalidate(
+        &self,
+        _: &Config,
+        name: &str,
+        key: &K,
+        how: Invalidation,
+    ) -> Result<bool, Error> {
         self.store.stall().await;
         if self.store.down() {
             // An expiry is cleaned up as an invalidation, as the Redis tier does.
@@ -947,11 +953,11 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         state.stamp(key, now);
         drop(state);
         self.store
-            .announce(&self.space, &config.name, format!("{key:?}"), how);
+            .announce(&self.space, name, format!("{key:?}"), how);
         Ok(held)
     }
 
-    async fn clear(&self, config: &Config) -> Result<(), Error> {
+    async fn clear(&self, _: &Config, name: &str) -> Result<(), Error> {
         self.store.stall().await;
         if self.store.down() {
             return Err(Error::invalid_config("the fake store is down"));
@@ -970,7 +976,7 @@ impl<K: Key, V: Value> Tier<K, V> for Fake<K, V> {
         // Every other key's fence, as the keys a load has read are found in Redis.
         state.cleared = order::moved_fence(state.cleared, state.micros(now));
         drop(state);
-        self.store.announce_clear(&self.space, &config.name);
+        self.store.announce_clear(&self.space, name);
         Ok(())
     }
 

@@ -36,7 +36,9 @@
 //! A name's identities (`{prefix}:{name|{name}}:s`, a sorted set scored by when each runs out)
 //! are those a process registered before its loads wrote under them: during a rolling deploy
 //! that changes a shape, both. An invalidation of a key drops its value under each of them, so
-//! that it reaches every shape of the name (see `Endpoint::invalidate`).
+//! that it reaches every shape of the name (see `Endpoint::invalidate`). One of a function's
+//! several caches (`shelf<app::Euros>`) registers under its stem (`shelf`) too, so that an
+//! invalidation asked for by the stem reaches every process's instantiations.
 
 mod text;
 
@@ -120,18 +122,33 @@ const FENCE: &str = ":f";
 /// The characters of an identity's fingerprint.
 const FINGERPRINT: usize = 12;
 
-/// The `SCAN MATCH` pattern of every key of every shape of the cache name `name` under
-/// `prefix`: an identity is the escaped name, `~` and a fingerprint of 12 characters, then `|`
-/// (which no escaped name holds), so no other name's keys match.
+/// The `SCAN MATCH` pattern of every key, of every shape, of the caches that answer to the
+/// name `name` under `prefix` (`names::answers_to`: `name`, and `name<Args>`). It matches some
+/// other names' keys too (`name~x`, `name<A>::f`): [`answers_to`] tells them apart.
 pub(crate) fn name_pattern(prefix: &str, name: &str) -> String {
     let mut escaped = String::new();
     escape_into(&mut escaped, name);
-    format!(
-        "{}:{{{}~{}|*",
-        glob(prefix),
-        glob(&escaped),
-        "?".repeat(FINGERPRINT)
-    )
+    format!("{}:{{{}[~<]*", glob(prefix), glob(&escaped))
+}
+
+/// Whether the keys of `base` (see [`RedisKeys::base`]) under `prefix` are a key of a cache
+/// that answers to the name `name`: its identity is its escaped name, `~` and a fingerprint of
+/// 12 characters, then `|` (which no escaped name holds).
+pub(crate) fn answers_to(prefix: &str, base: &str, name: &str) -> bool {
+    let Some((identity, _)) = base
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix(":{"))
+        .and_then(|rest| rest.split_once('|'))
+    else {
+        return false;
+    };
+    let cut = identity.len().saturating_sub(FINGERPRINT + 1);
+    let (Some(cache), Some(fingerprint)) = (identity.get(..cut), identity.get(cut..)) else {
+        return false;
+    };
+    let mut escaped = String::new();
+    escape_into(&mut escaped, name);
+    fingerprint.starts_with('~') && crate::names::answers_to(cache, &escaped)
 }
 
 /// `text` with the characters a glob gives a meaning to (`*`, `?`, `[`, `]`, `\`) escaped.
@@ -381,6 +398,29 @@ mod tests {
         assert_ne!(a.value, b.value);
         // A name cannot forge the separator or the hash tag.
         assert!(identity("a|b{c}", &f).starts_with("a%7Cb%7Bc%7D~"));
+    }
+
+    /// A clear by name finds the keys of the caches that answer to it, and only theirs.
+    #[test]
+    fn a_clear_by_name_reaches_the_caches_that_answer_to_it() {
+        let fingerprint = "0123456789ab";
+        let base = |name: &str| {
+            RedisKeys::new("p", 0, &identity(name, fingerprint), "7")
+                .base()
+                .to_owned()
+        };
+        for name in ["shop price", "shop price<app::Euros>"] {
+            assert!(answers_to("p", &base(name), "shop price"), "{name}");
+        }
+        for name in ["shop price2", "shop price~x", "shop price<u8>::f", "shop"] {
+            assert!(!answers_to("p", &base(name), "shop price"), "{name}");
+        }
+        assert!(
+            !answers_to("q", &base("shop price"), "shop price"),
+            "another prefix"
+        );
+        assert!(!answers_to("p", "p:{é|7}", "é"), "no fingerprint");
+        assert_eq!(name_pattern("p*", "a[1]"), r"p\*:{a\[1\][~<]*");
     }
 
     #[test]

@@ -45,12 +45,18 @@ where
         self.prime_value(handle, value).await
     }
 
-    async fn invalidate(&self, config: &Config, key: &K, how: Invalidation) -> Result<bool, Error> {
+    async fn invalidate(
+        &self,
+        config: &Config,
+        name: &str,
+        key: &K,
+        how: Invalidation,
+    ) -> Result<bool, Error> {
         let endpoint = self.reaching(config, "the invalidation")?;
         let args =
             keys::args_text(key).map_err(|error| Error::invalid_config(error.to_string()))?;
         let keys = self.keys(&endpoint, &args);
-        let message = feed::message(&config.name, &args, how);
+        let message = feed::message(name, &args, how);
         let expire = how == Invalidation::Expire;
         endpoint
             .invalidate_as(&keys, Some(&message), expire)
@@ -59,7 +65,7 @@ where
                 // Done as soon as Redis answers again (a task tries until it does), and before
                 // this process reads the key there; an expiry as an invalidation, which leaves
                 // no value fresher than it would.
-                let message = feed::message(&config.name, &args, Invalidation::Drop);
+                let message = feed::message(name, &args, Invalidation::Drop);
                 endpoint.mark_and_clean(&keys, message, Change::Invalidated);
                 Error::RedisUnavailable {
                     cache: config.name.clone(),
@@ -68,10 +74,10 @@ where
             })
     }
 
-    async fn clear(&self, config: &Config) -> Result<(), Error> {
+    async fn clear(&self, config: &Config, name: &str) -> Result<(), Error> {
         let endpoint = self.reaching(config, "the clear")?;
         endpoint
-            .clear(&config.name, &feed::clear_message(&config.name))
+            .clear(name, &feed::clear_message(name))
             .await
             .map(drop)
             .map_err(|failure| Error::RedisUnavailable {

@@ -14,8 +14,9 @@ use crate::redis::transport::endpoint::Endpoint;
 use crate::redis::transport::failure::Failure;
 
 impl Endpoint {
-    /// Drops every key of the cache name `name` here, then announces `message` (the clear) on
-    /// the invalidation channel. How many cache keys it found.
+    /// Drops every key of the caches that answer to the name `name` here (`names::answers_to`:
+    /// every process's instantiations of a function asked for by their stem), then announces
+    /// `message` (the clear) on the invalidation channel. How many cache keys it found.
     pub(crate) async fn clear(&self, name: &str, message: &[u8]) -> Result<usize, Failure> {
         let pattern = keys::name_pattern(&self.config.prefix, name);
         let targets = self
@@ -35,6 +36,7 @@ impl Endpoint {
                     found
                         .iter()
                         .filter_map(|key| keys::base_of_key(key))
+                        .filter(|base| keys::answers_to(&self.config.prefix, base, name))
                         .map(str::to_owned),
                 );
                 if next == 0 {

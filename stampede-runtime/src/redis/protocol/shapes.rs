@@ -53,9 +53,11 @@ impl Registration {
 }
 
 impl Endpoint {
-    /// Registers `identity` under the cache name `name` unless `registration` says it is
-    /// registered for longer than `lifetime` (the longest a value its loads write now may live
-    /// in Redis). A failure is left to the operation that follows, which meets it too.
+    /// Registers `identity` under the cache name `name`, and under its stem when it is one of a
+    /// function's several caches (`names::stem`: a lookup by the stem reaches them all, in
+    /// every process), unless `registration` says it is registered for longer than `lifetime`
+    /// (the longest a value its loads write now may live in Redis). A failure is left to the
+    /// operation that follows, which meets it too.
     pub(crate) async fn register_shape(
         &self,
         registration: &Registration,
@@ -68,21 +70,24 @@ impl Endpoint {
         if !registration.due(prefix, db, now) {
             return;
         }
-        let key = keys::shapes_key(prefix, name);
         let keep = lifetime.saturating_mul(2);
-        let registered: Result<i64, Failure> = self
-            .call(|mut connection| async move {
-                scripts::REGISTER
-                    .key(&key)
-                    .arg(identity)
-                    .arg(millis(keep))
-                    .invoke_async(&mut connection)
-                    .await
-            })
-            .await;
-        if registered.is_ok() {
-            registration.renewed(prefix, db, now + lifetime);
+        for name in std::iter::once(name).chain(crate::names::stem(name)) {
+            let key = keys::shapes_key(prefix, name);
+            let registered: Result<i64, Failure> = self
+                .call(|mut connection| async move {
+                    scripts::REGISTER
+                        .key(&key)
+                        .arg(identity)
+                        .arg(millis(keep))
+                        .invoke_async(&mut connection)
+                        .await
+                })
+                .await;
+            if registered.is_err() {
+                return;
+            }
         }
+        registration.renewed(prefix, db, now + lifetime);
     }
 
     /// Drops a key's value and moves its fence on; announces `message` on the invalidation

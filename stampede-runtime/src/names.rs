@@ -14,25 +14,10 @@ pub(crate) fn answers_to(cache: &str, name: &str) -> bool {
 /// identities are registered under in Redis too, so that it reaches another process's.
 /// `None` for a name that ends in no argument list.
 pub(crate) fn stem(cache: &str) -> Option<&str> {
-    if !cache.ends_with('>') || cache.ends_with("->") {
-        return None;
-    }
-    // Where each open `<` is; the one the last `>` closes starts the list.
-    let (mut open, mut previous, mut start) = (Vec::new(), ' ', None);
-    for (at, c) in cache.char_indices() {
-        match c {
-            '<' => open.push(at),
-            '>' if previous == '-' => {}
-            '>' => start = open.pop(),
-            _ => {}
-        }
-        previous = c;
-    }
-    let start = start.filter(|_| open.is_empty())?;
-    let stem = &cache[..start];
-    // A list follows a name; a `<` that begins a qualified path (`<A as B>`) does not.
-    stem.ends_with(|c: char| c.is_alphanumeric() || c == '_')
-        .then_some(stem)
+    // The last list, when it closes the name: a list follows a name, so a qualified path's
+    // `<..>` (`<A as B>`) is none.
+    let last = argument_lists(cache).pop()?;
+    (last.end + 1 == cache.len()).then(|| &cache[..last.start - 1])
 }
 
 /// The default name of a method's cache: `path::Type::method` for an inherent method or a
@@ -100,9 +85,17 @@ pub fn written_name(written: &str, site: &str, shape: &str) -> String {
 
 /// The generic argument lists in a path as `type_name` writes it, outermost only:
 /// `["u8", "alloc::string::String"]` in `<app::Map<u8> as app::Get<alloc::string::String>>::get`.
-/// A `<` that follows a name opens arguments; one that opens a qualified path does not.
 fn generic_arguments(path: &str) -> Vec<&str> {
-    let mut arguments = Vec::new();
+    argument_lists(path)
+        .into_iter()
+        .map(|list| &path[list])
+        .collect()
+}
+
+/// Where [`generic_arguments`]' lists are in `path`, between their `<` and `>`. A `<` that
+/// follows a name opens arguments; one that opens a qualified path does not.
+fn argument_lists(path: &str) -> Vec<std::ops::Range<usize>> {
+    let mut lists = Vec::new();
     // Per open `<`: where the arguments it opened start, if it opened arguments.
     let mut open: Vec<Option<usize>> = Vec::new();
     let mut previous = ' ';
@@ -119,14 +112,14 @@ fn generic_arguments(path: &str) -> Vec<&str> {
                 if let Some(Some(start)) = open.pop()
                     && open.iter().all(Option::is_none)
                 {
-                    arguments.push(&path[start..at]);
+                    lists.push(start..at);
                 }
             }
             _ => {}
         }
         previous = c;
     }
-    arguments
+    lists
 }
 
 /// The arguments of one list, split at its own commas: `["u8", "app::Map<u8, u16>"]` in

@@ -124,31 +124,34 @@ const FINGERPRINT: usize = 12;
 
 /// The `SCAN MATCH` pattern of every key, of every shape, of the caches that answer to the
 /// name `name` under `prefix` (`names::answers_to`: `name`, and `name<Args>`). It matches some
-/// other names' keys too (`name~x`, `name<A>::f`): [`answers_to`] tells them apart.
+/// other names' keys too (`name~x`, `name<A>::f`): [`answering`] tells them apart.
 pub(crate) fn name_pattern(prefix: &str, name: &str) -> String {
     let mut escaped = String::new();
     escape_into(&mut escaped, name);
     format!("{}:{{{}[~<]*", glob(prefix), glob(&escaped))
 }
 
-/// Whether the keys of `base` (see [`RedisKeys::base`]) under `prefix` are a key of a cache
+/// Whether the keys of a `base` (see [`RedisKeys::base`]) under `prefix` are a key of a cache
 /// that answers to the name `name`: its identity is its escaped name, `~` and a fingerprint of
-/// 12 characters, then `|` (which no escaped name holds).
-pub(crate) fn answers_to(prefix: &str, base: &str, name: &str) -> bool {
-    let Some((identity, _)) = base
-        .strip_prefix(prefix)
-        .and_then(|rest| rest.strip_prefix(":{"))
-        .and_then(|rest| rest.split_once('|'))
-    else {
-        return false;
-    };
-    let cut = identity.len().saturating_sub(FINGERPRINT + 1);
-    let (Some(cache), Some(fingerprint)) = (identity.get(..cut), identity.get(cut..)) else {
-        return false;
-    };
+/// 12 characters, then `|` (which no escaped name holds). The name is escaped once, for every
+/// base asked about.
+pub(crate) fn answering<'a>(prefix: &'a str, name: &str) -> impl Fn(&str) -> bool + 'a {
     let mut escaped = String::new();
     escape_into(&mut escaped, name);
-    fingerprint.starts_with('~') && crate::names::answers_to(cache, &escaped)
+    move |base| {
+        let Some((identity, _)) = base
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix(":{"))
+            .and_then(|rest| rest.split_once('|'))
+        else {
+            return false;
+        };
+        let cut = identity.len().saturating_sub(FINGERPRINT + 1);
+        let (Some(cache), Some(fingerprint)) = (identity.get(..cut), identity.get(cut..)) else {
+            return false;
+        };
+        fingerprint.starts_with('~') && crate::names::answers_to(cache, &escaped)
+    }
 }
 
 /// `text` with the characters a glob gives a meaning to (`*`, `?`, `[`, `]`, `\`) escaped.
@@ -409,17 +412,18 @@ mod tests {
                 .base()
                 .to_owned()
         };
+        let price = answering("p", "shop price");
         for name in ["shop price", "shop price<app::Euros>"] {
-            assert!(answers_to("p", &base(name), "shop price"), "{name}");
+            assert!(price(&base(name)), "{name}");
         }
         for name in ["shop price2", "shop price~x", "shop price<u8>::f", "shop"] {
-            assert!(!answers_to("p", &base(name), "shop price"), "{name}");
+            assert!(!price(&base(name)), "{name}");
         }
         assert!(
-            !answers_to("q", &base("shop price"), "shop price"),
+            !answering("q", "shop price")(&base("shop price")),
             "another prefix"
         );
-        assert!(!answers_to("p", "p:{é|7}", "é"), "no fingerprint");
+        assert!(!answering("p", "é")("p:{é|7}"), "no fingerprint");
         assert_eq!(name_pattern("p*", "a[1]"), r"p\*:{a\[1\][~<]*");
     }
 

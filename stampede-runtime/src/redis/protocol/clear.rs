@@ -19,6 +19,7 @@ impl Endpoint {
     /// `message` (the clear) on the invalidation channel. How many cache keys it found.
     pub(crate) async fn clear(&self, name: &str, message: &[u8]) -> Result<usize, Failure> {
         let pattern = keys::name_pattern(&self.config.prefix, name);
+        let answers = keys::answering(&self.config.prefix, name);
         let targets = self
             .call(|mut connection| async move { connection.scan_targets().await })
             .await?;
@@ -36,7 +37,7 @@ impl Endpoint {
                     found
                         .iter()
                         .filter_map(|key| keys::base_of_key(key))
-                        .filter(|base| keys::answers_to(&self.config.prefix, base, name))
+                        .filter(|base| answers(base))
                         .map(str::to_owned),
                 );
                 if next == 0 {

@@ -1,7 +1,8 @@
 //! The clock an entry's deadlines are kept on, and the cheap reading a hit makes of it.
 //!
 //! Deadlines are [`Nanos`]: tokio's clock in nanoseconds, 8 bytes where an `Instant` takes 16.
-//! A hit asks [`surely_before`] whether its entry's deadline is still ahead. On Linux, when
+//! A hit reads [`latest`], the latest the clock may read now, and serves its entry when the
+//! entry's deadline is after that: surely still ahead. On Linux, when
 //! tokio's clock cannot be paused, that reads the kernel's coarse monotonic clock (a value the
 //! kernel keeps, about 7ns to read, against 28ns for the exact clock on a 2-core VM) and allows
 //! for its lag: it moves once per kernel tick, one to two ticks behind the exact clock (4 to 8ms
@@ -131,13 +132,14 @@ impl Nanos {
     }
 }
 
-/// Whether tokio's clock is surely still before `deadline`. May say no while it is, within the
-/// coarse clock's lag of the deadline: the caller then reads the exact clock.
+/// The latest tokio's clock may read now: the coarse reading and its lag, or the exact one. A
+/// deadline after it is surely still ahead; one before it may be too, within the coarse clock's
+/// lag: the caller then reads the exact clock.
 #[inline]
-pub(crate) fn surely_before(deadline: Nanos) -> bool {
+pub(crate) fn latest() -> Nanos {
     match BASE.coarse_offset {
-        Some(offset) => coarse::now() + offset < deadline.0,
-        None => Nanos::of(Instant::now()) < deadline,
+        Some(offset) => Nanos(coarse::now() + offset),
+        None => Nanos::of(Instant::now()),
     }
 }
 
@@ -262,9 +264,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_paused_clock_moves_the_reading() {
         let deadline = Nanos::of(Instant::now() + Duration::from_secs(10));
-        assert!(surely_before(deadline));
+        assert!(latest() < deadline);
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert!(!surely_before(deadline));
+        assert!(latest() >= deadline);
     }
 
     #[cfg(target_os = "linux")]

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::{self, Nanos, after};
+use crate::clock::{Nanos, after};
 use crate::tags::Stamp;
 
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
 ///
-/// The deadline a hit checks, `refresh_at`, is a point on the [`clock`], which a hit compares
+/// The deadline a hit checks, `refresh_at`, is a point on the [`clock`](crate::clock), which a hit compares
 /// with the coarse clock's reading and nothing else. The fill time is kept as an [`Offset`]
 /// before it (`filled_behind`), and the other deadlines as offsets after the fill, 4 bytes
 /// each, read only past `refresh_at`: with the moment its source was read (`read_at`, which
@@ -123,10 +123,11 @@ impl<V, R: LeanRead> Lean<V, R> {
         })
     }
 
-    /// What a lookup finds in this entry ([`Memory::find`](crate::memory::Memory::find)).
+    /// What a lookup finds in this entry ([`Memory::find_as`](crate::memory::Memory::find_as)),
+    /// surely fresh when its refresh point is after `latest` ([`Entry::found`]).
     #[inline(always)]
-    pub(crate) fn found(self) -> Found<V> {
-        match clock::surely_before(self.refresh_at) {
+    pub(crate) fn found(self, latest: Nanos) -> Found<V> {
+        match latest < self.refresh_at {
             true => {
                 let filled = self.filled_nanos();
                 Found::Fresh(self.value, filled)
@@ -491,11 +492,12 @@ impl<V> Entry<V> {
     }
 
     /// What a lookup finds in this entry, servable as far as its tags go: its value if surely
-    /// fresh now, read from the coarse clock (a hit's one check); else itself, whose
+    /// fresh, its refresh point after `latest` (the clock's latest reading now,
+    /// [`clock::latest`](crate::clock::latest): a hit's one check); else itself, whose
     /// [`Entry::freshness`] then reads the exact clock (near the deadline too).
     #[inline(always)]
-    pub(crate) fn found(self) -> Found<V> {
-        match clock::surely_before(self.refresh_at) {
+    pub(crate) fn found(self, latest: Nanos) -> Found<V> {
+        match latest < self.refresh_at {
             true => {
                 let filled = self.filled_nanos();
                 Found::Fresh(self.value, filled)

@@ -182,21 +182,22 @@ impl<K: Key, V: Value> Memory<K, V> {
         }
     }
 
-    /// What a lookup of `key` finds: its value when surely fresh, read from the coarse clock
-    /// (a hit's one check, without building an [`Entry`]: issue 38), else the entry to judge,
+    /// What a lookup of `key` finds: its value when surely fresh, its refresh point after
+    /// `latest` ([`clock::latest`](crate::clock::latest), the coarse clock: a hit's one check,
+    /// without building an [`Entry`]: issue 38), else the entry to judge,
     /// unless one of its tags was invalidated since its load began. `E`: the store's entries,
     /// as the cache was built (else through the store's vtable).
     #[inline(always)]
-    pub(crate) fn find_as<E: Shape<V>>(&self, key: &K) -> Found<V> {
+    pub(crate) fn find_as<E: Shape<V>>(&self, key: &K, latest: Nanos) -> Found<V> {
         if self.type_id == TypeId::of::<quick_cache::sync::Cache<K, E>>() {
             let store: *const dyn Store<K, V> = &*self.store;
             // SAFETY: `type_id` is the id of the store's concrete type (`Memory::new`), and it
             // is this one: the cast is `<dyn Any>::downcast_ref`'s, without a call of the
             // vtable on every hit.
             let store = unsafe { &*store.cast::<quick_cache::sync::Cache<K, E>>() };
-            return Store::find(store, key);
+            return Store::find(store, key, latest);
         }
-        self.store.find(key)
+        self.store.find(key, latest)
     }
 
     /// The key's entry, whatever its freshness.
@@ -576,7 +577,7 @@ impl<V: Value, R: LeanRead> Held for Lean<V, R> {
 /// `quick_cache` store, whose form only its own code knows.
 pub(crate) trait Store<K, V>: Send + Sync {
     /// What a lookup of `key` finds ([`Memory::find_as`]).
-    fn find(&self, key: &K) -> Found<V>;
+    fn find(&self, key: &K, latest: Nanos) -> Found<V>;
     /// The key's entry, whatever its freshness.
     fn get(&self, key: &K) -> Option<Entry<V>>;
     /// Stores `entry` as the key's.
@@ -607,7 +608,7 @@ pub(crate) trait Shape<V>: Held + Clone + Send + Sync + 'static {
     /// `entry` in this form; `None` for one this form cannot hold (see [`Lean::of`]).
     fn of(entry: Entry<V>) -> Option<Self>;
     /// What a lookup finds in it.
-    fn found(self) -> Found<V>;
+    fn found(self, latest: Nanos) -> Found<V>;
     /// The entry, as every path but the store handles it.
     fn entry(self) -> Entry<V>;
     /// Whether the value may stand in for a failed load at `now` ([`Entry::fail_safe`]).
@@ -622,9 +623,9 @@ impl<V: Value> Shape<V> for Entry<V> {
     }
 
     #[inline(always)]
-    fn found(self) -> Found<V> {
+    fn found(self, latest: Nanos) -> Found<V> {
         match self.current() {
-            true => Entry::found(self),
+            true => Entry::found(self, latest),
             false => Found::Nothing,
         }
     }
@@ -646,8 +647,8 @@ impl<V: Value, R: LeanRead + Send + Sync + 'static> Shape<V> for Lean<V, R> {
     }
 
     #[inline(always)]
-    fn found(self) -> Found<V> {
-        Lean::found(self)
+    fn found(self, latest: Nanos) -> Found<V> {
+        Lean::found(self, latest)
     }
 
     fn entry(self) -> Entry<V> {
@@ -661,9 +662,9 @@ impl<V: Value, R: LeanRead + Send + Sync + 'static> Shape<V> for Lean<V, R> {
 
 impl<K: Key, V: Value, E: Shape<V>> Store<K, V> for quick_cache::sync::Cache<K, E> {
     #[inline(always)]
-    fn find(&self, key: &K) -> Found<V> {
+    fn find(&self, key: &K, latest: Nanos) -> Found<V> {
         match self.get(key) {
-            Some(held) => held.found(),
+            Some(held) => held.found(latest),
             None => Found::Nothing,
         }
     }

@@ -25,7 +25,7 @@ use crate::error::{Error, LoadError};
 use crate::flight::{Joined, Leader, Waiter};
 use crate::kv::{Key, Value};
 use crate::load::{Erased, ErasedPrepare, Load, erased};
-use crate::memory::{Invalidation, Kept, Shape};
+use crate::memory::{Invalidation, Kept, Shape, Store};
 use crate::telemetry::Reason;
 use crate::tier::{Direct, Run, Shared, Start, Tier};
 use run::Running;
@@ -303,9 +303,28 @@ impl<K: Key, V: Value, T: Tier<K, V>> Cache<K, V, T> {
         // lookup: a call between the store's lookup and the return moved the value through the
         // stack twice more (issue 38: a `String` hit about 7ns faster). A value whose deadline
         // is after the reading was fresh at an instant of the call, as one read after is.
-        match core.memory.find_as::<E>(key, clock::latest()) {
+        let latest = clock::latest();
+        match core.memory.store_as::<E>() {
+            Some(store) => self.held_of(key, Store::find(store, key, latest)),
+            None => self.held_through_vtable(key, latest),
+        }
+    }
+
+    /// [`Cache::held_as`] of a store whose entries are not the form asked for, which no cache
+    /// builds: apart, so that the found value of the typed path goes to the answer without
+    /// meeting this path's in memory first.
+    #[cold]
+    #[inline(never)]
+    fn held_through_vtable(&self, key: &K, latest: Nanos) -> Held<V> {
+        self.held_of(key, self.core.memory.find(key, latest))
+    }
+
+    /// What a call may serve of what memory `found` for `key`.
+    #[inline(always)]
+    fn held_of(&self, key: &K, found: Found<V>) -> Held<V> {
+        match found {
             Found::Fresh(value, filled) => {
-                core.hit(key, || filled);
+                self.core.hit(key, || filled);
                 Held::Hit(value)
             }
             Found::Judge(entry) => self.judged(key, entry),

@@ -123,7 +123,7 @@ impl<V, R: LeanRead> Lean<V, R> {
         })
     }
 
-    /// What a lookup finds in this entry ([`Memory::find_as`](crate::memory::Memory::find_as)),
+    /// What a lookup finds in this entry ([`Store::find`](crate::memory::Store::find)),
     /// surely fresh when its refresh point is after `latest` ([`Entry::found`]).
     #[inline(always)]
     pub(crate) fn found(self, latest: Nanos) -> Found<V> {

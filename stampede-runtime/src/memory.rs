@@ -20,7 +20,7 @@
 //! `Tier::SHARES`, `Cache::with_entries`), and the store is
 //! reached through [`Store`], so that only the form a cache uses is compiled for its value type
 //! (issue 38: the three forms were a third of a release build's code per value type). A hit
-//! alone reaches it by its type ([`Memory::find_as`]), without an indirect call.
+//! alone reaches it by its type ([`Memory::store_as`]), without an indirect call.
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ use crate::order::{self, Stays};
 pub(crate) struct Memory<K, V> {
     store: Box<dyn Store<K, V>>,
     /// The store's type, kept beside it: a hit compares it with a constant rather than asking
-    /// the store's vtable ([`Memory::find_as`]).
+    /// the store's vtable ([`Memory::store_as`]).
     type_id: TypeId,
     /// `source_version`: an entry is not replaced by one of an older version.
     version: Option<fn(&V) -> Option<u64>>,
@@ -182,21 +182,23 @@ impl<K: Key, V: Value> Memory<K, V> {
         }
     }
 
-    /// What a lookup of `key` finds: its value when surely fresh, its refresh point after
-    /// `latest` ([`clock::latest`](crate::clock::latest), the coarse clock: a hit's one check,
-    /// without building an [`Entry`]: issue 38), else the entry to judge,
-    /// unless one of its tags was invalidated since its load began. `E`: the store's entries,
-    /// as the cache was built (else through the store's vtable).
+    /// The store, if its entries are `E`: compared with a constant, without a call of the
+    /// store's vtable, so that a hit reaches the store by its type ([`Store::find`] on it).
     #[inline(always)]
-    pub(crate) fn find_as<E: Shape<V>>(&self, key: &K, latest: Nanos) -> Found<V> {
-        if self.type_id == TypeId::of::<quick_cache::sync::Cache<K, E>>() {
-            let store: *const dyn Store<K, V> = &*self.store;
-            // SAFETY: `type_id` is the id of the store's concrete type (`Memory::new`), and it
-            // is this one: the cast is `<dyn Any>::downcast_ref`'s, without a call of the
-            // vtable on every hit.
-            let store = unsafe { &*store.cast::<quick_cache::sync::Cache<K, E>>() };
-            return Store::find(store, key, latest);
+    pub(crate) fn store_as<E: Shape<V>>(&self) -> Option<&quick_cache::sync::Cache<K, E>> {
+        if self.type_id != TypeId::of::<quick_cache::sync::Cache<K, E>>() {
+            return None;
         }
+        let store: *const dyn Store<K, V> = &*self.store;
+        // SAFETY: `type_id` is the id of the store's concrete type (`Memory::new`), and it is
+        // this one: the cast is `<dyn Any>::downcast_ref`'s.
+        Some(unsafe { &*store.cast::<quick_cache::sync::Cache<K, E>>() })
+    }
+
+    /// What a lookup of `key` finds ([`Store::find`]), through the store's vtable, whatever its
+    /// entries: a hit reaches a store of the entries it was built for without it
+    /// ([`Memory::store_as`]).
+    pub(crate) fn find(&self, key: &K, latest: Nanos) -> Found<V> {
         self.store.find(key, latest)
     }
 
@@ -576,7 +578,10 @@ impl<V: Value, R: LeanRead> Held for Lean<V, R> {
 /// A store of entries of one form, seen through the operations memory makes of it: one
 /// `quick_cache` store, whose form only its own code knows.
 pub(crate) trait Store<K, V>: Send + Sync {
-    /// What a lookup of `key` finds ([`Memory::find_as`]).
+    /// What a lookup of `key` finds: its value when surely fresh, its refresh point after
+    /// `latest` ([`clock::latest`](crate::clock::latest), the coarse clock: a hit's one check,
+    /// without building an [`Entry`]: issue 38), else the entry to judge, unless one of its
+    /// tags was invalidated since its load began.
     fn find(&self, key: &K, latest: Nanos) -> Found<V>;
     /// The key's entry, whatever its freshness.
     fn get(&self, key: &K) -> Option<Entry<V>>;

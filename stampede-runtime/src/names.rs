@@ -6,7 +6,13 @@
 /// lookup by name (`invalidate`, `expire`, `clear`, `stats`, `configure`, the invalidation
 /// feed).
 pub(crate) fn answers_to(cache: &str, name: &str) -> bool {
-    cache == name || stem(cache) == Some(name)
+    // A lookup walks every cache of the process (the invalidation feed, once per message):
+    // only a name that begins `name<` may have `name` as its stem, so only those are parsed.
+    cache == name
+        || (cache
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with('<'))
+            && stem(cache) == Some(name))
 }
 
 /// The name one function's caches share when `cache` is one of several (`name` in `name<Args>`,

@@ -10,13 +10,13 @@ use crate::tags::Stamp;
 
 /// A value and its deadlines, measured on tokio's clock so paused-clock tests control them.
 ///
-/// The deadline a hit checks, `refresh_at`, is a point on the [`clock`](crate::clock), which a hit compares
-/// with the coarse clock's reading and nothing else. The fill time is kept as an [`Offset`]
-/// before it (`filled_behind`), and the other deadlines as offsets after the fill, 4 bytes
-/// each, read only past `refresh_at`: with the moment its source was read (`read_at`, which
-/// orders it against another value of its key), an entry of a 24-byte value is 56 bytes rather
-/// than 112 (64 with the optional tag stamp), most of what the memory tier adds per entry to the
-/// store's own (issues 14 and 25).
+/// The deadline a hit checks, `refresh_at`, is a point on the [`clock`](crate::clock), which a
+/// hit compares with the coarse clock's reading and nothing else. The fill time is kept as an
+/// [`Offset`] before it (`filled_behind`), and the other deadlines as offsets after the fill,
+/// 4 bytes each, read only past `refresh_at`: with the moment its source was read (`read_at`,
+/// which orders it against another value of its key), an entry of a 24-byte value is 56 bytes
+/// rather than 112 (64 with the optional tag stamp), most of what the memory tier adds per entry
+/// to the store's own (issues 14 and 25).
 ///
 /// The fill time is `refresh_at - filled_behind` exactly; whenever `refresh_at` moves, the
 /// other offsets are counted again from the fill time that results, rounded down, so that no

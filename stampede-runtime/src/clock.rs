@@ -150,7 +150,7 @@ fn nanos(duration: Duration) -> u64 {
 /// Whether tokio was built with its `test-util` feature, under which a test may pause its
 /// clock. Decided by the compiler: `Builder::start_paused` exists only with that feature, and
 /// an inherent method is chosen over a trait's method of the same name, so the closure below
-/// returns `&mut Builder` with the feature and [`NoPause`] without. Nothing is built or run.
+/// returns `&mut Builder` with the feature and `NoPause` without. Nothing is built or run.
 fn tokio_clock_is_pausable() -> bool {
     use tokio::runtime::Builder;
 

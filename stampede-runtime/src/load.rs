@@ -268,7 +268,7 @@ impl<V> Loaded<V> {
 
 /// Runs `load` for `key`: each attempt bounded by the cache's timeout, failed or timed-out ones
 /// retried up to `retries` times after a jittered backoff, and lent `previous` (what
-/// [`previous`](crate::previous) reads in it).
+/// [`previous`](fn@crate::previous) reads in it).
 pub(crate) async fn attempts<K, V, L: Load<K, V>>(
     config: &Config,
     telemetry: &Telemetry,

@@ -1,5 +1,6 @@
 //! The runtime's randomness (TTL jitter, retry backoff): the thread's generator, unless a
-//! deterministic simulation seeded this thread's own ([`seed`]), so that one seed replays one run.
+//! deterministic simulation seeded this thread's own (`seed`, with the `simulation` feature),
+//! so that one seed replays one run.
 
 use std::cell::RefCell;
 use std::ops::Range;

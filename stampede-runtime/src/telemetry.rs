@@ -1,4 +1,4 @@
-//! What a cache counts. Each event bumps an atomic (read by [`stats`](crate::stats)) and the
+//! What a cache counts. Each event bumps an atomic (read by [`stats`](fn@crate::stats)) and the
 //! matching handle of the `metrics` facade, registered once per cache so that recording costs
 //! no allocation and no lookup: a no-op when no recorder is installed, an atomic add when one is.
 //!

@@ -92,9 +92,10 @@ pub trait Tier<K: Key, V: Value>: Send + Sync + 'static {
     /// Gets the values of many keys this process has no usable value for, as [`Tier::fetch`]
     /// does for one, with one load of the keys it must load here: a batch function's call, or
     /// a window of single-key calls (`batch_window`). Reports each key's outcome through
-    /// [`Batch::report`] as soon as it is known (not when the last key is), so that no key
-    /// waits in flight for another. Runs inside the flight of each key. Without a shared store,
-    /// every key is loaded here: a tier that shares values overrides this.
+    /// its group's [`report`](batch::Group::report) as soon as it is known (not when the last
+    /// key is), so that no key waits in flight for another. Runs inside the flight of each key.
+    /// Without a shared store, every key is loaded here: a tier that shares values overrides
+    /// this.
     fn fetch_many<L: BatchLoad<K, V>>(
         &self,
         batch: &Batch<'_, K, V, L>,
@@ -387,7 +388,7 @@ impl<'a, K: Key, V: Value, L: Load<K, V>> Handle<'a, K, V, L> {
         admitted(core, || self.started(), attempts).await
     }
 
-    /// The value the load replaces, lent to it ([`previous`](crate::previous)): memory's, while
+    /// The value the load replaces, lent to it ([`previous`](fn@crate::previous)): memory's, while
     /// it may still stand for a failed load; else the stale or last good value the tier read
     /// for this flight. Nothing once the key was invalidated (or detached) since the flight
     /// began: memory drops such a value, but what the tier read before may be it.

@@ -88,7 +88,7 @@ pub enum Busy {
     Wait,
     /// Load it here at once, without the lock.
     Compute,
-    /// Fail the call with [`Error::LockBusy`](crate::Error::LockBusy).
+    /// Fail the call with [`Error::LockBusy`].
     Error,
 }
 

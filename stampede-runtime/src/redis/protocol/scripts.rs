@@ -369,7 +369,7 @@ return kept
 /// is no longer fresh from `now` (ms on the server's clock) on, and stale for its own stale
 /// window at most (its stale deadline less its fresh one), never past its stale deadline; its
 /// payload, its source read and its time to live stay, and the fence it carries becomes 0
-/// ([`envelope::EXPIRED`]): `FILL` orders a fill over it as over nothing (`order::fill_lands`),
+/// (`envelope::EXPIRED`): `FILL` orders a fill over it as over nothing (`order::fill_lands`),
 /// so that a load that read the source before the expiry does not replace it. Returns 1 if it
 /// held an envelope.
 macro_rules! expire_lua {

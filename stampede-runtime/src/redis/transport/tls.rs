@@ -1,7 +1,7 @@
 //! TLS for `rediss://` (and `valkeys://`) URLs, with the `tls` feature: rustls under the
 //! `redis` crate, the server's certificate checked against the webpki roots or a CA given with
-//! [`RedisConfig::tls_root_ca`](crate::RedisConfig::tls_root_ca), and a client certificate given
-//! with [`RedisConfig::tls_client_cert`](crate::RedisConfig::tls_client_cert).
+//! `RedisConfig::tls_root_ca`, and a client certificate given with
+//! `RedisConfig::tls_client_cert` (both with the `tls` feature).
 //!
 //! The certificates reach every connection of an endpoint: the command connection and the plain
 //! subscriber through the node clients (`redis::Client::build_with_tls`), and the two cluster

@@ -65,7 +65,7 @@ const BACKOFF_LEAST: Duration = Duration::from_millis(20);
 const BACKOFF_MOST: Duration = Duration::from_secs(2);
 
 pub(crate) struct Subscriber {
-    /// The wake-ups on a standalone server (on a cluster, [`Shards`] has them).
+    /// The wake-ups on a standalone server (on a cluster, [`Shards`](super::Shards) has them).
     waits: Arc<Waits>,
     feed: Mutex<Feed>,
     /// Whether a session is up, for the first link's setup to wait on.

@@ -5,10 +5,11 @@
 //! - On a standalone server: a plain RESP2 pub/sub connection (`SUBSCRIBE`), to the nodes given
 //!   in turn.
 //! - On a cluster: the master that owns the feed's slot, asked of the nodes known in turn
-//!   ([`Topology`]: the seeds, then every node the cluster named), where invalidations and
-//!   heartbeats are published (see `invalidate`). With sharded pub/sub (Redis 7 and later) a
-//!   RESP3 connection `SSUBSCRIBE`s the feed there, and the master's own unsubscription (the slot
-//!   moved away) ends the session; before Redis 7, a plain connection `SUBSCRIBE`s it there.
+//!   ([`Topology`](super::Topology): the seeds, then every node the cluster named), where
+//!   invalidations and heartbeats are published (see `invalidate`). With sharded pub/sub
+//!   (Redis 7 and later) a RESP3 connection `SSUBSCRIBE`s the feed there, and the master's own
+//!   unsubscription (the slot moved away) ends the session; before Redis 7, a plain connection
+//!   `SUBSCRIBE`s it there.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -18,8 +18,9 @@ use crate::redis::transport::tls::{self, Tls};
 /// of a key's channel is routed by the channel's slot (the key's hash tag) to the master that
 /// owns it, and is in effect once that master confirmed it. As for plain pub/sub, a channel is
 /// subscribed only while some flight of this process waits on it, through one ordered queue.
-/// The invalidation feed and the heartbeats are the [`Subscriber`]'s: one session of its own on
-/// the master owning the feed's slot, where every process publishes them (see `invalidate`).
+/// The invalidation feed and the heartbeats are the [`Subscriber`](super::Subscriber)'s: one
+/// session of its own on the master owning the feed's slot, where every process publishes them
+/// (see `invalidate`).
 ///
 /// A wake-up can be missed while a node's connection is down or a slot changes hands; every
 /// wait that could have missed one ends then, and its flow reads the key again (and listens

@@ -2257,6 +2257,10 @@ fn run(plan: &Plan) -> (Vec<String>, Arc<Oracle>) {
     for cache in caches {
         unsafe { cache.free() };
     }
+    // Nor do the options this run set outlive it: the names of every seed would pile up.
+    for function in &plan.functions {
+        stampede_runtime::sim::forget_configured(&function.config.name);
+    }
     (violations, oracle)
 }
 

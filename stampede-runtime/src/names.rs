@@ -6,13 +6,20 @@
 /// lookup by name (`invalidate`, `expire`, `clear`, `stats`, `configure`, the invalidation
 /// feed).
 pub(crate) fn answers_to(cache: &str, name: &str) -> bool {
-    // A lookup walks every cache of the process (the invalidation feed, once per message):
-    // only a name that begins `name<` may have `name` as its stem, so only those are parsed.
+    // What `answered_by(cache)` holds, without parsing a name that cannot have `name` as its
+    // stem (one that does not begin `name<`): a clear by name asks it of every key it scans.
     cache == name
         || (cache
             .strip_prefix(name)
             .is_some_and(|rest| rest.starts_with('<'))
             && stem(cache) == Some(name))
+}
+
+/// The names the cache named `cache` answers to ([`answers_to`]): its stem when it has one,
+/// then its own name. What the registry and the options set at run time are looked up by, so
+/// that a lookup costs the same however many caches and names the process has.
+pub(crate) fn answered_by(cache: &str) -> impl Iterator<Item = &str> {
+    stem(cache).into_iter().chain(std::iter::once(cache))
 }
 
 /// The name one function's caches share when `cache` is one of several (`name` in `name<Args>`,
@@ -177,7 +184,7 @@ fn qualified(site: &str) -> Option<(&str, &str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{answers_to, function_name, method_name, stem, written_name};
+    use super::{answered_by, answers_to, function_name, method_name, stem, written_name};
 
     #[test]
     fn a_methods_name_says_its_trait_and_instantiation() {
@@ -291,6 +298,42 @@ mod tests {
             "app::outer<u8>::inner<u16>",
             "app::outer<u8>::inner"
         ));
+    }
+
+    #[test]
+    fn a_cache_answers_to_exactly_the_names_it_is_looked_up_by() {
+        let names = [
+            "shelf",
+            "shelf<app::Euros>",
+            "shelf<app::Cents>",
+            "shelves",
+            "shelf<u8",
+            "app::Store",
+            "app::Store<u8>::label",
+            "app::rows<u8>",
+            "app::rows",
+            "app::outer",
+            "app::outer<u8>::inner",
+            "app::outer<u8>::inner<u16>",
+            "<app::Ledger as app::Book<u8>>",
+            "<app::Ledger as app::Book<u8>>::get<u16>",
+            "<app::Ledger as app::Book<u8>>::get",
+        ];
+        for cache in names {
+            let by: Vec<&str> = answered_by(cache).collect();
+            assert_eq!(
+                by.last(),
+                Some(&cache),
+                "{cache} answers to its own name, last"
+            );
+            for name in names {
+                assert_eq!(
+                    answers_to(cache, name),
+                    by.contains(&name),
+                    "{cache} looked up by {name}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! [`AnyCache`] whatever its key, value and tier types.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{LazyLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::config::Config;
 use crate::error::Error;
@@ -66,14 +67,32 @@ pub(crate) trait AnyCache: Send + Sync {
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-static REGISTRY: RwLock<Vec<&'static dyn AnyCache>> = RwLock::new(Vec::new());
+/// The process's caches, in the order they were built, and by each name they answer to
+/// ([`answered_by`](crate::names::answered_by)): a lookup by name (the invalidation feed makes
+/// one per message) costs the same however many caches the process has.
+#[derive(Default)]
+struct Registry {
+    all: Vec<&'static dyn AnyCache>,
+    by_name: HashMap<String, Vec<&'static dyn AnyCache>>,
+}
+
+static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(Default::default);
+
+fn read() -> RwLockReadGuard<'static, Registry> {
+    REGISTRY.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write() -> RwLockWriteGuard<'static, Registry> {
+    REGISTRY.write().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Lists `cache`, and reports a name another cache of this process has: two functions (each
 /// instantiation or implementor has a name of its own), almost always a copied `name = ".."`.
 pub(crate) fn register(cache: &'static dyn AnyCache) {
-    let mut registry = REGISTRY.write().unwrap_or_else(PoisonError::into_inner);
+    let mut registry = write();
     let name = &cache.config().name;
-    if registry.iter().any(|other| other.config().name == *name) {
+    let listed = registry.by_name.get(&**name);
+    if listed.is_some_and(|listed| listed.iter().any(|other| other.config().name == *name)) {
         tracing::error!(
             cache = %name,
             "stampede: two cached functions in this process are named `{name}`: a lookup by \
@@ -81,37 +100,39 @@ pub(crate) fn register(cache: &'static dyn AnyCache) {
              and value shapes match. Give each its own `name`."
         );
     }
-    registry.push(cache);
+    registry.all.push(cache);
+    for answered in crate::names::answered_by(name) {
+        let listed = registry.by_name.entry(answered.to_owned()).or_default();
+        listed.push(cache);
+    }
 }
 
 /// Takes `cache` off the registry (the simulation, before it frees the caches of a run).
 #[cfg(feature = "simulation")]
 pub(crate) fn unregister(cache: &'static dyn AnyCache) {
-    REGISTRY
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .retain(|listed| !std::ptr::addr_eq(*listed, cache));
+    let mut registry = write();
+    let other = |listed: &&'static dyn AnyCache| !std::ptr::addr_eq(*listed, cache);
+    registry.all.retain(other);
+    for answered in crate::names::answered_by(&cache.config().name) {
+        if let Some(listed) = registry.by_name.get_mut(answered) {
+            listed.retain(other);
+            if listed.is_empty() {
+                registry.by_name.remove(answered);
+            }
+        }
+    }
 }
 
 /// Every cache of the process.
 pub(crate) fn all() -> Vec<&'static dyn AnyCache> {
-    REGISTRY
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
+    read().all.clone()
 }
 
 /// The caches that answer to `name` ([`answers_to`](crate::names::answers_to)): several in a
 /// generic impl, or when names are shared. An invalidation, a `clear` or the stats by name
 /// reach every instantiation of a generic function.
 pub(crate) fn named(name: &str) -> Vec<&'static dyn AnyCache> {
-    REGISTRY
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .filter(|cache| crate::names::answers_to(&cache.config().name, name))
-        .copied()
-        .collect()
+    read().by_name.get(name).cloned().unwrap_or_default()
 }
 
 /// A cached function linked into the binary. The code `#[cached]` generates lists one for each

@@ -155,15 +155,9 @@ pub(crate) fn merged(name: &str, overrides: &Overrides) -> Overrides {
 /// validated them against).
 pub(crate) fn options_of(built: &Config) -> Config {
     let set = SET.read().unwrap_or_else(PoisonError::into_inner);
-    let mut found: Vec<_> = set
-        .iter()
-        .flatten()
-        .filter(|(name, _)| crate::names::answers_to(&built.name, name))
-        .collect();
-    found.sort_by_key(|(name, _)| **name == *built.name);
-    let Some(overrides) = found
-        .into_iter()
-        .map(|(_, overrides)| overrides.clone())
+    // The stem's first: the cache's own name is the later, and wins.
+    let Some(overrides) = crate::names::answered_by(&built.name)
+        .filter_map(|name| set.as_ref()?.get(name).cloned())
         .reduce(|earlier, later| later.over(&earlier))
     else {
         return built.clone();

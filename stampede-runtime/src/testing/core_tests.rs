@@ -1590,3 +1590,30 @@ async fn a_failed_load_does_not_make_a_fresh_value_another_load_stored_live_past
         "a fresh value keeps its own ttl"
     );
 }
+
+#[test]
+fn options_set_for_a_caches_own_name_win_over_its_stems_whichever_was_set_first() {
+    use crate::tuning::{Overrides, options_of, set};
+    let ttl = |secs| Overrides {
+        ttl: Some(Duration::from_secs(secs)),
+        ..Overrides::default()
+    };
+    // The written name first, then one instantiation's own name; for the other pair, the
+    // other way round.
+    set("tuned::rows", &ttl(5));
+    set("tuned::rows<u8>", &ttl(7));
+    set("tuned::cols<u8>", &ttl(7));
+    set("tuned::cols", &ttl(5));
+    for (cache, secs) in [
+        ("tuned::rows<u8>", 7),
+        ("tuned::rows<u16>", 5),
+        ("tuned::rows", 5),
+        ("tuned::cols<u8>", 7),
+        ("tuned::cols<u16>", 5),
+        ("tuned::rowsx<u8>", 10),
+        ("tuned::rows<u8>::inner", 10),
+    ] {
+        let options = options_of(&config(cache));
+        assert_eq!(options.ttl, Duration::from_secs(secs), "{cache}");
+    }
+}

@@ -2201,9 +2201,7 @@ fn run(plan: &Plan) -> (Vec<String>, Arc<Oracle>) {
     RUN.with(|run| run.set(plan.seed));
     stampede_runtime::sim::seed(Some(plan.seed));
     // Options set at run time are the process's, by name: a replay of the seed starts anew.
-    for function in &plan.functions {
-        stampede_runtime::sim::forget_configured(&function.config.name);
-    }
+    forget_configured(plan);
     let first = runtime();
     let world = first.block_on(async { Arc::new(World::build(plan)) });
     let split = plan.restart_after;
@@ -2258,10 +2256,15 @@ fn run(plan: &Plan) -> (Vec<String>, Arc<Oracle>) {
         unsafe { cache.free() };
     }
     // Nor do the options this run set outlive it: the names of every seed would pile up.
+    forget_configured(plan);
+    (violations, oracle)
+}
+
+/// Forgets the options set at run time for the names of `plan`'s functions.
+fn forget_configured(plan: &Plan) {
     for function in &plan.functions {
         stampede_runtime::sim::forget_configured(&function.config.name);
     }
-    (violations, oracle)
 }
 
 /// The clients' operations `from..until`, with `faults` at their times from now; returns when
